@@ -1,0 +1,33 @@
+# The two entry points of the Quick start: `make run` and `make test`.
+# Both create the project's virtual environment at .venv/ and install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck unit kafka clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Fetch Apache Kafka (broker, tools, older clients) from Maven Central into ~/.cache/groupgate.
+kafka: $(STAMP)
+	$(BIN)/groupgate kafka fetch
+
+run: $(STAMP)
+	$(BIN)/groupgate dev
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy coordinator translate
+
+test: $(STAMP) kafka lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) build *.egg-info

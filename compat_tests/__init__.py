@@ -1,0 +1,1 @@
+"""groupgate: compat_tests layer."""

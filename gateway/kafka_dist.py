@@ -1,0 +1,135 @@
+"""Apache Kafka distributions fetched from Maven Central into a cache outside the repository.
+
+groupgate's development mode and its test harness run a real Apache Kafka broker and the Java tools
+(VerifiableProducer/VerifiableConsumer, the perf-test tools, older kafka-clients for legacy-client tests).
+The jars come from Maven Central, resolved by Maven itself (transitive runtime dependencies), into
+``$GROUPGATE_CACHE`` (default ``~/.cache/groupgate``), one directory of jars per distribution.
+
+The current release is pinned to the newest 4.x release whose broker *and* kafka-tools artifacts are both
+published; older releases serve as legacy clients.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# Newest 4.x release with kafka_2.13, kafka-tools and kafka-group-coordinator all on Maven Central.
+CURRENT_KAFKA = "4.3.1"
+# Older releases whose clients and tools the compatibility suite runs as legacy consumers.
+LEGACY_KAFKA = ("3.9.1", "2.8.2")
+SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """One set of jars: a name, the Maven coordinates to resolve, and where they land."""
+
+    name: str
+    artifacts: tuple[str, ...]
+
+    @property
+    def libs(self) -> Path:
+        return cache_dir() / self.name / "libs"
+
+    def classpath(self) -> str:
+        return os.pathsep.join(str(p) for p in sorted(self.libs.glob("*.jar")))
+
+    def is_fetched(self) -> bool:
+        return (self.libs.parent / ".complete").exists()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GROUPGATE_CACHE", Path.home() / ".cache" / "groupgate"))
+
+
+def broker(version: str = CURRENT_KAFKA) -> Distribution:
+    """The broker (KRaft, combined mode), its tools and Kafka's own group coordinator module."""
+    return Distribution(
+        f"kafka-{version}",
+        (
+            f"org.apache.kafka:kafka_2.13:{version}",
+            f"org.apache.kafka:kafka-tools:{version}",
+            f"org.apache.kafka:kafka-group-coordinator:{version}",
+            SLF4J_SIMPLE,
+        ),
+    )
+
+
+def clients(version: str) -> Distribution:
+    """kafka-clients and kafka-tools (VerifiableConsumer, perf tools) of one release, without the broker."""
+    return Distribution(
+        f"kafka-clients-{version}",
+        (
+            f"org.apache.kafka:kafka-clients:{version}",
+            f"org.apache.kafka:kafka-tools:{version}",
+            SLF4J_SIMPLE,
+        ),
+    )
+
+
+def all_distributions() -> list[Distribution]:
+    return [broker(), clients(CURRENT_KAFKA), *(clients(v) for v in LEGACY_KAFKA)]
+
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.groupgate</groupId>
+  <artifactId>fetch-{name}</artifactId>
+  <version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{deps}
+  </dependencies>
+</project>
+"""
+
+_DEP = """    <dependency>
+      <groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>
+    </dependency>"""
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+def fetch(dist: Distribution, *, quiet: bool = True) -> Path:
+    """Resolve ``dist`` with Maven into its cache directory (once; later calls return at once)."""
+    if dist.is_fetched():
+        return dist.libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FetchError("Maven ('mvn') is needed to fetch Apache Kafka from Maven Central; install it")
+    deps = "\n".join(_DEP.format(g=g, a=a, v=v) for g, a, v in (c.split(":") for c in dist.artifacts))
+    target = dist.libs
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        pom = Path(tmp) / "pom.xml"
+        pom.write_text(_POM.format(name=dist.name, deps=deps))
+        cmd = [
+            mvn,
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={target}",
+            "-DincludeScope=runtime",
+        ]
+        if quiet:
+            cmd.insert(1, "-q")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise FetchError(f"fetching {dist.name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    (dist.libs.parent / ".complete").write_text("\n".join(dist.artifacts) + "\n")
+    return dist.libs
+
+
+def fetch_all() -> list[Path]:
+    return [fetch(d) for d in all_distributions()]

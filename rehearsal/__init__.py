@@ -1,0 +1,1 @@
+"""groupgate: rehearsal layer."""
