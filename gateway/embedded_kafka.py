@@ -1,0 +1,206 @@
+"""A real single-node Apache Kafka broker (KRaft, combined broker+controller) on 127.0.0.1.
+
+This is what ``groupgate dev`` runs behind the gateway, and what the compatibility harness builds on.
+The jars come from Maven Central (see kafka_dist); the broker runs as a child JVM with its own data
+directory, on free loopback ports, and is stopped cleanly (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import kafka_dist
+
+READY_TIMEOUT_S = 90.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise RuntimeError("a Java runtime (17+) is needed to run Apache Kafka; install one or set JAVA_HOME")
+    return found
+
+
+# Broker settings that make a single node work (replication factors) and keep tests quick.
+BASE_CONFIG: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+    "log.flush.interval.messages": "9223372036854775807",
+}
+
+
+@dataclass
+class EmbeddedKafka:
+    """One broker process. Use as a context manager, or call start()/stop()."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    controller_port: int = 0
+    data_dir: Path | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    heap: str = "512m"
+    version: str = kafka_dist.CURRENT_KAFKA
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _own_dir: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        assert self.data_dir is not None
+        return self.data_dir / "server.log"
+
+    def _config(self) -> dict[str, str]:
+        assert self.data_dir is not None
+        cfg = dict(BASE_CONFIG)
+        cfg.update(
+            {
+                "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+                "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+                "log.dirs": str(self.data_dir / "logs"),
+            }
+        )
+        cfg.update(self.overrides)
+        return cfg
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> EmbeddedKafka:
+        dist = kafka_dist.broker(self.version)
+        kafka_dist.fetch(dist)
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="groupgate-kafka-"))
+            self._own_dir = True
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port(self.host)
+        self.controller_port = self.controller_port or free_port(self.host)
+        props = self.data_dir / "server.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
+        java = java_binary()
+        cp = dist.classpath()
+        jvm = [
+            java,
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-cp",
+            cp,
+        ]
+        meta = self.data_dir / "logs" / "meta.properties"
+        if not meta.exists():
+            fmt = subprocess.run(
+                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", new_cluster_id(), "-g"],
+                capture_output=True,
+                text=True,
+            )
+            if fmt.returncode != 0:
+                raise RuntimeError(f"formatting Kafka storage failed: {fmt.stdout}\n{fmt.stderr}")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        self._proc = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(props)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        # The client listener only accepts connections once the broker is unfenced.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {self._proc.returncode}; see {self.log_path}:\n{self._tail()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1.0):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"Kafka did not serve on {self.bootstrap} within {timeout_s}s:\n{self._tail()}")
+
+    def _tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL, for tests of an upstream broker that vanishes."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedKafka:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def new_cluster_id() -> str:
+    """A random Kafka Uuid in its 22-character base64url form (never starting with '-', as Kafka requires)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
