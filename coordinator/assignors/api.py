@@ -62,6 +62,9 @@ class AssignmentDelta:
     removed: frozenset[str] = frozenset()  # no longer in GroupSpec.members
     changed: frozenset[str] = frozenset()  # subscription (or rack) changed
     topics_changed: bool = False  # any topic added, removed or resized: assignors may fall back to full
+    # The previous target of each member in ``removed`` (optional). With it, an assignor can hand the
+    # freed partitions out without scanning the whole group; without it, it recomputes in full.
+    removed_assigned: Mapping[str, Assignment] = field(default_factory=dict)
 
 
 class PartitionAssignorError(Exception):

@@ -1,0 +1,229 @@
+"""The balanced, sticky core of the ``uniform`` assignor for members sharing one subscription.
+
+KIP-848 ("Assignor", uniform): partitions are spread evenly and each member keeps as much of its
+current target as balance allows. With ``total`` partitions and ``n`` members every member gets
+``quota = total // n`` and ``total % n`` of them get one more. Members already holding more than the
+minimum are the first to be granted the extra slot (that avoids a revocation); the rest go to the first
+members in member-id order. Every member keeps what it holds up to its quota; the excess, together with
+partitions nobody holds, is handed to under-filled members in (topic, partition) order.
+
+The same quota rule serves the incremental path: when only members joined or left and the previous
+target (in ``MemberSpec.assigned``) is complete, the freed partitions are the departed members' ones plus
+what over-quota members give up, so nothing but a count of each member's partitions is needed. On a
+complete previous target both paths return the same mapping.
+
+Everything works on whole frozensets and ranges: no object per partition on the common path.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
+
+from coordinator.assignors.api import Assignment, MemberSpec, TopicId
+
+# The order in which topics are filled and trimmed. UUID.int is a plain attribute, so sorting by it
+# stays in C (the UUID rich comparisons are Python methods).
+topic_order = attrgetter("int")
+
+Pool = list[tuple[TopicId, Sequence[int]]]
+
+
+def assign_full(
+    member_ids: Sequence[str],
+    members: Mapping[str, MemberSpec],
+    topic_ids: Sequence[TopicId],
+    num_partitions: Mapping[TopicId, int],
+    out: dict[str, Assignment],
+) -> None:
+    """Assign ``topic_ids`` (sorted by ``topic_order``) to ``member_ids`` (sorted), into ``out``.
+
+    The current targets are validated: partitions of other topics, out of range, or already held by an
+    earlier member are dropped.
+    """
+    if not member_ids:
+        return
+    parts = {t: num_partitions[t] for t in topic_ids}
+    taken: dict[TopicId, set[int]] = {}
+    owned: list[Assignment] = []
+    counts: list[int] = []
+    for mid in member_ids:
+        current = members[mid].assigned
+        if not current:
+            owned.append(current)
+            counts.append(0)
+            continue
+        changed = False
+        items: list[tuple[TopicId, frozenset[int]]] = []
+        count = 0
+        for tid, held in current.items():
+            if not held:
+                continue
+            n = parts.get(tid)
+            if n is None:
+                changed = True
+                continue
+            keep = held
+            if max(held) >= n or min(held) < 0:
+                keep = frozenset(p for p in held if 0 <= p < n)
+            seen = taken.get(tid)
+            if seen is None:
+                taken[tid] = set(keep)
+            else:
+                if not seen.isdisjoint(keep):
+                    keep = keep.difference(seen)
+                seen.update(keep)
+            if keep is not held:
+                changed = True
+            if keep:
+                items.append((tid, keep))
+                count += len(keep)
+        owned.append(dict(items) if changed else current)
+        counts.append(count)
+
+    total = sum(parts.values())
+    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)))
+
+    for i, count in enumerate(counts):
+        if count > quotas[i]:
+            owned[i], dropped = _trim(owned[i], count - quotas[i])
+            counts[i] = quotas[i]
+            for tid, fs in dropped:
+                taken[tid].difference_update(fs)
+
+    pool: Pool = []
+    for tid in topic_ids:
+        n = parts[tid]
+        seen = taken.get(tid)
+        if seen is None:
+            pool.append((tid, range(n)))
+        elif len(seen) < n:
+            pool.append((tid, sorted(set(range(n)).difference(seen))))
+    _fill(pool, ((i, quotas[i] - counts[i]) for i in range(len(member_ids)) if counts[i] < quotas[i]), owned)
+    for mid, a in zip(member_ids, owned, strict=True):
+        out[mid] = a
+
+
+def assign_incremental(
+    member_ids: Sequence[str],
+    members: Mapping[str, MemberSpec],
+    total: int,
+    freed: Iterable[tuple[TopicId, frozenset[int]]],
+    freed_count: int,
+    out: dict[str, Assignment],
+) -> bool:
+    """Rebalance after joins/leaves, given the partitions the departed members held.
+
+    ``member_ids`` may be in any order. Returns False (and writes nothing) when the current targets do
+    not add up to a complete assignment, in which case the caller recomputes in full.
+    """
+    n = len(member_ids)
+    if n == 0:
+        return True
+    owned: list[Assignment] = [members[m].assigned for m in member_ids]
+    counts = [sum(map(len, a.values())) if a else 0 for a in owned]
+    if sum(counts) + freed_count != total:
+        return False
+    q = total // n
+    over = [i for i in range(n) if counts[i] > q]
+    rest = [i for i in range(n) if counts[i] <= q] if len(over) < total % n else []
+    quotas = _quotas(member_ids, counts, total, over, rest)
+
+    loose: dict[TopicId, set[int]] = {}
+    for tid, fs in freed:
+        loose.setdefault(tid, set()).update(fs)
+    for i in over:
+        if counts[i] > quotas[i]:
+            owned[i], dropped = _trim(owned[i], counts[i] - quotas[i])
+            counts[i] = quotas[i]
+            for tid, fs in dropped:
+                loose.setdefault(tid, set()).update(fs)
+    pool: Pool = [(tid, sorted(loose[tid])) for tid in sorted(loose, key=topic_order)]
+    under = sorted((i for i in range(n) if counts[i] < quotas[i]), key=member_ids.__getitem__)
+    _fill(pool, ((i, quotas[i] - counts[i]) for i in under), owned)
+    for mid, a in zip(member_ids, owned, strict=True):
+        out[mid] = a
+    return True
+
+
+def _quotas(
+    member_ids: Sequence[str], counts: list[int], total: int, over: Sequence[int], rest: Sequence[int]
+) -> list[int]:
+    """Each member's quota: the minimum, plus one for ``total % n`` of them.
+
+    ``over`` must hold every member above the minimum, ``rest`` every other member (it may be empty
+    when the members above the minimum already use up all the extra slots). Members above the minimum
+    win the extra slots first, the smallest member ids first; leftover slots go to the smallest ids.
+    """
+    n = len(counts)
+    q, extra = divmod(total, n)
+    quotas = [q] * n
+    over = [i for i in over if counts[i] > q]
+    if len(over) > extra:
+        # Losers are the largest ids: same outcome as walking the members in id order.
+        losers = set(heapq.nlargest(len(over) - extra, over, key=member_ids.__getitem__))
+        for i in over:
+            if i not in losers:
+                quotas[i] = q + 1
+        return quotas
+    for i in over:
+        quotas[i] = q + 1
+    extra -= len(over)
+    if extra:
+        candidates = [i for i in rest if counts[i] <= q]
+        for i in heapq.nsmallest(extra, candidates, key=member_ids.__getitem__):
+            quotas[i] = q + 1
+    return quotas
+
+
+def _trim(held: Assignment, k: int) -> tuple[dict[TopicId, frozenset[int]], list[tuple[TopicId, frozenset[int]]]]:
+    """Give up ``k`` partitions of ``held``: the highest ones of the last topics in topic order."""
+    kept = dict(held)
+    dropped: list[tuple[TopicId, frozenset[int]]] = []
+    for tid in sorted(held, key=topic_order, reverse=True):
+        fs = held[tid]
+        if len(fs) <= k:
+            del kept[tid]
+            if fs:
+                dropped.append((tid, fs))
+            k -= len(fs)
+        else:
+            if k == 1:
+                top = max(fs)
+                gone = frozenset((top,))
+            else:
+                gone = frozenset(sorted(fs)[len(fs) - k :])
+            kept[tid] = fs - gone
+            dropped.append((tid, gone))
+            k = 0
+        if k == 0:
+            break
+    return kept, dropped
+
+
+def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment]) -> None:
+    """Hand the pool out in order: each (member index, count) takes the next ``count`` partitions."""
+    ti = 0
+    pos = 0
+    for i, need in needs:
+        add: dict[TopicId, frozenset[int]] = {}
+        while need:
+            tid, seq = pool[ti]
+            end = min(pos + need, len(seq))
+            add[tid] = frozenset(seq[pos:end])
+            need -= end - pos
+            if end == len(seq):
+                ti += 1
+                pos = 0
+            else:
+                pos = end
+        base = owned[i]
+        if base:
+            merged = dict(base)
+            for tid, fs in add.items():
+                old = merged.get(tid)
+                merged[tid] = fs if old is None else old | fs
+            owned[i] = merged
+        else:
+            owned[i] = add

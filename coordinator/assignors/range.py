@@ -1,0 +1,110 @@
+"""The ``range`` server-side assignor (KIP-848 "Assignor": range).
+
+Stateless: each topic's partitions are split into contiguous ranges over the topic's subscribers, sorted
+static members first (by instance id) then dynamic ones (by member id); with ``n`` partitions and ``s``
+subscribers the first ``n % s`` subscribers get ``n // s + 1`` partitions, the others ``n // s``.
+Because the order of the subscribers is the same for every topic, members with identical subscriptions
+get the same partition numbers of every topic with the same partition count: co-partitioned topics can
+be joined locally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from coordinator.assignors._homogeneous import topic_order
+from coordinator.assignors.api import (
+    Assignment,
+    AssignmentDelta,
+    GroupSpec,
+    MemberSpec,
+    SubscriptionType,
+    TopicId,
+)
+
+
+class RangeAssignor:
+    name = "range"
+
+    def assign(self, spec: GroupSpec, delta: AssignmentDelta | None = None) -> dict[str, Assignment]:
+        # The delta is of no use: the result depends on the current members and topics only.
+        members = spec.members
+        if not members:
+            return {}
+        topics = spec.topics
+        # Members by subscription: members of one class subscribe to the very same topics.
+        classes: list[list[str]] = []
+        class_topics: list[frozenset[TopicId]] = []
+        if spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+            classes.append(list(members))
+            class_topics.append(next(iter(members.values())).subscribed_topic_ids)
+        else:
+            index: dict[frozenset[TopicId], int] = {}
+            for mid, m in members.items():
+                ci = index.get(m.subscribed_topic_ids)
+                if ci is None:
+                    ci = index[m.subscribed_topic_ids] = len(classes)
+                    classes.append([])
+                    class_topics.append(m.subscribed_topic_ids)
+                classes[ci].append(mid)
+        # Topics with the same size and the same subscribers get the same ranges: one pass per such
+        # bunch, whose per-member entries are built with dict.fromkeys (no per-entry key hashing).
+        topic_classes: dict[TopicId, list[int]] = {}
+        for ci, tids in enumerate(class_topics):
+            for tid in tids:
+                if tid in topics:
+                    topic_classes.setdefault(tid, []).append(ci)
+        bunches: dict[tuple[int, tuple[int, ...]], list[TopicId]] = {}
+        for tid, cis in topic_classes.items():
+            bunches.setdefault((topics[tid].num_partitions, tuple(cis)), []).append(tid)
+
+        new: dict[str, dict[TopicId, frozenset[int]]] = {}
+        ordered: dict[tuple[int, ...], list[str]] = {}
+        cache: dict[tuple[int, int], list[frozenset[int]]] = {}
+        for (n, subscribing), bunch in bunches.items():
+            subs = ordered.get(subscribing)
+            if subs is None:
+                subs = [mid for ci in subscribing for mid in classes[ci]]
+                subs.sort(key=lambda mid: _member_key(mid, members[mid]))
+                ordered[subscribing] = subs
+            ranges = cache.get((n, len(subs)))
+            if ranges is None:
+                ranges = cache[(n, len(subs))] = _ranges(n, len(subs))
+            keys = dict.fromkeys(sorted(bunch, key=topic_order))
+            for mid, fs in zip(subs, ranges, strict=False):
+                d = new.get(mid)
+                if d is None:
+                    new[mid] = dict.fromkeys(keys, fs)
+                else:
+                    d.update(dict.fromkeys(keys, fs))
+        out: dict[str, Assignment] = {}
+        for mid, m in members.items():
+            current = m.assigned
+            assigned = new.get(mid)
+            if assigned is None:
+                out[mid] = current if not any(current.values()) else {}
+            else:
+                out[mid] = current if _same(current, assigned) else assigned
+        return out
+
+
+def _member_key(member_id: str, m: MemberSpec) -> tuple[bool, str, str]:
+    return (m.instance_id is None, m.instance_id or "", member_id)
+
+
+def _ranges(n: int, s: int) -> list[frozenset[int]]:
+    """The non-empty contiguous ranges of ``n`` partitions over ``s`` subscribers, in subscriber order."""
+    q, extra = divmod(n, s)
+    out = []
+    start = 0
+    for i in range(min(s, n)):
+        end = start + q + (1 if i < extra else 0)
+        out.append(frozenset(range(start, end)))
+        start = end
+    return out
+
+
+def _same(current: Assignment, new: Mapping[TopicId, frozenset[int]]) -> bool:
+    if len(new) != sum(1 for fs in current.values() if fs):
+        return False
+    return all(current.get(tid) == fs for tid, fs in new.items())
