@@ -1,0 +1,181 @@
+"""The ``groupgate`` command: serve, dev, kafka fetch (and rehearse, when the rehearsal package provides it)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .config import GatewayConfig, load_config, parse_host_port
+from .logging import get_logger, setup_logging
+
+log = get_logger("gateway.cli")
+
+
+def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file ([gateway] table or top-level keys)")
+    p.add_argument("--listen", help="bootstrap listener HOST:PORT (port 0 = ephemeral)")
+    p.add_argument("--advertised-host", help="host clients are told to connect to")
+    p.add_argument("--broker-port-base", type=int, help="port of the listener for node id --node-id-base")
+    p.add_argument("--node-id-base", type=int)
+    p.add_argument("--max-brokers", type=int)
+    p.add_argument("--max-frame-bytes", type=int)
+    p.add_argument("--log-format", choices=["json", "console"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "upstream": getattr(args, "upstream", None),
+        "advertised_host": args.advertised_host,
+        "broker_port_base": args.broker_port_base,
+        "node_id_base": args.node_id_base,
+        "max_brokers": args.max_brokers,
+        "max_frame_bytes": args.max_frame_bytes,
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+    }
+    if args.listen:
+        out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
+    return out
+
+
+async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
+    from .server import Gateway
+
+    gw = Gateway(config)
+    await gw.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"bootstrap={gw.bootstrap}{extra_line}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await gw.stop()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, _flags(args))
+    except (ValidationError, ValueError, OSError) as e:
+        print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_format, config.log_level)
+    try:
+        return asyncio.run(_serve(config))
+    except Exception as e:  # noqa: BLE001 - reported as a clean exit status
+        log.error("gateway failed", error=str(e))
+        return 1
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafka
+
+    flags = _flags(args)
+    if not args.listen:
+        flags["listen_host"], flags["listen_port"] = "127.0.0.1", 9092
+    try:
+        config = load_config(args.config, flags)
+    except (ValidationError, ValueError, OSError) as e:
+        print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_format, config.log_level)
+    if not args.listen and not (_port_free("127.0.0.1", 9092) and _port_free("127.0.0.1", 9093)):
+        log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
+        config = config.model_copy(update={"listen_port": 0, "broker_port_base": None})
+    state = Path(args.state_dir) if args.state_dir else None
+    kafka = EmbeddedKafka(data_dir=state)
+    # SIGTERM during broker start-up must still stop the broker: turn it into KeyboardInterrupt.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        log.info("starting the embedded Kafka broker")
+        kafka.start()
+        config = config.model_copy(update={"upstream": kafka.bootstrap})
+        return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if state is None:
+            kafka.cleanup()
+        else:
+            kafka.stop()
+
+
+def cmd_kafka_fetch(args: argparse.Namespace) -> int:
+    from . import kafka_dist
+
+    for dist in kafka_dist.all_distributions():
+        path = kafka_dist.fetch(dist, quiet=not args.verbose)
+        print(f"{dist.name}: {path}", flush=True)
+    return 0
+
+
+def cmd_rehearse_report(args: argparse.Namespace) -> int:
+    from rehearsal.cli import report_main  # type: ignore[import-not-found]
+
+    return int(report_main(args.paths, args.out, args.master, args.group))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="groupgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway in front of a Kafka cluster")
+    serve.add_argument("--upstream", help="upstream bootstrap HOST:PORT[,HOST:PORT...]")
+    _add_gateway_flags(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    dev = sub.add_parser("dev", help="run an embedded Kafka broker with the gateway in front of it")
+    dev.add_argument("--state-dir", help="keep the broker's data here (default: a temporary directory)")
+    _add_gateway_flags(dev)
+    dev.set_defaults(func=cmd_dev)
+
+    kafka = sub.add_parser("kafka", help="Apache Kafka distributions")
+    ksub = kafka.add_subparsers(dest="kafka_command", required=True)
+    fetch = ksub.add_parser("fetch", help="fetch the Kafka jars from Maven Central")
+    fetch.add_argument("-v", "--verbose", action="store_true")
+    fetch.set_defaults(func=cmd_kafka_fetch)
+
+    if importlib.util.find_spec("rehearsal.cli") is not None:
+        rehearse = sub.add_parser("rehearse", help="simulation and event-log analysis")
+        rsub = rehearse.add_subparsers(dest="rehearse_command", required=True)
+        report = rsub.add_parser("report", help="analyse event logs")
+        report.add_argument("paths", nargs="+")
+        report.add_argument("--out", required=True)
+        report.add_argument("--master", default=None)
+        report.add_argument("--group", default=None)
+        report.set_defaults(func=cmd_rehearse_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with contextlib.suppress(BrokenPipeError):
+        return int(args.func(args))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Which message classes the gateway can decode, and small helpers around kafka-python's codec.
+
+Only the few APIs that must be rewritten are ever decoded (Metadata, FindCoordinator, DescribeCluster,
+ApiVersions, and whatever the group layer answers itself); all others pass through as opaque bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer  # noqa: F401 - imported so their message classes register
+from kafka.protocol.api_message import ApiMessage
+
+from . import frames
+from .protocol import messages as _ours  # noqa: F401 - registers api keys 68 and 69
+
+API_VERSIONS = 18
+PRODUCE = 0
+FETCH = 1
+METADATA = 3
+FIND_COORDINATOR = 10
+DESCRIBE_CLUSTER = 60
+
+UNSUPPORTED_VERSION = 35
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+
+
+def _walk(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_walk(sub))
+    return out
+
+
+def _registry() -> tuple[dict[int, Any], dict[int, Any]]:
+    requests: dict[int, Any] = {}
+    responses: dict[int, Any] = {}
+    for c in _walk(ApiMessage):
+        if getattr(c, "_class_version", 1) is not None or getattr(c, "_json", None) is None:
+            continue
+        table = requests if c.type == "request" else responses
+        table.setdefault(c.API_KEY, c)
+    return requests, responses
+
+
+REQUESTS, RESPONSES = _registry()
+
+
+def known(api_key: int) -> bool:
+    return api_key in REQUESTS and api_key in RESPONSES
+
+
+def codec_max_version(api_key: int) -> int:
+    return int(RESPONSES[api_key].max_version)
+
+
+def request_header_flexible(api_key: int, version: int) -> bool:
+    # ApiVersions v3+ requests use header v2 like every other flexible request.
+    return bool(REQUESTS[api_key].flexible_version_q(version))
+
+
+def response_header_flexible(api_key: int, version: int) -> bool:
+    # KIP-511: the ApiVersions response header stays v0 so a client can read it before it knows versions.
+    if api_key == API_VERSIONS:
+        return False
+    return bool(RESPONSES[api_key].flexible_version_q(version))
+
+
+def decode_request(
+    api_key: int, version: int, payload: bytes | memoryview
+) -> tuple[frames.RequestHeader, Any]:
+    header = frames.parse_request_header(payload, request_header_flexible(api_key, version))
+    body = REQUESTS[api_key][version].decode(memoryview(payload)[header.body_offset :])
+    body._header = None  # decode() leaves the slot unset and encode() reads it
+    return header, body
+
+
+def decode_response(api_key: int, version: int, payload: bytes) -> tuple[bytes, Any]:
+    """(header bytes kept verbatim, decoded body) of a response payload (no size prefix)."""
+    off = frames.response_body_offset(payload, response_header_flexible(api_key, version))
+    body = RESPONSES[api_key][version].decode(memoryview(payload)[off:])
+    body._header = None  # decode() leaves the slot unset and encode() reads it
+    return bytes(payload[:off]), body
+
+
+def encode_body(msg: Any, version: int) -> bytes:
+    return bytes(msg.encode(version=version))
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, msg: Any) -> bytes:
+    """Response payload (header + body, no size prefix)."""
+    hdr = frames.response_header(correlation_id, response_header_flexible(api_key, version))
+    return hdr + encode_body(msg, version)
+
+
+def error_response(api_key: int, version: int, correlation_id: int, error_code: int) -> bytes | None:
+    """A response carrying ``error_code`` at the top level, or None when this API/version has no such field.
+
+    Kafka answers a request it cannot serve with the API's own response shape; only responses with a
+    top-level ErrorCode can say so without knowing the request's contents.
+    """
+    if not known(api_key) or not 0 <= version <= codec_max_version(api_key):
+        return None
+    cls = RESPONSES[api_key]
+    fields = {f["name"]: f for f in cls.json["fields"]}
+    spec = fields.get("ErrorCode")
+    if spec is None or not _in_versions(spec["versions"], version):
+        return None
+    msg = cls[version](error_code=error_code)
+    try:
+        return encode_response(api_key, version, correlation_id, msg)
+    except Exception:  # noqa: BLE001 - a required field without default: no generic error response
+        return None
+
+
+def _in_versions(spec: str, version: int) -> bool:
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    lo, _, hi = spec.partition("-")
+    return int(lo) <= version <= int(hi or lo)

@@ -1,0 +1,172 @@
+"""Gateway configuration: defaults < TOML file < GROUPGATE_* environment variables < command-line flags.
+
+Broker listeners are mapped deterministically: node id N is served on
+``broker_port_base + (N - node_id_base)`` unless ``broker_ports`` names its port explicitly, so a restarted
+gateway hands clients the same addresses it handed them before (clients cache broker addresses).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ENV_PREFIX = "GROUPGATE_"
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+class PortMappingError(ValueError):
+    """A node id that the configured port range cannot serve."""
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """'host:port' (or '[v6]:port') -> (host, port)."""
+    value = value.strip()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep:
+            raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"bad port in {value!r}")
+    return host, int(port)
+
+
+class GatewayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Comma-separated HOST:PORT list of the upstream Kafka cluster (any reachable broker will do).
+    upstream: str = "127.0.0.1:9093"
+    listen_host: str = "127.0.0.1"
+    # 0 = an ephemeral bootstrap port chosen by the OS.
+    listen_port: int = Field(default=9092, ge=0, le=65535)
+    # The host clients are told to connect to; defaults to listen_host (or 127.0.0.1 when that is a wildcard).
+    advertised_host: str | None = None
+    # First broker listener port; None = listen_port + 1 (or OS-chosen ports when listen_port is 0).
+    broker_port_base: int | None = Field(default=None, ge=1, le=65535)
+    node_id_base: int = Field(default=0, ge=0)
+    # How many consecutive node ids (from node_id_base) the port range serves.
+    max_brokers: int = Field(default=64, ge=1, le=4096)
+    # Explicit node id -> port entries, taking precedence over the range.
+    broker_ports: dict[int, int] = Field(default_factory=dict)
+    # Kafka's socket.request.max.bytes default (100 MiB).
+    max_frame_bytes: int = Field(default=104_857_600, ge=1024)
+    upstream_connect_timeout_s: float = Field(default=10.0, gt=0)
+    upstream_request_timeout_s: float = Field(default=30.0, gt=0)
+    metadata_refresh_s: float = Field(default=30.0, gt=0)
+    # A broker missing from metadata keeps its listener this long (rolling restarts drop it briefly).
+    broker_absent_grace_s: float = Field(default=120.0, ge=0)
+    log_format: Literal["json", "console"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, v: str) -> str:
+        for item in v.split(","):
+            parse_host_port(item)
+        return v
+
+    @field_validator("broker_ports")
+    @classmethod
+    def _check_ports(cls, v: dict[int, int]) -> dict[int, int]:
+        seen: dict[int, int] = {}
+        for node, port in v.items():
+            if not 1 <= port <= 65535:
+                raise ValueError(f"broker_ports[{node}]={port} is not a TCP port")
+            if port in seen:
+                raise ValueError(f"broker_ports: nodes {seen[port]} and {node} both map to port {port}")
+            seen[port] = node
+        return v
+
+    @model_validator(mode="after")
+    def _check_range(self) -> GatewayConfig:
+        base = self.effective_port_base()
+        if base is None:
+            return self
+        last = base + self.max_brokers - 1
+        if last > 65535:
+            raise ValueError(
+                f"broker ports {base}..{last} run past 65535; lower max_brokers or broker_port_base"
+            )
+        if self.listen_port and base <= self.listen_port <= last:
+            raise ValueError(
+                f"the bootstrap port {self.listen_port} lies inside the broker port range {base}..{last}"
+            )
+        for node, port in self.broker_ports.items():
+            if port == self.listen_port:
+                raise ValueError(f"broker_ports[{node}] collides with the bootstrap port {port}")
+            if base <= port <= last and (port - base + self.node_id_base) != node:
+                raise ValueError(
+                    f"broker_ports[{node}]={port} collides with the range port of node {port - base + self.node_id_base}"
+                )
+        return self
+
+    # --- derived values -------------------------------------------------------------------------------
+
+    def upstream_addresses(self) -> list[tuple[str, int]]:
+        return [parse_host_port(x) for x in self.upstream.split(",") if x.strip()]
+
+    def client_host(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        return "127.0.0.1" if self.listen_host in WILDCARD_HOSTS else self.listen_host
+
+    def effective_port_base(self) -> int | None:
+        if self.broker_port_base is not None:
+            return self.broker_port_base
+        return self.listen_port + 1 if self.listen_port else None
+
+    def broker_port(self, node_id: int) -> int:
+        """The gateway port for a node id; 0 = OS-chosen (ephemeral mode); PortMappingError if unmapped."""
+        if node_id in self.broker_ports:
+            return self.broker_ports[node_id]
+        base = self.effective_port_base()
+        if base is None:
+            return 0
+        offset = node_id - self.node_id_base
+        if not 0 <= offset < self.max_brokers:
+            raise PortMappingError(
+                f"node id {node_id} is outside the mapped range {self.node_id_base}.."
+                f"{self.node_id_base + self.max_brokers - 1}; set node_id_base/max_brokers or broker_ports"
+            )
+        return base + offset
+
+
+# --- loading: file < env < flags ----------------------------------------------------------------------
+
+
+def _env_values(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in GatewayConfig.model_fields:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            continue
+        if name == "broker_ports":
+            # GROUPGATE_BROKER_PORTS="1=19092,2=19093"
+            out[name] = {int(k): int(v) for k, v in (p.split("=", 1) for p in raw.split(",") if p.strip())}
+        else:
+            out[name] = raw
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    flags: dict[str, Any] | None = None,
+    environ: dict[str, str] | os._Environ[str] | None = None,
+) -> GatewayConfig:
+    values: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        data = data.get("gateway", data)
+        if "broker_ports" in data:
+            data["broker_ports"] = {int(k): v for k, v in data["broker_ports"].items()}
+        values.update(data)
+    values.update(_env_values(os.environ if environ is None else environ))
+    values.update({k: v for k, v in (flags or {}).items() if v is not None})
+    return GatewayConfig.model_validate(values)

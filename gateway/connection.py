@@ -1,0 +1,341 @@
+"""One client connection and the upstream connection that serves it.
+
+Each client connection is bound to one upstream broker: the broker its listener maps to, or for the
+bootstrap listener any live broker. Requests are pipelined upstream unchanged (the client's own correlation
+ids, since the upstream connection is not shared) and responses go back strictly in request order: every
+request that expects a response gets a Slot in ``pending``; a slot is filled by the upstream response or by
+a local handler (the group layer), and ``_flush`` writes the filled prefix. Clients rely on that order
+(the Java client fails on an out-of-order correlation id).
+
+Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from . import codec, frames, rewrite
+from .logging import get_logger
+from .upstream import set_nodelay
+
+if TYPE_CHECKING:
+    from .server import Gateway
+
+log = get_logger("gateway.connection")
+
+_HEAD = struct.Struct(">hhi")
+_INT32 = struct.Struct(">i")
+# Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
+_UPSTREAM_FRAME_LIMIT = 2**31 - 1
+# Pause reading from a client that has this many responses outstanding; resume below the low mark.
+_MAX_PENDING = 1024
+_LOW_PENDING = 256
+
+# A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
+# (response header + body, without the size prefix).
+LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
+
+_REWRITTEN = frozenset({codec.METADATA, codec.FIND_COORDINATOR, codec.DESCRIBE_CLUSTER, codec.API_VERSIONS})
+
+
+class Slot:
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | None = None) -> None:
+        self.data = data
+
+
+class UpstreamLink(asyncio.Protocol):
+    """The gateway's connection to one upstream broker on behalf of one client connection."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.buf = frames.FrameBuffer(_UPSTREAM_FRAME_LIMIT)
+        # (correlation id, slot, api key, api version) per forwarded request awaiting its response
+        self.inflight: deque[tuple[int, Slot, int, int]] = deque()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        set_nodelay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        on_response = self.client.on_response
+        for f in self.buf.feed(data):
+            on_response(f)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.client.pause("upstream-backpressure")
+
+    def resume_writing(self) -> None:
+        self.client.resume("upstream-backpressure")
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, gateway: Gateway, node_id: int | None) -> None:
+        self.gw = gateway
+        self.node_id = node_id  # None: the bootstrap listener
+        self.transport: asyncio.Transport | None = None
+        self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
+        self.pending: deque[Slot] = deque()
+        self.upstream: UpstreamLink | None = None
+        self.closed = False
+        self.peer: Any = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._paused: set[str] = set()
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        set_nodelay(transport)
+        self.gw.connections.add(self)
+        # Nothing is read until the upstream connection exists, so requests never wait in two places.
+        self.pause("connecting")
+        self._spawn(self._connect_upstream())
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _connect_upstream(self) -> None:
+        directory = self.gw.directory
+        if self.node_id is None:
+            targets = directory.candidates()
+        else:
+            addr = directory.address(self.node_id)
+            targets = [] if addr is None else [addr]
+        loop = asyncio.get_running_loop()
+        errors = []
+        for host, port in targets:
+            try:
+                _, link = await asyncio.wait_for(
+                    loop.create_connection(lambda: UpstreamLink(self), host, port),
+                    self.gw.config.upstream_connect_timeout_s,
+                )
+            except (OSError, TimeoutError) as e:
+                errors.append(f"{host}:{port}: {e or type(e).__name__}")
+                continue
+            if self.closed:
+                assert link.transport is not None
+                link.transport.close()
+                return
+            self.upstream = link
+            self.resume("connecting")
+            return
+        log.warning(
+            "upstream broker unreachable; closing client connection",
+            peer=self.peer,
+            node_id=self.node_id,
+            errors=errors or ["node not in metadata"],
+        )
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+        for t in list(self.tasks):
+            t.cancel()
+        self.gw.connections.discard(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.buf.buffered and not self.closed:
+            log.info("client vanished mid-request", peer=self.peer, buffered_bytes=self.buf.buffered)
+        self.close()
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        inflight = len(self.upstream.inflight) if self.upstream is not None else 0
+        # Clients retry on a closed connection and refresh metadata; a half-served pipeline cannot be resumed.
+        log.warning(
+            "upstream connection lost; closing client connection",
+            peer=self.peer,
+            node_id=self.node_id,
+            inflight=inflight,
+            error=str(exc) if exc else None,
+        )
+        self.close()
+
+    # --- flow control ----------------------------------------------------------------------------------
+
+    def pause(self, reason: str) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        # The client does not read its responses: stop reading upstream responses for it.
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None and not self.closed:
+            self.upstream.transport.resume_reading()
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            received = self.buf.feed(data)
+        except frames.FrameTooLarge as e:
+            log.warning(
+                "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
+            )
+            self.close()
+            return
+        for f in received:
+            if self.closed:
+                return
+            self.on_request(f)
+
+    def on_request(self, frame: bytes) -> None:
+        if len(frame) < 14:  # size + api key + version + correlation id + client id length
+            log.warning("request too short to hold a header; closing", peer=self.peer, size=len(frame) - 4)
+            self.close()
+            return
+        api_key, version, corr = _HEAD.unpack_from(frame, 4)
+        rng = self.gw.directory.api_ranges.get(api_key)
+        if rng is None:
+            # Kafka closes the connection on an api key it does not know: there is no response format
+            # (not even a header version) to answer in.
+            log.warning("unknown api key; closing", peer=self.peer, api_key=api_key, api_version=version)
+            self.close()
+            return
+        if not rng[0] <= version <= rng[1]:
+            self._unsupported(api_key, version, corr, rng[1])
+            return
+        handler = self.gw.local_handlers.get(api_key)
+        if handler is not None:
+            self._answer_locally(handler, frame, api_key, version)
+            return
+        link = self.upstream
+        assert link is not None and link.transport is not None
+        if api_key == codec.PRODUCE:
+            try:
+                acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
+            except (frames.FrameError, struct.error) as e:
+                log.warning("unparseable Produce request; closing", peer=self.peer, error=str(e))
+                self.close()
+                return
+            if acks == 0:
+                # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
+                link.transport.write(frame)
+                return
+        slot = Slot()
+        self.pending.append(slot)
+        link.inflight.append((corr, slot, api_key, version))
+        link.transport.write(frame)
+        if len(self.pending) >= _MAX_PENDING:
+            self.pause("pending")
+
+    def _unsupported(self, api_key: int, version: int, corr: int, max_version: int) -> None:
+        if api_key == codec.API_VERSIONS:
+            payload: bytes | None = rewrite.api_versions_unsupported(corr, max_version)
+        else:
+            payload = codec.error_response(api_key, version, corr, codec.UNSUPPORTED_VERSION)
+        if payload is None:
+            log.warning(
+                "unsupported version without a top-level error code; closing",
+                peer=self.peer,
+                api_key=api_key,
+                api_version=version,
+            )
+            self.close()
+            return
+        log.info("unsupported version answered", peer=self.peer, api_key=api_key, api_version=version)
+        self.pending.append(Slot(frames.frame(payload)))
+        self._flush()
+
+    def _answer_locally(self, handler: LocalHandler, frame: bytes, api_key: int, version: int) -> None:
+        payload = frame[4:]
+        try:
+            header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
+        except frames.FrameError as e:
+            log.warning("unparseable request header; closing", peer=self.peer, error=str(e))
+            self.close()
+            return
+        slot = Slot()
+        self.pending.append(slot)
+
+        async def run() -> None:
+            try:
+                response = await handler(self, header, payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("local handler failed; closing", peer=self.peer, api_key=api_key)
+                self.close()
+                return
+            slot.data = frames.frame(response)
+            self._flush()
+
+        self._spawn(run())
+
+    # --- responses -------------------------------------------------------------------------------------
+
+    def on_response(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        link = self.upstream
+        assert link is not None
+        corr = _INT32.unpack_from(frame, 4)[0]
+        if not link.inflight or link.inflight[0][0] != corr:
+            log.error("upstream answered out of order; closing", peer=self.peer, correlation_id=corr)
+            self.close()
+            return
+        _, slot, api_key, version = link.inflight.popleft()
+        if api_key in _REWRITTEN:
+            try:
+                frame = frames.frame(self._rewrite(api_key, version, frame[4:]))
+            except Exception:
+                # Never pass on a response that may still carry upstream addresses.
+                log.exception(
+                    "cannot rewrite response; closing", peer=self.peer, api_key=api_key, api_version=version
+                )
+                self.close()
+                return
+        slot.data = frame
+        self._flush()
+
+    def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
+        directory = self.gw.directory
+        if api_key == codec.API_VERSIONS:
+            return rewrite.rewrite_api_versions(payload, version, directory.local_api).payload
+        result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
+        if result.brokers is not None:
+            directory.observe(result.brokers)
+        return result.payload
+
+    def _flush(self) -> None:
+        pending = self.pending
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        while pending and pending[0].data is not None:
+            transport.write(pending.popleft().data)  # type: ignore[arg-type]
+        if len(pending) < _LOW_PENDING:
+            self.resume("pending")

@@ -1,0 +1,160 @@
+"""The gateway process: a bootstrap listener and one listener per upstream broker (port-per-broker).
+
+A client that bootstraps on the bootstrap listener is forwarded to any live broker; the rewritten Metadata
+it receives names, for each node id, the gateway listener mapped to that node (config.broker_port), and
+every request arriving on that listener goes to that node. Listeners open as brokers appear in metadata
+and close once a broker has been gone longer than the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from .config import GatewayConfig, PortMappingError
+from .connection import ClientConnection, LocalHandler
+from .logging import get_logger
+from .upstream import BrokerDirectory
+
+log = get_logger("gateway.server")
+
+
+class Gateway:
+    """In-process API: ``gw = Gateway(config); await gw.start(); gw.bootstrap; await gw.stop()``."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        local_handlers: Mapping[int, LocalHandler] | None = None,
+        local_api: Mapping[int, tuple[int, int]] | None = None,
+    ) -> None:
+        self.config = config
+        self.local_handlers: dict[int, LocalHandler] = dict(local_handlers or {})
+        self.directory = BrokerDirectory(config, on_change=self._schedule_reconcile)
+        self.directory.set_local_api(local_api or {})
+        self.connections: set[ClientConnection] = set()
+        self._bootstrap_server: asyncio.Server | None = None
+        self._bootstrap_port = 0
+        self._listeners: dict[int, asyncio.Server] = {}
+        self._ports: dict[int, int] = {}  # node id -> bound port, kept for the life of the process
+        self._unmappable: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    # --- addresses -------------------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.config.client_host()}:{self._bootstrap_port}"
+
+    @property
+    def broker_ports(self) -> dict[int, int]:
+        return {n: self._ports[n] for n in self._listeners}
+
+    def addr_of(self, node_id: int) -> tuple[str, int] | None:
+        """The address clients use for ``node_id``, or None when the gateway does not serve it."""
+        if node_id in self._listeners:
+            return self.config.client_host(), self._ports[node_id]
+        if node_id not in self.directory.brokers:
+            return None
+        try:
+            port = self.config.broker_port(node_id)
+        except PortMappingError:
+            return None
+        # A fixed port is known before its listener opens (it is being opened now); an OS-chosen one is not.
+        return (self.config.client_host(), port) if port else None
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await self.directory.wait_ready(self.config.upstream_connect_timeout_s)
+        self._bootstrap_server = await loop.create_server(
+            lambda: ClientConnection(self, None),
+            self.config.listen_host,
+            self.config.listen_port,
+            reuse_address=True,
+        )
+        self._bootstrap_port = self._bootstrap_server.sockets[0].getsockname()[1]
+        await self._reconcile()
+        self._spawn(self.directory.refresh_forever())
+        self._started = True
+        log.info(
+            "gateway serving",
+            bootstrap=self.bootstrap,
+            brokers={n: f"{self.config.client_host()}:{p}" for n, p in self.broker_ports.items()},
+            upstream=self.config.upstream,
+        )
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        servers = [s for s in [self._bootstrap_server, *self._listeners.values()] if s is not None]
+        for s in servers:
+            s.close()
+        for c in list(self.connections):
+            c.close()
+        for s in servers:
+            await s.wait_closed()
+        self._listeners.clear()
+        self._bootstrap_server = None
+        if self._started:
+            log.info("gateway stopped")
+        self._started = False
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- listeners -------------------------------------------------------------------------------------
+
+    def _schedule_reconcile(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._spawn(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        """Open a listener for every known broker, close those of brokers that left."""
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            wanted = set(self.directory.brokers)
+            for node in sorted(wanted - set(self._listeners)):
+                try:
+                    port = self.config.broker_port(node)
+                except PortMappingError as e:
+                    if node not in self._unmappable:
+                        log.error(
+                            "broker cannot be served: no port for its node id", node_id=node, error=str(e)
+                        )
+                        self._unmappable.add(node)
+                    continue
+                port = port or self._ports.get(node, 0)
+
+                def factory(node: int = node) -> ClientConnection:
+                    return ClientConnection(self, node)
+
+                try:
+                    server = await loop.create_server(
+                        factory, self.config.listen_host, port, reuse_address=True
+                    )
+                except OSError as e:
+                    log.error("cannot open broker listener", node_id=node, port=port, error=str(e))
+                    continue
+                self._ports[node] = server.sockets[0].getsockname()[1]
+                self._listeners[node] = server
+                log.info(
+                    "broker listener open",
+                    node_id=node,
+                    listen=f"{self.config.listen_host}:{self._ports[node]}",
+                )
+            for node in sorted(set(self._listeners) - wanted):
+                server = self._listeners.pop(node)
+                server.close()
+                for c in [c for c in self.connections if c.node_id == node]:
+                    c.close()
+                log.info("broker listener closed", node_id=node)

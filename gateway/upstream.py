@@ -1,0 +1,183 @@
+"""The upstream side: what the gateway knows about the real brokers, and how it asks them.
+
+BrokerDirectory is the metadata cache (node id -> upstream host:port). It is refreshed periodically by the
+gateway's own Metadata requests and also whenever a Metadata or DescribeCluster response passes through
+to a client, so a broker that joins is served at once. A broker missing from metadata keeps its listener
+for ``broker_absent_grace_s`` because rolling restarts drop brokers briefly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+
+from . import codec, frames
+from .config import GatewayConfig
+from .logging import get_logger
+from .rewrite import ApiRanges, Broker, gateway_api_ranges
+
+log = get_logger("gateway.upstream")
+
+_CLIENT_ID = "groupgate"
+# Versions of the gateway's own requests: flexible ApiVersions (KIP-511), Metadata with topic ids.
+_API_VERSIONS_V = 3
+_METADATA_V = 12
+
+
+class UpstreamError(ConnectionError):
+    pass
+
+
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def request_once(host: str, port: int, api_key: int, version: int, msg: Any, timeout_s: float) -> Any:
+    """Open a connection, send one request, decode its response, close."""
+
+    async def go() -> Any:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            msg.with_header(correlation_id=1, client_id=_CLIENT_ID)
+            writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
+            await writer.drain()
+            (size,) = frames._SIZE.unpack(await reader.readexactly(4))
+            payload = await reader.readexactly(size)
+            if frames.response_correlation_id(payload) != 1:
+                raise UpstreamError(f"{host}:{port} answered with a foreign correlation id")
+            return codec.decode_response(api_key, version, payload)[1]
+        finally:
+            writer.close()
+
+    try:
+        return await asyncio.wait_for(go(), timeout_s)
+    except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+        raise UpstreamError(f"{host}:{port}: {type(e).__name__}: {e}") from e
+
+
+class BrokerDirectory:
+    def __init__(self, config: GatewayConfig, on_change: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.on_change = on_change
+        self.brokers: dict[int, Broker] = {}
+        self.absent_since: dict[int, float] = {}
+        self.upstream_api: dict[int, tuple[int, int]] = {}
+        self.local_api: dict[int, tuple[int, int]] = {}
+        self.api_ranges: ApiRanges = {}
+        self.cluster_id: str | None = None
+        self._rr = itertools.count()
+
+    # --- observation -----------------------------------------------------------------------------------
+
+    def observe(self, brokers: list[Broker]) -> None:
+        """A complete broker list (Metadata/DescribeCluster response) from the upstream cluster."""
+        now = time.monotonic()
+        changed = False
+        present = set()
+        for b in brokers:
+            present.add(b.node_id)
+            if self.brokers.get(b.node_id) != b:
+                if b.node_id in self.brokers:
+                    log.info("broker moved", node_id=b.node_id, upstream=f"{b.host}:{b.port}")
+                else:
+                    log.info("broker discovered", node_id=b.node_id, upstream=f"{b.host}:{b.port}")
+                self.brokers[b.node_id] = b
+                changed = True
+            self.absent_since.pop(b.node_id, None)
+        for node in list(self.brokers):
+            if node in present or not brokers:
+                continue
+            since = self.absent_since.setdefault(node, now)
+            if now - since >= self.config.broker_absent_grace_s:
+                log.info("broker left the cluster", node_id=node)
+                del self.brokers[node]
+                del self.absent_since[node]
+                changed = True
+        if changed and self.on_change is not None:
+            self.on_change()
+
+    def set_local_api(self, local: Mapping[int, tuple[int, int]]) -> None:
+        """APIs the gateway answers itself (the group layer), overriding the upstream's ranges."""
+        self.local_api = dict(local)
+        self.api_ranges = gateway_api_ranges(self.upstream_api, self.local_api)
+
+    def observe_api_versions(self, upstream: Mapping[int, tuple[int, int]]) -> None:
+        self.upstream_api = dict(upstream)
+        self.api_ranges = gateway_api_ranges(self.upstream_api, self.local_api)
+
+    # --- choosing an upstream --------------------------------------------------------------------------
+
+    def candidates(self) -> list[tuple[str, int]]:
+        """Upstream addresses to try for a bootstrap connection: known live brokers in rotation, then the
+        configured bootstrap list."""
+        live = [(b.host, b.port) for n, b in sorted(self.brokers.items()) if n not in self.absent_since]
+        if live:
+            k = next(self._rr) % len(live)
+            live = live[k:] + live[:k]
+        for addr in self.config.upstream_addresses():
+            if addr not in live:
+                live.append(addr)
+        return live
+
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        b = self.brokers.get(node_id)
+        return None if b is None else (b.host, b.port)
+
+    # --- refresh ---------------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Ask one reachable upstream for ApiVersions and the full broker list. Raises UpstreamError."""
+        timeout = self.config.upstream_request_timeout_s
+        errors = []
+        for host, port in self.candidates():
+            try:
+                av = await request_once(
+                    host,
+                    port,
+                    codec.API_VERSIONS,
+                    _API_VERSIONS_V,
+                    ApiVersionsRequest[_API_VERSIONS_V](
+                        client_software_name="groupgate", client_software_version="0.1.0"
+                    ),
+                    timeout,
+                )
+                md = await request_once(
+                    host, port, codec.METADATA, _METADATA_V, MetadataRequest[_METADATA_V](topics=[]), timeout
+                )
+            except UpstreamError as e:
+                errors.append(str(e))
+                continue
+            if av.error_code == 0:
+                self.observe_api_versions({a.api_key: (a.min_version, a.max_version) for a in av.api_keys})
+            self.cluster_id = md.cluster_id
+            self.observe([Broker(b.node_id, b.host, b.port, b.rack) for b in md.brokers])
+            return
+        raise UpstreamError("no upstream broker answered: " + "; ".join(errors))
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.refresh()
+                return
+            except UpstreamError as e:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("upstream not reachable yet", error=str(e))
+                await asyncio.sleep(0.5)
+
+    async def refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.metadata_refresh_s)
+            try:
+                await self.refresh()
+            except UpstreamError as e:
+                log.warning("metadata refresh failed", error=str(e))
