@@ -1,0 +1,45 @@
+"""Kafka error codes the coordinator answers with (numbers as in Kafka's ``Errors`` enum).
+
+A failed call is an ``ApiError`` carrying the code and a message; the gateway puts both in the
+response. Only the codes the group coordinator can produce are listed.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Errors(enum.IntEnum):
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
+
+
+class ApiError(Exception):
+    """A request the coordinator refuses: the error code and message go back to the client."""
+
+    def __init__(self, error: Errors, message: str | None = None) -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.message = message

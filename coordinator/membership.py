@@ -1,0 +1,207 @@
+"""Group-level operations shared by the heartbeat handler and the classic-protocol front (translate/).
+
+Each function takes the write transaction ``tx`` (records + timers) and the group, emits the records
+of its change in Kafka's order, and keeps the derived data (regex resolutions, partition metadata,
+assignment delta) consistent. They do not validate requests: callers do.
+
+- ``upsert_member(tx, group, member, now_ms)``: add or update a member's subscription/identity; bumps
+  the group epoch when the KIP says so (join, subscription or assignor change).
+- ``remove_member(tx, group, member_id, now_ms)``: fence / leave: tombstones, timers cancelled, epoch bumped.
+- ``replace_static_member(tx, group, old, new_member_id)``: a static member's replacement inherits
+  the assignment of the member it replaces (KIP-345 in KIP-848 "Static Membership").
+- ``refresh_subscriptions(tx, group, now_ms, reresolve)``: regex resolutions + partition metadata.
+- ``bump_group_epoch(tx, group)``, ``maybe_update_target(tx, group)``.
+- ``reconcile_member(tx, group, member_id, owned, now_ms)``: move the member toward its target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from coordinator import records as rec
+from coordinator import regex as rx
+from coordinator.assignors.api import TopicMetadata
+from coordinator.model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+    subscribed_topic_names,
+)
+from coordinator.reconcile import reconcile
+from coordinator.state import Tx
+from coordinator.target import compute_target
+from coordinator.timers import rebalance_key, session_key
+
+
+def bump_group_epoch(tx: Tx, group: ConsumerGroup) -> None:
+    tx.emit(rec.group_epoch(group.group_id, group.group_epoch + 1))
+
+
+def _metadata_differs(a: ConsumerGroupMember, b: ConsumerGroupMember) -> bool:
+    return (
+        a.instance_id != b.instance_id
+        or a.rack_id != b.rack_id
+        or a.client_id != b.client_id
+        or a.client_host != b.client_host
+        or a.subscribed_topic_names != b.subscribed_topic_names
+        or a.subscribed_topic_regex != b.subscribed_topic_regex
+        or a.rebalance_timeout_ms != b.rebalance_timeout_ms
+        or a.server_assignor != b.server_assignor
+        or a.classic_metadata != b.classic_metadata
+    )
+
+
+def _subscription_differs(a: ConsumerGroupMember, b: ConsumerGroupMember) -> bool:
+    # KIP-848 "Group Epoch - Trigger a rebalance": subscriptions and assignors.
+    return (
+        a.subscribed_topic_names != b.subscribed_topic_names
+        or a.subscribed_topic_regex != b.subscribed_topic_regex
+        or a.server_assignor != b.server_assignor
+    )
+
+
+def upsert_member(tx: Tx, group: ConsumerGroup, updated: ConsumerGroupMember, now_ms: int) -> bool:
+    """Persist ``updated`` (a detached copy) if it differs from the stored member; returns whether the
+    group epoch was bumped."""
+    old = group.members.get(updated.member_id)
+    if old is not None and not _metadata_differs(old, updated):
+        return False
+    tx.emit(rec.member_metadata(group.group_id, updated))
+    if old is None:
+        group.delta.added.add(updated.member_id)
+        bump = True
+    elif _subscription_differs(old, updated):
+        if updated.member_id not in group.delta.added:
+            group.delta.changed.add(updated.member_id)
+        bump = True
+    else:
+        bump = False
+    if bump:
+        refresh_subscriptions(tx, group, now_ms, reresolve=False)
+        bump_group_epoch(tx, group)
+    return bump
+
+
+def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: bool) -> bool:
+    """Resolve new (or, with ``reresolve``, all) regexes, drop unused ones, and update the partition
+    metadata of the subscribed topics. Returns whether the partition metadata changed."""
+    st = tx.state
+    gid = group.group_id
+    in_use = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+    for regex in list(group.resolved_regexes):
+        if regex not in in_use:
+            tx.emit(rec.regular_expression_tombstone(gid, regex))
+    for regex in sorted(in_use):
+        known = group.resolved_regexes.get(regex)
+        if known is not None and not reresolve:
+            continue
+        topics = rx.resolve(regex, st.topics)
+        if known is None or known.topics != topics:
+            tx.emit(rec.regular_expression(gid, regex, topics, st.metadata_version, now_ms))
+    names: set[str] = set()
+    for m in group.members.values():
+        names |= subscribed_topic_names(group, m)
+    meta: dict[str, TopicMetadata] = {n: st.topics[n] for n in names if n in st.topics}
+    if meta == group.subscription_metadata:
+        return False
+    tx.emit(rec.partition_metadata(gid, meta))
+    return True
+
+
+def remove_member(tx: Tx, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
+    """Fence or remove a member: tombstones (current, target, subscription), timers cancelled, and a
+    group epoch bump (KIP-848 "Group Epoch": a member leaves or is fenced)."""
+    gid = group.group_id
+    tx.emit(rec.current_assignment_tombstone(gid, member_id))
+    if member_id in group.target_assignment:
+        tx.emit(rec.target_member_tombstone(gid, member_id))
+    tx.emit(rec.member_metadata_tombstone(gid, member_id))
+    tx.cancel(session_key(gid, member_id))
+    tx.cancel(rebalance_key(gid, member_id))
+    d = group.delta
+    d.changed.discard(member_id)
+    if member_id in d.added:
+        d.added.discard(member_id)
+    else:
+        d.removed.add(member_id)
+    refresh_subscriptions(tx, group, now_ms, reresolve=False)
+    bump_group_epoch(tx, group)
+
+
+def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember, new_member_id: str) -> ConsumerGroupMember:
+    """The new member takes the old one's place: same subscription, target and assigned partitions,
+    member epoch 0 (it will be moved to the target epoch by reconciliation). No epoch bump."""
+    gid = group.group_id
+    target = group.target_assignment.get(old.member_id)
+    assigned = old.assigned_partitions
+    new = dataclasses.replace(
+        old,
+        member_id=new_member_id,
+        member_epoch=0,
+        previous_member_epoch=0,
+        state=MemberState.STABLE,
+        assigned_partitions=assigned,
+        partitions_pending_revocation=EMPTY_ASSIGNMENT,
+    )
+    tx.emit(rec.current_assignment_tombstone(gid, old.member_id))
+    if target is not None:
+        tx.emit(rec.target_member_tombstone(gid, old.member_id))
+    tx.emit(rec.member_metadata_tombstone(gid, old.member_id))
+    tx.cancel(session_key(gid, old.member_id))
+    tx.cancel(rebalance_key(gid, old.member_id))
+    tx.emit(rec.member_metadata(gid, new))
+    if target is not None:
+        tx.emit(rec.target_member(gid, new_member_id, target))
+    tx.emit(rec.current_assignment(gid, new))
+    # The assignor sees the replacement as the old member under a new id.
+    d = group.delta
+    d.removed.add(old.member_id)
+    d.added.add(new_member_id)
+    return group.members[new_member_id]
+
+
+def maybe_update_target(tx: Tx, group: ConsumerGroup) -> None:
+    """Compute and install a new target assignment when the group epoch is ahead of it."""
+    if group.group_epoch <= group.assignment_epoch:
+        return
+    gid = group.group_id
+    for mid, a in compute_target(tx.state.config, group).items():
+        tx.emit(rec.target_member(gid, mid, a))
+    tx.emit(rec.target_epoch(gid, group.group_epoch))
+
+
+def reconcile_member(
+    tx: Tx, group: ConsumerGroup, member: ConsumerGroupMember, owned: Assignment | None, now_ms: int
+) -> bool:
+    """Move ``member`` toward its target; returns whether its current assignment changed. Arms the
+    rebalance timer while the member must revoke partitions, disarms it otherwise."""
+    nxt = reconcile(
+        member,
+        group.assignment_epoch,
+        group.target_assignment.get(member.member_id, EMPTY_ASSIGNMENT),
+        owned,
+        group.partition_owners,
+    )
+    if nxt is None:
+        return False
+    was_revoking = member.state is MemberState.UNREVOKED_PARTITIONS
+    updated = dataclasses.replace(
+        member,
+        member_epoch=nxt.member_epoch,
+        previous_member_epoch=nxt.previous_member_epoch,
+        state=nxt.state,
+        assigned_partitions=nxt.assigned_partitions,
+        partitions_pending_revocation=nxt.partitions_pending_revocation,
+    )
+    tx.emit(rec.current_assignment(group.group_id, updated))
+    key = rebalance_key(group.group_id, member.member_id)
+    if nxt.state is MemberState.UNREVOKED_PARTITIONS:
+        timeout = member.rebalance_timeout_ms
+        if member.classic_metadata is not None and timeout <= 0:
+            timeout = member.classic_metadata.session_timeout_ms
+        tx.schedule(key, now_ms + max(timeout, 0))
+    elif was_revoking:
+        tx.cancel(key)
+    return True

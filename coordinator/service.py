@@ -1,0 +1,182 @@
+"""The new-protocol group coordinator: the one sans-I/O entry point of coordinator/.
+
+Every call takes the current time in ms and returns a ``Result(response, records, timers)``:
+persist ``records`` (write-ahead, in order) before releasing ``response``; apply ``timers``
+(``ScheduleTimer`` replaces any timer with the same key; ``CancelTimer`` disarms it) and call
+``on_timer(key, now_ms)`` when one fires.
+
+Gateway usage::
+
+    coord = ConsumerGroupCoordinator(CoordinatorConfig(member_id_generator=lambda: str(uuid.uuid4())))
+    for key, value in stored_records: coord.replay_bytes(key, value)
+    coord.on_metadata({name: (topic_id, num_partitions), ...}, now_ms)   # whenever metadata changes
+    coord.on_loaded(now_ms)                                              # after replay: arm timers
+    res = coord.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(...), now_ms)
+    res = coord.on_timer(key, now_ms)
+    coord.describe(["g1"]); coord.list_groups(states=[], types=[])
+    coord.validate_offset_commit(group_id, member_id, member_epoch, api_version)
+    records -> bytes: coordinator.records.codec.encode(record)
+
+Lower-level API for translate/ (classic members inside consumer groups), all within one ``Tx``::
+
+    tx = coord.begin()
+    group = coord.get_or_create_group(group_id)            # created in memory; persisted by records
+    coord.upsert_member(tx, group_id, ConsumerGroupMember(..., classic_metadata=ClassicMemberMetadata(...)), now_ms)
+    coord.update_target(tx, group_id)                      # when group epoch > assignment epoch
+    member = coord.reconcile_member(tx, group_id, member_id, owned_partitions, now_ms)
+    coord.remove_member(tx, group_id, member_id, now_ms)   # leave / fence: tombstones + epoch bump
+    coord.bump_group_epoch(tx, group_id)
+    tx.schedule(key, deadline) / tx.cancel(key); result = tx.result(response)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+
+from coordinator import records as rec
+from coordinator.assignors.api import TopicMetadata
+from coordinator.config import CoordinatorConfig
+from coordinator.describe import DescribedGroup, ListedGroup, describe_group, list_groups
+from coordinator.errors import Errors
+from coordinator.heartbeat import heartbeat, session_timeout_of
+from coordinator.membership import (
+    bump_group_epoch,
+    maybe_update_target,
+    reconcile_member,
+    refresh_subscriptions,
+    remove_member,
+    upsert_member,
+)
+from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from coordinator.model import Assignment, ConsumerGroup, ConsumerGroupMember, MemberState
+from coordinator.offsets import validate_offset_commit, validate_offset_fetch
+from coordinator.records import Record
+from coordinator.records.codec import decode
+from coordinator.replay import apply
+from coordinator.state import CoordinatorState, Result, Tx
+from coordinator.timers import REBALANCE, SESSION, TimerKey, rebalance_key, session_key
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, config: CoordinatorConfig | None = None) -> None:
+        self.state = CoordinatorState(config or CoordinatorConfig())
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        return heartbeat(self.state, req, now_ms)
+
+    def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
+        return [describe_group(self.state, g) for g in group_ids]
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
+        return list_groups(self.state, states, types)
+
+    def validate_offset_commit(
+        self, group_id: str, member_id: str, member_epoch: int, api_version: int, is_transactional: bool = False
+    ) -> Errors:
+        return validate_offset_commit(self.state.groups.get(group_id), member_id, member_epoch, api_version, is_transactional)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> Errors:
+        return validate_offset_fetch(self.state.groups.get(group_id), member_id, member_epoch)
+
+    def delete_group(self, group_id: str) -> Result[Errors]:
+        """Delete an empty group (it becomes DEAD): GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP otherwise."""
+        group = self.state.groups.get(group_id)
+        if group is None:
+            return Result(Errors.GROUP_ID_NOT_FOUND)
+        if group.members:
+            return Result(Errors.NON_EMPTY_GROUP)
+        tx = Tx(self.state)
+        for regex in list(group.resolved_regexes):
+            tx.emit(rec.regular_expression_tombstone(group_id, regex))
+        for r in rec.group_tombstones(group_id):
+            tx.emit(r)
+        return tx.result(Errors.NONE)
+
+    # -- time and metadata ----------------------------------------------------------------------
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
+        """A timer fired: an expired session or revocation deadline fences the member (KIP-848)."""
+        kind, group_id, member_id = key
+        tx = Tx(self.state)
+        group = self.state.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return tx.result(None)
+        if kind == SESSION or (kind == REBALANCE and member.state is MemberState.UNREVOKED_PARTITIONS):
+            remove_member(tx, group, member_id, now_ms)
+        return tx.result(None)
+
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Result[None]:
+        """The full topic image (name -> (topic id, partition count)). Groups whose subscribed topics
+        changed (partitions added, topic created / deleted / recreated, regex matches) get their
+        epoch bumped; the new target is computed on their next heartbeat."""
+        image = {n: TopicMetadata(tid, n, num) for n, (tid, num) in topics.items()}
+        st = self.state
+        tx = Tx(st)
+        if image == st.topics:
+            return tx.result(None)
+        st.topics = image
+        st.metadata_version += 1
+        for group in list(st.groups.values()):
+            if refresh_subscriptions(tx, group, now_ms, reresolve=True):
+                group.delta.topics_changed = True
+                bump_group_epoch(tx, group)
+        return tx.result(None)
+
+    def on_loaded(self, now_ms: int) -> Result[None]:
+        """After replay (KIP-848 "Fail Over"): arm every member's session timer and the revocation
+        timers of members that were revoking."""
+        tx = Tx(self.state)
+        for group in self.state.groups.values():
+            for m in group.members.values():
+                tx.schedule(session_key(group.group_id, m.member_id), now_ms + session_timeout_of(self.state, m))
+                if m.state is MemberState.UNREVOKED_PARTITIONS:
+                    tx.schedule(rebalance_key(group.group_id, m.member_id), now_ms + max(m.rebalance_timeout_ms, 0))
+        return tx.result(None)
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def replay(self, record: Record) -> None:
+        apply(self.state.groups, record)
+
+    def replay_bytes(self, key: bytes, value: bytes | None) -> None:
+        apply(self.state.groups, decode(key, value))
+
+    def snapshot(self) -> dict[str, tuple[object, ...]]:
+        return {gid: g.snapshot() for gid, g in self.state.groups.items()}
+
+    # -- lower-level API (translate/) -------------------------------------------------------------
+
+    def begin(self) -> Tx:
+        return Tx(self.state)
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        return self.state.groups.get(group_id)
+
+    def get_or_create_group(self, group_id: str) -> ConsumerGroup:
+        return self.state.groups.setdefault(group_id, ConsumerGroup(group_id))
+
+    def upsert_member(self, tx: Tx, group_id: str, member: ConsumerGroupMember, now_ms: int) -> bool:
+        return upsert_member(tx, self.get_or_create_group(group_id), member, now_ms)
+
+    def remove_member(self, tx: Tx, group_id: str, member_id: str, now_ms: int) -> None:
+        remove_member(tx, self.state.groups[group_id], member_id, now_ms)
+
+    def bump_group_epoch(self, tx: Tx, group_id: str) -> None:
+        bump_group_epoch(tx, self.state.groups[group_id])
+
+    def update_target(self, tx: Tx, group_id: str) -> None:
+        maybe_update_target(tx, self.state.groups[group_id])
+
+    def reconcile_member(
+        self, tx: Tx, group_id: str, member_id: str, owned: Assignment | None, now_ms: int
+    ) -> ConsumerGroupMember:
+        group = self.state.groups[group_id]
+        maybe_update_target(tx, group)
+        reconcile_member(tx, group, group.members[member_id], owned, now_ms)
+        return group.members[member_id]
