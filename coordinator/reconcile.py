@@ -107,8 +107,9 @@ def _next(
         return CurrentAssignment(
             member.member_epoch, member.member_epoch, MemberState.UNREVOKED_PARTITIONS, kept_all, revoke_all
         )
-    if assign_all:
-        kept_all.update(assign_all)
+    for t, parts in assign_all.items():
+        have = kept_all.get(t)
+        kept_all[t] = parts if have is None else have | parts
     new_state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     # Keep the very same mapping when nothing changed so that callers can compare with ``is``.
     assigned: Assignment = current if kept_all == current else (kept_all or EMPTY_ASSIGNMENT)
