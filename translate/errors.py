@@ -30,7 +30,7 @@ class Errors(enum.IntEnum):
     STALE_MEMBER_EPOCH = 113
 
 
-class ProtocolError(Exception):
+class ApiError(Exception):
     """A request that fails with a Kafka error code (raised inside handlers, turned into a response)."""
 
     def __init__(self, error: Errors, message: str = "") -> None:
