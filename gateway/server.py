@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
 from .logging import get_logger
@@ -69,16 +71,29 @@ class Gateway:
     # --- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         await self.directory.wait_ready(self.config.upstream_connect_timeout_s)
-        self._bootstrap_server = await loop.create_server(
-            lambda: ClientConnection(self, None),
-            self.config.listen_host,
-            self.config.listen_port,
-            reuse_address=True,
-        )
-        self._bootstrap_port = self._bootstrap_server.sockets[0].getsockname()[1]
-        await self._reconcile()
+        ephemeral = self.config.listen_port == 0 and self.config.broker_port_base is None
+        for attempt in range(20):
+            port = await self._open_bootstrap()
+            if not ephemeral:
+                await self._reconcile()
+                break
+            # An ephemeral bootstrap port P still yields a fixed mapping (broker ports from P+1): the same
+            # one a restart with ``--listen HOST:P`` produces, so clients' cached addresses stay valid.
+            try:
+                self.config = GatewayConfig.model_validate({**self.config.model_dump(), "listen_port": port})
+                self.directory.config = self.config
+                if await self._reconcile() == 0:
+                    break
+            except ValidationError:
+                pass
+            log.info(
+                "broker ports after the ephemeral bootstrap port are taken; retrying",
+                port=port,
+                attempt=attempt,
+            )
+            await self._close_listeners()
+            self.config = self.config.model_copy(update={"listen_port": 0})
         self._spawn(self.directory.refresh_forever())
         self._started = True
         log.info(
@@ -88,18 +103,32 @@ class Gateway:
             upstream=self.config.upstream,
         )
 
-    async def stop(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
+    async def _open_bootstrap(self) -> int:
+        self._bootstrap_server = await asyncio.get_running_loop().create_server(
+            lambda: ClientConnection(self, None),
+            self.config.listen_host,
+            self.config.listen_port,
+            reuse_address=True,
+        )
+        self._bootstrap_port = int(self._bootstrap_server.sockets[0].getsockname()[1])
+        return self._bootstrap_port
+
+    async def _close_listeners(self) -> None:
         servers = [s for s in [self._bootstrap_server, *self._listeners.values()] if s is not None]
         for s in servers:
             s.close()
-        for c in list(self.connections):
-            c.close()
         for s in servers:
             await s.wait_closed()
         self._listeners.clear()
+        self._ports.clear()
         self._bootstrap_server = None
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for c in list(self.connections):
+            c.close()
+        await self._close_listeners()
         if self._started:
             log.info("gateway stopped")
         self._started = False
@@ -112,14 +141,17 @@ class Gateway:
     # --- listeners -------------------------------------------------------------------------------------
 
     def _schedule_reconcile(self) -> None:
+        if not self._started:
+            return  # start() opens the first listeners itself, once the port mapping is settled
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
         self._spawn(self._reconcile())
 
-    async def _reconcile(self) -> None:
-        """Open a listener for every known broker, close those of brokers that left."""
+    async def _reconcile(self) -> int:
+        """Open a listener for every known broker, close those of brokers that left; returns bind failures."""
+        failures = 0
         async with self._lock:
             loop = asyncio.get_running_loop()
             wanted = set(self.directory.brokers)
@@ -144,6 +176,7 @@ class Gateway:
                     )
                 except OSError as e:
                     log.error("cannot open broker listener", node_id=node, port=port, error=str(e))
+                    failures += 1
                     continue
                 self._ports[node] = server.sockets[0].getsockname()[1]
                 self._listeners[node] = server
@@ -158,3 +191,4 @@ class Gateway:
                 for c in [c for c in self.connections if c.node_id == node]:
                     c.close()
                 log.info("broker listener closed", node_id=node)
+        return failures

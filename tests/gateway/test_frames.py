@@ -1,0 +1,93 @@
+import struct
+
+import pytest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from gateway import codec, frames
+
+
+def _request_frame(msg, version: int, corr: int = 3, client_id: str | None = "cli") -> bytes:
+    msg.with_header(correlation_id=corr, client_id=client_id)
+    return bytes(msg.encode(version=version, header=True, framed=True))
+
+
+def test_frame_buffer_splits_frames_across_arbitrary_chunks():
+    stream = b"".join(frames.frame(bytes([i]) * (i * 37 + 1)) for i in range(20))
+    for chunk in (1, 3, 4, 5, 64, 1000, len(stream)):
+        buf = frames.FrameBuffer(limit=10_000)
+        out = []
+        for i in range(0, len(stream), chunk):
+            out.extend(buf.feed(stream[i : i + chunk]))
+        assert b"".join(out) == stream
+        assert [len(f) - 4 for f in out] == [i * 37 + 1 for i in range(20)]
+        assert buf.buffered == 0
+
+
+def test_frame_buffer_refuses_oversize_as_soon_as_the_size_is_known():
+    buf = frames.FrameBuffer(limit=100)
+    assert buf.feed(b"\x00\x00") == []
+    with pytest.raises(frames.FrameTooLarge) as e:
+        buf.feed(struct.pack(">h", 101))
+    assert e.value.size == 101
+
+
+def test_frame_buffer_refuses_negative_size():
+    with pytest.raises(frames.FrameTooLarge):
+        frames.FrameBuffer(limit=100).feed(struct.pack(">i", -5))
+
+
+def test_frame_buffer_keeps_a_partial_frame():
+    buf = frames.FrameBuffer(limit=100)
+    assert buf.feed(frames.frame(b"abcdef")[:7]) == []
+    assert buf.buffered == 7
+
+
+@pytest.mark.parametrize("version", [0, 8, 9, 12])
+@pytest.mark.parametrize("client_id", ["c", None, "ü-client"])
+def test_request_header_round_trip(version, client_id):
+    raw = _request_frame(MetadataRequest[version](topics=[]), version, corr=99, client_id=client_id)
+    header = frames.parse_request_header(raw[4:], codec.request_header_flexible(3, version))
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
+        3,
+        version,
+        99,
+        client_id,
+    )
+    body = MetadataRequest[version].decode(raw[4 + header.body_offset :])
+    assert body.topics == ([] if version else [])
+
+
+def test_flexible_header_tagged_fields_are_skipped():
+    # header v2 with one tagged field (tag 5, 3 bytes) before the body
+    payload = struct.pack(">hhih", 3, 12, 1, 1) + b"x" + b"\x01\x05\x03abc" + b"BODY"
+    header = frames.parse_request_header(payload, flexible=True)
+    assert payload[header.body_offset :] == b"BODY"
+
+
+@pytest.mark.parametrize(
+    "payload", [b"", b"\x00\x03\x00\x0c\x00\x00", struct.pack(">hhih", 3, 1, 1, 50) + b"ab"]
+)
+def test_truncated_headers_are_frame_errors(payload):
+    with pytest.raises(frames.FrameError):
+        frames.parse_request_header(payload, flexible=False)
+
+
+def test_uvarint_round_trip():
+    for v in (0, 1, 127, 128, 300, 2**21, 2**28 - 1):
+        assert frames.read_uvarint(frames.write_uvarint(v), 0) == (v, len(frames.write_uvarint(v)))
+
+
+@pytest.mark.parametrize("version", [3, 7, 8, 9, 11])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+@pytest.mark.parametrize("txn", [None, "txn-1"])
+def test_produce_acks(version, acks, txn):
+    msg = ProduceRequest[version](transactional_id=txn, acks=acks, timeout_ms=1000, topic_data=[])
+    raw = _request_frame(msg, version)
+    assert frames.produce_acks(raw, version, codec.request_header_flexible(0, version)) == acks
+
+
+def test_response_header_flexibility():
+    assert frames.response_body_offset(frames.response_header(5, True), True) == 5
+    assert frames.response_body_offset(frames.response_header(5, False), False) == 4
+    assert frames.response_correlation_id(frames.response_header(-7, False)) == -7

@@ -1,0 +1,110 @@
+"""Real clients through the gateway in front of a real broker."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeClusterRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
+
+from . import wire
+
+pytestmark = pytest.mark.kafka
+
+
+def _gateway_addresses(gw):
+    host = gw.bootstrap.rpartition(":")[0]
+    return {(host, p) for p in gw.gateway.broker_ports.values()}
+
+
+def test_produce_and_consume_through_the_gateway(gateway):
+    topic = f"pt-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap, acks="all")
+    for i in range(200):
+        producer.send(topic, key=b"k%d" % (i % 7), value=b"v%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=gateway.bootstrap,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=20000,
+        enable_auto_commit=False,
+    )
+    values = []
+    for record in consumer:
+        values.append(record.value)
+        if len(values) == 200:
+            break
+    consumer.commit()
+    committed = consumer.committed(next(iter(consumer.assignment())))
+    consumer.close()
+    assert sorted(values) == sorted(b"v%d" % i for i in range(200))
+    assert committed == 200
+
+
+def test_acks_zero_produce_does_not_block_later_responses(gateway):
+    topic = f"a0-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap, acks=0)
+    for i in range(50):
+        producer.send(topic, value=b"x%d" % i)
+    producer.flush(30)
+    # metadata requests on the same connections are still answered after acks=0 produce requests
+    assert producer.partitions_for(topic) == {0}
+    producer.close()
+
+
+@pytest.mark.parametrize("version", [0, 1, 4, 9, 12, 13])
+def test_metadata_names_only_gateway_addresses(gateway, kafka_broker, version):
+    msg = wire.request(gateway.bootstrap, MetadataRequest[version](topics=[]), version)
+    brokers = {(b.host, b.port) for b in msg.brokers}
+    assert brokers and brokers <= _gateway_addresses(gateway)
+    assert kafka_broker.port not in {p for _, p in brokers}
+
+
+@pytest.mark.parametrize("version", [0, 3, 4, 6])
+def test_find_coordinator_names_a_gateway_listener(gateway, version):
+    if version >= 4:
+        req = FindCoordinatorRequest[version](key_type=0, coordinator_keys=["ga", "gb"])
+    else:
+        req = FindCoordinatorRequest[version](key="ga")
+    deadline = 0
+    while True:  # the offsets topic may still be loading right after start-up
+        msg = wire.request(gateway.bootstrap, req, version)
+        entries = msg.coordinators if version >= 4 else [msg]
+        if all(e.error_code == 0 for e in entries) or deadline > 50:
+            break
+        deadline += 1
+        import time
+
+        time.sleep(0.2)
+    for e in entries:
+        assert e.error_code == 0
+        assert (e.host, e.port) in _gateway_addresses(gateway)
+    # the coordinator's node id is listed with the same address in Metadata (aiokafka/librdkafka need it)
+    md = wire.request(gateway.bootstrap, MetadataRequest[12](topics=[]), 12)
+    listed = {b.node_id: (b.host, b.port) for b in md.brokers}
+    assert all(listed[e.node_id] == (e.host, e.port) for e in entries)
+
+
+def test_describe_cluster_names_only_gateway_addresses(gateway):
+    msg = wire.request(
+        gateway.bootstrap, DescribeClusterRequest[0](include_cluster_authorized_operations=False), 0
+    )
+    assert msg.error_code == 0
+    assert {(b.host, b.port) for b in msg.brokers} <= _gateway_addresses(gateway)
+
+
+def test_api_versions_are_capped_and_keep_the_requested_version(gateway):
+    msg = wire.request(
+        gateway.bootstrap, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3
+    )
+    ranges = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
+    assert msg.error_code == 0
+    assert ranges[0][1] <= 9 and ranges[1][1] <= 15
+    assert 18 in ranges and ranges[18][1] <= 4
+    v0 = wire.request(gateway.bootstrap, ApiVersionsRequest[0](), 0)
+    assert {a.api_key for a in v0.api_keys} == set(ranges)

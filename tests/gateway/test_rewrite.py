@@ -1,0 +1,172 @@
+import pytest
+from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+
+from gateway import codec, rewrite
+
+UPSTREAM_HOST = "10.9.8.7"
+GATEWAY = {1: ("gw.example", 19001), 2: ("gw.example", 19002)}
+
+
+def addr_of(node_id):
+    return GATEWAY.get(node_id)
+
+
+def _metadata(version, nodes=(1, 2, 3)):
+    B = MetadataResponse.MetadataResponseBroker
+    T = MetadataResponse.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    topics = [
+        T(
+            error_code=0,
+            name="t",
+            is_internal=False,
+            partitions=[P(error_code=0, partition_index=0, leader_id=1, replica_nodes=[1], isr_nodes=[1])],
+        )
+    ]
+    return MetadataResponse[version](
+        brokers=[B(node_id=n, host=UPSTREAM_HOST, port=9092 + n, rack="r1") for n in nodes],
+        cluster_id="cid",
+        controller_id=1,
+        topics=topics,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1, 4, 7, 8, 9, 10, 12, 13])
+def test_metadata_brokers_get_gateway_addresses(version):
+    payload = codec.encode_response(codec.METADATA, version, 77, _metadata(version))
+    out = rewrite.rewrite_metadata(payload, version, addr_of)
+    assert out.payload[:4] == payload[:4]  # correlation id kept
+    _, msg = codec.decode_response(codec.METADATA, version, out.payload)
+    assert [(b.node_id, b.host, b.port) for b in msg.brokers] == [
+        (1, "gw.example", 19001),
+        (2, "gw.example", 19002),
+    ]
+    assert UPSTREAM_HOST.encode() not in out.payload
+    # the upstream view is reported for the metadata cache, unmapped node 3 included
+    assert [(b.node_id, b.host, b.port) for b in out.brokers] == [
+        (n, UPSTREAM_HOST, 9092 + n) for n in (1, 2, 3)
+    ]
+    # everything else survives the round trip
+    assert msg.topics[0].name == "t" and msg.topics[0].partitions[0].leader_id == 1
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_find_coordinator_single(version):
+    resp = FindCoordinatorResponse[version](error_code=0, node_id=2, host=UPSTREAM_HOST, port=9094)
+    out = rewrite.rewrite_find_coordinator(
+        codec.encode_response(codec.FIND_COORDINATOR, version, 5, resp), version, addr_of
+    )
+    _, msg = codec.decode_response(codec.FIND_COORDINATOR, version, out.payload)
+    assert (msg.error_code, msg.node_id, msg.host, msg.port) == (0, 2, "gw.example", 19002)
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_find_coordinator_batched(version):
+    C = FindCoordinatorResponse.Coordinator
+    resp = FindCoordinatorResponse[version](
+        coordinators=[
+            C(key="g1", node_id=1, host=UPSTREAM_HOST, port=9093, error_code=0, error_message=None),
+            C(key="g2", node_id=3, host=UPSTREAM_HOST, port=9095, error_code=0, error_message=None),
+            C(key="g3", node_id=-1, host="", port=-1, error_code=15, error_message="loading"),
+        ]
+    )
+    out = rewrite.rewrite_find_coordinator(
+        codec.encode_response(codec.FIND_COORDINATOR, version, 5, resp), version, addr_of
+    )
+    _, msg = codec.decode_response(codec.FIND_COORDINATOR, version, out.payload)
+    got = {c.key: (c.error_code, c.node_id, c.host, c.port) for c in msg.coordinators}
+    assert got["g1"] == (0, 1, "gw.example", 19001)
+    assert got["g2"] == (codec.COORDINATOR_NOT_AVAILABLE, -1, "", -1)  # node the gateway cannot serve
+    assert got["g3"] == (15, -1, "", -1)
+    assert UPSTREAM_HOST.encode() not in out.payload
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_describe_cluster(version):
+    B = DescribeClusterResponse.DescribeClusterBroker
+    kwargs = {"endpoint_type": 1} if version >= 1 else {}
+    resp = DescribeClusterResponse[version](
+        error_code=0,
+        cluster_id="c",
+        controller_id=1,
+        brokers=[B(broker_id=n, host=UPSTREAM_HOST, port=9092, rack=None) for n in (1, 3)],
+        **kwargs,
+    )
+    out = rewrite.rewrite_describe_cluster(
+        codec.encode_response(codec.DESCRIBE_CLUSTER, version, 5, resp), version, addr_of
+    )
+    _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, version, out.payload)
+    assert [(b.broker_id, b.host, b.port) for b in msg.brokers] == [(1, "gw.example", 19001)]
+
+
+def test_describe_cluster_controllers_are_not_revealed():
+    B = DescribeClusterResponse.DescribeClusterBroker
+    resp = DescribeClusterResponse[1](
+        error_code=0,
+        endpoint_type=2,
+        cluster_id="c",
+        controller_id=1,
+        brokers=[B(broker_id=1, host=UPSTREAM_HOST, port=9999, rack=None)],
+    )
+    out = rewrite.rewrite_describe_cluster(
+        codec.encode_response(codec.DESCRIBE_CLUSTER, 1, 5, resp), 1, addr_of
+    )
+    _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, 1, out.payload)
+    assert msg.brokers == [] and msg.error_code != 0
+    assert UPSTREAM_HOST.encode() not in out.payload
+
+
+def _api_versions_payload(version, ranges, error=0):
+    AV = ApiVersionsResponse.ApiVersion
+    msg = ApiVersionsResponse[version](
+        error_code=error,
+        api_keys=[AV(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ranges.items()],
+    )
+    return codec.encode_response(codec.API_VERSIONS, version, 9, msg)
+
+
+UPSTREAM_RANGES = {
+    0: (3, 13),
+    1: (4, 18),
+    3: (0, 13),
+    10: (0, 6),
+    18: (0, 4),
+    55: (0, 2),
+    68: (0, 1),
+    78: (0, 1),
+    9999: (0, 3),
+}
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_api_versions_are_capped(version):
+    out = rewrite.rewrite_api_versions(_api_versions_payload(version, UPSTREAM_RANGES), version, {})
+    _, msg = codec.decode_response(codec.API_VERSIONS, version, out.payload)
+    got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
+    assert got[0] == (3, 9)  # Produce v10+ carries NodeEndpoints (KIP-951)
+    assert got[1] == (4, 15)  # Fetch v16+ likewise
+    assert got[55] == (0, 1)  # DescribeQuorum v2+ carries controller endpoints
+    assert got[3] == (0, 13) and got[10] == (0, 6) and got[68] == (0, 1)
+    assert 78 not in got and 9999 not in got  # APIs the codec cannot see into are not offered
+    assert out.api_ranges == got
+
+
+def test_api_versions_local_apis_override_upstream():
+    out = rewrite.rewrite_api_versions(_api_versions_payload(3, {18: (0, 4)}), 3, {68: (0, 1), 69: (0, 1)})
+    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    assert {a.api_key for a in msg.api_keys} == {18, 68, 69}
+
+
+def test_api_versions_upstream_error_keeps_v0_shape():
+    out = rewrite.rewrite_api_versions(_api_versions_payload(0, {18: (0, 2)}, error=35), 3, {})
+    _, msg = codec.decode_response(codec.API_VERSIONS, 0, out.payload)
+    assert msg.error_code == 35 and [(a.api_key, a.max_version) for a in msg.api_keys] == [(18, 2)]
+
+
+def test_api_versions_unsupported_fallback_is_v0():
+    raw = rewrite.api_versions_unsupported(41, 4)
+    assert raw[:4] == (41).to_bytes(4, "big")
+    msg = ApiVersionsResponse[0].decode(raw[4:])
+    assert msg.error_code == codec.UNSUPPORTED_VERSION
+    assert [(a.api_key, a.min_version, a.max_version) for a in msg.api_keys] == [(18, 0, 4)]

@@ -1,0 +1,105 @@
+"""An upstream broker that goes away and comes back on the same ports."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest
+
+from gateway.config import GatewayConfig
+from gateway.embedded_kafka import EmbeddedKafka
+from gateway.runner import GatewayThread
+
+from . import wire
+
+pytestmark = pytest.mark.kafka
+
+
+def _long_poll(topic: str, offset: int) -> object:
+    FT = FetchRequest.FetchTopic
+    FP = FT.FetchPartition
+    return FetchRequest[4](
+        replica_id=-1,
+        max_wait_ms=30000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[
+            FT(topic=topic, partitions=[FP(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])
+        ],
+    )
+
+
+@pytest.mark.skipif(
+    shutil.which("java") is None, reason="no Java runtime: the embedded Kafka broker cannot run"
+)
+def test_broker_killed_and_restarted(tmp_path):
+    broker = EmbeddedKafka(data_dir=tmp_path / "kafka")
+    broker.start()
+    try:
+        config = GatewayConfig(
+            upstream=broker.bootstrap,
+            listen_port=0,
+            metadata_refresh_s=1.0,
+            upstream_connect_timeout_s=2.0,
+            log_level="warning",
+        )
+        with GatewayThread(config) as gw:
+            ports_before = dict(gw.gateway.broker_ports)
+            ((node, port),) = ports_before.items()
+            node_addr = f"127.0.0.1:{port}"
+            topic = f"rs-{uuid.uuid4().hex[:8]}"
+            producer = KafkaProducer(
+                bootstrap_servers=gw.bootstrap, acks="all", retries=20, reconnect_backoff_max_ms=1000
+            )
+            for i in range(10):
+                producer.send(topic, b"before-%d" % i).get(30)
+
+            # client A: a long-poll Fetch in flight on the broker's listener when the broker dies
+            waiting = wire.connect(node_addr)
+            wire.send(waiting, _long_poll(topic, 10), 4, correlation_id=3)
+            time.sleep(0.5)
+            broker.kill()
+            assert wire.closed_by_peer(waiting, timeout=10), "in-flight client connection was not closed"
+            waiting.close()
+
+            # client B while the broker is down: accepted, then closed (no hang); the gateway lives on
+            for addr in (gw.bootstrap, node_addr):
+                with wire.connect(addr) as sock:
+                    wire.send(sock, MetadataRequest[12](topics=[]), 12)
+                    assert wire.closed_by_peer(sock, timeout=15)
+
+            broker.start()
+            # same gateway addresses after the restart; new connections work again
+            assert gw.gateway.broker_ports == ports_before
+            md = wire.request(node_addr, MetadataRequest[12](topics=[]), 12)
+            assert {(b.node_id, b.port) for b in md.brokers} == {(node, port)}
+
+            # the producer created before the outage recovers by itself
+            for i in range(10):
+                producer.send(topic, b"after-%d" % i).get(60)
+            producer.close()
+            consumer = KafkaConsumer(
+                topic,
+                bootstrap_servers=gw.bootstrap,
+                group_id=f"g-{topic}",
+                auto_offset_reset="earliest",
+                consumer_timeout_ms=30000,
+            )
+            got = []
+            for record in consumer:
+                got.append(record.value)
+                if len(got) == 20:
+                    break
+            consumer.close()
+            assert sorted(got) == sorted(
+                [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)]
+            )
+            assert not [c for c in gw.gateway.connections if c.closed]
+    finally:
+        broker.cleanup()
