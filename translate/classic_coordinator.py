@@ -30,7 +30,7 @@ from translate.classic_messages import (
 from translate.classic_rebalance import ClassicGroupConfig, Rebalancer
 from translate.errors import ApiError, Errors
 from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, RequestKey, Result, TimerKey
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, RequestKey, Result, TimerKey, timer_key
 
 # OffsetCommit v9+ answers GROUP_ID_NOT_FOUND for a missing group; older versions expect
 # ILLEGAL_GENERATION.
@@ -106,7 +106,7 @@ class ClassicGroupCoordinator:
 
     def _maybe_cancel_sync_timer(self, out: Result, group: ClassicGroup) -> None:
         if not group.pending_sync_members:
-            self.rebalancer.cancel(out, TimerKey(SYNC_TIMER, group.group_id))
+            self.rebalancer.cancel(out, timer_key(SYNC_TIMER, group.group_id))
 
     # ---- Heartbeat ---------------------------------------------------------------------------
     def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Result:
@@ -174,15 +174,15 @@ class ClassicGroupCoordinator:
         out = Result()
         if not self.rebalancer.take_due(key, now_ms):
             return out  # replaced, cancelled or early: nothing to do
-        group = self.groups.get(key.group_id)
+        group = self.groups.get(key[1])
         if group is None or group.is_in(State.DEAD):
             return out
-        if key.kind == JOIN_TIMER:
+        if key[0] == JOIN_TIMER:
             self.rebalancer.on_join_timer(out, group, now_ms)
-        elif key.kind == SYNC_TIMER:
+        elif key[0] == SYNC_TIMER:
             self.rebalancer.on_sync_timer(out, group, now_ms)
-        elif key.kind == HEARTBEAT_TIMER:
-            self._on_session_expired(out, group, key.member_id, now_ms)
+        elif key[0] == HEARTBEAT_TIMER:
+            self._on_session_expired(out, group, key[2], now_ms)
         return out
 
     def _on_session_expired(self, out: Result, group: ClassicGroup, member_id: str, now_ms: int) -> None:
@@ -254,7 +254,7 @@ class ClassicGroupCoordinator:
         group.transition_to(State.DEAD, now_ms)
         del self.groups[group_id]
         for kind in (JOIN_TIMER, SYNC_TIMER):
-            self.rebalancer.cancel(out, TimerKey(kind, group_id))
+            self.rebalancer.cancel(out, timer_key(kind, group_id))
         for member_id in sorted(group.pending_members):
             self.rebalancer.cancel_heartbeat(out, group, member_id)
         out.records.append(GroupMetadataRecord(group_id, None))

@@ -19,7 +19,7 @@ from translate.classic_messages import (
 )
 from translate.classic_rebalance import Rebalancer
 from translate.errors import ApiError, Errors
-from translate.result import HEARTBEAT_TIMER, RequestKey, Result, TimerKey
+from translate.result import HEARTBEAT_TIMER, RequestKey, Result, timer_key
 
 
 def join_error(error: Errors, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:
@@ -94,7 +94,7 @@ class ClassicJoin:
             group.pending_members.add(new_member_id)
             self.rb.schedule(
                 out,
-                TimerKey(HEARTBEAT_TIMER, group.group_id, new_member_id),
+                timer_key(HEARTBEAT_TIMER, group.group_id, new_member_id),
                 now_ms + request.session_timeout_ms,
             )
             out.respond(key, join_error(Errors.MEMBER_ID_REQUIRED, new_member_id))

@@ -28,6 +28,7 @@ from translate.result import (
     Result,
     Schedule,
     TimerKey,
+    timer_key,
 )
 
 State = ClassicGroupState
@@ -73,10 +74,10 @@ class Rebalancer:
         self, out: Result, group: ClassicGroup, member: ClassicGroupMember, now_ms: int, timeout_ms: int | None = None
     ) -> None:
         timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        self.schedule(out, TimerKey(HEARTBEAT_TIMER, group.group_id, member.member_id), now_ms + timeout)
+        self.schedule(out, timer_key(HEARTBEAT_TIMER, group.group_id, member.member_id), now_ms + timeout)
 
     def cancel_heartbeat(self, out: Result, group: ClassicGroup, member_id: str) -> None:
-        self.cancel(out, TimerKey(HEARTBEAT_TIMER, group.group_id, member_id))
+        self.cancel(out, timer_key(HEARTBEAT_TIMER, group.group_id, member_id))
 
     # ---- records -----------------------------------------------------------------------------
     def group_record(self, group: ClassicGroup) -> GroupMetadataRecord:
@@ -118,10 +119,10 @@ class Rebalancer:
         # Members parked in SyncGroup belong to a generation that will never be synced.
         if group.is_in(State.COMPLETING_REBALANCE):
             self.reset_and_propagate_assignment_error(out, group, Errors.REBALANCE_IN_PROGRESS, now_ms)
-        self.cancel(out, TimerKey(SYNC_TIMER, group.group_id))
+        self.cancel(out, timer_key(SYNC_TIMER, group.group_id))
         group.pending_sync_members.clear()
 
-        join_key = TimerKey(JOIN_TIMER, group.group_id)
+        join_key = timer_key(JOIN_TIMER, group.group_id)
         is_initial = group.is_in(State.EMPTY)
         if is_initial:
             # Let a starting group gather its members before the first generation instead of
@@ -156,12 +157,12 @@ class Rebalancer:
             delay = min(self.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
             group.initial_remaining_ms = max(group.initial_remaining_ms - previous_delay, 0)
             group.initial_delay_ms = delay
-            self.schedule(out, TimerKey(JOIN_TIMER, group.group_id), now_ms + delay)
+            self.schedule(out, timer_key(JOIN_TIMER, group.group_id), now_ms + delay)
             return
         self.complete_join(out, group, now_ms)
 
     def complete_join(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
-        self.cancel(out, TimerKey(JOIN_TIMER, group.group_id))
+        self.cancel(out, timer_key(JOIN_TIMER, group.group_id))
         group.initial_delay_ms = -1
         group.initial_remaining_ms = -1
         if not group.is_in(State.PREPARING_REBALANCE):
@@ -174,7 +175,7 @@ class Rebalancer:
         if not self._maybe_elect_joined_leader(group) and group.members:
             # Only static members that have not rejoined remain: keep waiting until they rejoin
             # or their sessions remove them.
-            self.schedule(out, TimerKey(JOIN_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
+            self.schedule(out, timer_key(JOIN_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
             return
 
         self._init_next_generation(group, now_ms)
@@ -203,7 +204,7 @@ class Rebalancer:
             member.is_new = False
             group.pending_sync_members.add(member.member_id)
         # Members that never send SyncGroup must not hold the group hostage.
-        self.schedule(out, TimerKey(SYNC_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
+        self.schedule(out, timer_key(SYNC_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
 
     def _maybe_elect_joined_leader(self, group: ClassicGroup) -> bool:
         if group.leader_id is None:

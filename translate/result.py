@@ -11,19 +11,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from coordinator.records import Record as ConsumerGroupRecord
+from coordinator.timers import CancelTimer, ScheduleTimer, TimerChange, TimerKey
 from translate.classic_messages import ClassicResponse
 from translate.group_records import GroupMetadataRecord
 
 RequestKey = Hashable
 
 
-@dataclass(frozen=True, slots=True)
-class TimerKey:
-    """A timer of one classic group; ``member_id`` is empty for group-wide timers."""
-
-    kind: str  # one of the *_TIMER constants
-    group_id: str
-    member_id: str = ""
+def timer_key(kind: str, group_id: str, member_id: str = "") -> TimerKey:
+    """Timer keys share the coordinator's shape, (kind, group id, member id), so the gateway runs
+    one timer wheel; ``member_id`` is empty for group-wide timers."""
+    return (kind, group_id, member_id)
 
 
 # The join barrier: initial delay, then the rebalance timeout (completes PreparingRebalance).
@@ -34,18 +33,9 @@ SYNC_TIMER = "classic-sync"
 HEARTBEAT_TIMER = "classic-heartbeat"
 
 
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    key: TimerKey
-    deadline_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    key: TimerKey
-
-
-TimerChange = Schedule | Cancel
+# The coordinator's timer changes: Schedule replaces any timer with the same key.
+Schedule = ScheduleTimer
+Cancel = CancelTimer
 
 
 @dataclass(slots=True)
@@ -57,7 +47,9 @@ class Response:
 @dataclass(slots=True)
 class Result:
     responses: list[Response] = field(default_factory=list)
-    records: list[GroupMetadataRecord] = field(default_factory=list)
+    # Classic groups write GroupMetadata records; classic members of consumer groups write the
+    # coordinator's records. Persist them in order.
+    records: list[GroupMetadataRecord | ConsumerGroupRecord] = field(default_factory=list)
     timers: list[TimerChange] = field(default_factory=list)
 
     def respond(self, request_key: RequestKey, body: ClassicResponse) -> None:
@@ -67,3 +59,9 @@ class Result:
         self.responses.extend(other.responses)
         self.records.extend(other.records)
         self.timers.extend(other.timers)
+
+
+__all__ = [
+    "HEARTBEAT_TIMER", "JOIN_TIMER", "SYNC_TIMER", "Cancel", "RequestKey", "Response", "Result", "Schedule",
+    "TimerChange", "TimerKey", "timer_key",
+]

@@ -333,7 +333,7 @@ def test_heartbeats_keep_a_member_alive_indefinitely() -> None:
 def test_stale_timer_fire_is_ignored() -> None:
     h = Harness()
     (m1,), gen = form_group(h, ["a"])
-    stale = next(k for k in h.timers if k.member_id == m1)
+    stale = next(k for k in h.timers if k[2] == m1)
     h.advance(SESSION // 2)
     h.heartbeat(m1, gen)
     result = h.coordinator.on_timer(stale, h.now)
