@@ -1,0 +1,126 @@
+"""Fixtures of the compatibility suites: a real broker, the gateway in front of it, names and topics.
+
+- ``kafka``: one single-node KRaft broker (process backend) for the whole session.
+- ``kafka_container``: the testcontainers backend; skipped with "no Docker engine" when none answers.
+- ``gateway`` / ``module_gateway``: ``groupgate serve`` as a child process in front of ``kafka``, so a test
+  can SIGKILL and restart it. ``pytest --compat-direct`` points these fixtures at the broker itself, to
+  tell a harness problem from a gateway problem while developing; the suites' verdicts only count through
+  the gateway.
+- ``names``: unique topic/group names; ``make_topic``: creates a topic on the broker and waits for leaders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import (
+    ContainerBackend,
+    ProcessBackend,
+    docker_unavailable_reason,
+    free_port_block,
+)
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.names import unique
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--compat-direct",
+        action="store_true",
+        default=False,
+        help="compat suites: connect clients to the broker directly instead of through the gateway",
+    )
+
+
+@dataclass
+class DirectTarget:
+    """Stands in for the gateway under --compat-direct: clients talk to the broker itself."""
+
+    bootstrap: str
+    direct: bool = True
+
+    def kill(self) -> None:
+        pytest.skip("--compat-direct: there is no gateway process to kill")
+
+    def restart(self, *, hard: bool = True) -> DirectTarget:
+        pytest.skip("--compat-direct: there is no gateway process to restart")
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[ProcessBackend]:
+    backend = ProcessBackend()
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_container() -> Iterator[ContainerBackend]:
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    backend = ContainerBackend()
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+def _serve(request: pytest.FixtureRequest, upstream: str, log_dir: Path) -> Iterator[GatewayProcess | DirectTarget]:
+    if request.config.getoption("--compat-direct"):
+        yield DirectTarget(upstream)
+        return
+    # A fixed bootstrap port (and so fixed broker ports P+1+N): a restarted gateway comes back on the
+    # addresses its clients already cached.
+    gw = GatewayProcess(upstream=upstream, listen_port=free_port_block(3), log_dir=log_dir)
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture
+def gateway(
+    request: pytest.FixtureRequest, kafka: ProcessBackend, tmp_path: Path
+) -> Iterator[GatewayProcess | DirectTarget]:
+    yield from _serve(request, kafka.bootstrap, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_gateway(
+    request: pytest.FixtureRequest, kafka: ProcessBackend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess | DirectTarget]:
+    yield from _serve(request, kafka.bootstrap, tmp_path_factory.mktemp("gateway"))
+
+
+@pytest.fixture
+def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``names("topic")`` -> a name unique to this test run and call."""
+    base = request.node.name.replace("[", "-").replace("]", "")[:60]
+    return lambda kind: unique(f"{base}-{kind}")
+
+
+@pytest.fixture
+def make_topic(kafka: ProcessBackend, names: Callable[[str], str]) -> Callable[..., str]:
+    """Create a fresh topic on the broker (not through the gateway: setup must not depend on what is tested)."""
+
+    def make(partitions: int = 3) -> str:
+        return create_topic(kafka.bootstrap, names("topic"), partitions)
+
+    return make
+
+
+@pytest.fixture
+def java_logs(tmp_path: Path) -> Path:
+    path = tmp_path / "java"
+    path.mkdir()
+    return path

@@ -1,0 +1,405 @@
+"""Apache Kafka's own Java test tools, run as subprocesses against a bootstrap address.
+
+VerifiableProducer and VerifiableConsumer print one JSON object per line on stdout (Kafka's system tests
+drive them the same way); a reader thread turns each line into an event object as it arrives, so a test
+can wait for "partitions assigned" or "N records consumed" while the tool keeps running. The perf tools
+print text; their lines are kept as they are.
+
+Releases: ``kafka_dist.clients(release)`` supplies kafka-clients + kafka-tools of 4.3.1, 3.9.1 or 2.8.2.
+2.8.x differs on the command line: the producer's address flag is ``--broker-list`` and the consumer has
+no ``--group-protocol`` (it only speaks the classic protocol).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway import kafka_dist
+from gateway.embedded_kafka import java_binary
+
+# Distributions ship more than one slf4j binding (log4j/reload4j besides slf4j-simple); keeping only
+# slf4j-simple gives one predictable logger that -Dorg.slf4j.simpleLogger.* configures.
+_OTHER_SLF4J_BINDINGS = ("slf4j-log4j12-", "slf4j-reload4j-", "log4j-slf4j-impl-", "log4j-slf4j2-impl-")
+
+
+def tools_classpath(release: str) -> str:
+    dist = kafka_dist.clients(release)
+    kafka_dist.fetch(dist)
+    jars = sorted(p for p in dist.libs.glob("*.jar") if not p.name.startswith(_OTHER_SLF4J_BINDINGS))
+    return os.pathsep.join(str(p) for p in jars)
+
+
+def major(release: str) -> int:
+    return int(release.split(".")[0])
+
+
+# --- events -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """Any event line; ``data`` is the whole JSON object. Known events have the subclasses below."""
+
+    name: str
+    timestamp_ms: int
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsAssigned(ToolEvent):
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsRevoked(ToolEvent):
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRange:
+    partition: TopicPartition
+    count: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsConsumed(ToolEvent):
+    count: int = 0
+    ranges: tuple[PartitionRange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsCommitted(ToolEvent):
+    success: bool = False
+    error: str | None = None
+    offsets: tuple[tuple[TopicPartition, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSendSuccess(ToolEvent):
+    key: str | None = None
+    value: str = ""
+    partition: TopicPartition = TopicPartition("", -1)
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSendError(ToolEvent):
+    key: str | None = None
+    value: str = ""
+    exception: str = ""
+    message: str = ""
+
+
+def _tps(items: Sequence[dict[str, Any]]) -> tuple[TopicPartition, ...]:
+    return tuple(TopicPartition(p["topic"], int(p["partition"])) for p in items)
+
+
+def parse_event(obj: dict[str, Any]) -> ToolEvent:
+    """One JSON line of a Verifiable* tool as an event object (unknown names stay a plain ToolEvent)."""
+    name = str(obj.get("name", ""))
+    ts = int(obj.get("timestamp", 0))
+    if name == "partitions_assigned":
+        return PartitionsAssigned(name, ts, obj, _tps(obj.get("partitions", [])))
+    if name == "partitions_revoked":
+        return PartitionsRevoked(name, ts, obj, _tps(obj.get("partitions", [])))
+    if name == "records_consumed":
+        ranges = tuple(
+            PartitionRange(
+                TopicPartition(p["topic"], int(p["partition"])),
+                int(p["count"]),
+                int(p["minOffset"]),
+                int(p["maxOffset"]),
+            )
+            for p in obj.get("partitions", [])
+        )
+        return RecordsConsumed(name, ts, obj, int(obj.get("count", 0)), ranges)
+    if name == "offsets_committed":
+        offsets = tuple(
+            (TopicPartition(o["topic"], int(o["partition"])), int(o["offset"])) for o in obj.get("offsets") or []
+        )
+        return OffsetsCommitted(name, ts, obj, bool(obj.get("success")), obj.get("error"), offsets)
+    if name == "producer_send_success":
+        tp = TopicPartition(obj["topic"], int(obj["partition"]))
+        return ProducerSendSuccess(name, ts, obj, obj.get("key"), str(obj.get("value")), tp, int(obj["offset"]))
+    if name == "producer_send_error":
+        return ProducerSendError(
+            name, ts, obj, obj.get("key"), str(obj.get("value")), str(obj.get("exception")), str(obj.get("message"))
+        )
+    return ToolEvent(name, ts, obj)
+
+
+# --- the process --------------------------------------------------------------------------------------
+
+E = TypeVar("E", bound=ToolEvent)
+
+
+@dataclass
+class JavaTool:
+    """One Java tool process; ``events`` fills in as the tool prints, ``lines`` keeps non-JSON output."""
+
+    release: str
+    main_class: str
+    args: list[str]
+    heap: str = "256m"
+    log_dir: Path | None = None
+    events: list[ToolEvent] = field(default_factory=list, init=False)
+    lines: list[str] = field(default_factory=list, init=False)
+    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
+    _cond: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _reader: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    @property
+    def stderr_path(self) -> Path:
+        if self.log_dir is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix="groupgate-java-"))
+        short = self.main_class.rsplit(".", 1)[-1]
+        return self.log_dir / f"{short}-{self.release}-{id(self):x}.stderr.log"
+
+    def command(self) -> list[str]:
+        return [
+            java_binary(),
+            f"-Xmx{self.heap}",
+            "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-cp",
+            tools_classpath(self.release),
+            self.main_class,
+            *self.args,
+        ]
+
+    def start(self) -> JavaTool:
+        err = open(self.stderr_path, "w")  # noqa: SIM115 - handed to the child process
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        err.close()
+        self._reader = threading.Thread(target=self._read, name=f"{self.main_class}-stdout", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.strip()
+            event: ToolEvent | None = None
+            if line.startswith("{"):
+                try:
+                    event = parse_event(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    event = None
+            with self._cond:
+                if event is not None:
+                    self.events.append(event)
+                elif line:
+                    self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    # --- waiting ---
+
+    def wait_for(self, predicate: Callable[[JavaTool], bool], timeout_s: float, what: str = "condition") -> None:
+        """Block until ``predicate(self)`` holds (checked after every line), or fail with the tool's stderr."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not predicate(self):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.main_class} ({self.release}): no {what} in {timeout_s}s\n{self.tail()}")
+                if not self.alive() and (self._reader is None or not self._reader.is_alive()):
+                    if predicate(self):
+                        return
+                    raise RuntimeError(
+                        f"{self.main_class} ({self.release}) exited ({self.returncode}) before {what}\n{self.tail()}"
+                    )
+                self._cond.wait(min(remaining, 0.5))
+
+    def of_type(self, kind: type[E]) -> list[E]:
+        with self._cond:
+            return [e for e in self.events if isinstance(e, kind)]
+
+    def named(self, name: str) -> list[ToolEvent]:
+        with self._cond:
+            return [e for e in self.events if e.name == name]
+
+    def tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    # --- lifecycle ---
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def wait(self, timeout_s: float) -> int:
+        assert self._proc is not None
+        code = self._proc.wait(timeout_s)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM (the tools' shutdown hooks close the client and print shutdown_complete), then SIGKILL."""
+        return self._signal(signal.SIGTERM, grace_s)
+
+    def kill(self) -> int | None:
+        return self._signal(signal.SIGKILL, 10.0)
+
+    def _signal(self, sig: signal.Signals, grace_s: float) -> int | None:
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, sig)
+                self._proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+            except ProcessLookupError:
+                pass
+        if self._reader is not None:
+            self._reader.join(5)
+        return self._proc.returncode
+
+    def __enter__(self) -> JavaTool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- the tools ----------------------------------------------------------------------------------------
+
+TOOLS = "org.apache.kafka.tools."
+
+
+def verifiable_producer(
+    release: str,
+    bootstrap: str,
+    topic: str,
+    max_messages: int,
+    *,
+    throughput: int = -1,
+    acks: int = -1,
+    value_prefix: int | None = None,
+    log_dir: Path | None = None,
+) -> JavaTool:
+    # 2.8.x documents only --broker-list for the producer; later releases use --bootstrap-server.
+    address_flag = "--broker-list" if major(release) < 3 else "--bootstrap-server"
+    args = [address_flag, bootstrap, "--topic", topic, "--max-messages", str(max_messages)]
+    args += ["--throughput", str(throughput), "--acks", str(acks)]
+    if value_prefix is not None:
+        args += ["--value-prefix", str(value_prefix)]
+    return JavaTool(release, TOOLS + "VerifiableProducer", args, heap="256m", log_dir=log_dir)
+
+
+def verifiable_consumer(
+    release: str,
+    bootstrap: str,
+    topic: str,
+    group_id: str,
+    *,
+    group_protocol: str = "classic",
+    max_messages: int = -1,
+    session_timeout_ms: int | None = None,
+    assignment_strategy: str | None = None,
+    group_instance_id: str | None = None,
+    enable_autocommit: bool = False,
+    verbose: bool = False,
+    log_dir: Path | None = None,
+) -> JavaTool:
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group_id]
+    args += ["--max-messages", str(max_messages), "--reset-policy", "earliest"]
+    if major(release) >= 3:
+        args += ["--group-protocol", group_protocol]
+    elif group_protocol != "classic":
+        raise ValueError(f"Kafka {release} clients only speak the classic group protocol")
+    if session_timeout_ms is not None:
+        args += ["--session-timeout", str(session_timeout_ms)]
+    if assignment_strategy is not None:
+        args += ["--assignment-strategy", assignment_strategy]
+    if group_instance_id is not None:
+        args += ["--group-instance-id", group_instance_id]
+    if enable_autocommit:
+        args.append("--enable-autocommit")
+    if verbose:
+        args.append("--verbose")
+    return JavaTool(release, TOOLS + "VerifiableConsumer", args, heap="256m", log_dir=log_dir)
+
+
+def producer_performance(
+    release: str, bootstrap: str, topic: str, num_records: int, record_size: int = 100, log_dir: Path | None = None
+) -> JavaTool:
+    args = ["--topic", topic, "--num-records", str(num_records), "--throughput", "-1"]
+    args += ["--record-size", str(record_size), "--producer-props", f"bootstrap.servers={bootstrap}"]
+    return JavaTool(release, TOOLS + "ProducerPerformance", args, heap="256m", log_dir=log_dir)
+
+
+def consumer_performance(
+    release: str, bootstrap: str, topic: str, messages: int, group: str, timeout_ms: int = 30000,
+    log_dir: Path | None = None,
+) -> JavaTool:
+    if major(release) < 3:
+        raise ValueError("ConsumerPerformance is not in the kafka-tools artifact before 3.x")
+    # 4.2 renamed --messages to --num-records (the old name is still accepted in 4.x).
+    version = tuple(int(x) for x in release.split(".")[:2])
+    count_flag = "--num-records" if version >= (4, 2) else "--messages"
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, count_flag, str(messages)]
+    args += ["--group", group, "--timeout", str(timeout_ms)]
+    return JavaTool(release, TOOLS + "ConsumerPerformance", args, heap="256m", log_dir=log_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerPerfSummary:
+    records: int
+    records_per_sec: float
+
+
+def parse_producer_perf(lines: Sequence[str]) -> ProducerPerfSummary | None:
+    """The final summary line: ``N records sent, R records/sec (...)``."""
+    for line in reversed(lines):
+        if " records sent, " in line and "records/sec" in line:
+            head = line.split(" records sent, ", 1)
+            rate = head[1].split(" records/sec", 1)[0]
+            return ProducerPerfSummary(int(head[0].strip()), float(rate))
+    return None
+
+
+def parse_consumer_perf(lines: Sequence[str]) -> dict[str, str] | None:
+    """The CSV-like result: a header starting with ``start.time`` and one row of values."""
+    for i, line in enumerate(lines):
+        if line.startswith("start.time") and i + 1 < len(lines):
+            keys = [k.strip() for k in line.split(",")]
+            values = [v.strip() for v in lines[i + 1].split(",")]
+            return dict(zip(keys, values, strict=False))
+    return None

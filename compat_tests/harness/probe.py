@@ -1,0 +1,125 @@
+"""Raw Kafka requests over a plain socket, to see exactly what a client is told (addresses, node ids).
+
+Uses kafka-python's generated protocol classes for encoding and decoding; no client logic in between,
+so nothing is cached, retried or rewritten on the way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+_correlation = itertools.count(1)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def roundtrip(address: str, request: Any, response_class: Any, version: int, timeout_s: float = 10.0) -> Any:
+    """Send one request at ``version`` on a fresh connection and decode the matching response."""
+    cid = next(_correlation)
+    request.with_header(correlation_id=cid, client_id="groupgate-compat-probe")
+    frame = request.encode(version=version, header=True, framed=True)
+    with socket.create_connection(split_address(address), timeout=timeout_s) as sock:
+        sock.sendall(frame)
+        (size,) = struct.unpack(">i", _read_exact(sock, 4))
+        payload = _read_exact(sock, size)
+    response = response_class[version].decode(payload, version=version, header=True)
+    got = response.header.correlation_id
+    assert got == cid, f"correlation id {got} != {cid}"
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An address some response handed out, and where it came from (for assertion messages)."""
+
+    source: str
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def metadata_endpoints(address: str, version: int = 12, topics: list[str] | None = None) -> list[Endpoint]:
+    req_topics = None if topics is None else [{"name": t} for t in topics]
+    req = MetadataRequest[version](topics=req_topics, allow_auto_topic_creation=False)
+    resp = roundtrip(address, req, MetadataResponse, version)
+    return [Endpoint(f"Metadata v{version}", b.node_id, b.host, b.port) for b in resp.brokers]
+
+
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE: retriable while __consumer_offsets is created.
+_RETRIABLE = (14, 15)
+
+
+def find_coordinator_endpoints(address: str, group: str, version: int, timeout_s: float = 30.0) -> list[Endpoint]:
+    """FindCoordinator for a group, retried while the coordinator is not ready yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _find_coordinator_once(address, group, version)
+        except CoordinatorNotReady:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+class CoordinatorNotReady(AssertionError):
+    pass
+
+
+def _check(code: int, what: str) -> None:
+    if code in _RETRIABLE:
+        raise CoordinatorNotReady(f"{what}: error {code}")
+    assert code == 0, f"{what}: error {code}"
+
+
+def _find_coordinator_once(address: str, group: str, version: int) -> list[Endpoint]:
+    """v0-3 carry one key and one answer; v4+ batch keys (KIP-699)."""
+    if version >= 4:
+        req = FindCoordinatorRequest[version](key_type=0, coordinator_keys=[group])
+        resp = roundtrip(address, req, FindCoordinatorResponse, version)
+        out = []
+        for c in resp.coordinators:
+            _check(c.error_code, f"FindCoordinator v{version} ({c.error_message})")
+            out.append(Endpoint(f"FindCoordinator v{version}", c.node_id, c.host, c.port))
+        return out
+    kwargs: dict[str, Any] = {"key": group}
+    if version >= 1:
+        kwargs["key_type"] = 0
+    resp = roundtrip(address, FindCoordinatorRequest[version](**kwargs), FindCoordinatorResponse, version)
+    _check(resp.error_code, f"FindCoordinator v{version}")
+    return [Endpoint(f"FindCoordinator v{version}", resp.node_id, resp.host, resp.port)]
+
+
+def describe_cluster_endpoints(address: str, version: int = 0) -> list[Endpoint]:
+    resp = roundtrip(address, DescribeClusterRequest[version](), DescribeClusterResponse, version)
+    assert resp.error_code == 0, f"DescribeCluster v{version} error {resp.error_code}"
+    return [Endpoint(f"DescribeCluster v{version}", b.broker_id, b.host, b.port) for b in resp.brokers]

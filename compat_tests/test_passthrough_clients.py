@@ -1,0 +1,299 @@
+"""Real clients through the gateway against a real broker: nothing lost, nothing doubled, nothing leaked.
+
+Each test drives one client family end to end through ``groupgate serve``: produce, consume in a classic
+group, check the clean-run invariants (every record consumed, none twice, no partition owned by two
+members at once). Admin operations and the addresses handed to clients are checked separately: a client
+must never learn the upstream broker's address, or it would bypass the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import NewTopic
+from kafka import KafkaAdminClient
+
+from compat_tests.harness import probe
+from compat_tests.harness.admin import admin, wait_for_leaders
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.clients import (
+    AiokafkaConsumer,
+    ConfluentConsumer,
+    KafkaPythonConsumer,
+    produce_aiokafka,
+    produce_confluent,
+    produce_kafka_python,
+    values,
+)
+from compat_tests.harness.events import EventLog, ProducedRecord, ingest_verifiable_consumer
+from compat_tests.harness.invariants import assert_clean_run
+from compat_tests.harness.java import (
+    ProducerSendSuccess,
+    RecordsConsumed,
+    consumer_performance,
+    parse_consumer_perf,
+    parse_producer_perf,
+    producer_performance,
+    verifiable_consumer,
+    verifiable_producer,
+)
+
+pytestmark = pytest.mark.kafka
+
+RECORDS = 300
+PARTITIONS = 3
+GROUP_TIMEOUT_S = 60.0
+
+
+def _poll_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _start_one_by_one(consumers: list[Any], log: EventLog, topic: str, members: list[str]) -> None:
+    """Each member joins once the group has settled on the previous ones.
+
+    Members that join together race the first metadata fetch of a fresh topic; a leader that assigns
+    before it knows the topic hands out nothing and forces another round. Joining one by one keeps the
+    run to the ordinary "member joins a stable group" rebalance, the path this suite is about.
+    """
+    for i, c in enumerate(consumers):
+        c.start()
+        joined = members[: i + 1]
+        log.wait_until(lambda lg, j=joined: lg.settled(topic, PARTITIONS, j), GROUP_TIMEOUT_S, f"{joined} assigned")
+
+
+# --- Python clients -----------------------------------------------------------------------------------
+
+
+def test_confluent_producer_and_classic_group(module_gateway: Any, make_topic: Any, names: Any) -> None:
+    topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
+    members = ["rdkafka-0", "rdkafka-1"]
+    consumers = [
+        ConfluentConsumer(name=m, log=log, bootstrap=module_gateway.bootstrap, group_id=group, topics=[topic])
+        for m in members
+    ]
+    produced: list[ProducedRecord] = []
+    try:
+        _start_one_by_one(consumers, log, topic, members)
+        produced = produce_confluent(module_gateway.bootstrap, topic, values(topic, RECORDS))
+        log.wait_until(lambda lg: lg.covers(produced), GROUP_TIMEOUT_S, "every record consumed")
+    finally:
+        for c in consumers:
+            c.stop()
+    assert len(produced) == RECORDS
+    assert_clean_run(produced, log)
+    assert {r.consumer for r in log.records} == set(members), "the work was not shared by the group"
+
+
+def test_kafka_python_producer_and_group(module_gateway: Any, make_topic: Any, names: Any) -> None:
+    topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
+    members = ["kafka-python-0", "kafka-python-1"]
+    consumers = [
+        KafkaPythonConsumer(name=m, log=log, bootstrap=module_gateway.bootstrap, group_id=group, topics=[topic])
+        for m in members
+    ]
+    produced: list[ProducedRecord] = []
+    try:
+        _start_one_by_one(consumers, log, topic, members)
+        produced = produce_kafka_python(module_gateway.bootstrap, topic, values(topic, RECORDS))
+        log.wait_until(lambda lg: lg.covers(produced), GROUP_TIMEOUT_S, "every record consumed")
+    finally:
+        for c in consumers:
+            c.stop()
+    assert_clean_run(produced, log)
+    assert {r.consumer for r in log.records} == set(members)
+
+
+async def _async_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_aiokafka_producer_and_group(module_gateway: Any, make_topic: Any, names: Any) -> None:
+    topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
+    members = ["aiokafka-0", "aiokafka-1"]
+    consumers = [AiokafkaConsumer(m, log, module_gateway.bootstrap, group, [topic]) for m in members]
+    produced: list[ProducedRecord] = []
+    try:
+        # One member at a time, as in _start_one_by_one.
+        for i, c in enumerate(consumers):
+            await c.start()
+            joined = members[: i + 1]
+            await _async_until(lambda j=joined: log.settled(topic, PARTITIONS, j), GROUP_TIMEOUT_S, f"{joined} assigned")
+        produced = await produce_aiokafka(module_gateway.bootstrap, topic, values(topic, RECORDS))
+        await _async_until(lambda: log.covers(produced), GROUP_TIMEOUT_S, "every record consumed")
+    finally:
+        for c in consumers:
+            await c.stop()
+    assert_clean_run(produced, log)
+    assert {r.consumer for r in log.records} == set(members)
+
+
+# --- Java clients -------------------------------------------------------------------------------------
+
+
+def _produced_by(tool: Any) -> list[ProducedRecord]:
+    return [
+        ProducedRecord(e.partition.topic, e.partition.partition, e.offset, e.value.encode())
+        for e in tool.of_type(ProducerSendSuccess)
+    ]
+
+
+def _consumed_count(tool: Any) -> int:
+    return sum(e.count for e in tool.of_type(RecordsConsumed))
+
+
+def test_java_verifiable_producer_and_consumer_group(
+    module_gateway: Any, make_topic: Any, names: Any, java_logs: Any
+) -> None:
+    release = "4.3.1"
+    topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
+    bootstrap = module_gateway.bootstrap
+    producer = verifiable_producer(release, bootstrap, topic, RECORDS, log_dir=java_logs).start()
+    assert producer.wait(90) == 0, producer.tail()
+    produced = _produced_by(producer)
+    assert len(produced) == RECORDS, f"{len(produced)} sends acknowledged; errors: {producer.named('producer_send_error')[:3]}"
+
+    consumers = {
+        f"java-{i}": verifiable_consumer(release, bootstrap, topic, group, log_dir=java_logs).start() for i in range(2)
+    }
+    try:
+        _poll_until(
+            lambda: sum(_consumed_count(t) for t in consumers.values()) >= RECORDS,
+            GROUP_TIMEOUT_S,
+            "the VerifiableConsumers to consume every record",
+        )
+    finally:
+        for t in consumers.values():
+            t.stop()
+    for name, t in consumers.items():
+        assert t.named("shutdown_complete"), f"{name} did not shut down cleanly: {t.tail()}"
+        commits = [e for e in t.named("offsets_committed") if not e.data.get("success")]
+        assert not commits, f"{name} had failed commits: {commits[:3]}"
+        ingest_verifiable_consumer(log, name, t)
+    assert_clean_run(produced, log)
+
+
+@pytest.mark.parametrize("release", ["3.9.1", "2.8.2"])
+def test_legacy_java_clients(module_gateway: Any, make_topic: Any, names: Any, java_logs: Any, release: str) -> None:
+    """Older releases' VerifiableProducer/VerifiableConsumer (classic protocol, older request versions)."""
+    topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
+    bootstrap = module_gateway.bootstrap
+    producer = verifiable_producer(release, bootstrap, topic, RECORDS, log_dir=java_logs).start()
+    assert producer.wait(90) == 0, producer.tail()
+    produced = _produced_by(producer)
+    assert len(produced) == RECORDS, producer.tail()
+
+    consumer = verifiable_consumer(release, bootstrap, topic, group, max_messages=RECORDS, log_dir=java_logs)
+    consumer.start()
+    try:
+        # --max-messages makes the tool leave the group and exit once it has consumed them all.
+        consumer.wait_for(lambda t: t.named("shutdown_complete") != [], 90, "shutdown after max messages")
+    finally:
+        consumer.stop()
+    ingest_verifiable_consumer(log, f"java-{release}", consumer)
+    assert_clean_run(produced, log)
+
+
+def test_java_perf_tools(module_gateway: Any, make_topic: Any, names: Any, java_logs: Any) -> None:
+    topic = make_topic(PARTITIONS)
+    bootstrap, n = module_gateway.bootstrap, 2000
+    prod = producer_performance("4.3.1", bootstrap, topic, n, log_dir=java_logs).start()
+    assert prod.wait(90) == 0, prod.tail()
+    summary = parse_producer_perf(prod.lines)
+    assert summary is not None and summary.records == n, prod.lines[-3:]
+    cons = consumer_performance("4.3.1", bootstrap, topic, n, names("group"), log_dir=java_logs).start()
+    assert cons.wait(90) == 0, cons.tail()
+    result = parse_consumer_perf(cons.lines)
+    assert result is not None and int(result["data.consumed.in.nMsg"]) == n, cons.lines
+
+
+# --- admin --------------------------------------------------------------------------------------------
+
+
+def test_admin_operations_through_gateway(module_gateway: Any, kafka: ProcessBackend, names: Any) -> None:
+    bootstrap = module_gateway.bootstrap
+    client = admin(bootstrap)
+
+    topic = names("admin-topic")
+    client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(timeout=30)
+    wait_for_leaders(client, topic, 2)
+    assert topic in client.list_topics(timeout=10).topics
+
+    cluster = client.describe_cluster().result(timeout=30)
+    assert cluster.nodes, "DescribeCluster through the gateway listed no broker"
+
+    # A group exists once a member has committed; list and describe it through the gateway.
+    group = names("group")
+    produced = produce_confluent(bootstrap, topic, values(topic, 10))
+    log = EventLog()
+    consumer = ConfluentConsumer(name="admin-probe", log=log, bootstrap=bootstrap, group_id=group, topics=[topic])
+    with consumer:
+        log.wait_until(lambda lg: lg.covers(produced), GROUP_TIMEOUT_S, "the probe consumer to read its records")
+    listed = client.list_consumer_groups().result(timeout=30)
+    assert group in {g.group_id for g in listed.valid}, f"{group} missing from {listed.valid}"
+    described = client.describe_consumer_groups([group])[group].result(timeout=30)
+    assert described.group_id == group
+
+    kp = _kafka_python_admin(bootstrap)
+    try:
+        groups = kp.list_groups()
+        assert group in {g["group_id"] for g in groups}, groups
+        assert kp.describe_cluster()["brokers"]
+    finally:
+        kp.close()
+
+
+def _kafka_python_admin(bootstrap: str) -> Any:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+
+
+# --- no upstream address reaches a client -------------------------------------------------------------
+
+
+def test_clients_never_see_the_upstream_address(module_gateway: Any, kafka: ProcessBackend, names: Any) -> None:
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the broker's own address is the expected answer")
+    bootstrap, upstream_port = module_gateway.bootstrap, kafka.port
+    group = names("group")
+
+    endpoints = [
+        *probe.metadata_endpoints(bootstrap, version=1),
+        *probe.metadata_endpoints(bootstrap, version=12),
+        *probe.describe_cluster_endpoints(bootstrap, version=0),
+    ]
+    metadata_nodes = {(e.node_id, e.address) for e in probe.metadata_endpoints(bootstrap, version=12)}
+    coordinators = []
+    for version in (0, 1, 3, 4):
+        coordinators += probe.find_coordinator_endpoints(bootstrap, group, version)
+    endpoints += coordinators
+    # Each address the gateway hands out must also be one of its own listeners.
+    for e in endpoints:
+        assert e.port != upstream_port, f"{e.source} leaked the upstream broker {e.address} (node {e.node_id})"
+    for e in coordinators:
+        # aiokafka and librdkafka resolve the coordinator by node id in Metadata (client-requirements).
+        assert (e.node_id, e.address) in metadata_nodes, f"{e.source} names {e} which Metadata does not list"
+
+    # The same through clients' own admin APIs.
+    client = admin(bootstrap)
+    md = client.list_topics(timeout=10)
+    assert all(b.port != upstream_port for b in md.brokers.values()), md.brokers
+    cluster = client.describe_cluster().result(timeout=30)
+    assert all(n.port != upstream_port for n in cluster.nodes), cluster.nodes
+    kp = _kafka_python_admin(bootstrap)
+    try:
+        brokers = kp.describe_cluster()["brokers"]
+        assert brokers and all(b["port"] != upstream_port for b in brokers), brokers
+    finally:
+        kp.close()
