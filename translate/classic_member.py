@@ -1,0 +1,380 @@
+"""Classic members inside a consumer group: KIP-848 "Supporting Online Consumer Group Upgrade".
+
+A legacy consumer keeps speaking JoinGroup / SyncGroup / Heartbeat / LeaveGroup while its group is
+a consumer group run by coordinator/. Each classic request is translated for that one member - no
+group-wide barrier: JoinGroup is the member's "heartbeat with a full subscription" (epoch moves,
+target computed, reconciliation against the partitions it reports owning); SyncGroup hands back its
+current assignment; Heartbeat tells it to rejoin when the group has moved on. Every classic member
+is a follower (leader "", no member list): the server assignor decides.
+
+Timers: the coordinator's session timer for the member, plus a sync timer (JoinGroup answered but
+no SyncGroup) and a join timer (told to rejoin but did not), both of rebalance-timeout length;
+their expiry fences the member like a session expiry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+
+from coordinator.membership import replace_static_member
+from coordinator.model import (
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+)
+from coordinator.service import ConsumerGroupCoordinator
+from coordinator.state import Tx
+from coordinator.timers import session_key
+from translate.classic_join import join_error
+from translate.classic_messages import (
+    BATCH_LEAVE_VERSION,
+    MEMBER_ID_REQUIRED_VERSION,
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from translate.classic_rebalance import ClassicGroupConfig
+from translate.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolAssignment,
+    MalformedEmbeddedProtocol,
+    TopicPartitions,
+    announced_version,
+    decode_subscription,
+    encode_assignment,
+)
+from translate.errors import ApiError, Errors
+from translate.result import Cancel as _cancel
+from translate.result import RequestKey, Result, timer_key
+from translate.result import Schedule as _schedule
+
+# A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
+CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
+CLASSIC_MEMBER_SYNC_TIMER = "classic-member-sync"
+
+
+class ClassicMemberTranslator:
+    def __init__(
+        self,
+        coordinator: ConsumerGroupCoordinator,
+        new_member_id: Callable[[str], str],
+        config: ClassicGroupConfig | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.new_member_id = new_member_id
+        self.config = config or ClassicGroupConfig()
+        self.deadlines: dict[tuple[str, str, str], int] = {}
+
+    # ---- JoinGroup ---------------------------------------------------------------------------
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
+        out = Result()
+        try:
+            self._join(out, request, request_key, now_ms)
+        except ApiError as exc:
+            out.respond(request_key, join_error(exc.error, request.member_id))
+        return out
+
+    def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+        config = self.config
+        if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
+            raise ApiError(Errors.INVALID_SESSION_TIMEOUT)
+        rebalance_timeout = request.rebalance_timeout_ms
+        if request.api_version == 0 or rebalance_timeout < 0:
+            rebalance_timeout = request.session_timeout_ms
+        group = self.coordinator.group(request.group_id)
+        if group is None:
+            raise ApiError(Errors.GROUP_ID_NOT_FOUND)
+        member_id = request.member_id
+        instance_id = request.group_instance_id
+        if member_id == UNKNOWN_MEMBER_ID:
+            member_id = self.new_member_id(request.client_id)
+            if instance_id is None and request.api_version >= MEMBER_ID_REQUIRED_VERSION:
+                # KIP-394, as for classic groups; nothing is persisted or remembered.
+                out.respond(key, join_error(Errors.MEMBER_ID_REQUIRED, member_id))
+                return
+
+        existing, replaced = self._lookup(group, request.member_id, member_id, instance_id)
+        if existing is None and replaced is None:
+            limit = self.coordinator.state.config.max_group_size
+            if limit is not None and len(group.members) >= limit:
+                raise ApiError(Errors.GROUP_MAX_SIZE_REACHED)
+        if request.protocol_type != CONSUMER_PROTOCOL_TYPE or not self._protocols_supported(group, request, existing):
+            raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
+        try:
+            # The subscription is the first (preferred) protocol's metadata.
+            subscription = decode_subscription(request.protocols[0].metadata)
+        except MalformedEmbeddedProtocol as exc:
+            raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL, str(exc)) from exc
+
+        tx = self.coordinator.begin()
+        if replaced is not None:
+            # KIP-345 in a consumer group: the restarted static member inherits the old one's
+            # target and assignment under its new id.
+            existing = replace_static_member(tx, group, replaced, member_id)
+            self._cancel_member_timers(out, group.group_id, replaced.member_id)
+        base = existing if existing is not None else ConsumerGroupMember(member_id)
+        updated = dataclasses.replace(
+            base,
+            instance_id=instance_id,
+            rack_id=subscription.rack_id,
+            client_id=request.client_id,
+            client_host=request.client_host,
+            subscribed_topic_names=frozenset(subscription.topics),
+            subscribed_topic_regex=None,
+            rebalance_timeout_ms=rebalance_timeout,
+            server_assignor=None,  # classic members never choose a server assignor
+            classic_metadata=ClassicMemberMetadata(
+                request.session_timeout_ms, tuple((p.name, p.metadata) for p in request.protocols)
+            ),
+        )
+        self.coordinator.upsert_member(tx, group.group_id, updated, now_ms)
+        owned = self._owned_partitions(subscription.owned_partitions)
+        member = self.coordinator.reconcile_member(tx, group.group_id, member_id, owned, now_ms)
+        tx.schedule(session_key(group.group_id, member_id), now_ms + request.session_timeout_ms)
+        self._take_tx(out, tx)
+        self._cancel(out, timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member_id))
+        self._schedule(out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group.group_id, member_id), now_ms + rebalance_timeout)
+        out.respond(
+            key,
+            JoinGroupResponse(
+                error_code=Errors.NONE,
+                # Eager members (owning nothing) move to the new epoch at once; cooperative members
+                # still holding revoked partitions stay at their epoch until they rejoin without them.
+                generation_id=member.member_epoch,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocol_name=request.protocols[0].name,
+                leader="",
+                skip_assignment=False,
+                member_id=member_id,
+                members=[],
+            ),
+        )
+
+    def _lookup(
+        self, group: ConsumerGroup, requested_id: str, member_id: str, instance_id: str | None
+    ) -> tuple[ConsumerGroupMember | None, ConsumerGroupMember | None]:
+        """(the member rejoining, or the static member being replaced)."""
+        if instance_id is not None:
+            owner = group.static_members.get(instance_id)
+            if requested_id == UNKNOWN_MEMBER_ID:
+                return None, group.members[owner] if owner is not None else None
+            if owner is None:
+                raise ApiError(Errors.UNKNOWN_MEMBER_ID)
+            if owner != member_id:
+                raise ApiError(Errors.FENCED_INSTANCE_ID)
+            return self._classic(group.members[owner]), None
+        existing = group.members.get(member_id)
+        # A dynamic member with an id the group forgot is simply created again.
+        return (self._classic(existing) if existing is not None else None), None
+
+    @staticmethod
+    def _classic(member: ConsumerGroupMember) -> ConsumerGroupMember:
+        if not member.uses_classic_protocol:
+            raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"member {member.member_id} uses the consumer protocol")
+        return member
+
+    @staticmethod
+    def _protocols_supported(
+        group: ConsumerGroup, request: JoinGroupRequest, joining: ConsumerGroupMember | None
+    ) -> bool:
+        """At least one of the joiner's protocols must be supported by every other classic member."""
+        names = {p.name for p in request.protocols}
+        for member in group.members.values():
+            if member.classic_metadata is None or (joining is not None and member.member_id == joining.member_id):
+                continue
+            names &= {name for name, _ in member.classic_metadata.supported_protocols}
+            if not names:
+                return False
+        return bool(names)
+
+    def _owned_partitions(self, owned: list[TopicPartitions]) -> Assignment:
+        topics = self.coordinator.state.topics
+        result: dict[uuid.UUID, frozenset[int]] = {}
+        for tp in owned:
+            meta = topics.get(tp.topic)
+            if meta is not None and tp.partitions:
+                result[meta.topic_id] = result.get(meta.topic_id, frozenset()) | frozenset(tp.partitions)
+        return result
+
+    # ---- SyncGroup ---------------------------------------------------------------------------
+    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
+        out = Result()
+        try:
+            group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
+            if request.generation_id != member.member_epoch:
+                raise ApiError(Errors.ILLEGAL_GENERATION)
+            metadata = member.classic_metadata
+            assert metadata is not None
+            if request.protocol_type is not None and request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            own_protocol = metadata.supported_protocols[0][0] if metadata.supported_protocols else None
+            if request.protocol_name is not None and request.protocol_name != own_protocol:
+                raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+                self._expect_rejoin(out, group, member, now_ms)
+                raise ApiError(Errors.REBALANCE_IN_PROGRESS)
+            self._cancel(out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group.group_id, member.member_id))
+            # The leader's assignment (there is none: every classic member is a follower) is
+            # ignored; the member gets what the coordinator has given it so far.
+            version = announced_version(metadata.supported_protocols[0][1]) if metadata.supported_protocols else 0
+            assignment = ConsumerProtocolAssignment(self._named(member.assigned_partitions), None, version)
+            out.respond(
+                request_key,
+                SyncGroupResponse(
+                    protocol_type=request.protocol_type,
+                    protocol_name=request.protocol_name,
+                    assignment=encode_assignment(assignment),
+                ),
+            )
+        except ApiError as exc:
+            out.respond(request_key, SyncGroupResponse(error_code=exc.error))
+        return out
+
+    def _named(self, assignment: Assignment) -> list[TopicPartitions]:
+        names = {meta.topic_id: name for name, meta in self.coordinator.state.topics.items()}
+        result = [
+            TopicPartitions(names[topic_id], tuple(sorted(partitions)))
+            for topic_id, partitions in assignment.items()
+            if partitions and topic_id in names
+        ]
+        return sorted(result, key=lambda tp: tp.topic)
+
+    # ---- Heartbeat ---------------------------------------------------------------------------
+    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Result:
+        out = Result()
+        error = Errors.NONE
+        try:
+            group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
+            if request.generation_id != member.member_epoch:
+                # Classic members never see FENCED_MEMBER_EPOCH: generations are their epochs.
+                raise ApiError(Errors.ILLEGAL_GENERATION)
+            metadata = member.classic_metadata
+            assert metadata is not None
+            out.timers.append(_schedule(session_key(group.group_id, member.member_id), now_ms + metadata.session_timeout_ms))
+            if self._must_rejoin(group, member):
+                self._expect_rejoin(out, group, member, now_ms)
+                error = Errors.REBALANCE_IN_PROGRESS
+        except ApiError as exc:
+            error = exc.error
+        out.respond(request_key, HeartbeatResponse(error_code=error))
+        return out
+
+    def _must_rejoin(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """A classic member's epoch only moves on JoinGroup, so it is sent back to JoinGroup when
+        the group moved on, when it must give partitions up, or when partitions it waits for were
+        released by their previous owners."""
+        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS:
+            return True
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            target = group.target_assignment.get(member.member_id, {})
+            for topic_id, partitions in target.items():
+                have = member.assigned_partitions.get(topic_id, frozenset())
+                for partition in partitions - have:
+                    if group.owner_of(topic_id, partition) is None:
+                        return True
+        return False
+
+    def _expect_rejoin(self, out: Result, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
+        key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)
+        if key not in self.deadlines:
+            self._schedule(out, key, now_ms + max(member.rebalance_timeout_ms, 0))
+
+    # ---- LeaveGroup --------------------------------------------------------------------------
+    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
+        out = Result()
+        group = self.coordinator.group(request.group_id)
+        if group is None:
+            out.respond(request_key, LeaveGroupResponse(error_code=Errors.UNKNOWN_MEMBER_ID))
+            return out
+        tx = self.coordinator.begin()
+        results: list[MemberResponse] = []
+        for identity in request.members:
+            error = Errors.NONE
+            member: ConsumerGroupMember | None = None
+            if identity.group_instance_id is None:
+                member = group.members.get(identity.member_id)
+                if member is None or not member.uses_classic_protocol:
+                    error = Errors.UNKNOWN_MEMBER_ID
+            else:
+                owner = group.static_members.get(identity.group_instance_id)
+                if owner is None:
+                    error = Errors.UNKNOWN_MEMBER_ID
+                elif identity.member_id != UNKNOWN_MEMBER_ID and identity.member_id != owner:
+                    error = Errors.FENCED_INSTANCE_ID
+                else:
+                    member = group.members[owner]
+            if error is Errors.NONE and member is not None:
+                # Static classic members leave for good: they have no temporary leave (epoch -2).
+                self.coordinator.remove_member(tx, group.group_id, member.member_id, now_ms)
+                self._cancel_member_timers(out, group.group_id, member.member_id)
+            results.append(MemberResponse(identity.member_id, identity.group_instance_id, error))
+        self._take_tx(out, tx)
+        response = LeaveGroupResponse(members=results)
+        if request.api_version < BATCH_LEAVE_VERSION and results:
+            response.error_code = results[0].error_code
+        out.respond(request_key, response)
+        return out
+
+    # ---- timers ------------------------------------------------------------------------------
+    def on_timer(self, key: tuple[str, str, str], now_ms: int) -> Result:
+        """The join and sync timers of classic members; an expiry fences the member."""
+        out = Result()
+        deadline = self.deadlines.get(key)
+        if deadline is None or now_ms < deadline:
+            return out
+        del self.deadlines[key]
+        _, group_id, member_id = key
+        group = self.coordinator.group(group_id)
+        if group is None or member_id not in group.members:
+            return out
+        tx = self.coordinator.begin()
+        self.coordinator.remove_member(tx, group_id, member_id, now_ms)
+        self._cancel_member_timers(out, group_id, member_id)
+        self._take_tx(out, tx)
+        return out
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _member(
+        self, group_id: str, member_id: str, instance_id: str | None
+    ) -> tuple[ConsumerGroup, ConsumerGroupMember]:
+        group = self.coordinator.group(group_id)
+        if group is None or not group.members:
+            raise ApiError(Errors.UNKNOWN_MEMBER_ID)
+        if instance_id is not None:
+            owner = group.static_members.get(instance_id)
+            if owner is None:
+                raise ApiError(Errors.UNKNOWN_MEMBER_ID)
+            if owner != member_id:
+                raise ApiError(Errors.FENCED_INSTANCE_ID)
+        member = group.members.get(member_id)
+        if member is None or not member.uses_classic_protocol:
+            raise ApiError(Errors.UNKNOWN_MEMBER_ID)
+        return group, member
+
+    def _take_tx(self, out: Result, tx: Tx) -> None:
+        out.records.extend(tx.records)
+        out.timers.extend(tx.timers)
+
+    def _schedule(self, out: Result, key: tuple[str, str, str], deadline_ms: int) -> None:
+        self.deadlines[key] = deadline_ms
+        out.timers.append(_schedule(key, deadline_ms))
+
+    def _cancel(self, out: Result, key: tuple[str, str, str]) -> None:
+        if self.deadlines.pop(key, None) is not None:
+            out.timers.append(_cancel(key))
+
+    def _cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
+        for kind in (CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER):
+            self._cancel(out, timer_key(kind, group_id, member_id))
+
