@@ -97,7 +97,8 @@ def assign_full(
         n = parts[tid]
         seen = taken.get(tid)
         if seen is None:
-            pool.append((tid, range(n)))
+            if n:
+                pool.append((tid, range(n)))
         elif len(seen) < n:
             pool.append((tid, sorted(set(range(n)).difference(seen))))
     _fill(pool, ((i, quotas[i] - counts[i]) for i in range(len(member_ids)) if counts[i] < quotas[i]), owned)

@@ -1,0 +1,315 @@
+"""groupgate's server-side assignors against Apache Kafka's own, on identical inputs.
+
+The grid is the one of Kafka's ServerSideAssignorBenchmark (jmh-benchmarks): members x partitions per
+member x topics, homogeneous or heterogeneous subscriptions (five buckets of members, each subscribed to
+its own slice of the topics), full (every member new) or incremental (a stable group, computed once by
+the assignor under test, that one new member joins). Every case is written to a text file that Kafka's
+assignors read through bench/java/AssignorBench.java, compiled here with javac against the
+kafka-group-coordinator jars; both sides print a checksum of the input they timed, and the range
+assignor (stateless) must produce the very same result on both sides.
+
+    .venv/bin/python bench/assignors.py            # the full grid (several minutes)
+    .venv/bin/python bench/assignors.py --quick    # a small subset, under a minute
+
+The last line is machine readable: ``key=value`` pairs (ratios are groupgate / Kafka, lower is better).
+Timings are medians of repeated calls after a warm-up; nothing here asserts on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from coordinator.assignors import default_assignors  # noqa: E402
+from coordinator.assignors.api import (  # noqa: E402
+    Assignment,
+    AssignmentDelta,
+    GroupSpec,
+    MemberSpec,
+    ServerAssignor,
+    SubscriptionType,
+    TopicMetadata,
+)
+
+JAVA_SOURCE = ROOT / "bench" / "java" / "AssignorBench.java"
+BUCKETS = 5  # as Kafka's benchmark: heterogeneous members fall in five subscription buckets
+NEW_MEMBER = "newMember"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    assignor: str
+    members: int
+    per_member: int
+    topics: int
+    heterogeneous: bool
+    incremental: bool
+
+    @property
+    def key(self) -> str:
+        kind = "het" if self.heterogeneous else "hom"
+        mode = "inc" if self.incremental else "full"
+        return f"{self.assignor}-{self.members}m-{self.per_member}ppm-{self.topics}t-{kind}-{mode}"
+
+
+@dataclass(slots=True)
+class Input:
+    """One case's input, in groupgate's types plus the index form written for the Java side."""
+
+    spec: GroupSpec
+    delta: AssignmentDelta | None
+    subs: list[list[int]]  # subscription index -> topic indices
+    member_subs: dict[str, int]  # member id -> subscription index (file order = dict order)
+
+
+def topic_id(index: int) -> uuid.UUID:
+    # The Java side builds Uuid(1, index + 1): the same 128 bits.
+    return uuid.UUID(int=(1 << 64) | (index + 1))
+
+
+def build_input(case: Case, assignors: Mapping[str, ServerAssignor]) -> Input:
+    per_topic = case.members * case.per_member // case.topics
+    topics = {topic_id(i): TopicMetadata(topic_id(i), f"topic{i}", per_topic) for i in range(case.topics)}
+    ids = list(topics)
+    # Incremental: a stable group of members - 1, then the last member joins (as Kafka's benchmark).
+    stable = case.members - 1 if case.incremental else case.members
+    subs: list[list[int]] = []
+    member_subs: dict[str, int] = {}
+    if not case.heterogeneous:
+        subs.append(list(range(case.topics)))
+        member_subs = {f"member{i}": 0 for i in range(stable)}
+    else:
+        buckets = min(BUCKETS, stable)
+        topics_per_bucket = math.ceil(case.topics / buckets)
+        members_per_bucket = math.ceil(stable / buckets)
+        for b in range(buckets):
+            subs.append(list(range(b * topics_per_bucket, min((b + 1) * topics_per_bucket, case.topics))))
+            for i in range(b * members_per_bucket, min((b + 1) * members_per_bucket, stable)):
+                member_subs[f"member{i}"] = b
+    sub_sets = [frozenset(ids[t] for t in s) for s in subs]
+    kind = SubscriptionType.HETEROGENEOUS if case.heterogeneous else SubscriptionType.HOMOGENEOUS
+    members = {m: MemberSpec(m, None, None, sub_sets[s]) for m, s in member_subs.items()}
+    spec = GroupSpec(members, topics, kind)
+    if not case.incremental:
+        return Input(spec, None, subs, member_subs)
+    initial = assignors[case.assignor].assign(spec)
+    members = {m: MemberSpec(m, None, None, sub_sets[s], initial[m]) for m, s in member_subs.items()}
+    new_sub = member_subs[f"member{stable - 1}"]
+    member_subs[NEW_MEMBER] = new_sub
+    members[NEW_MEMBER] = MemberSpec(NEW_MEMBER, None, None, sub_sets[new_sub])
+    delta = AssignmentDelta(added=frozenset({NEW_MEMBER}))
+    return Input(GroupSpec(members, topics, kind), delta, subs, member_subs)
+
+
+def topic_indices(inp: Input) -> dict[uuid.UUID, int]:
+    return {tid: i for i, tid in enumerate(inp.spec.topics)}
+
+
+def write_case(case: Case, inp: Input, path: Path) -> None:
+    index = topic_indices(inp)
+    lines = [
+        f"assignor {case.assignor}",
+        f"type {inp.spec.subscription_type.name}",
+        f"topics {len(inp.spec.topics)}",
+        *(str(t.num_partitions) for t in inp.spec.topics.values()),
+        f"subs {len(inp.subs)}",
+        *(" ".join(map(str, s)) for s in inp.subs),
+        f"members {len(inp.member_subs)}",
+    ]
+    for mid, s in inp.member_subs.items():
+        m = inp.spec.members[mid]
+        held = " ".join(
+            f"{index[tid]}:{','.join(map(str, sorted(fs)))}" for tid, fs in m.assigned.items() if fs
+        )
+        lines.append(f"{mid} {m.instance_id or '-'} {s}" + (f" {held}" if held else ""))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def input_checksum(inp: Input) -> int:
+    """The same sum as AssignorBench.java's input checksum."""
+    index = topic_indices(inp)
+    total = sum((i + 1) * t.num_partitions for i, t in enumerate(inp.spec.topics.values()))
+    for m, (mid, s) in enumerate(inp.member_subs.items()):
+        total += m * 31 * len(inp.subs[s]) + sum(inp.subs[s])
+        for tid, fs in inp.spec.members[mid].assigned.items():
+            t = index[tid]
+            total += sum(((m * 31 + t) * 1000003 + p) for p in fs)
+    return total
+
+
+def result_checksum(inp: Input, result: Mapping[str, Assignment]) -> int:
+    index = topic_indices(inp)
+    total = 0
+    for m, mid in enumerate(inp.member_subs):
+        for tid, fs in result.get(mid, {}).items():
+            t = index[tid]
+            total += sum(((m * 31 + t) * 1000003 + p) for p in fs)
+    return total
+
+
+def time_python(call: Callable[[], object], budget_s: float, runs: int) -> tuple[float, object]:
+    """Median ms of ``runs`` calls (fewer if one call exceeds the budget), after one warm-up call."""
+    result = call()
+    times = []
+    deadline = time.perf_counter() + budget_s
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = call()
+        times.append((time.perf_counter() - t0) * 1000)
+        if time.perf_counter() > deadline and len(times) >= 3:
+            break
+    return statistics.median(times), result
+
+
+def kafka_classpath() -> str:
+    from gateway import kafka_dist
+
+    dist = kafka_dist.broker()
+    kafka_dist.fetch(dist)
+    return dist.classpath()
+
+
+def compile_java(classpath: str) -> Path:
+    """Compile the harness once per source version into the cache (never into the repository)."""
+    from gateway import kafka_dist
+
+    digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:12]
+    out = kafka_dist.cache_dir() / "bench-classes" / digest
+    if not (out / "AssignorBench.class").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(JAVA_SOURCE)], check=True)
+    return out
+
+
+def run_java(classpath: str, classes: Path, files: list[Path], warmup_ms: int, runs: int) -> dict[str, tuple[float, int, int]]:
+    """file name -> (median ms, input checksum, result checksum) from one JVM."""
+    cmd = ["java", "-Xmx4g", "-cp", f"{classes}{os.pathsep}{classpath}", "AssignorBench", str(warmup_ms), str(runs)]
+    proc = subprocess.run(cmd + [str(f) for f in files], check=True, capture_output=True, text=True)
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "case":
+            out[Path(parts[1]).name] = (float(parts[3]), int(parts[7]), int(parts[9]))
+    return out
+
+
+def grid(quick: bool) -> list[Case]:
+    if quick:
+        return [
+            Case("uniform", 1000, 50, 100, False, False),
+            Case("uniform", 1000, 50, 100, False, True),
+            Case("uniform", 1000, 50, 100, True, False),
+            Case("uniform", 1000, 50, 100, True, True),
+            Case("range", 1000, 50, 100, False, False),
+            Case("range", 1000, 50, 100, True, False),
+        ]
+    return [
+        Case(a, m, p, t, het, inc)
+        for a in ("uniform", "range")
+        for m in (100, 1000, 10000)
+        for p in (10, 50)
+        for t in (10, 100, 1000)
+        for het in (False, True)
+        for inc in (False, True)
+    ]
+
+
+def heartbeats_per_s() -> str:
+    try:
+        from bench import heartbeat  # type: ignore[attr-defined]
+    except ImportError:
+        return "NA"
+    for name in ("heartbeats_per_s", "measure", "run"):
+        fn = getattr(heartbeat, name, None)
+        if callable(fn):
+            value = fn()
+            return f"{float(value):.0f}" if isinstance(value, int | float) else str(value)
+    return "NA"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small subset, under a minute")
+    parser.add_argument("--no-java", action="store_true", help="time groupgate only")
+    args = parser.parse_args(argv)
+    if not args.no_java and shutil.which("javac") is None:
+        print("javac not found: install a JDK (17+) or pass --no-java", file=sys.stderr)
+        return 2
+
+    assignors = default_assignors()
+    cases = grid(args.quick)
+    budget, runs = (1.0, 15) if args.quick else (2.0, 21)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmp:
+        files = []
+        for case in cases:
+            inp = build_input(case, assignors)
+            assignor = assignors[case.assignor]
+            ms, result = time_python(lambda a=assignor, i=inp: a.assign(i.spec, i.delta), budget, runs)
+            full_ms = None
+            if case.incremental:  # the same input without the hint: groupgate's own full recompute
+                full_ms, full_result = time_python(lambda a=assignor, i=inp: a.assign(i.spec), budget, runs)
+                if full_result != result:
+                    print(f"{case.key}: incremental and full results differ", file=sys.stderr)
+            assert isinstance(result, dict)
+            path = Path(tmp) / f"{case.key}.txt"
+            if not args.no_java:
+                write_case(case, inp, path)
+                files.append(path)
+            counts = [sum(map(len, a.values())) for a in result.values()]
+            rows.append((case, inp, ms, full_ms, result_checksum(inp, result), min(counts), max(counts)))
+            print(f"# {case.key}: groupgate {ms:.3f} ms", file=sys.stderr, flush=True)
+        java: dict[str, tuple[float, int, int]] = {}
+        if not args.no_java:
+            classpath = kafka_classpath()
+            classes = compile_java(classpath)
+            java = run_java(classpath, classes, files, 300 if args.quick else 1000, 15 if args.quick else 21)
+
+    summary: dict[str, str] = {}
+    header = f"{'case':44} {'groupgate ms':>12} {'gg full ms':>10} {'kafka ms':>9} {'ratio':>7} {'min-max':>9}  check"
+    print(header)
+    for case, inp, ms, full_ms, checksum, lo, hi in rows:
+        kafka = java.get(f"{case.key}.txt")
+        check = "-"
+        ratio_s = "NA"
+        kafka_s = "NA"
+        if kafka is not None:
+            kafka_ms, kafka_in, kafka_out = kafka
+            kafka_s = f"{kafka_ms:.3f}"
+            ratio = ms / kafka_ms if kafka_ms > 0 else float("inf")
+            ratio_s = f"{ratio:.2f}"
+            same_input = kafka_in == input_checksum(inp)
+            check = "input ok" if same_input else "INPUT MISMATCH"
+            if case.assignor == "range":
+                check += ", same result" if kafka_out == checksum else ", RESULT DIFFERS"
+            if case == Case("uniform", 1000, 50, 100, False, False):
+                summary["uniform_full_ratio"] = ratio_s
+            if case == Case("uniform", 1000, 50, 100, False, True):
+                summary["uniform_incremental_ratio"] = ratio_s
+        full_s = f"{full_ms:.3f}" if full_ms is not None else "-"
+        print(f"{case.key:44} {ms:12.3f} {full_s:>10} {kafka_s:>9} {ratio_s:>7} {lo:>4}-{hi:<4}  {check}")
+    summary.setdefault("uniform_full_ratio", "NA")
+    summary.setdefault("uniform_incremental_ratio", "NA")
+    summary["heartbeats_per_s"] = heartbeats_per_s()
+    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
