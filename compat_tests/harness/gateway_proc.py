@@ -100,7 +100,8 @@ class GatewayProcess:
                     log.write(f"[stdout] {line}")
                     log.flush()
                     if not found and line.startswith("bootstrap="):
-                        found.append(line.strip().split("=", 1)[1])
+                        # `bootstrap=HOST:PORT`, possibly followed by more key=value words.
+                        found.append(line.split()[0].split("=", 1)[1])
                         ready.set()
             ready.set()  # stdout closed: the process ended
 
