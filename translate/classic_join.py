@@ -33,10 +33,15 @@ class ClassicJoin:
 
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
         out = Result()
+        existed = request.group_id in self.groups
         try:
             self._join(out, request, request_key, now_ms)
         except ApiError as exc:
             out.respond(request_key, join_error(exc.error, request.member_id))
+            group = self.groups.get(request.group_id)
+            if not existed and group is not None and not group.members and not group.pending_members:
+                # A refused first JoinGroup leaves no empty group behind.
+                del self.groups[request.group_id]
         return out
 
     def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:

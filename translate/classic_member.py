@@ -122,7 +122,7 @@ class ClassicMemberTranslator:
             # KIP-345 in a consumer group: the restarted static member inherits the old one's
             # target and assignment under its new id.
             existing = replace_static_member(tx, group, replaced, member_id)
-            self._cancel_member_timers(out, group.group_id, replaced.member_id)
+            self.cancel_member_timers(out, group.group_id, replaced.member_id)
         base = existing if existing is not None else ConsumerGroupMember(member_id)
         updated = dataclasses.replace(
             base,
@@ -317,7 +317,7 @@ class ClassicMemberTranslator:
             if error is Errors.NONE and member is not None:
                 # Static classic members leave for good: they have no temporary leave (epoch -2).
                 self.coordinator.remove_member(tx, group.group_id, member.member_id, now_ms)
-                self._cancel_member_timers(out, group.group_id, member.member_id)
+                self.cancel_member_timers(out, group.group_id, member.member_id)
             results.append(MemberResponse(identity.member_id, identity.group_instance_id, error))
         self._take_tx(out, tx)
         response = LeaveGroupResponse(members=results)
@@ -340,7 +340,7 @@ class ClassicMemberTranslator:
             return out
         tx = self.coordinator.begin()
         self.coordinator.remove_member(tx, group_id, member_id, now_ms)
-        self._cancel_member_timers(out, group_id, member_id)
+        self.cancel_member_timers(out, group_id, member_id)
         self._take_tx(out, tx)
         return out
 
@@ -374,7 +374,7 @@ class ClassicMemberTranslator:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(_cancel(key))
 
-    def _cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
+    def cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
         for kind in (CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER):
             self._cancel(out, timer_key(kind, group_id, member_id))
 
