@@ -68,7 +68,7 @@ def upsert_member(tx: Tx, group: ConsumerGroup, updated: ConsumerGroupMember, no
     old = group.members.get(updated.member_id)
     if old is not None and not _metadata_differs(old, updated):
         return False
-    tx.emit(rec.member_metadata(group.group_id, updated))
+    # Decide before emitting: applying the record updates the stored member in place.
     if old is None:
         group.delta.added.add(updated.member_id)
         bump = True
@@ -78,6 +78,7 @@ def upsert_member(tx: Tx, group: ConsumerGroup, updated: ConsumerGroupMember, no
         bump = True
     else:
         bump = False
+    tx.emit(rec.member_metadata(group.group_id, updated))
     if bump:
         refresh_subscriptions(tx, group, now_ms, reresolve=False)
         bump_group_epoch(tx, group)

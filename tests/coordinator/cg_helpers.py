@@ -7,7 +7,11 @@ from collections.abc import Mapping
 
 from coordinator.assignors.api import Assignment, AssignmentDelta, GroupSpec
 from coordinator.config import CoordinatorConfig
-from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicPartitions
+from coordinator.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    TopicPartitions,
+)
 from coordinator.model import ConsumerGroup
 from coordinator.records import Record
 from coordinator.service import ConsumerGroupCoordinator
