@@ -443,3 +443,20 @@ def test_sync_errors_for_rebalancing_old_generation_and_unknown_member() -> None
     h.join(member_id=m1, client_id="a")  # leader rejoins: rebalance
     assert h.sync_response(h.sync(m2, gen)).error_code == Errors.REBALANCE_IN_PROGRESS
     assert h.sync_response(h.sync(m1, gen, group="nope")).error_code == Errors.UNKNOWN_MEMBER_ID
+
+
+def test_join_v0_uses_the_session_timeout_as_rebalance_timeout() -> None:
+    h = Harness()
+    h.join(client_id="old", version=0, session=12_000, rebalance=99_999)
+    member = h.group().members["old-m1"]
+    assert member.rebalance_timeout_ms == member.session_timeout_ms == 12_000
+
+
+def test_new_member_parked_past_the_join_timeout_is_dropped_and_told_unknown_member() -> None:
+    h = Harness(config=ClassicGroupConfig(new_member_join_timeout_ms=5_000))
+    (m1,), gen = form_group(h, ["a"])
+    late = h.join(client_id="late", version=3)  # parked; a rebalance starts
+    # a keeps heartbeating but does not rejoin for a while.
+    h.advance_heartbeating(5_000, [m1], gen)
+    assert h.join_response(late).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert list(h.group().members) == [m1]
