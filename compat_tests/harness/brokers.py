@@ -12,13 +12,15 @@ Two backends share one small interface (``KafkaBackend``):
 from __future__ import annotations
 
 import random
+import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.embedded_kafka import EmbeddedKafka, free_port
+from gateway.embedded_kafka import EmbeddedKafka, free_port, new_cluster_id
 
 KAFKA_IMAGE = "apache/kafka:4.3.1"
 GATEWAY_IMAGE_TAG = "groupgate:compat"
@@ -113,6 +115,8 @@ def _kraft_env(host_port: int) -> dict[str, str]:
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_LOG_DIRS": "/tmp/kraft-combined-logs",
+        "CLUSTER_ID": new_cluster_id(),
     }
 
 
@@ -232,9 +236,21 @@ def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 200) -> int
     raise RuntimeError(f"no block of {n} free ports found")
 
 
+# What docker/Dockerfile COPYs; the build context holds only these (the Docker API's classic builder
+# would otherwise upload the whole repository, virtualenv included, as it ignores Dockerfile.dockerignore).
+IMAGE_CONTEXT = ("pyproject.toml", "README.md", "gateway", "translate", "coordinator", "rehearsal", "docker")
+
+
 def build_gateway_image(tag: str = GATEWAY_IMAGE_TAG) -> str:
-    """Build docker/Dockerfile with the repository as context; returns the tag."""
+    """Build docker/Dockerfile from a minimal copy of the repository; returns the tag."""
     from testcontainers.core.image import DockerImage
 
-    DockerImage(path=REPO_ROOT, dockerfile_path="docker/Dockerfile", tag=tag, clean_up=False).build()
+    with tempfile.TemporaryDirectory(prefix="groupgate-image-") as tmp:
+        for name in IMAGE_CONTEXT:
+            src = REPO_ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            elif src.exists():
+                shutil.copy2(src, Path(tmp) / name)
+        DockerImage(path=tmp, dockerfile_path="docker/Dockerfile", tag=tag, clean_up=False).build()
     return tag
