@@ -1,0 +1,130 @@
+"""The harness's own checks must be able to fail: invariants, event parsing and the container port layout.
+
+No broker here; these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+from compat_tests.harness.brokers import GATEWAY_PORT_SPAN, gateway_container_args
+from compat_tests.harness.events import EventLog, ProducedRecord
+from compat_tests.harness.invariants import duplicates, missing, overlaps
+from compat_tests.harness.java import (
+    OffsetsCommitted,
+    PartitionsAssigned,
+    ProducerSendSuccess,
+    RecordsConsumed,
+    TopicPartition,
+    parse_consumer_perf,
+    parse_event,
+    parse_producer_perf,
+    verifiable_consumer,
+    verifiable_producer,
+)
+from gateway.config import GatewayConfig
+
+T = "t"
+
+
+def _produced(n: int) -> list[ProducedRecord]:
+    return [ProducedRecord(T, 0, off, None) for off in range(n)]
+
+
+def test_missing_and_duplicate_records_are_reported() -> None:
+    log = EventLog()
+    for off in (0, 1, 1, 3):
+        log.consumed("a", T, 0, off, None)
+    assert missing(_produced(4), log) == [(T, 0, 2)]
+    assert duplicates(log) == {(T, 0, 1): 2}
+
+
+def test_overlapping_ownership_is_found_and_handover_is_not() -> None:
+    clean = EventLog()
+    clean.owned("a", "assigned", [(T, 0)], at_ms=1)
+    clean.owned("a", "revoked", [(T, 0)], at_ms=5)
+    clean.owned("b", "assigned", [(T, 0)], at_ms=5)
+    clean.owned("b", "stopped", [], at_ms=9)
+    clean.owned("a", "assigned", [(T, 0)], at_ms=9)
+    assert overlaps(clean) == []
+
+    bad = EventLog()
+    bad.owned("a", "assigned", [(T, 0), (T, 1)], at_ms=1)
+    bad.owned("b", "assigned", [(T, 1)], at_ms=3)
+    bad.owned("a", "revoked", [(T, 1)], at_ms=4)
+    found = overlaps(bad)
+    assert [(o.partition, o.first.consumer, o.second.consumer) for o in found] == [((T, 1), "a", "b")]
+
+
+def test_a_consumer_that_never_revokes_keeps_its_partitions() -> None:
+    log = EventLog()
+    log.owned("a", "assigned", [(T, 0)], at_ms=1)
+    log.owned("b", "assigned", [(T, 0)], at_ms=100)
+    assert len(overlaps(log)) == 1
+    assert not log.settled(T, 1, ["a", "b"])
+
+
+def test_settled_needs_every_partition_once_and_every_member() -> None:
+    log = EventLog()
+    log.owned("a", "assigned", [(T, 0), (T, 1)])
+    assert log.settled(T, 2, ["a"])
+    assert not log.settled(T, 2, ["a", "b"])
+    log.owned("a", "revoked", [(T, 1)])
+    log.owned("b", "assigned", [(T, 1)])
+    assert log.settled(T, 2, ["a", "b"])
+
+
+def test_verifiable_consumer_events_parse() -> None:
+    assigned = parse_event(
+        {"timestamp": 7, "name": "partitions_assigned", "partitions": [{"topic": T, "partition": 2}]}
+    )
+    assert isinstance(assigned, PartitionsAssigned) and assigned.partitions == (TopicPartition(T, 2),)
+    consumed = parse_event(
+        {
+            "timestamp": 8,
+            "name": "records_consumed",
+            "count": 3,
+            "partitions": [{"topic": T, "partition": 0, "count": 3, "minOffset": 4, "maxOffset": 6}],
+        }
+    )
+    assert isinstance(consumed, RecordsConsumed) and consumed.ranges[0].max_offset == 6
+    committed = parse_event(
+        {
+            "timestamp": 9,
+            "name": "offsets_committed",
+            "success": False,
+            "error": "boom",
+            "offsets": [{"topic": T, "partition": 0, "offset": 7}],
+        }
+    )
+    assert isinstance(committed, OffsetsCommitted) and not committed.success and committed.error == "boom"
+    sent = parse_event(
+        {"timestamp": 1, "name": "producer_send_success", "key": None, "value": "5", "topic": T, "partition": 1,
+         "offset": 42}
+    )
+    assert isinstance(sent, ProducerSendSuccess) and (sent.partition.partition, sent.offset) == (1, 42)
+    assert type(parse_event({"name": "tool_data", "timestamp": 0})).__name__ == "ToolEvent"
+
+
+def test_perf_tool_output_parses() -> None:
+    lines = ["500 records sent, 100.0 records/sec", "2000 records sent, 9876.5 records/sec (0.94 MB/sec), 3.1 ms avg"]
+    summary = parse_producer_perf(lines)
+    assert summary is not None and (summary.records, summary.records_per_sec) == (2000, 9876.5)
+    csv = ["start.time, end.time, data.consumed.in.nMsg", "2026-01-01, 2026-01-01, 2000"]
+    assert parse_consumer_perf(csv) == {"start.time": "2026-01-01", "end.time": "2026-01-01",
+                                        "data.consumed.in.nMsg": "2000"}
+
+
+def test_old_releases_get_their_own_flags() -> None:
+    old = verifiable_producer("2.8.2", "h:1", T, 10).args
+    new = verifiable_producer("4.3.1", "h:1", T, 10).args
+    assert "--broker-list" in old and "--bootstrap-server" in new
+    assert "--group-protocol" not in verifiable_consumer("2.8.2", "h:1", T, "g").args
+    assert "--group-protocol" in verifiable_consumer("3.9.1", "h:1", T, "g").args
+
+
+def test_container_publishes_every_port_the_gateway_advertises() -> None:
+    args = gateway_container_args("kafka:19092", 40000).split()
+    listen = args[args.index("--listen") + 1]
+    port = int(listen.rsplit(":", 1)[1])
+    config = GatewayConfig(listen_host="0.0.0.0", listen_port=port, advertised_host="127.0.0.1")
+    # The single-node broker images use node id 1.
+    assert port <= config.broker_port(1) < port + GATEWAY_PORT_SPAN
