@@ -7,6 +7,7 @@ assignment delta) consistent. They do not validate requests: callers do.
 - ``upsert_member(tx, group, member, now_ms)``: add or update a member's subscription/identity; bumps
   the group epoch when the KIP says so (join, subscription or assignor change).
 - ``remove_member(tx, group, member_id, now_ms)``: fence / leave: tombstones, timers cancelled, epoch bumped.
+- ``remove_members(tx, group, member_ids, now_ms)``: the same for a batch, with one epoch bump.
 - ``replace_static_member(tx, group, old, new_member_id)``: a static member's replacement inherits
   the assignment of the member it replaces (KIP-345 in KIP-848 "Static Membership").
 - ``refresh_subscriptions(tx, group, now_ms, reresolve)``: regex resolutions + partition metadata.
@@ -17,6 +18,7 @@ assignment delta) consistent. They do not validate requests: callers do.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from coordinator import records as rec
 from coordinator import regex as rx
@@ -114,6 +116,22 @@ def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: 
 def remove_member(tx: Tx, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
     """Fence or remove a member: tombstones (current, target, subscription), timers cancelled, and a
     group epoch bump (KIP-848 "Group Epoch": a member leaves or is fenced)."""
+    remove_members(tx, group, (member_id,), now_ms)
+
+
+def remove_members(tx: Tx, group: ConsumerGroup, member_ids: Iterable[str], now_ms: int) -> None:
+    """Remove several members at once (a classic LeaveGroup batch): each member's tombstones and
+    timers, then ONE group epoch bump for the whole batch, as Kafka does. Nothing when empty."""
+    removed = False
+    for member_id in member_ids:
+        _remove_one(tx, group, member_id)
+        removed = True
+    if removed:
+        refresh_subscriptions(tx, group, now_ms, reresolve=False)
+        bump_group_epoch(tx, group)
+
+
+def _remove_one(tx: Tx, group: ConsumerGroup, member_id: str) -> None:
     gid = group.group_id
     tx.emit(rec.current_assignment_tombstone(gid, member_id))
     if member_id in group.target_assignment:
@@ -127,8 +145,6 @@ def remove_member(tx: Tx, group: ConsumerGroup, member_id: str, now_ms: int) -> 
         d.added.discard(member_id)
     else:
         d.removed.add(member_id)
-    refresh_subscriptions(tx, group, now_ms, reresolve=False)
-    bump_group_epoch(tx, group)
 
 
 def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember, new_member_id: str) -> ConsumerGroupMember:

@@ -25,6 +25,8 @@ Lower-level API for translate/ (classic members inside consumer groups), all wit
     coord.update_target(tx, group_id)                      # when group epoch > assignment epoch
     member = coord.reconcile_member(tx, group_id, member_id, owned_partitions, now_ms)
     coord.remove_member(tx, group_id, member_id, now_ms)   # leave / fence: tombstones + epoch bump
+    coord.remove_members(tx, group_id, member_ids, now_ms) # a batch: tombstones + ONE epoch bump
+    coord.replace_static_member(tx, group_id, old_member_id, new_member_id)  # KIP-345 takeover
     coord.bump_group_epoch(tx, group_id)
     tx.schedule(key, deadline) / tx.cancel(key); result = tx.result(response)
 """
@@ -46,6 +48,8 @@ from coordinator.membership import (
     reconcile_member,
     refresh_subscriptions,
     remove_member,
+    remove_members,
+    replace_static_member,
     upsert_member,
 )
 from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -166,6 +170,15 @@ class ConsumerGroupCoordinator:
 
     def remove_member(self, tx: Tx, group_id: str, member_id: str, now_ms: int) -> None:
         remove_member(tx, self.state.groups[group_id], member_id, now_ms)
+
+    def remove_members(self, tx: Tx, group_id: str, member_ids: Iterable[str], now_ms: int) -> None:
+        """A batch removal (classic LeaveGroup): one epoch bump for the whole batch."""
+        remove_members(tx, self.state.groups[group_id], member_ids, now_ms)
+
+    def replace_static_member(self, tx: Tx, group_id: str, old_member_id: str, new_member_id: str) -> ConsumerGroupMember:
+        """KIP-345 in KIP-848: ``new_member_id`` takes the static member's place and assignment."""
+        group = self.state.groups[group_id]
+        return replace_static_member(tx, group, group.members[old_member_id], new_member_id)
 
     def bump_group_epoch(self, tx: Tx, group_id: str) -> None:
         bump_group_epoch(tx, self.state.groups[group_id])
