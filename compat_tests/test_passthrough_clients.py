@@ -57,6 +57,10 @@ def _poll_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> N
         time.sleep(0.2)
 
 
+def _settled_on(topic: str, members: list[str]) -> Callable[[EventLog], bool]:
+    return lambda lg: lg.settled(topic, PARTITIONS, members)
+
+
 def _start_one_by_one(consumers: list[Any], log: EventLog, topic: str, members: list[str]) -> None:
     """Each member joins once the group has settled on the previous ones.
 
@@ -67,7 +71,7 @@ def _start_one_by_one(consumers: list[Any], log: EventLog, topic: str, members: 
     for i, c in enumerate(consumers):
         c.start()
         joined = members[: i + 1]
-        log.wait_until(lambda lg, j=joined: lg.settled(topic, PARTITIONS, j), GROUP_TIMEOUT_S, f"{joined} assigned")
+        log.wait_until(_settled_on(topic, joined), GROUP_TIMEOUT_S, f"{joined} assigned")
 
 
 # --- Python clients -----------------------------------------------------------------------------------
@@ -130,7 +134,8 @@ async def test_aiokafka_producer_and_group(module_gateway: Any, make_topic: Any,
         for i, c in enumerate(consumers):
             await c.start()
             joined = members[: i + 1]
-            await _async_until(lambda j=joined: log.settled(topic, PARTITIONS, j), GROUP_TIMEOUT_S, f"{joined} assigned")
+            settled = _settled_on(topic, joined)
+            await _async_until(lambda: settled(log), GROUP_TIMEOUT_S, f"{joined} assigned")  # noqa: B023
         produced = await produce_aiokafka(module_gateway.bootstrap, topic, values(topic, RECORDS))
         await _async_until(lambda: log.covers(produced), GROUP_TIMEOUT_S, "every record consumed")
     finally:

@@ -88,7 +88,7 @@ def docker_unavailable_reason() -> str | None:
     except ImportError:
         return "no Docker engine (the docker Python package is not installed)"
     try:
-        client = docker.from_env(timeout=DOCKER_PING_TIMEOUT_S)
+        client = docker.from_env(timeout=DOCKER_PING_TIMEOUT_S)  # type: ignore[attr-defined]
         try:
             client.ping()
         finally:

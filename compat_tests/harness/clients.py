@@ -166,11 +166,14 @@ class ConfluentConsumer(_ThreadedConsumer):
                 batch = consumer.consume(num_messages=500, timeout=POLL_S)
                 good = False
                 for msg in batch:
-                    if msg.error() is not None:
-                        if msg.error().fatal():
-                            raise confluent_kafka.KafkaException(msg.error())
+                    err = msg.error()
+                    if err is not None:
+                        if err.fatal():
+                            raise confluent_kafka.KafkaException(err)
                         continue
-                    self.log.consumed(self.name, msg.topic(), msg.partition(), msg.offset(), msg.value())
+                    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+                    assert topic is not None and partition is not None and offset is not None
+                    self.log.consumed(self.name, topic, partition, offset, msg.value())
                     good = True
                 if good:
                     consumer.commit(asynchronous=False)
