@@ -25,7 +25,7 @@ from coordinator.records import Record
 from coordinator.records.codec import decode, encode
 from coordinator.replay import replay
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.timers import rebalance_key, session_key
+from coordinator.timers import ScheduleTimer, rebalance_key, session_key
 
 G = "g"
 TOPICS = ["t0", "t1", "t2", "t3"]
@@ -78,12 +78,27 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.member_epochs: dict[str, int] = {}
+        self.timers: dict[tuple[str, str, str], int] = {}
         self._metadata()
 
     # -- plumbing --------------------------------------------------------------------------------
 
     def _keep(self, res) -> None:  # type: ignore[no-untyped-def]
         self.records.extend(res.records)
+        for change in res.timers:  # the caller's timer wheel: schedule replaces, cancel removes
+            if isinstance(change, ScheduleTimer):
+                self.timers[change.key] = change.deadline_ms
+            else:
+                self.timers.pop(change.key, None)
+
+    def _fire_due(self) -> None:
+        while True:
+            due = sorted((d, k) for k, d in self.timers.items() if d <= self.now)
+            if not due:
+                return
+            _, key = due[0]
+            del self.timers[key]
+            self._keep(self.coord.on_timer(key, self.now))
 
     def _metadata(self) -> None:
         self._keep(self.coord.on_metadata({n: (self.topic_ids[n], c) for n, c in self.topic_parts.items()}, self.now))
@@ -177,6 +192,22 @@ class CoordinatorMachine(RuleBasedStateMachine):
         key = session_key(G, mid) if kind == "session" else rebalance_key(G, mid)
         self._keep(self.coord.on_timer(key, self.now))
 
+    @rule(ms=st.integers(min_value=1_000, max_value=60_000))
+    def advance_time(self, ms: int) -> None:
+        """Silent members' sessions (45 s) and revocation deadlines (30 s) expire."""
+        self.now += ms
+        self._fire_due()
+
+    @rule(data=st.data(), sub=st.sampled_from(SUBSCRIPTIONS))
+    def resubscribe(self, data: st.DataObject, sub: tuple[tuple[str, ...] | None, str | None]) -> None:
+        """Switch between names and regex: the client sends both fields (an empty list / empty regex
+        clears the other kind)."""
+        c = self._pick(data)
+        if c is not None and c.epoch > 0:
+            names, regex = sub
+            c.subscription = (names if names is not None else (), regex if regex is not None else "")
+            c.sub_changed = True
+
     @rule(topic=st.sampled_from(TOPICS), change=st.sampled_from(["grow", "delete", "recreate", "create"]))
     def metadata(self, topic: str, change: str) -> None:
         if change == "grow" and topic in self.topic_parts:
@@ -221,6 +252,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.member_epochs = epochs
 
     @invariant()
+    def timers_armed(self) -> None:
+        g = self.coord.group(G)
+        if g is None:
+            return
+        for mid, m in g.members.items():
+            assert session_key(G, mid) in self.timers, mid
+            if m.state is MemberState.UNREVOKED_PARTITIONS and m.member_epoch >= 0:
+                assert rebalance_key(G, mid) in self.timers, mid
+
+    @invariant()
     def replay_matches(self) -> None:
         assert {k: v.snapshot() for k, v in replay(self.records).items()} == self.coord.snapshot()
 
@@ -230,7 +271,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if g is not None:
             for mid, m in list(g.members.items()):
                 if m.member_epoch == -2:
-                    self._keep(self.coord.on_timer(session_key(G, mid), self.now))
+                    self.timers[session_key(G, mid)] = self.now
+            self._fire_due()
         for c in self.clients.values():
             c.full_next = True  # a fresh session: like a client after a lost response
         for _ in range(8):
