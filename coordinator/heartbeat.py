@@ -33,7 +33,7 @@ from coordinator.messages import (
 )
 from coordinator.model import Assignment, ConsumerGroup, ConsumerGroupMember, MemberState
 from coordinator.state import NO_RECORDS, CoordinatorState, Result, Tx
-from coordinator.timers import ScheduleTimer, rebalance_key, session_key
+from coordinator.timers import SESSION, ScheduleTimer, rebalance_key, session_key
 
 _STABLE = MemberState.STABLE
 
@@ -161,7 +161,7 @@ def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: 
                 return Result(
                     ConsumerGroupHeartbeatResponse(0, None, mid, epoch, st.config.heartbeat_interval_ms),
                     NO_RECORDS,
-                    (ScheduleTimer(("session", req.group_id, mid), now_ms + session_timeout_of(st, member)),),
+                    (ScheduleTimer((SESSION, req.group_id, mid), now_ms + session_timeout_of(st, member)),),
                 )
     try:
         validate(st, req)
@@ -221,7 +221,9 @@ def _lookup(
             if sid is None or sid == mid:
                 return group.members.get(mid), None, mid
             old = group.members[sid]
-            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # A classic member is replaced at once (online upgrade); a consumer-protocol one only after
+            # it left temporarily (epoch -2).
+            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and not old.uses_classic_protocol:
                 raise ApiError(
                     Errors.UNRELEASED_INSTANCE_ID,
                     f"Static member {sid} with instance id {req.instance_id} is not released yet.",
@@ -276,6 +278,7 @@ def _heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms:
         ),
         rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else base.rebalance_timeout_ms,
         server_assignor=req.server_assignor if req.server_assignor is not None else base.server_assignor,
+        classic_metadata=None,  # whoever sends ConsumerGroupHeartbeat speaks the consumer protocol
     )
     upsert_member(tx, group, updated, now_ms)
     maybe_update_target(tx, group)

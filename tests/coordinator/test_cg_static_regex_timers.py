@@ -158,3 +158,28 @@ def test_on_loaded_arms_timers_for_replayed_members() -> None:
     assert ScheduleTimer(session_key(G, "A"), 45_100) in timers
     assert ScheduleTimer(session_key(G, "B"), 45_100) in timers
     assert ScheduleTimer(rebalance_key(G, "A"), 30_100) in timers
+
+
+def test_consumer_heartbeat_replaces_a_classic_static_member_at_once() -> None:
+    from coordinator.model import ClassicMemberMetadata, ConsumerGroupMember, MemberType
+
+    d = Driver()
+    d.topics({"foo": 2})
+    c = d.coord
+    tx = c.begin()
+    c.upsert_member(tx, G, ConsumerGroupMember(
+        "K", instance_id="i-k", subscribed_topic_names=frozenset({"foo"}), rebalance_timeout_ms=5000,
+        classic_metadata=ClassicMemberMetadata(10_000, (("range", b""),)),
+    ), 0)
+    k = c.reconcile_member(tx, G, "K", {}, 0)
+    d.records.extend(tx.records)
+    parts = dict(k.assigned_partitions)
+    assert parts
+    r = d.hb(G, "N", 0, instance_id="i-k")
+    g = d.group(G)
+    assert r.error_code == 0 and "K" not in g.members
+    n = g.members["N"]
+    assert n.member_type is MemberType.CONSUMER and n.assigned_partitions == parts
+    from coordinator.replay import replay
+
+    assert {k: v.snapshot() for k, v in replay(d.records).items()} == c.snapshot()
