@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -333,7 +333,7 @@ class EventWriter:
         self.close()
 
 
-def structlog_event_logger(stream: IO[str]) -> Any:
+def structlog_event_logger(stream: TextIO) -> Any:
     """A structlog logger whose lines are exactly rebalance events (JSON renderer, no other processors)."""
     import structlog
 

@@ -1,0 +1,321 @@
+"""A self-contained HTML report of a rehearsal (inline SVG, no scripts, no external files).
+
+It compares the client mixes side by side (the question a rehearsal answers: how long do partitions go
+unconsumed under classic eager, classic cooperative, translate mode and the new protocol), shows the
+distribution of per-partition unavailability and the ownership timeline of one group.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rehearsal.events import CLIENT_MIXES
+
+Row = Mapping[str, Any]
+HISTOGRAM_BINS = 20
+MIX_COLOURS = {
+    "classic-eager": "#d62728",
+    "classic-cooperative": "#ff7f0e",
+    "translate": "#1f77b4",
+    "consumer": "#2ca02c",
+}
+MEMBER_COLOURS = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac",
+    "#e15759", "#ff9da7",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class ReportInput:
+    summary: dict[str, Any]
+    groups: Sequence[Row]  # group_summary rows (the report lists the busiest)
+    timeline_group: tuple[str, str] | None = None
+    intervals: Sequence[Row] = field(default_factory=list)  # ownership_intervals of timeline_group
+    partitions: Sequence[Row] = field(default_factory=list)  # partition_unavailability of timeline_group
+    overlaps: Sequence[Row] = field(default_factory=list)  # double_ownership of timeline_group
+    members: Sequence[Row] = field(default_factory=list)  # member_rebalances of timeline_group
+    histogram: dict[str, list[int]] = field(default_factory=dict)  # mix -> count per bin
+    bin_width_ms: float = 1.0
+
+
+def choose_group(groups: Sequence[Row], wanted: str | None) -> tuple[str, str] | None:
+    """wanted is "run/group" or "group"; by default the group with most rebalances (then by name)."""
+    if not groups:
+        return None
+    if wanted:
+        run, _, name = wanted.rpartition("/")
+        for g in sorted(groups, key=lambda g: (g["run"], g["group"])):
+            if g["group"] == name and (not run or g["run"] == run):
+                return (g["run"], g["group"])
+        raise ValueError(f"no group {wanted!r} in the event logs")
+    best = min(groups, key=lambda g: (-g["rebalances"], g["run"], g["group"]))
+    return (best["run"], best["group"])
+
+
+def histogram_width(max_value: float, bins: int = HISTOGRAM_BINS) -> float:
+    return max(max_value, 1) / bins
+
+
+def histogram_bin(value: int, max_value: int, bins: int = HISTOGRAM_BINS) -> int:
+    """Bin of a value in [0, max_value] (integer arithmetic, as the pipeline's `div`)."""
+    return min(value * bins // max(max_value, 1), bins - 1)
+
+
+def histogram(values_by_mix: Mapping[str, Sequence[int]], bins: int = HISTOGRAM_BINS) -> dict[str, list[int]]:
+    top = max((v for vs in values_by_mix.values() for v in vs), default=0)
+    out = {}
+    for mix, values in values_by_mix.items():
+        counts = [0] * bins
+        for v in values:
+            counts[histogram_bin(v, top, bins)] += 1
+        out[mix] = counts
+    return out
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _num(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _mix_table(mixes: Mapping[str, Any]) -> str:
+    rows = []
+    for mix in CLIENT_MIXES:
+        m = mixes.get(mix)
+        if m is None:
+            rows.append([_e(mix)] + ["no data"] + [""] * 10)
+            continue
+        u, r, t = m["unavailability_ms"], m["rebalances_per_member"], m["time_to_stable_ms"]
+        ratio = m["unavailability_ratio"]
+        rows.append([
+            f'<span class="dot" style="background:{MIX_COLOURS[mix]}"></span>{_e(mix)}',
+            _num(m["groups"]), _num(m["partitions"]),
+            _num(u["p50"], 1), _num(u["p90"], 1), _num(u["p99"], 1), _num(u["max"], 0),
+            "–" if ratio is None else f"{ratio:.2%}",
+            _num(r["mean"], 2), _num(m["double_ownership_violations"]),
+            _num(t["max"], 0), _num(m["groups_never_stable"]),
+        ])  # fmt: skip
+    headers = [
+        "client mix", "groups", "partitions", "unavail. p50 ms", "p90 ms", "p99 ms", "max ms",
+        "unavailable share", "rebalances / member", "double ownership", "time to stable max ms",
+        "groups never stable",
+    ]  # fmt: skip
+    return _table(headers, rows, "mixes")
+
+
+def _bar_chart(mixes: Mapping[str, Any]) -> str:
+    """Grouped bars: p50 / p90 / p99 / max partition unavailability for each client mix."""
+    stats = ("p50", "p90", "p99", "max")
+    top = max((mixes[m]["unavailability_ms"][s] or 0 for m in mixes for s in stats), default=0) or 1
+    w, h, left, bottom = 760, 280, 60, 40
+    group_w = (w - left - 20) / len(CLIENT_MIXES)
+    bar_w = group_w / (len(stats) + 1)
+    parts = [f'<svg class="bars" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">']
+    for i in range(5):
+        y = h - bottom - (h - bottom - 20) * i / 4
+        parts.append(f'<line x1="{left}" x2="{w - 10}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        parts.append(f'<text x="{left - 5}" y="{y + 4:.1f}" text-anchor="end">{top * i / 4:,.0f}</text>')
+    for gi, mix in enumerate(CLIENT_MIXES):
+        x0 = left + gi * group_w
+        parts.append(
+            f'<text x="{x0 + group_w / 2:.1f}" y="{h - bottom + 18}" text-anchor="middle">{_e(mix)}</text>'
+        )
+        if mix not in mixes:
+            parts.append(f'<text x="{x0 + group_w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle">no data</text>')
+            continue
+        for si, s in enumerate(stats):
+            v = mixes[mix]["unavailability_ms"][s] or 0
+            bh = (h - bottom - 20) * v / top
+            x = x0 + bar_w * (si + 0.5)
+            op = 0.4 + 0.2 * si
+            parts.append(
+                f'<rect x="{x:.1f}" y="{h - bottom - bh:.1f}" width="{bar_w * 0.9:.1f}" height="{bh:.1f}" '
+                f'fill="{MIX_COLOURS[mix]}" fill-opacity="{op:.1f}"><title>{_e(mix)} {s}: {v:,.1f} ms</title></rect>'
+            )
+            parts.append(f'<text x="{x + bar_w * 0.45:.1f}" y="{h - bottom - bh - 3:.1f}" '
+                         f'text-anchor="middle" class="small">{s}</text>')  # fmt: skip
+    parts.append(f'<text x="12" y="{(h - bottom) / 2:.0f}" transform="rotate(-90 12 {(h - bottom) / 2:.0f})" '
+                 'text-anchor="middle">ms without owner (per partition)</text></svg>')  # fmt: skip
+    return "".join(parts)
+
+
+def _histograms(hist: Mapping[str, Sequence[int]], width_ms: float) -> str:
+    out = []
+    w, h, left, bottom = 360, 160, 40, 30
+    for mix in CLIENT_MIXES:
+        counts = hist.get(mix)
+        if not counts:
+            continue
+        top = max(counts) or 1
+        bw = (w - left - 10) / len(counts)
+        parts = [f'<figure><figcaption>{_e(mix)}</figcaption><svg width="{w}" height="{h}" role="img">']
+        for i, c in enumerate(counts):
+            bh = (h - bottom - 10) * c / top
+            lo = i * width_ms
+            parts.append(
+                f'<rect x="{left + i * bw:.1f}" y="{h - bottom - bh:.1f}" width="{bw * 0.92:.1f}" '
+                f'height="{bh:.1f}" fill="{MIX_COLOURS[mix]}"><title>{lo:,.0f}–{lo + width_ms:,.0f} ms: '
+                f"{c} partitions</title></rect>"
+            )
+        parts.append(f'<text x="{left}" y="{h - 10}" class="small">0</text>')
+        parts.append(
+            f'<text x="{w - 10}" y="{h - 10}" text-anchor="end" class="small">'
+            f"{width_ms * len(counts):,.0f} ms</text>"
+        )
+        parts.append(f'<text x="{left - 4}" y="16" text-anchor="end" class="small">{top}</text></svg></figure>')
+        out.append("".join(parts))
+    return '<div class="hists">' + "".join(out) + "</div>" if out else "<p>No partitions.</p>"
+
+
+def _timeline(data: ReportInput) -> str:
+    if data.timeline_group is None:
+        return "<p>No group in the event logs.</p>"
+    rows = sorted({(p["topic"], p["partition"]) for p in data.partitions} | {
+        (i["topic"], i["partition"]) for i in data.intervals
+    })  # fmt: skip
+    if not rows:
+        return "<p>This group has no partitions.</p>"
+    start = min([p["window_start_ms"] for p in data.partitions] + [i["start_ms"] for i in data.intervals])
+    end = max([p["window_end_ms"] for p in data.partitions] + [i["end_ms"] for i in data.intervals])
+    span = max(end - start, 1)
+    members = sorted({i["member"] for i in data.intervals})
+    colour = {m: MEMBER_COLOURS[k % len(MEMBER_COLOURS)] for k, m in enumerate(members)}
+    row_h, left, w = 18, 110, 900
+    h = row_h * len(rows) + 40
+    x = lambda t: left + (w - left - 10) * (t - start) / span  # noqa: E731
+    y = {tp: 10 + k * row_h for k, tp in enumerate(rows)}
+    parts = [f'<svg class="timeline" width="{w}" height="{h}" role="img">']
+    for tp, ty in y.items():
+        parts.append(f'<rect x="{left}" y="{ty}" width="{w - left - 10}" height="{row_h - 4}" class="unowned">'
+                     "<title>no owner</title></rect>")  # fmt: skip
+        parts.append(f'<text x="{left - 6}" y="{ty + row_h - 7}" text-anchor="end">{_e(tp[0])}-{tp[1]}</text>')
+    for i in data.intervals:
+        ty = y[(i["topic"], i["partition"])]
+        parts.append(
+            f'<rect x="{x(i["start_ms"]):.1f}" y="{ty}" width="{max(x(i["end_ms"]) - x(i["start_ms"]), 0.5):.1f}" '
+            f'height="{row_h - 4}" fill="{colour[i["member"]]}" fill-opacity="0.85"><title>{_e(i["member"])}: '
+            f'{i["start_ms"]}–{i["end_ms"]} ms, ended by {_e(i["ended_by"])}</title></rect>'
+        )
+    for o in data.overlaps:
+        ty = y[(o["topic"], o["partition"])]
+        parts.append(
+            f'<rect x="{x(o["overlap_start_ms"]):.1f}" y="{ty - 1}" '
+            f'width="{max(x(o["overlap_end_ms"]) - x(o["overlap_start_ms"]), 0.5):.1f}" height="{row_h - 2}" '
+            f'class="double"><title>double ownership {_e(o["member_a"])} + {_e(o["member_b"])}: '
+            f'{o["overlap_ms"]} ms</title></rect>'
+        )
+    for k in range(6):
+        t = start + span * k / 5
+        parts.append(f'<text x="{x(t):.1f}" y="{h - 8}" text-anchor="middle" class="small">{t:,.0f}</text>')
+    parts.append("</svg>")
+    legend = "".join(
+        f'<span class="dot" style="background:{colour[m]}"></span>{_e(m)} ' for m in members
+    ) + '<span class="dot unowned"></span>no owner <span class="dot double"></span>double ownership'
+    return "".join(parts) + f'<p class="legend">{legend}</p>'
+
+
+def _members_table(members: Sequence[Row]) -> str:
+    cols = ("member", "rebalances", "partitions_gained", "partitions_lost", "assignments_received",
+            "joins", "leaves", "fenced")  # fmt: skip
+    rows = [[_e(m[c]) for c in cols] for m in sorted(members, key=lambda m: (-m["rebalances"], m["member"]))]
+    return _table(cols, rows)
+
+
+def _groups_table(groups: Sequence[Row], limit: int = 30) -> str:
+    cols = ("run", "group", "client_mix", "members", "partitions", "rebalances", "unavailable_ms",
+            "max_partition_unavailable_ms", "double_ownership_violations", "time_to_stable_ms",
+            "stable_at_end")  # fmt: skip
+    top = sorted(groups, key=lambda g: (-g["rebalances"], g["run"], g["group"]))[:limit]
+    return _table(cols, [[_e(g[c]) for c in cols] for g in top])
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
+svg text{font-size:11px;fill:#333}.small{font-size:9px}.grid{stroke:#eee}
+.unowned{fill:#fbd5d0}.double{fill:none;stroke:#b00;stroke-width:2}
+.dot{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px;border-radius:2px}
+span.dot.double{border:2px solid #b00;background:none}span.dot.unowned{background:#fbd5d0}
+.hists{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px}
+.figures{display:grid;grid-template-columns:repeat(4,auto);gap:4px 24px;font-size:14px}
+"""
+
+
+def render(data: ReportInput) -> str:
+    s = data.summary
+    mixes = s.get("client_mixes", {})
+    figures = [
+        ("events", s.get("events")), ("runs", s.get("runs_count")), ("groups", s.get("groups")),
+        ("members", s.get("members")), ("partitions", s.get("partitions")),
+        ("unavailable ms (sum)", s.get("unavailable_ms")),
+        ("double ownership violations", s.get("double_ownership_violations")),
+        ("double ownership ms", s.get("double_ownership_ms")),
+    ]  # fmt: skip
+    runs = _table(
+        ("run", "groups", "first disturbance ms", "last stable ms", "time to stable ms"),
+        [[_e(r), _e(v["groups"]), _e(v["first_disturbance_ms"]), _e(v["last_stable_ms"]),
+          _e(v["time_to_stable_ms"] if v["time_to_stable_ms"] is not None else "not stable")]
+         for r, v in s.get("runs", {}).items()],
+    )  # fmt: skip
+    title = "group " + "/".join(data.timeline_group) if data.timeline_group else "no group"
+    body = [
+        "<h1>groupgate rehearsal report</h1>",
+        '<div class="figures">' + "".join(f"<div>{_e(k)}</div><div><b>{_num(v)}</b></div>" for k, v in figures)
+        + "</div>",
+        '<h2 id="client-mixes">Client mixes side by side</h2>',
+        "<p>Per-partition time without an owner within its group's window (ms), by fleet variant.</p>",
+        _mix_table(mixes),
+        _bar_chart(mixes),
+        '<h2 id="unavailability">Partition unavailability distribution</h2>',
+        f"<p>Partitions per bin of {data.bin_width_ms:,.1f} ms without owner.</p>",
+        _histograms(data.histogram, data.bin_width_ms),
+        f'<h2 id="timeline">Ownership timeline: {_e(title)}</h2>',
+        _timeline(data),
+        _members_table(data.members),
+        '<h2 id="runs">Time to stable per run</h2>',
+        runs,
+        '<h2 id="groups">Groups (most rebalances first)</h2>',
+        _groups_table(data.groups),
+    ]  # fmt: skip
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>groupgate rehearsal report</title>'
+        f"<style>{_CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
+
+
+def from_oracle(metrics: Any, group: str | None = None) -> ReportInput:
+    """Report input from oracle.Metrics (small logs, and tests)."""
+    chosen = choose_group(metrics.group_summary, group)
+    mine = lambda rows: [r for r in rows if (r["run"], r["group"]) == chosen]  # noqa: E731
+    values: dict[str, list[int]] = {}
+    for p in metrics.partition_unavailability:
+        values.setdefault(p["client_mix"], []).append(p["unavailable_ms"])
+    top = max((p["unavailable_ms"] for p in metrics.partition_unavailability), default=0)
+    return ReportInput(
+        summary=metrics.summary,
+        groups=metrics.group_summary,
+        timeline_group=chosen,
+        intervals=mine(metrics.ownership_intervals),
+        partitions=mine(metrics.partition_unavailability),
+        overlaps=mine(metrics.double_ownership),
+        members=mine(metrics.member_rebalances),
+        histogram=histogram(values),
+        bin_width_ms=histogram_width(top),
+    )
