@@ -1,0 +1,338 @@
+"""Group type conversion: KIP-848 "Supporting Online Consumer Group Upgrade" (and its way back).
+
+Upgrade (classic -> consumer) happens on the first ConsumerGroupHeartbeat with member epoch 0 for
+a group that is a classic group:
+- an EMPTY classic group (no members: a simple group holding offsets, or one every member left)
+  is deleted (GroupMetadata tombstone) whatever the migration policy; the heartbeat then creates a
+  fresh consumer group;
+- a non-empty one is converted only when the policy allows upgrades, its protocol type is
+  ``consumer`` and its size fits the consumer group max size; otherwise GROUP_ID_NOT_FOUND. A
+  custom client assignor's userData in any member assignment refuses it too (it would be lost),
+  and so does an embedded subscription or assignment that cannot be read.
+The converted group starts at group epoch = target assignment epoch = the classic generation
+("the group epoch starts at the current group generation"); each classic member becomes a member
+at that epoch, STABLE, whose current AND target assignment are its last classic assignment. Its
+classic metadata (session timeout, protocols) is kept and its session timer restarts with its
+classic session timeout. Pending JoinGroup / SyncGroup calls are answered REBALANCE_IN_PROGRESS
+so those members rejoin through the per-member translation (translate/classic_member.py).
+Records, in Kafka's order: GroupMetadata tombstone; per member its subscription; group epoch;
+per member its target assignment; target assignment epoch; per member its current assignment.
+
+A classic group still in its first rebalance has no protocol yet: the protocol every member
+supports is chosen the way a generation would choose it, and the group converts at epoch 0 with
+no assignment (its members are answered REBALANCE_IN_PROGRESS and rejoin the consumer group).
+
+Downgrade (consumer -> classic, "When the last consumer using the new rebalance protocol leaves
+the group, the group is converted back") happens instead of removing the leaving members when:
+the policy allows downgrades; one of the leaving members uses the consumer protocol; every
+remaining member uses the classic protocol; at least one member remains; and they fit the classic
+group max size. The classic group gets generation = group epoch, protocol type ``consumer``, the
+protocol most members prefer among those all support, leader = the first member, and as each
+member's assignment its TARGET assignment encoded at its subscription version. It is STABLE and,
+because a member left, goes straight to PreparingRebalance (join timer = the rebalance timeout):
+members at the group epoch learn it from Heartbeat, members behind it get ILLEGAL_GENERATION.
+Records: the consumer group's tombstones, then the classic group's GroupMetadata record.
+
+All checks happen before any state changes, so a refused conversion leaves both groups as they
+were. Persisting the records is the caller's job (write-ahead, as for every Result).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Collection
+
+from coordinator import records as rec
+from coordinator.model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+)
+from coordinator.records import Record, RecordType
+from coordinator.service import ConsumerGroupCoordinator
+from coordinator.timers import rebalance_key, session_key
+from translate.classic_coordinator import ClassicGroupCoordinator
+from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
+from translate.classic_join import join_error
+from translate.classic_member import ClassicMemberTranslator
+from translate.classic_messages import JoinGroupRequestProtocol, SyncGroupResponse
+from translate.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolAssignment,
+    MalformedEmbeddedProtocol,
+    TopicPartitions,
+    announced_version,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
+from translate.errors import ApiError, Errors
+from translate.group_records import GroupMetadataRecord
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Result, timer_key
+
+
+class MigrationPolicy(enum.Enum):
+    """``group.consumer.migration.policy``: which online conversions are allowed."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @classmethod
+    def parse(cls, value: str | MigrationPolicy) -> MigrationPolicy:
+        """Case-insensitive, as Kafka reads the setting."""
+        if isinstance(value, MigrationPolicy):
+            return value
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ValueError(
+                f"invalid migration policy {value!r}: expected one of {', '.join(p.value for p in cls)}"
+            ) from None
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
+class GroupConverter:
+    """Converts groups between the classic coordinator and the consumer group coordinator."""
+
+    def __init__(
+        self,
+        coordinator: ConsumerGroupCoordinator,
+        classic_groups: ClassicGroupCoordinator,
+        classic_members: ClassicMemberTranslator,
+        policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
+        downgrade_allowed: bool = True,
+    ) -> None:
+        self.coordinator = coordinator
+        self.classic_groups = classic_groups
+        self.classic_members = classic_members
+        self.policy = policy
+        # False in ``translate`` mode: groups run as consumer groups for good.
+        self.downgrade_allowed = downgrade_allowed
+
+    # ---- upgrade -----------------------------------------------------------------------------
+    def delete_empty_classic_group(self, group: ClassicGroup, now_ms: int, out: Result) -> None:
+        """An empty classic group makes way for a consumer group, whatever the policy."""
+        gid = group.group_id
+        rb = self.classic_groups.rebalancer
+        for kind in (JOIN_TIMER, SYNC_TIMER):
+            rb.cancel(out, timer_key(kind, gid))
+        for member_id in sorted(group.pending_members):
+            rb.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
+        group.transition_to(ClassicGroupState.DEAD, now_ms)
+        del self.classic_groups.groups[gid]
+        out.records.append(GroupMetadataRecord(gid, None))
+
+    def upgrade(self, group: ClassicGroup, now_ms: int, out: Result, joiner_replaces: bool = False) -> None:
+        """Convert a non-empty classic group; raises ApiError (nothing changed) when it may not be.
+        ``joiner_replaces``: the joining member takes a classic static member's place, so the group
+        does not grow."""
+        members = self._converted_members(group, joiner_replaces)
+        gid = group.group_id
+        generation = group.generation_id
+        # Every parked request gets an answer: its member rejoins the consumer group.
+        for m in group.members.values():
+            if m.awaiting_join is not None:
+                out.respond(m.awaiting_join.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, m.member_id))
+                group.set_awaiting_join(m, None)
+            if m.awaiting_sync is not None:
+                out.respond(m.awaiting_sync.request_key, SyncGroupResponse(error_code=Errors.REBALANCE_IN_PROGRESS))
+                m.awaiting_sync = None
+        rb = self.classic_groups.rebalancer
+        for kind in (JOIN_TIMER, SYNC_TIMER):
+            rb.cancel(out, timer_key(kind, gid))
+        for member_id in [*group.members, *sorted(group.pending_members)]:
+            rb.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
+        del self.classic_groups.groups[gid]
+        out.records.append(GroupMetadataRecord(gid, None))
+
+        tx = self.coordinator.begin()
+        for member in members:
+            tx.emit(rec.member_metadata(gid, member))
+        tx.emit(rec.group_epoch(gid, generation))
+        for member in members:
+            tx.emit(rec.target_member(gid, member.member_id, member.assigned_partitions))
+        tx.emit(rec.target_epoch(gid, generation))
+        for member in members:
+            tx.emit(rec.current_assignment(gid, member))
+        for member in members:
+            assert member.classic_metadata is not None
+            tx.schedule(session_key(gid, member.member_id), now_ms + member.classic_metadata.session_timeout_ms)
+        out.records.extend(tx.records)
+        out.timers.extend(tx.timers)
+
+    def upgrade_refusal(self, group: ClassicGroup, joiner_replaces: bool = False) -> str | None:
+        """Why a non-empty classic group may not be converted, or None."""
+        if not self.policy.upgrade_enabled:
+            return f"the migration policy {self.policy.value} does not allow upgrades"
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return f"its protocol type is {group.protocol_type!r}, not {CONSUMER_PROTOCOL_TYPE!r}"
+        limit = self.coordinator.state.config.max_group_size
+        if limit is not None and len(group.members) > limit:
+            return f"its {len(group.members)} members exceed the consumer group max size {limit}"
+        try:
+            self._converted_members(group, joiner_replaces)
+        except ApiError as exc:
+            return exc.message
+        return None
+
+    def _converted_members(self, group: ClassicGroup, joiner_replaces: bool) -> list[ConsumerGroupMember]:
+        protocol = group.protocol_name
+        if protocol is None:
+            # Still in its first rebalance: no generation has chosen a protocol yet.
+            if not group.candidate_protocols():
+                raise ApiError(Errors.GROUP_ID_NOT_FOUND, "its members share no protocol")
+            protocol = group.select_protocol()
+        topics = self.coordinator.state.topics
+        generation = group.generation_id
+        out: list[ConsumerGroupMember] = []
+        for m in group.members.values():
+            try:
+                subscription = decode_subscription(m.metadata(protocol))
+                assignment = decode_assignment(m.assignment)
+            except (MalformedEmbeddedProtocol, KeyError) as exc:
+                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id}: {exc}") from exc
+            if assignment.user_data:
+                # A custom client assignor's data would be lost (KAFKA-18134).
+                raise ApiError(
+                    Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id} has a custom assignor's userData"
+                )
+            assigned: dict[uuid.UUID, frozenset[int]] = {}
+            for tp in assignment.assigned_partitions:
+                meta = topics.get(tp.topic)
+                if meta is not None and tp.partitions:
+                    assigned[meta.topic_id] = assigned.get(meta.topic_id, frozenset()) | frozenset(tp.partitions)
+            out.append(
+                ConsumerGroupMember(
+                    member_id=m.member_id,
+                    instance_id=m.group_instance_id,
+                    rack_id=subscription.rack_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=frozenset(subscription.topics),
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    classic_metadata=ClassicMemberMetadata(
+                        m.session_timeout_ms, tuple((p.name, p.metadata) for p in m.supported_protocols)
+                    ),
+                    member_epoch=generation,
+                    previous_member_epoch=generation,
+                    state=MemberState.STABLE,
+                    assigned_partitions=assigned or EMPTY_ASSIGNMENT,
+                )
+            )
+        return out
+
+    # ---- downgrade ---------------------------------------------------------------------------
+    def should_downgrade(self, group: ConsumerGroup, leaving: Collection[str]) -> bool:
+        """Whether removing ``leaving`` must turn the group back into a classic group."""
+        if not self.downgrade_allowed or not self.policy.downgrade_enabled:
+            return False
+        members = group.members
+        if not any(mid in members and not members[mid].uses_classic_protocol for mid in leaving):
+            return False
+        remaining = [m for mid, m in members.items() if mid not in leaving]
+        if not remaining or any(not m.uses_classic_protocol for m in remaining):
+            return False
+        if len(remaining) > self.classic_groups.rebalancer.config.max_size:
+            return False
+        return bool(_common_protocols(remaining))
+
+    def downgrade(self, group: ConsumerGroup, leaving: Collection[str], now_ms: int, out: Result) -> ClassicGroup:
+        """Replace the consumer group by a classic group of its remaining (classic) members."""
+        gid = group.group_id
+        epoch = group.group_epoch
+        remaining = [m for mid, m in group.members.items() if mid not in leaving]
+        targets = {m.member_id: group.target_assignment.get(m.member_id, EMPTY_ASSIGNMENT) for m in remaining}
+        names = {meta.topic_id: name for name, meta in self.coordinator.state.topics.items()}
+        for name, meta in group.subscription_metadata.items():
+            names.setdefault(meta.topic_id, name)
+
+        tx = self.coordinator.begin()
+        member_ids = list(group.members)
+        for mid in member_ids:
+            tx.emit(rec.current_assignment_tombstone(gid, mid))
+        for mid in member_ids:
+            if mid in group.target_assignment:
+                tx.emit(rec.target_member_tombstone(gid, mid))
+        tx.emit(Record(RecordType.TARGET_ASSIGNMENT_METADATA, gid, None, None))
+        for mid in member_ids:
+            tx.emit(rec.member_metadata_tombstone(gid, mid))
+        for regex in list(group.resolved_regexes):
+            tx.emit(rec.regular_expression_tombstone(gid, regex))
+        tx.emit(Record(RecordType.PARTITION_METADATA, gid, None, None))
+        tx.emit(Record(RecordType.GROUP_METADATA, gid, None, None))
+        for mid in member_ids:
+            tx.cancel(session_key(gid, mid))
+            tx.cancel(rebalance_key(gid, mid))
+        out.records.extend(tx.records)
+        out.timers.extend(tx.timers)
+        for mid in member_ids:
+            self.classic_members.cancel_member_timers(out, gid, mid)
+
+        classic = ClassicGroup(
+            gid,
+            state=ClassicGroupState.STABLE,
+            previous_state=ClassicGroupState.COMPLETING_REBALANCE,
+            state_timestamp_ms=now_ms,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            generation_id=epoch,
+        )
+        for m in remaining:
+            cm = m.classic_metadata
+            assert cm is not None
+            classic.add(
+                ClassicGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    session_timeout_ms=cm.session_timeout_ms,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    supported_protocols=[JoinGroupRequestProtocol(n, md) for n, md in cm.supported_protocols],
+                )
+            )
+        classic.protocol_name = classic.select_protocol()
+        for cmember in classic.members.values():
+            version = announced_version(cmember.metadata(classic.protocol_name))
+            cmember.assignment = encode_assignment(
+                ConsumerProtocolAssignment(_named(targets[cmember.member_id], names), None, version)
+            )
+        self.classic_groups.groups[gid] = classic
+        rb = self.classic_groups.rebalancer
+        out.records.append(rb.group_record(classic))
+        for cmember in classic.members.values():
+            rb.reschedule_heartbeat(out, classic, cmember, now_ms)
+        # A member left: the remaining ones rebalance under the classic protocol.
+        rb.prepare_rebalance(out, classic, now_ms)
+        return classic
+
+
+def _common_protocols(members: list[ConsumerGroupMember]) -> set[str]:
+    common: set[str] | None = None
+    for m in members:
+        assert m.classic_metadata is not None
+        names = {name for name, _ in m.classic_metadata.supported_protocols}
+        common = names if common is None else common & names
+    return common or set()
+
+
+def _named(assignment: Assignment, names: dict[uuid.UUID, str]) -> list[TopicPartitions]:
+    result = [
+        TopicPartitions(names[topic_id], tuple(sorted(parts)))
+        for topic_id, parts in assignment.items()
+        if parts and topic_id in names
+    ]
+    return sorted(result, key=lambda tp: tp.topic)

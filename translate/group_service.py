@@ -1,0 +1,509 @@
+"""The group service: the ONE sans-I/O entry point the gateway calls for every group API.
+
+It owns both group types - classic groups (translate/classic_*.py) and consumer groups
+(coordinator/) - routes each request to the right one, converts groups between them (KIP-848
+"Supporting Online Consumer Group Upgrade", translate/conversion.py) and rebuilds both from their
+records.
+
+API (stable; every request is a decoded dataclass, ``request_key`` is an opaque hashable the
+caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
+
+    svc = GroupService(GroupServiceConfig(migration_policy="bidirectional", classic_groups="native"),
+                       coordinator_config=CoordinatorConfig(...), new_member_id=lambda client_id: ...)
+    for key, value in stored_records: svc.replay_bytes(key, value)   # GroupMetadata and consumer group records
+    svc.on_metadata({topic: (topic_id, partitions)}, now_ms)          # whenever metadata changes
+    svc.on_loaded(now_ms)                                             # after replay: arm timers
+    result = svc.handle(request, request_key, now_ms)                 # any request type below
+    result = svc.on_timer(key, now_ms)                                # a timer the service armed fired
+
+``handle`` takes JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest
+(translate.classic_messages), ConsumerGroupHeartbeatRequest (coordinator.messages),
+ConsumerGroupDescribeRequest, DescribeGroupsRequest, ListGroupsRequest, DeleteGroupsRequest,
+OffsetCommitCheck, OffsetFetchCheck (translate.group_messages). It returns a ``GroupResult``:
+``responses`` (each ``Reply(request_key, body)``; a JoinGroup / SyncGroup may be parked and
+answered by a later call, and one call may answer several requests), ``records`` to make durable
+BEFORE releasing any response of the same result (``GroupMetadataRecord`` for classic groups,
+``coordinator.records.Record`` for consumer groups; ``encode_record`` turns either into key/value
+bytes), and ``timers`` (``ScheduleTimer`` replaces the timer with the same key, ``CancelTimer``
+disarms it; keys are ``(kind, group id, member id)``).
+
+Modes (``classic_groups``): ``native`` (default) keeps Kafka's semantics - a group joined with
+JoinGroup is a classic group (client-side assignment, group-wide rebalances) until a
+new-protocol member converts it. ``translate`` runs every group with protocol type ``consumer``
+as a consumer group from its first member: legacy clients get server-side assignment (the
+configured default assignor) and per-member incremental rebalances without any client change.
+Groups of other protocol types (e.g. Connect) stay classic; consumer groups never downgrade.
+
+Not modelled: a failed write. The caller must not apply a result whose records could not be
+written, and should fail over (replay) instead, as Kafka's coordinator does on a write failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator import records as rec
+from coordinator.config import CoordinatorConfig
+from coordinator.errors import ApiError
+from coordinator.heartbeat import error_response, validate
+from coordinator.messages import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from coordinator.model import ConsumerGroup, MemberState
+from coordinator.records import Record as ConsumerGroupRecord
+from coordinator.records.codec import decode as decode_consumer_record
+from coordinator.records.codec import encode as encode_consumer_record
+from coordinator.service import ConsumerGroupCoordinator
+from coordinator.state import Result as CoordinatorResult
+from coordinator.timers import REBALANCE, SESSION, TimerChange, TimerKey
+from translate.classic_coordinator import ClassicGroupCoordinator
+from translate.classic_member import (
+    CLASSIC_MEMBER_JOIN_TIMER,
+    CLASSIC_MEMBER_SYNC_TIMER,
+    ClassicMemberTranslator,
+)
+from translate.classic_messages import (
+    BATCH_LEAVE_VERSION,
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberResponse,
+    SyncGroupRequest,
+)
+from translate.classic_rebalance import ClassicGroupConfig
+from translate.conversion import GroupConverter, MigrationPolicy
+from translate.embedded import CONSUMER_PROTOCOL_TYPE
+from translate.errors import Errors
+from translate.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCheckResponse,
+    OffsetCommitCheck,
+    OffsetFetchCheck,
+)
+from translate.group_records import GroupMetadataRecord, decode_record, encode_record
+from translate.group_views import describe_groups, list_groups
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
+from translate.result import Result as ClassicResult
+
+RequestKey = Hashable
+AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
+
+_CLASSIC_GROUP_TIMERS = frozenset({JOIN_TIMER, SYNC_TIMER, HEARTBEAT_TIMER})
+_CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER})
+# The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16.
+_GROUP_METADATA_KEY_VERSION = 2
+
+
+class ClassicGroupsMode(enum.Enum):
+    NATIVE = "native"
+    TRANSLATE = "translate"
+
+    @classmethod
+    def parse(cls, value: str | ClassicGroupsMode) -> ClassicGroupsMode:
+        if isinstance(value, ClassicGroupsMode):
+            return value
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ValueError(f"invalid classic_groups mode {value!r}: expected native or translate") from None
+
+
+@dataclass(slots=True)
+class GroupServiceConfig:
+    migration_policy: MigrationPolicy | str = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
+    classic_groups: ClassicGroupsMode | str = ClassicGroupsMode.NATIVE
+    classic: ClassicGroupConfig = field(default_factory=ClassicGroupConfig)
+    # Off (Kafka's behaviour): DescribeGroups answers a consumer group GROUP_ID_NOT_FOUND / Dead.
+    describe_consumer_groups_as_classic: bool = False
+
+    def __post_init__(self) -> None:
+        self.migration_policy = MigrationPolicy.parse(self.migration_policy)
+        self.classic_groups = ClassicGroupsMode.parse(self.classic_groups)
+
+    @property
+    def policy(self) -> MigrationPolicy:
+        assert isinstance(self.migration_policy, MigrationPolicy)
+        return self.migration_policy
+
+    @property
+    def mode(self) -> ClassicGroupsMode:
+        assert isinstance(self.classic_groups, ClassicGroupsMode)
+        return self.classic_groups
+
+
+@dataclass(slots=True)
+class Reply:
+    request_key: RequestKey
+    body: Any
+
+
+@dataclass(slots=True)
+class GroupResult:
+    responses: list[Reply] = field(default_factory=list)
+    records: list[AnyRecord] = field(default_factory=list)
+    timers: list[TimerChange] = field(default_factory=list)
+
+    def response_to(self, request_key: RequestKey) -> Any:
+        for reply in self.responses:
+            if reply.request_key == request_key:
+                return reply.body
+        return None
+
+    def take(self, other: ClassicResult) -> None:
+        self.responses.extend(Reply(r.request_key, r.body) for r in other.responses)
+        self.records.extend(other.records)
+        self.timers.extend(other.timers)
+
+    def take_coordinator(self, other: CoordinatorResult[Any]) -> None:
+        self.records.extend(other.records)
+        self.timers.extend(other.timers)
+
+
+def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
+    if isinstance(record, GroupMetadataRecord):
+        return encode_record(record)
+    return encode_consumer_record(record)
+
+
+def _counting_member_ids() -> Callable[[str], str]:
+    counter = itertools.count(1)
+    return lambda client_id: f"{client_id}-{next(counter)}"
+
+
+class GroupService:
+    def __init__(
+        self,
+        config: GroupServiceConfig | None = None,
+        coordinator_config: CoordinatorConfig | None = None,
+        new_member_id: Callable[[str], str] | None = None,
+    ) -> None:
+        self.config = config or GroupServiceConfig()
+        ids = new_member_id or _counting_member_ids()
+        self.coordinator = ConsumerGroupCoordinator(coordinator_config)
+        self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
+        self.classic_members = ClassicMemberTranslator(self.coordinator, ids, self.config.classic)
+        self.converter = GroupConverter(
+            self.coordinator,
+            self.classic_groups,
+            self.classic_members,
+            self.config.policy,
+            downgrade_allowed=self.config.mode is ClassicGroupsMode.NATIVE,
+        )
+
+    # ---- dispatch ----------------------------------------------------------------------------
+    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> GroupResult:
+        if isinstance(request, JoinGroupRequest):
+            return self.join_group(request, request_key, now_ms)
+        if isinstance(request, SyncGroupRequest):
+            return self.sync_group(request, request_key, now_ms)
+        if isinstance(request, HeartbeatRequest):
+            return self.heartbeat(request, request_key, now_ms)
+        if isinstance(request, LeaveGroupRequest):
+            return self.leave_group(request, request_key, now_ms)
+        if isinstance(request, ConsumerGroupHeartbeatRequest):
+            return self.consumer_group_heartbeat(request, request_key, now_ms)
+        out = GroupResult()
+        if isinstance(request, ConsumerGroupDescribeRequest):
+            body: object = ConsumerGroupDescribeResponse(self.coordinator.describe(request.group_ids))
+        elif isinstance(request, DescribeGroupsRequest):
+            body = DescribeGroupsResponse(describe_groups(self, request))
+        elif isinstance(request, ListGroupsRequest):
+            body = ListGroupsResponse(list_groups(self, request))
+        elif isinstance(request, DeleteGroupsRequest):
+            body = self._delete_groups(out, request, now_ms)
+        elif isinstance(request, OffsetCommitCheck):
+            body = OffsetCheckResponse(self.validate_offset_commit(request, now_ms))
+        elif isinstance(request, OffsetFetchCheck):
+            body = OffsetCheckResponse(self.validate_offset_fetch(request))
+        else:
+            raise TypeError(f"not a group request: {type(request).__name__}")
+        out.responses.append(Reply(request_key, body))
+        return out
+
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        if self.classic_groups.group(group_id) is not None:
+            return None
+        return self.coordinator.group(group_id)
+
+    # ---- classic protocol --------------------------------------------------------------------
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        gid = request.group_id
+        if self.classic_groups.group(gid) is not None:
+            out.take(self.classic_groups.join_group(request, request_key, now_ms))
+            return out
+        group = self.coordinator.group(gid)
+        translate = self.config.mode is ClassicGroupsMode.TRANSLATE
+        if group is not None and not group.members and not translate:
+            # An empty consumer group makes way for a classic group (Kafka deletes it on JoinGroup).
+            out.take_coordinator(self.coordinator.delete_group(gid))
+            group = None
+        if group is None and translate and request.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            self.coordinator.get_or_create_group(gid)
+            out.take(self.classic_members.join_group(request, request_key, now_ms))
+            self._forget_if_unwritten(gid)
+            return out
+        if group is None:
+            out.take(self.classic_groups.join_group(request, request_key, now_ms))
+            return out
+        out.take(self.classic_members.join_group(request, request_key, now_ms))
+        return out
+
+    def _forget_if_unwritten(self, group_id: str) -> None:
+        """A consumer group created for a join that was refused (or answered MEMBER_ID_REQUIRED)
+        has no record behind it: drop it so that state stays equal to the replay of records."""
+        group = self.coordinator.group(group_id)
+        if group is not None and not group.members and group.group_epoch == 0 and group.assignment_epoch == 0:
+            del self.coordinator.state.groups[group_id]
+
+    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        if self._consumer_group(request.group_id) is not None:
+            out.take(self.classic_members.sync_group(request, request_key, now_ms))
+        else:
+            out.take(self.classic_groups.sync_group(request, request_key, now_ms))
+        return out
+
+    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        if self._consumer_group(request.group_id) is not None:
+            out.take(self.classic_members.heartbeat(request, request_key, now_ms))
+        else:
+            out.take(self.classic_groups.heartbeat(request, request_key, now_ms))
+        return out
+
+    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        group = self._consumer_group(request.group_id)
+        if group is None:
+            out.take(self.classic_groups.leave_group(request, request_key, now_ms))
+            return out
+        result = ClassicResult()
+        leaving: list[str] = []
+        members: list[MemberResponse] = []
+        for identity in request.members:
+            error = Errors.NONE
+            member_id: str | None = None
+            if identity.group_instance_id is None:
+                member = group.members.get(identity.member_id)
+                if member is None or not member.uses_classic_protocol:
+                    error = Errors.UNKNOWN_MEMBER_ID
+                else:
+                    member_id = member.member_id
+            else:
+                # Static members (either protocol) may be removed by instance id, e.g. by an admin.
+                owner = group.static_members.get(identity.group_instance_id)
+                if owner is None:
+                    error = Errors.UNKNOWN_MEMBER_ID
+                elif identity.member_id != UNKNOWN_MEMBER_ID and identity.member_id != owner:
+                    error = Errors.FENCED_INSTANCE_ID
+                else:
+                    member_id = owner
+            if member_id is not None and member_id not in leaving:
+                leaving.append(member_id)
+            members.append(MemberResponse(identity.member_id, identity.group_instance_id, error))
+        if leaving:
+            if self.converter.should_downgrade(group, leaving):
+                self.converter.downgrade(group, leaving, now_ms, result)
+            else:
+                # One epoch bump for the whole batch, as Kafka does.
+                tx = self.coordinator.begin()
+                self.coordinator.remove_members(tx, group.group_id, leaving, now_ms)
+                result.records.extend(tx.records)
+                result.timers.extend(tx.timers)
+                for member_id in leaving:
+                    self.classic_members.cancel_member_timers(result, group.group_id, member_id)
+        response = LeaveGroupResponse(members=members)
+        if request.api_version < BATCH_LEAVE_VERSION and members:
+            response.error_code = members[0].error_code
+        result.respond(request_key, response)
+        out.take(result)
+        return out
+
+    # ---- new protocol ------------------------------------------------------------------------
+    def consumer_group_heartbeat(
+        self, request: ConsumerGroupHeartbeatRequest, request_key: RequestKey, now_ms: int
+    ) -> GroupResult:
+        out = GroupResult()
+        try:
+            validate(self.coordinator.state, request)
+            if request.member_epoch == JOIN_GROUP_MEMBER_EPOCH:
+                request = self._before_join(out, request, now_ms)
+            elif request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH and self._leave_downgrades(
+                out, request, request_key, now_ms
+            ):
+                return out
+        except ApiError as exc:
+            out.responses.append(Reply(request_key, error_response(exc)))
+            return out
+        res = self.coordinator.consumer_group_heartbeat(request, now_ms)
+        out.take_coordinator(res)
+        out.responses.append(Reply(request_key, res.response))
+        return out
+
+    def _before_join(
+        self, out: GroupResult, request: ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> ConsumerGroupHeartbeatRequest:
+        """Epoch 0: convert a classic group, or take over a classic static member's place."""
+        gid = request.group_id
+        classic = self.classic_groups.group(gid)
+        result = ClassicResult()
+        if classic is not None:
+            if not classic.members:
+                self.converter.delete_empty_classic_group(classic, now_ms, result)
+            else:
+                replaces = request.instance_id is not None and classic.static_member_id(request.instance_id) is not None
+                refusal = self.converter.upgrade_refusal(classic, replaces)
+                if refusal is not None:
+                    raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid}: {refusal}.")
+                limit = self.coordinator.state.config.max_group_size
+                if not replaces and limit is not None and len(classic.members) >= limit:
+                    raise ApiError(
+                        Errors.GROUP_MAX_SIZE_REACHED,
+                        f"The consumer group has reached its maximum capacity of {limit} members.",
+                    )
+                self.converter.upgrade(classic, now_ms, result, replaces)
+        group = self.coordinator.group(gid)
+        if group is not None and request.instance_id is not None:
+            owner = group.static_members.get(request.instance_id)
+            old = group.members.get(owner) if owner is not None else None
+            if old is not None and old.uses_classic_protocol:
+                # A consumer-protocol member takes a classic static member's place: it inherits its
+                # target assignment at epoch 0 (no UNRELEASED_INSTANCE_ID across protocols).
+                member_id = request.member_id or self.coordinator.state.config.member_id_generator()
+                tx = self.coordinator.begin()
+                new = self.coordinator.replace_static_member(tx, gid, old.member_id, member_id)
+                tx.emit(rec.member_metadata(gid, dataclasses.replace(new, classic_metadata=None)))
+                result.records.extend(tx.records)
+                result.timers.extend(tx.timers)
+                self.classic_members.cancel_member_timers(result, gid, old.member_id)
+                request = dataclasses.replace(request, member_id=member_id)
+        out.take(result)
+        return request
+
+    def _leave_downgrades(
+        self, out: GroupResult, request: ConsumerGroupHeartbeatRequest, request_key: RequestKey, now_ms: int
+    ) -> bool:
+        group = self._consumer_group(request.group_id)
+        if group is None:
+            return False
+        member = group.members.get(request.member_id)
+        if member is None or (request.instance_id is not None and group.static_members.get(request.instance_id) != member.member_id):
+            return False  # the coordinator answers the identity errors
+        if not self.converter.should_downgrade(group, [member.member_id]):
+            return False
+        result = ClassicResult()
+        self.converter.downgrade(group, [member.member_id], now_ms, result)
+        out.take(result)
+        out.responses.append(
+            Reply(request_key, ConsumerGroupHeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH))
+        )
+        return True
+
+    # ---- timers ------------------------------------------------------------------------------
+    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        kind, gid, member_id = key
+        if kind in _CLASSIC_GROUP_TIMERS:
+            out.take(self.classic_groups.on_timer(key, now_ms))
+            return out
+        if kind in _CLASSIC_MEMBER_TIMERS:
+            out.take(self.classic_members.on_timer(key, now_ms))
+            return out
+        group = self._consumer_group(gid)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return out
+        expired = kind == SESSION or (kind == REBALANCE and member.state is MemberState.UNREVOKED_PARTITIONS)
+        if expired and self.converter.should_downgrade(group, [member_id]):
+            result = ClassicResult()
+            self.converter.downgrade(group, [member_id], now_ms, result)
+            out.take(result)
+            return out
+        fired = self.coordinator.on_timer(key, now_ms)
+        out.take_coordinator(fired)
+        if fired.records:
+            # A fenced classic member must not leave its join/sync timers armed.
+            result = ClassicResult()
+            self.classic_members.cancel_member_timers(result, gid, member_id)
+            out.take(result)
+        return out
+
+    # ---- offsets and admin -------------------------------------------------------------------
+    def validate_offset_commit(self, check: OffsetCommitCheck, now_ms: int) -> Errors:
+        group = self._consumer_group(check.group_id)
+        if group is not None:
+            return self.coordinator.validate_offset_commit(
+                check.group_id, check.member_id, check.generation_id, check.api_version, check.is_transactional
+            )
+        return self.classic_groups.validate_offset_commit(
+            check.group_id, check.member_id, check.generation_id, check.group_instance_id,
+            check.api_version, now_ms, check.is_transactional,
+        )
+
+    def validate_offset_fetch(self, check: OffsetFetchCheck) -> Errors:
+        if self.classic_groups.group(check.group_id) is not None:
+            return self.classic_groups.validate_offset_fetch(check.group_id)
+        return self.coordinator.validate_offset_fetch(check.group_id, check.member_id, check.member_epoch)
+
+    def _delete_groups(self, out: GroupResult, request: DeleteGroupsRequest, now_ms: int) -> DeleteGroupsResponse:
+        results = []
+        for gid in request.group_ids:
+            if self.classic_groups.group(gid) is not None:
+                error, classic = self.classic_groups.delete_group(gid, now_ms)
+                out.take(classic)
+            else:
+                res = self.coordinator.delete_group(gid)
+                error = res.response
+                out.take_coordinator(res)
+            results.append(DeletableGroupResult(gid, int(error)))
+        return DeleteGroupsResponse(results)
+
+    # ---- metadata, replay, load ----------------------------------------------------------------
+    def on_metadata(self, topics: Mapping[str, tuple[object, int]], now_ms: int) -> GroupResult:
+        out = GroupResult()
+        out.take_coordinator(self.coordinator.on_metadata(topics, now_ms))  # type: ignore[arg-type]
+        return out
+
+    def replay(self, record: AnyRecord) -> None:
+        if isinstance(record, GroupMetadataRecord):
+            self.classic_groups.replay(record)
+        else:
+            self.coordinator.replay(record)
+
+    def replay_bytes(self, key: bytes, value: bytes | None) -> bool:
+        """Replay one stored record; False for records that are not group records (offsets)."""
+        if len(key) < 2:
+            return False
+        version = int.from_bytes(key[:2], "big", signed=True)
+        if version == _GROUP_METADATA_KEY_VERSION:
+            self.classic_groups.replay(decode_record(key, value))
+            return True
+        if version in {int(t) for t in rec.RecordType}:
+            self.coordinator.replay(decode_consumer_record(key, value))
+            return True
+        return False
+
+    def on_loaded(self, now_ms: int) -> GroupResult:
+        out = GroupResult()
+        out.take(self.classic_groups.on_loaded(now_ms))
+        out.take_coordinator(self.coordinator.on_loaded(now_ms))
+        return out

@@ -1,0 +1,126 @@
+"""Read-only views across both group types: DescribeGroups (the classic API) and ListGroups (v5,
+with group types "classic" and "consumer").
+
+DescribeGroups describes classic groups as Kafka does: a Stable group lists each member with its
+metadata for the group's protocol and its assignment; in other states members come without them
+and the protocol is empty. A group it does not know - including a consumer group, which Kafka's
+DescribeGroups does not describe (ConsumerGroupDescribe does) - is Dead, with GROUP_ID_NOT_FOUND
+from v6 (KIP-1043). ``GroupServiceConfig.describe_consumer_groups_as_classic`` instead gives
+consumer groups a classic view (protocol type ``consumer``, states mapped Assigning ->
+PreparingRebalance, Reconciling -> CompletingRebalance) for tools that only speak DescribeGroups.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from coordinator.describe import ListedGroup
+from coordinator.model import ConsumerGroup, GroupState
+from translate.classic_group import ClassicGroupState
+from translate.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
+    HIGHEST_VERSION,
+    ConsumerProtocolAssignment,
+    TopicPartitions,
+    announced_version,
+    encode_assignment,
+)
+from translate.errors import Errors
+from translate.group_messages import (
+    CLASSIC_GROUP_TYPE,
+    DESCRIBE_GROUPS_NOT_FOUND_VERSION,
+    DescribedClassicGroup,
+    DescribedClassicMember,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
+
+if TYPE_CHECKING:
+    from translate.group_service import GroupService
+
+_DEAD = ClassicGroupState.DEAD.value
+_CLASSIC_STATE_OF: dict[GroupState, str] = {
+    GroupState.EMPTY: ClassicGroupState.EMPTY.value,
+    GroupState.ASSIGNING: ClassicGroupState.PREPARING_REBALANCE.value,
+    GroupState.RECONCILING: ClassicGroupState.COMPLETING_REBALANCE.value,
+    GroupState.STABLE: ClassicGroupState.STABLE.value,
+    GroupState.DEAD: _DEAD,
+}
+
+
+def describe_groups(svc: GroupService, request: DescribeGroupsRequest) -> list[DescribedClassicGroup]:
+    out = []
+    for gid in request.group_ids:
+        classic = svc.classic_groups.group(gid)
+        consumer = svc.coordinator.group(gid) if classic is None else None
+        if classic is not None and not classic.is_in(ClassicGroupState.DEAD):
+            stable = classic.is_in(ClassicGroupState.STABLE) and classic.protocol_name is not None
+            described = DescribedClassicGroup(
+                gid,
+                group_state=classic.state.value,
+                protocol_type=classic.protocol_type or "",
+                protocol_data=(classic.protocol_name or "") if stable else "",
+            )
+            for m in classic.members.values():
+                dm = DescribedClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
+                if stable:
+                    assert classic.protocol_name is not None
+                    dm.member_metadata = m.metadata(classic.protocol_name)
+                    dm.member_assignment = m.assignment
+                described.members.append(dm)
+            out.append(described)
+        elif consumer is not None and svc.config.describe_consumer_groups_as_classic:
+            out.append(_consumer_group_as_classic(svc, consumer))
+        elif request.api_version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
+            out.append(
+                DescribedClassicGroup(
+                    gid, int(Errors.GROUP_ID_NOT_FOUND), f"Group {gid} not found.", group_state=_DEAD
+                )
+            )
+        else:
+            out.append(DescribedClassicGroup(gid, group_state=_DEAD))
+    return out
+
+
+def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> DescribedClassicGroup:
+    state = group.state()
+    stable = state is GroupState.STABLE
+    names: dict[uuid.UUID, str] = {meta.topic_id: name for name, meta in svc.coordinator.state.topics.items()}
+    described = DescribedClassicGroup(
+        group.group_id,
+        group_state=_CLASSIC_STATE_OF[state],
+        protocol_type=CONSUMER_PROTOCOL_TYPE,
+        protocol_data=svc.coordinator.describe([group.group_id])[0].assignor_name if stable else "",
+    )
+    for m in group.members.values():
+        dm = DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host)
+        if stable:
+            cm = m.classic_metadata
+            version = HIGHEST_VERSION
+            if cm is not None and cm.supported_protocols:
+                dm.member_metadata = cm.supported_protocols[0][1]
+                version = announced_version(dm.member_metadata)
+            tps = sorted(
+                (TopicPartitions(names[t], tuple(sorted(p))) for t, p in m.assigned_partitions.items() if p and t in names),
+                key=lambda tp: tp.topic,
+            )
+            dm.member_assignment = encode_assignment(ConsumerProtocolAssignment(tps, None, version))
+        described.members.append(dm)
+    return described
+
+
+def list_groups(svc: GroupService, request: ListGroupsRequest) -> list[ListedGroup]:
+    """Both group types; filters are case-insensitive and empty filters match everything."""
+    states = {s.lower() for s in request.states_filter}
+    types = {t.lower() for t in request.types_filter}
+    out: list[ListedGroup] = []
+    if not types or CLASSIC_GROUP_TYPE in types:
+        for gid, g in svc.classic_groups.groups.items():
+            if g.is_in(ClassicGroupState.DEAD):
+                continue
+            if states and g.state.value.lower() not in states:
+                continue
+            out.append(ListedGroup(gid, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE))
+    out.extend(svc.coordinator.list_groups(request.states_filter, request.types_filter))
+    return out
