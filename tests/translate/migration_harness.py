@@ -139,7 +139,7 @@ class Driver:
              instance_id: str | None = None, group: str = "g") -> int:
         key, _ = self.send(
             SyncGroupRequest(
-                group, generation, member_id, instance_id, "consumer", None,
+                group, generation, member_id, instance_id, None, None,
                 [SyncGroupRequestAssignment(m, a) for m, a in (assignments or {}).items()],
             )
         )
