@@ -1,0 +1,514 @@
+"""Client models of the simulation: a classic consumer (eager or cooperative) and a new-protocol one.
+
+Each model behaves the way the Java consumer does on the wire, reduced to what matters for group
+membership: when it sends what, what it believes it owns, and how it reacts to errors and to
+responses that never arrive. ``owned`` is the set of (topic, partition) the client believes it owns
+after the last response it processed: the invariant checker compares these across clients.
+
+Clients never call the endpoint: they ask their ``Host`` (the simulation) to send a request, to wake
+them later, and to tell them how long processing takes. A response the network lost is reported as
+``on_lost`` after the request timeout, and the client retries as real clients do.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from coordinator.errors import Errors
+from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from coordinator.messages import TopicPartitions as IdPartitions
+from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, MemberInput, TopicPartition, assign
+from translate.classic_messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    MemberIdentity,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+    SyncGroupResponse,
+)
+from translate.embedded import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    TopicPartitions,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
+JOIN, SYNC, HEARTBEAT, LEAVE, CONSUMER_HEARTBEAT = "join", "sync", "heartbeat", "leave", "consumer-heartbeat"
+
+CLASSIC_SESSION_TIMEOUT_MS = 10_000
+CLASSIC_HEARTBEAT_INTERVAL_MS = 1_000
+REBALANCE_TIMEOUT_MS = 15_000
+RETRY_BACKOFF_MS = 100
+
+
+class Host(Protocol):
+    now: int
+    rng: random.Random
+    group_id: str
+    partitions: dict[str, int]
+    topic_ids: dict[str, uuid.UUID]
+    topic_names: dict[uuid.UUID, str]
+
+    def send(self, client: SimClient, kind: str, request: Any) -> None: ...
+
+    def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None: ...
+
+    def processing_delay(self, client: SimClient) -> int: ...
+
+    def event(self, name: str, client: SimClient, **fields: Any) -> None: ...
+
+
+def _to_embedded(tps: set[TopicPartition]) -> list[TopicPartitions]:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    return [TopicPartitions(t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items())]
+
+
+def _from_embedded(tps: list[TopicPartitions]) -> set[TopicPartition]:
+    return {(tp.topic, p) for tp in tps for p in tp.partitions}
+
+
+class SimClient:
+    """What every client model shares: identity, liveness, ownership and the wake-up plumbing."""
+
+    protocol = "classic"
+
+    def __init__(self, host: Host, name: str, topics: frozenset[str]) -> None:
+        self.host = host
+        self.name = name
+        self.topics = topics
+        self.member_id = ""
+        self.alive = True
+        self.owned: set[TopicPartition] = set()
+        # Bumped when the client dies: wake-ups and responses of an older incarnation are ignored.
+        self.incarnation = 0
+        self.inflight: set[str] = set()
+
+    @property
+    def settled(self) -> bool:
+        """Nothing in flight and nothing to do: what convergence waits for."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def leave(self) -> None:
+        raise NotImplementedError
+
+    def crash(self) -> None:
+        """The process dies: it stops sending and owns nothing any more."""
+        self.alive = False
+        self.incarnation += 1
+        self.inflight.clear()
+        self.owned = set()
+
+    def on_response(self, kind: str, request: Any, response: Any) -> None:
+        raise NotImplementedError
+
+    def on_lost(self, kind: str, request: Any) -> None:
+        raise NotImplementedError
+
+    def on_wake(self, tag: str) -> None:
+        raise NotImplementedError
+
+    # ---- shared helpers ----------------------------------------------------------------------
+    def _revoke(self, tps: set[TopicPartition], lost: bool = False) -> None:
+        tps = tps & self.owned
+        if tps:
+            self.owned -= tps
+            self.host.event("partitions_revoked", self, partitions=tps, lost=lost)
+
+    def _assign(self, tps: set[TopicPartition]) -> None:
+        tps = tps - self.owned
+        if tps:
+            self.owned |= tps
+            self.host.event("partitions_assigned", self, partitions=tps)
+
+    def _send(self, kind: str, request: Any) -> None:
+        self.inflight.add(kind)
+        self.host.send(self, kind, request)
+
+
+class ClassicClient(SimClient):
+    """A classic consumer: JoinGroup -> (leader assigns) -> SyncGroup -> Heartbeat, rejoining when
+    told. Eager (range / roundrobin) revokes everything before every rejoin; cooperative-sticky
+    (KIP-429) keeps what it owns, revokes what the assignment takes away and then rejoins."""
+
+    def __init__(self, host: Host, name: str, topics: frozenset[str], assignor: str) -> None:
+        super().__init__(host, name, topics)
+        self.assignor = assignor
+        self.cooperative = assignor == COOPERATIVE_ASSIGNOR
+        self.generation = -1
+        self.phase = "idle"  # idle, preparing, joining, syncing, revoking, stable, gone
+        self.leader = False
+        self.sync_request: SyncGroupRequest | None = None
+        self.joined_once = False
+        self.rejoin_after_revoke = False
+        self._pending_revoke: set[TopicPartition] = set()
+        # The partition counts the leader assigned with; a change makes it ask for a rebalance.
+        self.assigned_with: dict[str, int] = {}
+
+    @property
+    def settled(self) -> bool:
+        return self.phase == "stable" and not (self.inflight - {HEARTBEAT})
+
+    def start(self) -> None:
+        self.phase = "preparing"
+        self.host.call_later(self, 1, "join")
+        self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+
+    def leave(self) -> None:
+        self._revoke(set(self.owned))
+        if self.member_id:
+            self._send(LEAVE, LeaveGroupRequest(self.host.group_id, [MemberIdentity(self.member_id)], client_id=self.name))
+        self.phase = "gone"
+        self.alive = False
+        self.host.event("member_left", self, reason="leave")
+
+    # ---- rebalance -----------------------------------------------------------------------------
+    def request_rejoin(self) -> None:
+        if self.phase in ("preparing", "joining", "gone"):
+            return
+        if self.phase in ("syncing", "revoking"):
+            self.rejoin_after_revoke = True
+            return
+        self.phase = "preparing"
+        if not self.cooperative:
+            # Eager: onPartitionsRevoked for everything before JoinGroup; the callback takes time.
+            self.host.call_later(self, self.host.processing_delay(self), "revoke-all-then-join")
+        else:
+            self.host.call_later(self, 1, "join")
+
+    def _lose_all(self, reset_member_id: bool) -> None:
+        self._revoke(set(self.owned), lost=True)
+        self.generation = -1
+        if reset_member_id:
+            self.member_id = ""
+        self.phase = "preparing"
+        self.host.call_later(self, RETRY_BACKOFF_MS, "join")
+
+    def _subscription(self) -> bytes:
+        owned = _to_embedded(self.owned) if self.cooperative else []
+        sub = ConsumerProtocolSubscription(
+            topics=sorted(self.topics), owned_partitions=owned, generation_id=self.generation
+        )
+        return encode_subscription(sub, 2)
+
+    def _send_join(self) -> None:
+        self.phase = "joining"
+        self.rejoin_after_revoke = False
+        request = JoinGroupRequest(
+            group_id=self.host.group_id,
+            session_timeout_ms=CLASSIC_SESSION_TIMEOUT_MS,
+            member_id=self.member_id,
+            protocols=[JoinGroupRequestProtocol(self.assignor, self._subscription())],
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            client_id=self.name,
+            client_host="/10.0.0.1",
+        )
+        self._send(JOIN, request)
+
+    def _on_join(self, response: JoinGroupResponse) -> None:
+        err = response.error_code
+        if err == Errors.MEMBER_ID_REQUIRED:
+            self.member_id = response.member_id
+            self._send_join()
+            return
+        if err == Errors.UNKNOWN_MEMBER_ID:
+            self._lose_all(reset_member_id=True)
+            return
+        if err == Errors.ILLEGAL_GENERATION:
+            self._lose_all(reset_member_id=False)
+            return
+        if err != Errors.NONE:
+            self.phase = "preparing"
+            self.host.call_later(self, RETRY_BACKOFF_MS, "join")
+            return
+        self.member_id = response.member_id
+        self.generation = response.generation_id
+        self.leader = response.leader == self.member_id
+        if not self.joined_once:
+            self.joined_once = True
+            self.host.event("member_joined", self)
+        assignments: list[SyncGroupRequestAssignment] = []
+        if self.leader:
+            inputs: dict[str, MemberInput] = {}
+            for m in response.members:
+                sub = decode_subscription(m.metadata)
+                inputs[m.member_id] = (frozenset(sub.topics), frozenset(_from_embedded(sub.owned_partitions)), sub.generation_id)
+            protocol = response.protocol_name or self.assignor
+            self.assigned_with = dict(self.host.partitions)
+            result = assign(protocol, inputs, self.host.partitions)
+            assignments = [
+                SyncGroupRequestAssignment(m, encode_assignment(ConsumerProtocolAssignment(_to_embedded(tps)), 0))
+                for m, tps in sorted(result.items())
+            ]
+        self.phase = "syncing"
+        self.sync_request = SyncGroupRequest(
+            group_id=self.host.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            protocol_type="consumer",
+            protocol_name=response.protocol_name,
+            assignments=assignments,
+            client_id=self.name,
+        )
+        self._send(SYNC, self.sync_request)
+
+    def _on_sync(self, response: SyncGroupResponse) -> None:
+        err = response.error_code
+        if err == Errors.UNKNOWN_MEMBER_ID:
+            self._lose_all(reset_member_id=True)
+            return
+        if err == Errors.ILLEGAL_GENERATION:
+            self._lose_all(reset_member_id=False)
+            return
+        if err != Errors.NONE:
+            self.phase = "stable"
+            self.request_rejoin()
+            return
+        assigned = _from_embedded(decode_assignment(response.assignment).assigned_partitions)
+        revoked = self.owned - assigned
+        self._assign(assigned)
+        if revoked:
+            # KIP-429: give up what moved (the callback takes time), then rejoin so it can be reassigned.
+            self.phase = "revoking"
+            self._pending_revoke = revoked
+            self.host.call_later(self, self.host.processing_delay(self), "revoke")
+            return
+        self.phase = "stable"
+        if self.rejoin_after_revoke:
+            self.request_rejoin()
+
+    def _on_heartbeat(self, response: HeartbeatResponse) -> None:
+        err = response.error_code
+        if err == Errors.REBALANCE_IN_PROGRESS:
+            self.request_rejoin()
+        elif err == Errors.UNKNOWN_MEMBER_ID or err == Errors.FENCED_INSTANCE_ID:
+            if self.phase in ("stable", "syncing", "revoking"):
+                self._lose_all(reset_member_id=True)
+        elif err == Errors.ILLEGAL_GENERATION:
+            if self.phase in ("stable", "syncing", "revoking"):
+                self._lose_all(reset_member_id=False)
+
+    # ---- host callbacks ------------------------------------------------------------------------
+    def on_response(self, kind: str, request: Any, response: Any) -> None:
+        self.inflight.discard(kind)
+        if kind == JOIN:
+            if self.phase == "joining":
+                self._on_join(response)
+        elif kind == SYNC:
+            if self.phase == "syncing" and request is self.sync_request:
+                self._on_sync(response)
+        elif kind == HEARTBEAT:
+            if request.generation_id == self.generation and request.member_id == self.member_id:
+                self._on_heartbeat(response)
+
+    def on_lost(self, kind: str, request: Any) -> None:
+        self.inflight.discard(kind)
+        if kind == JOIN and self.phase == "joining":
+            self._send_join()
+        elif kind == SYNC and self.phase == "syncing" and self.sync_request is not None:
+            self._send(SYNC, self.sync_request)
+
+    def on_wake(self, tag: str) -> None:
+        if tag == "join":
+            if self.phase == "preparing":
+                self._send_join()
+        elif tag == "revoke-all-then-join":
+            if self.phase == "preparing":
+                self._revoke(set(self.owned))
+                self._send_join()
+        elif tag == "revoke":
+            if self.phase == "revoking":
+                self._revoke(self._pending_revoke)
+                self.phase = "stable"
+                self.request_rejoin()
+        elif tag == "heartbeat":
+            self._check_metadata()
+            if self.phase in ("syncing", "revoking", "stable", "preparing") and self.generation >= 0:
+                if HEARTBEAT not in self.inflight:
+                    self._send(
+                        HEARTBEAT,
+                        HeartbeatRequest(self.host.group_id, self.generation, self.member_id, client_id=self.name),
+                    )
+            self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+        elif tag == "metadata-changed":
+            self._check_metadata()
+
+    def _check_metadata(self) -> None:
+        # The leader notices that partitions were added since it assigned (the Java consumer compares
+        # its metadata snapshot on every poll) and asks for a rebalance.
+        if self.leader and self.phase == "stable" and self.assigned_with != self.host.partitions:
+            self.request_rejoin()
+
+
+class ConsumerClient(SimClient):
+    """A new-protocol consumer (KIP-848): joins with epoch 0, heartbeats at the interval the
+    coordinator gives, reconciles each new assignment (revoke what is gone, then take what is new)
+    and acknowledges it by reporting what it owns; leaves with epoch -1."""
+
+    protocol = "consumer"
+
+    def __init__(self, host: Host, name: str, topics: frozenset[str], member_id: str, assignor: str | None) -> None:
+        super().__init__(host, name, topics)
+        self.member_id = member_id  # v1: the client generates its member id (KIP-1082)
+        self.epoch = 0
+        self.assignor = assignor
+        self.interval = 1_000
+        self.phase = "idle"  # idle, joining, member, gone
+        self.full_next = True
+        self.last_sent_owned: set[TopicPartition] | None = None
+        self.target: set[TopicPartition] | None = None
+        self.reconciling = False
+        self.ack_soon = False
+        self.joined_once = False
+        # Only the latest scheduled heartbeat wake-up sends: one heartbeat loop per client.
+        self.hb_token = 0
+
+    @property
+    def settled(self) -> bool:
+        return (
+            self.phase == "member"
+            and not self.reconciling
+            and self.target is None
+            and self.last_sent_owned == self.owned
+            and not self.ack_soon
+            and self.epoch > 0
+        )
+
+    def start(self) -> None:
+        self.phase = "joining"
+        self.epoch = 0
+        self.full_next = True
+        self._heartbeat_in(1)
+
+    def _heartbeat_in(self, delay_ms: int) -> None:
+        self.hb_token += 1
+        self.host.call_later(self, delay_ms, f"heartbeat:{self.hb_token}")
+
+    def leave(self) -> None:
+        self._revoke(set(self.owned))
+        self._send(CONSUMER_HEARTBEAT, ConsumerGroupHeartbeatRequest(
+            group_id=self.host.group_id, member_id=self.member_id, member_epoch=-1, client_id=self.name,
+        ))
+        self.phase = "gone"
+        self.alive = False
+        self.host.event("member_left", self, reason="leave")
+
+    def _request(self) -> ConsumerGroupHeartbeatRequest:
+        names = self.host.topic_ids
+        full = self.full_next or self.epoch == 0
+        owned: list[IdPartitions] | None = None
+        if full or self.last_sent_owned != self.owned:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in self.owned:
+                by_topic.setdefault(t, []).append(p)
+            owned = [IdPartitions(names[t], sorted(ps)) for t, ps in sorted(by_topic.items())]
+        return ConsumerGroupHeartbeatRequest(
+            group_id=self.host.group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS if full else -1,
+            subscribed_topic_names=sorted(self.topics) if full else None,
+            server_assignor=self.assignor if full else None,
+            topic_partitions=([] if self.epoch == 0 else owned),
+            client_id=self.name,
+            client_host="/10.0.0.2",
+        )
+
+    def _send_heartbeat(self) -> None:
+        if CONSUMER_HEARTBEAT in self.inflight or self.phase not in ("joining", "member"):
+            return
+        request = self._request()
+        if request.topic_partitions is not None:
+            self.last_sent_owned = set(self.owned)
+        self.ack_soon = False
+        self._send(CONSUMER_HEARTBEAT, request)
+
+    def _fenced(self) -> None:
+        """FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: partitions are lost, rejoin at epoch 0."""
+        self._revoke(set(self.owned), lost=True)
+        self.epoch = 0
+        self.target = None
+        self.phase = "joining"
+        self.full_next = True
+        self.last_sent_owned = None
+        self.host.event("member_fenced", self, reason="fenced")
+        self._heartbeat_in(1)
+
+    def on_response(self, kind: str, request: Any, response: Any) -> None:
+        self.inflight.discard(kind)
+        if self.phase not in ("joining", "member"):
+            return
+        assert isinstance(response, ConsumerGroupHeartbeatResponse)
+        err = response.error_code
+        if err in (Errors.FENCED_MEMBER_EPOCH, Errors.UNKNOWN_MEMBER_ID):
+            self._fenced()
+            return
+        if err != Errors.NONE:
+            self.full_next = True
+            self.last_sent_owned = None
+            self._heartbeat_in(RETRY_BACKOFF_MS * 5)
+            return
+        self.full_next = False
+        if response.member_id:
+            self.member_id = response.member_id
+        self.epoch = response.member_epoch
+        self.interval = response.heartbeat_interval_ms or self.interval
+        if self.phase == "joining":
+            self.phase = "member"
+            if not self.joined_once:
+                self.joined_once = True
+                self.host.event("member_joined", self)
+        if response.assignment is not None:
+            self.target = {(self.host.topic_names[tp.topic_id], p) for tp in response.assignment for p in tp.partitions}
+            if not self.reconciling:
+                self._start_reconcile()
+        self._heartbeat_in(1 if self.ack_soon else self.interval)
+
+    def _start_reconcile(self) -> None:
+        self.reconciling = True
+        self.host.call_later(self, self.host.processing_delay(self), "reconciled")
+
+    def on_lost(self, kind: str, request: Any) -> None:
+        self.inflight.discard(kind)
+        if self.phase in ("joining", "member"):
+            # The Java client resends everything after a failed heartbeat.
+            self.full_next = True
+            self.last_sent_owned = None
+            self._heartbeat_in(RETRY_BACKOFF_MS)
+
+    def on_wake(self, tag: str) -> None:
+        if tag.startswith("heartbeat:"):
+            if int(tag[len("heartbeat:"):]) == self.hb_token:
+                self._send_heartbeat()
+        elif tag == "reconciled":
+            if not self.reconciling or self.phase != "member":
+                self.reconciling = False
+                return
+            target, self.target = self.target, None
+            self.reconciling = False
+            if target is not None:
+                # Revoke first (commit, callback), then take the new partitions (KIP-848
+                # "Assignment Reconciliation"); the next heartbeat acknowledges both.
+                self._revoke(self.owned - target)
+                self._assign(target)
+                self.ack_soon = True
+                if CONSUMER_HEARTBEAT not in self.inflight:
+                    self._send_heartbeat()
+
+
+def make_topic_ids(names: Mapping[str, int]) -> dict[str, uuid.UUID]:
+    return {name: uuid.UUID(int=i + 1) for i, name in enumerate(sorted(names))}

@@ -1,0 +1,506 @@
+"""Seeded deterministic simulation of one group's members talking to the sans-I/O group entry point.
+
+Everything is derived from one integer seed through ``random.Random(seed)``: the scenario, the group
+size, the topics, the faults and every delay. Time is virtual (ms) and advances only through an event
+queue (request deliveries, responses, client wake-ups, the coordinator's timers, scenario actions),
+so a failing seed replays exactly from its number: ``run_seed(417)``.
+
+Clients (rehearsal/sim_clients.py) model the classic eager and cooperative consumers and the
+new-protocol consumer. Faults: crashes (a member stops; its session expires), lost responses (the
+request was applied, the answer dropped; the client retries), slow members (long revocation /
+reconciliation callbacks), partitions added to a topic, and rolling upgrades / downgrades.
+
+After every step the checker asserts (``SimulationViolation`` names the seed and the step):
+- no partition is owned by two live clients at once (what each believes after its last response);
+- assignments told to a member for one generation / epoch are consistent (see docs/simulation.md);
+- at checkpoints and at the end, a replay of every emitted record rebuilds the live state;
+- once faults stop and the group is quiet, every subscribed partition is owned by one member.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
+from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, EAGER_ASSIGNORS, TopicPartition
+from rehearsal.sim_clients import (
+    HEARTBEAT,
+    JOIN,
+    LEAVE,
+    SYNC,
+    ClassicClient,
+    ConsumerClient,
+    SimClient,
+    make_topic_ids,
+)
+from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, FrontEndpoint, classic_group_settled
+from rehearsal.sim_events import EventSink, SimEventEmitter
+from translate.classic_messages import SyncGroupResponse
+from translate.embedded import decode_assignment
+
+GROUP_ID = "sim-group"
+
+# Scenarios; the seed picks one (seed modulo the list), so any 1,000 consecutive seeds cover all.
+SCENARIOS: tuple[str, ...] = (
+    "classic-eager",
+    "classic-cooperative",
+    "consumer",
+    "translate-eager",
+    "translate-cooperative",
+    "mixed",
+    "upgrade-translate",
+    "downgrade-translate",
+    "downgrade-native",
+    "upgrade-native",
+)
+
+
+class SimulationViolation(AssertionError):
+    """An invariant broke; the message starts with the seed and step that reproduce it."""
+
+
+@dataclass(slots=True)
+class SimConfig:
+    seed: int
+    scenario: str
+    classic_mode: str
+    members: int
+    topics: dict[str, int]
+    subscribed: frozenset[str]
+    classic_assignor: str
+    server_assignor: str | None
+    loss_rate: float
+    crashes: int
+    slow_members: int
+    topic_changes: int
+    active_ms: int
+    rolling_reuse_ids: bool
+    checkpoint_every: int = 100
+    quiet_limit_ms: int = 120_000
+    max_steps: int = 60_000
+
+
+def scenario_config(seed: int, scenario: str | None = None, scenarios: tuple[str, ...] | None = None) -> SimConfig:
+    """Everything about a run, derived from its seed (the scenario: seed modulo the available ones)."""
+    rng = random.Random(seed * 7919 + 17)
+    if scenario is None:
+        scenarios = scenarios or available_scenarios()
+        scenario = scenarios[seed % len(scenarios)]
+    cooperative = "cooperative" in scenario or (scenario not in ("classic-eager", "translate-eager") and rng.random() < 0.5)
+    n_topics = rng.randint(1, 3)
+    topics = {f"topic-{i}": rng.randint(1, 6) for i in range(n_topics)}
+    subscribed = frozenset(t for t in topics if t == "topic-0" or rng.random() < 0.7)
+    native = scenario.startswith("classic") or scenario.endswith("-native")
+    return SimConfig(
+        seed=seed,
+        scenario=scenario,
+        classic_mode="native" if native else "translate",
+        members=rng.randint(2, 6),
+        topics=topics,
+        subscribed=subscribed,
+        classic_assignor=COOPERATIVE_ASSIGNOR if cooperative else rng.choice(EAGER_ASSIGNORS),
+        server_assignor=rng.choice((None, "uniform", "range")),
+        loss_rate=rng.choice((0.0, 0.0, 0.02, 0.08)),
+        crashes=rng.choice((0, 0, 1, 2)),
+        slow_members=rng.choice((0, 0, 1, 2)),
+        topic_changes=rng.choice((0, 0, 1)),
+        active_ms=rng.randint(8_000, 20_000),
+        rolling_reuse_ids=rng.random() < 0.5,
+    )
+
+
+@dataclass(slots=True)
+class SimReport:
+    seed: int
+    scenario: str
+    steps: int
+    virtual_ms: int
+    converged_at_ms: int
+    records: int
+    members_started: int
+    events: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    client: SimClient
+    incarnation: int
+    kind: str
+    request: Any
+
+
+@dataclass(slots=True)
+class _Told:
+    assignment: frozenset[TopicPartition]
+    shrunk: bool = False
+
+
+@dataclass
+class Simulation:
+    config: SimConfig
+    sink: EventSink | None = None
+    endpoint_factory: Callable[[EndpointConfig, int], FrontEndpoint] = FrontEndpoint
+    # Tests swap client models (e.g. a broken one) through these.
+    classic_client: type[ClassicClient] = ClassicClient
+    consumer_client: type[ConsumerClient] = ConsumerClient
+
+    now: int = 0
+    step: int = 0
+    rng: random.Random = field(init=False)
+    group_id: str = GROUP_ID
+    partitions: dict[str, int] = field(init=False)
+    topic_ids: dict[str, uuid.UUID] = field(init=False)
+    topic_names: dict[uuid.UUID, str] = field(init=False)
+    clients: list[SimClient] = field(default_factory=list)
+    records: list[AnyRecord] = field(default_factory=list)
+    _queue: list[tuple[int, int, str, Any]] = field(default_factory=list)
+    _seq: Any = field(default_factory=itertools.count)
+    _keys: Any = field(default_factory=itertools.count)
+    _pending: dict[Any, _Pending] = field(default_factory=dict)
+    _timers: dict[TimerKey, int] = field(default_factory=dict)
+    _told: dict[tuple[str, int], _Told] = field(default_factory=dict)
+    _slow: set[str] = field(default_factory=set)
+    _faults_on: bool = True
+    _replayed: int = 0
+    _names: Any = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.rng = random.Random(cfg.seed)
+        self.partitions = dict(cfg.topics)
+        self.topic_ids = make_topic_ids(cfg.topics)
+        self.topic_names = {v: k for k, v in self.topic_ids.items()}
+        self.endpoint = self.endpoint_factory(
+            EndpointConfig(classic_mode=cfg.classic_mode, assignor=cfg.server_assignor or "uniform"), cfg.seed
+        )
+        self.replica = self.endpoint.replica()
+        self.emitter = SimEventEmitter(self.sink, f"sim-{cfg.seed}", self.group_id, _client_mix(cfg)) if self.sink else None
+        self._group_type: str | None = None
+
+    # ---- the Host interface the clients use ---------------------------------------------------
+    def send(self, client: SimClient, kind: str, request: Any) -> None:
+        key = next(self._keys)
+        self._pending[key] = _Pending(client, client.incarnation, kind, request)
+        self._push(self.now + self.rng.randint(1, 5), "request", key)
+
+    def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
+        self._push(self.now + max(delay_ms, 0), "wake", (client, client.incarnation, tag))
+
+    def processing_delay(self, client: SimClient) -> int:
+        if client.name in self._slow:
+            return self.rng.randint(500, 4_000)
+        return self.rng.randint(2, 60)
+
+    def event(self, name: str, client: SimClient, **fields: Any) -> None:
+        if self.emitter is not None:
+            self.emitter.member_event(self.now, name, client, **fields)
+
+    # ---- queue ----------------------------------------------------------------------------------
+    def _push(self, at: int, kind: str, payload: Any) -> None:
+        heapq.heappush(self._queue, (at, next(self._seq), kind, payload))
+
+    def fail(self, message: str) -> SimulationViolation:
+        cfg = self.config
+        return SimulationViolation(
+            f"seed {cfg.seed} step {self.step} t={self.now}ms ({cfg.scenario}, {cfg.classic_mode}): {message}"
+        )
+
+    # ---- building the run -----------------------------------------------------------------------
+    def new_client(self, protocol: str, member_id: str | None = None) -> SimClient:
+        name = f"c{next(self._names)}"
+        client: SimClient
+        if protocol == "classic":
+            client = self.classic_client(self, name, self.config.subscribed, self.config.classic_assignor)
+        else:
+            mid = member_id or str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+            client = self.consumer_client(self, name, self.config.subscribed, mid, self.config.server_assignor)
+        self.clients.append(client)
+        client.start()
+        return client
+
+    def _plan(self) -> None:
+        cfg = self.config
+        rng = self.rng
+        initial = {
+            "classic-eager": "classic", "classic-cooperative": "classic", "translate-eager": "classic",
+            "translate-cooperative": "classic", "consumer": "consumer", "mixed": "mixed",
+            "upgrade-translate": "classic", "upgrade-native": "classic",
+            "downgrade-translate": "consumer", "downgrade-native": "consumer",
+        }[cfg.scenario]
+        self.endpoint.prepare_group(self.group_id)
+        self._apply(self.endpoint.on_metadata(self._image(), 0))
+        for i in range(cfg.members):
+            protocol = initial if initial != "mixed" else ("consumer" if i % 2 == 0 else "classic")
+            self._push(rng.randint(0, 400), "action", ("start", protocol))
+        self._slow = {f"c{i}" for i in rng.sample(range(cfg.members), min(cfg.slow_members, cfg.members))}
+        for _ in range(cfg.crashes):
+            self._push(rng.randint(1_000, cfg.active_ms), "action", ("crash", None))
+        for _ in range(cfg.topic_changes):
+            self._push(rng.randint(1_000, cfg.active_ms), "action", ("add-partitions", None))
+        end = cfg.active_ms
+        if cfg.scenario.startswith(("upgrade", "downgrade")):
+            old = "classic" if cfg.scenario.startswith("upgrade") else "consumer"
+            t = 2_000
+            for _ in range(cfg.members):
+                t += rng.randint(1_500, 4_000)
+                self._push(t, "action", ("roll", old))
+            end = max(end, t + 2_000)
+        self._push(end, "action", ("quiet", None))
+
+    def _image(self) -> dict[str, tuple[uuid.UUID, int]]:
+        return {t: (self.topic_ids[t], n) for t, n in self.partitions.items()}
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def _act(self, action: str, arg: Any) -> None:
+        rng = self.rng
+        alive = [c for c in self.clients if c.alive]
+        if action == "start":
+            self.new_client(arg)
+        elif action == "crash":
+            if len(alive) > 1:
+                victim = rng.choice(alive)
+                victim.crash()
+                self.event("member_left", victim, reason="crash")
+                # The process is restarted after a while, as a new member.
+                self._push(self.now + rng.randint(500, 6_000), "action", ("start", victim.protocol))
+        elif action == "add-partitions":
+            topic = rng.choice(sorted(self.config.subscribed))
+            self.partitions[topic] += rng.randint(1, 2)
+            if self.emitter is not None:
+                self.emitter.topic_metadata(self.now, topic, self.partitions[topic])
+            self._apply(self.endpoint.on_metadata(self._image(), self.now))
+            for c in alive:
+                self.call_later(c, rng.randint(50, 600), "metadata-changed")
+        elif action == "roll":
+            candidates = [c for c in alive if c.protocol == arg]
+            if not candidates:
+                return
+            old = rng.choice(candidates)
+            reuse = old.member_id if self.config.rolling_reuse_ids and old.member_id else None
+            if self.emitter is not None:
+                self.emitter.disturbance(self.now, "rolling-upgrade" if arg == "classic" else "rolling-downgrade")
+            if rng.random() < 0.8:
+                old.leave()
+            else:
+                old.crash()
+                self.event("member_left", old, reason="crash")
+                reuse = None  # the old member still holds its id until its session expires
+            new_protocol = "consumer" if arg == "classic" else "classic"
+            self._push(self.now + rng.randint(10, 1_500), "action", ("start-id", (new_protocol, reuse)))
+        elif action == "start-id":
+            protocol, member_id = arg
+            self.new_client(protocol, member_id if protocol == "consumer" else None)
+        elif action == "quiet":
+            self._faults_on = False
+
+    # ---- the endpoint ----------------------------------------------------------------------------
+    def _deliver(self, key: Any) -> None:
+        pending = self._pending[key]
+        ep = self.endpoint
+        req = pending.request
+        if pending.kind == JOIN:
+            result = ep.join_group(req, key, self.now)
+        elif pending.kind == SYNC:
+            result = ep.sync_group(req, key, self.now)
+        elif pending.kind == HEARTBEAT:
+            result = ep.heartbeat(req, key, self.now)
+        elif pending.kind == LEAVE:
+            result = ep.leave_group(req, key, self.now)
+        else:
+            assert isinstance(req, ConsumerGroupHeartbeatRequest)
+            result = ep.consumer_group_heartbeat(req, key, self.now)
+        self._apply(result)
+
+    def _apply(self, result: Any) -> None:
+        self.records.extend(result.records)
+        for change in result.timers:
+            if isinstance(change, ScheduleTimer):
+                self._timers[change.key] = change.deadline_ms
+                self._push(max(change.deadline_ms, self.now), "timer", (change.key, change.deadline_ms))
+            elif isinstance(change, CancelTimer):
+                self._timers.pop(change.key, None)
+        for key, body in result.responses:
+            pending = self._pending.get(key)
+            if pending is None:
+                raise self.fail(f"response to unknown or already answered request {key}: {body}")
+            self._check_told(pending, body)
+            if self._faults_on and self.rng.random() < self.config.loss_rate:
+                self._push(self.now + 2_000, "lost", key)
+            else:
+                self._push(self.now + self.rng.randint(1, 5), "response", (key, body))
+
+    def _receive(self, key: Any, body: Any, lost: bool) -> None:
+        pending = self._pending.pop(key)
+        client = pending.client
+        if not client.alive or client.incarnation != pending.incarnation:
+            return
+        if lost:
+            client.on_lost(pending.kind, pending.request)
+        else:
+            client.on_response(pending.kind, pending.request, body)
+
+    # ---- invariants ------------------------------------------------------------------------------
+    def _check_told(self, pending: _Pending, body: Any) -> None:
+        """One generation of a classic group has one assignment per member. Under KIP-848 a member's
+        assignment at one epoch may grow (partitions released by others) and then shrink (revocation
+        while it keeps its epoch), but two assignments of one epoch are never unrelated."""
+        if isinstance(body, SyncGroupResponse) and body.error_code == 0:
+            member, epoch = pending.request.member_id, pending.request.generation_id
+            told = frozenset(
+                (tp.topic, p) for tp in decode_assignment(body.assignment).assigned_partitions for p in tp.partitions
+            )
+        elif isinstance(body, ConsumerGroupHeartbeatResponse) and body.error_code == 0 and body.assignment is not None:
+            member, epoch = body.member_id or "", body.member_epoch
+            told = frozenset((self.topic_names[tp.topic_id], p) for tp in body.assignment for p in tp.partitions)
+        else:
+            return
+        strict = self.endpoint.group_type(self.group_id) == "classic"
+        if self.emitter is not None:
+            self.emitter.assignment_sent(self.now, pending.client, member, epoch, told)
+        prev = self._told.get((member, epoch))
+        if prev is None:
+            self._told[(member, epoch)] = _Told(told)
+            return
+        if told == prev.assignment:
+            return
+        if strict:
+            raise self.fail(f"member {member} told two assignments for generation {epoch}: "
+                            f"{sorted(prev.assignment)} then {sorted(told)}")
+        if told < prev.assignment:
+            prev.shrunk = True
+        elif not (told > prev.assignment) or prev.shrunk:
+            raise self.fail(f"member {member} told unrelated assignments at epoch {epoch}: "
+                            f"{sorted(prev.assignment)} then {sorted(told)}")
+        prev.assignment = told
+
+    def check_ownership(self) -> None:
+        owner: dict[TopicPartition, str] = {}
+        for c in self.clients:
+            if not c.alive:
+                continue
+            for tp in c.owned:
+                other = owner.get(tp)
+                if other is not None:
+                    raise self.fail(f"partition {tp[0]}-{tp[1]} owned by {other} and {c.name} ({c.member_id})")
+                owner[tp] = f"{c.name} ({c.member_id})"
+
+    def check_replay(self) -> None:
+        self.replica.apply(self.records[self._replayed:])
+        self._replayed = len(self.records)
+        if not classic_group_settled(self.endpoint.classic_group(self.group_id)):
+            return
+        live, replayed = self.endpoint.snapshot(), self.replica.snapshot()
+        if live != replayed:
+            raise self.fail(f"replay of {len(self.records)} records differs from the live state:\n"
+                            f"live:     {live}\nreplayed: {replayed}")
+
+    def converged(self) -> bool:
+        alive = [c for c in self.clients if c.alive]
+        if not alive or not all(c.settled for c in alive):
+            return False
+        owned = set().union(*(c.owned for c in alive))
+        expected = {(t, p) for t in self.config.subscribed for p in range(self.partitions[t])}
+        if owned != expected:
+            return False
+        group_type = self.endpoint.group_type(self.group_id)
+        if group_type == "classic":
+            group = self.endpoint.classic_group(self.group_id)
+            return group is not None and group.state.value == "Stable"
+        return self.endpoint.consumer_group_stable(self.group_id)
+
+    def _note_group_type(self) -> None:
+        now_type = self.endpoint.group_type(self.group_id)
+        if now_type != self._group_type:
+            if self._group_type is not None and now_type is not None and self.emitter is not None:
+                self.emitter.group_converted(self.now, self._group_type, now_type)
+            if now_type is not None:
+                self._group_type = now_type
+
+    # ---- run --------------------------------------------------------------------------------------
+    def run(self) -> SimReport:
+        cfg = self.config
+        self._plan()
+        converged_at = -1
+        while self._queue:
+            at, _, kind, payload = heapq.heappop(self._queue)
+            self.now = max(self.now, at)
+            self.step += 1
+            if kind == "request":
+                self._deliver(payload)
+            elif kind == "response":
+                self._receive(payload[0], payload[1], lost=False)
+            elif kind == "lost":
+                self._receive(payload, None, lost=True)
+            elif kind == "wake":
+                client, incarnation, tag = payload
+                if client.alive and client.incarnation == incarnation:
+                    client.on_wake(tag)
+            elif kind == "timer":
+                key, deadline = payload
+                if self._timers.get(key) == deadline:
+                    del self._timers[key]
+                    self._apply(self.endpoint.on_timer(key, self.now))
+            elif kind == "action":
+                self._act(*payload)
+            self.check_ownership()
+            self._note_group_type()
+            if self.step % cfg.checkpoint_every == 0:
+                self.check_replay()
+            if not self._faults_on:
+                if self.converged():
+                    converged_at = self.now
+                    break
+                if self.now > cfg.active_ms + cfg.quiet_limit_ms:
+                    break
+            if self.step >= cfg.max_steps:
+                break
+        self.check_replay()
+        if converged_at < 0:
+            state = "; ".join(
+                f"{c.name}/{c.protocol} {getattr(c, 'phase', '?')} owns {sorted(c.owned)}" for c in self.clients if c.alive
+            )
+            raise self.fail(f"group did not converge after the faults stopped: {state}")
+        if self.emitter is not None:
+            expected = {(t, p) for t in cfg.subscribed for p in range(self.partitions[t])}
+            self.emitter.group_stable(self.now, expected)
+        return SimReport(
+            seed=cfg.seed, scenario=cfg.scenario, steps=self.step, virtual_ms=self.now, converged_at_ms=converged_at,
+            records=len(self.records), members_started=len(self.clients),
+            events=self.emitter.count if self.emitter is not None else 0,
+        )
+
+
+def _client_mix(cfg: SimConfig) -> str:
+    if cfg.scenario == "consumer":
+        return "consumer"
+    if cfg.classic_mode == "translate":
+        return "translate"
+    return "classic-cooperative" if cfg.classic_assignor == COOPERATIVE_ASSIGNOR else "classic-eager"
+
+
+_AVAILABLE: dict[Any, tuple[str, ...]] = {}
+
+
+def available_scenarios(endpoint_factory: Callable[[EndpointConfig, int], FrontEndpoint] = FrontEndpoint) -> tuple[str, ...]:
+    """The scenarios the entry point can run: native upgrades need classic -> consumer conversion."""
+    if endpoint_factory not in _AVAILABLE:
+        probe = endpoint_factory(EndpointConfig(), 0)
+        _AVAILABLE[endpoint_factory] = tuple(s for s in SCENARIOS if s != "upgrade-native" or probe.supports_conversion)
+    return _AVAILABLE[endpoint_factory]
+
+
+def run_seed(seed: int, scenario: str | None = None, sink: EventSink | None = None, **overrides: Any) -> SimReport:
+    """Run one seed; raises SimulationViolation with the seed and step when an invariant breaks."""
+    factory = overrides.pop("endpoint_factory", FrontEndpoint)
+    available = available_scenarios(factory)
+    cfg = scenario_config(seed, scenario, available)
+    if cfg.scenario not in available:
+        raise ValueError(f"scenario {cfg.scenario} needs an entry point that converts classic groups")
+    return Simulation(cfg, sink=sink, endpoint_factory=factory, **overrides).run()
