@@ -195,27 +195,44 @@ def _timeline(data: ReportInput) -> str:
     span = max(end - start, 1)
     members = sorted({i["member"] for i in data.intervals})
     colour = {m: MEMBER_COLOURS[k % len(MEMBER_COLOURS)] for k, m in enumerate(members)}
-    row_h, left, w = 18, 110, 900
-    h = row_h * len(rows) + 40
+    # Intervals that overlap on a partition go to separate lanes of its row, so both owners stay visible.
+    lanes: dict[tuple[str, int], list[int]] = {tp: [] for tp in rows}  # lane -> end of its last interval
+    lane_by_interval: dict[int, int] = {}
+    for k in sorted(range(len(data.intervals)), key=lambda k: (data.intervals[k]["start_ms"], k)):
+        iv = data.intervals[k]
+        ends = lanes[(iv["topic"], iv["partition"])]
+        lane = next((n for n, e in enumerate(ends) if e <= iv["start_ms"]), len(ends))
+        if lane == len(ends):
+            ends.append(0)
+        ends[lane] = iv["end_ms"]
+        lane_by_interval[k] = lane
+    lane_h, left, w = 14, 110, 900
+    y: dict[tuple[str, int], int] = {}
+    top = 10
+    for tp in rows:
+        y[tp] = top
+        top += lane_h * max(len(lanes[tp]), 1) + 4
+    h = top + 30
     x = lambda t: left + (w - left - 10) * (t - start) / span  # noqa: E731
-    y = {tp: 10 + k * row_h for k, tp in enumerate(rows)}
     parts = [f'<svg class="timeline" width="{w}" height="{h}" role="img">']
     for tp, ty in y.items():
-        parts.append(f'<rect x="{left}" y="{ty}" width="{w - left - 10}" height="{row_h - 4}" class="unowned">'
+        rh = lane_h * max(len(lanes[tp]), 1)
+        parts.append(f'<rect x="{left}" y="{ty}" width="{w - left - 10}" height="{rh}" class="unowned">'
                      "<title>no owner</title></rect>")  # fmt: skip
-        parts.append(f'<text x="{left - 6}" y="{ty + row_h - 7}" text-anchor="end">{_e(tp[0])}-{tp[1]}</text>')
-    for i in data.intervals:
-        ty = y[(i["topic"], i["partition"])]
+        parts.append(f'<text x="{left - 6}" y="{ty + rh / 2 + 4:.0f}" text-anchor="end">{_e(tp[0])}-{tp[1]}</text>')
+    for k, iv in enumerate(data.intervals):
+        ty = y[(iv["topic"], iv["partition"])] + lane_h * lane_by_interval[k]
         parts.append(
-            f'<rect x="{x(i["start_ms"]):.1f}" y="{ty}" width="{max(x(i["end_ms"]) - x(i["start_ms"]), 0.5):.1f}" '
-            f'height="{row_h - 4}" fill="{colour[i["member"]]}" fill-opacity="0.85"><title>{_e(i["member"])}: '
-            f'{i["start_ms"]}–{i["end_ms"]} ms, ended by {_e(i["ended_by"])}</title></rect>'
+            f'<rect x="{x(iv["start_ms"]):.1f}" y="{ty}" width="{max(x(iv["end_ms"]) - x(iv["start_ms"]), 0.5):.1f}" '
+            f'height="{lane_h - 1}" fill="{colour[iv["member"]]}"><title>{_e(iv["member"])}: '
+            f'{iv["start_ms"]}–{iv["end_ms"]} ms, ended by {_e(iv["ended_by"])}</title></rect>'
         )
     for o in data.overlaps:
-        ty = y[(o["topic"], o["partition"])]
+        tp = (o["topic"], o["partition"])
         parts.append(
-            f'<rect x="{x(o["overlap_start_ms"]):.1f}" y="{ty - 1}" '
-            f'width="{max(x(o["overlap_end_ms"]) - x(o["overlap_start_ms"]), 0.5):.1f}" height="{row_h - 2}" '
+            f'<rect x="{x(o["overlap_start_ms"]):.1f}" y="{y[tp] - 1}" '
+            f'width="{max(x(o["overlap_end_ms"]) - x(o["overlap_start_ms"]), 0.5):.1f}" '
+            f'height="{lane_h * len(lanes[tp]) + 2}" '
             f'class="double"><title>double ownership {_e(o["member_a"])} + {_e(o["member_b"])}: '
             f'{o["overlap_ms"]} ms</title></rect>'
         )

@@ -1,0 +1,74 @@
+"""The HTML report from oracle metrics (no Spark): sections, the timeline's marks, group choice, bins;
+and the example lines of the schema document stay valid."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import rehearsal_scenarios as S
+
+from rehearsal import events as E
+from rehearsal import oracle, report
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "rehearsal-events.md"
+
+
+def metrics() -> oracle.Metrics:
+    return oracle.compute([ev for evs in S.hand_built().values() for ev in evs])
+
+
+def test_report_sections_and_timeline_marks() -> None:
+    m = metrics()
+    data = report.from_oracle(m, "double/g3")
+    html = report.render(data)
+    for anchor in ("client-mixes", "unavailability", "timeline", "runs", "groups"):
+        assert f'id="{anchor}"' in html
+    assert "Ownership timeline: group double/g3" in html
+    # One bar per ownership interval of the group, one outlined mark per double ownership.
+    assert html.count("ended by ") == len(data.intervals) == 2
+    assert html.count('class="double"><title>double ownership') == len(data.overlaps) == 1
+    # The two overlapping owners of t-0 are drawn in separate lanes, not on top of each other.
+    lanes = re.findall(r'<rect x="[0-9.]+" y="([0-9.]+)"[^>]*><title>[ab]: ', html)
+    assert len(set(lanes)) == 2
+    # Every mix has a row; the one without groups says so.
+    rows = re.findall(r"<tr><td>(?:<span[^>]*></span>)?([a-z-]+)</td>", html)
+    assert rows[:4] == list(E.CLIENT_MIXES)
+    assert "no data" not in html  # all four mixes are in the hand-built scenarios
+    assert html.count("<svg") >= 3
+
+
+def test_absent_mix_is_shown_as_no_data() -> None:
+    m = oracle.compute(S.gap().events)
+    html = report.render(report.from_oracle(m))
+    assert html.count("no data") >= 3
+
+
+def test_choose_group() -> None:
+    groups = metrics().group_summary
+    assert report.choose_group(groups, "gap/g2") == ("gap", "g2")
+    assert report.choose_group(groups, "gb") == ("multi", "gb")
+    busiest = max(g["rebalances"] for g in groups)
+    chosen = report.choose_group(groups, None)
+    assert chosen is not None
+    assert next(g for g in groups if (g["run"], g["group"]) == chosen)["rebalances"] == busiest
+    with pytest.raises(ValueError, match="no group"):
+        report.choose_group(groups, "missing")
+    assert report.choose_group([], None) is None
+
+
+def test_histogram_bins_cover_all_values() -> None:
+    values = {"consumer": [0, 5, 10, 99, 100], "translate": [50]}
+    hist = report.histogram(values, bins=10)
+    assert hist["consumer"][0] == 2 and hist["consumer"][9] == 2 and hist["consumer"][1] == 1
+    assert hist["translate"][5] == 1
+    assert sum(map(sum, hist.values())) == 6
+    assert report.histogram({"consumer": [0, 0]}, bins=4)["consumer"] == [2, 0, 0, 0]
+
+
+def test_documented_example_lines_are_valid() -> None:
+    lines = [ln for ln in DOC.read_text().splitlines() if ln.startswith('{"ts_ms"')]
+    assert len(lines) >= 5
+    evs = [E.parse_event(ln, str(DOC), i) for i, ln in enumerate(lines, 1)]
+    assert {ev.event for ev in evs} >= {"partitions_assigned", "partitions_revoked", "group_stable"}
