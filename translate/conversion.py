@@ -32,6 +32,9 @@ member's assignment its TARGET assignment encoded at its subscription version. I
 because a member left, goes straight to PreparingRebalance (join timer = the rebalance timeout):
 members at the group epoch learn it from Heartbeat, members behind it get ILLEGAL_GENERATION.
 Records: the consumer group's tombstones, then the classic group's GroupMetadata record.
+A classic static member that takes the place (JoinGroup with its instance id) of the last
+consumer-protocol member downgrades the group too, after its join was translated; the group then
+stays STABLE and the joiner's JoinGroup response carries its member epoch as generation.
 
 All checks happen before any state changes, so a refused conversion leaves both groups as they
 were. Persisting the records is the caller's job (write-ahead, as for every Result).
@@ -249,8 +252,23 @@ class GroupConverter:
             return False
         return bool(_common_protocols(remaining))
 
-    def downgrade(self, group: ConsumerGroup, leaving: Collection[str], now_ms: int, out: Result) -> ClassicGroup:
-        """Replace the consumer group by a classic group of its remaining (classic) members."""
+    def should_downgrade_on_takeover(self, group: ConsumerGroup, replaced_member_id: str) -> bool:
+        """Whether a classic static member taking ``replaced_member_id``'s place (JoinGroup with
+        its instance id) leaves only classic members, so that the group must turn classic."""
+        if not self.downgrade_allowed or not self.policy.downgrade_enabled:
+            return False
+        replaced = group.members.get(replaced_member_id)
+        if replaced is None or replaced.uses_classic_protocol:
+            return False
+        if any(not m.uses_classic_protocol for mid, m in group.members.items() if mid != replaced_member_id):
+            return False
+        return len(group.members) <= self.classic_groups.rebalancer.config.max_size
+
+    def downgrade(
+        self, group: ConsumerGroup, leaving: Collection[str], now_ms: int, out: Result, rebalance: bool = True
+    ) -> ClassicGroup:
+        """Replace the consumer group by a classic group of its remaining (classic) members;
+        ``rebalance``: a member left, so the classic group starts a rebalance at once."""
         gid = group.group_id
         epoch = group.group_epoch
         remaining = [m for mid, m in group.members.items() if mid not in leaving]
@@ -315,8 +333,9 @@ class GroupConverter:
         out.records.append(rb.group_record(classic))
         for cmember in classic.members.values():
             rb.reschedule_heartbeat(out, classic, cmember, now_ms)
-        # A member left: the remaining ones rebalance under the classic protocol.
-        rb.prepare_rebalance(out, classic, now_ms)
+        if rebalance:
+            # A member left: the remaining ones rebalance under the classic protocol.
+            rb.prepare_rebalance(out, classic, now_ms)
         return classic
 
 

@@ -264,8 +264,23 @@ class GroupService:
         if group is None:
             out.take(self.classic_groups.join_group(request, request_key, now_ms))
             return out
+        replaced = self._replaced_by_static_join(group, request)
         out.take(self.classic_members.join_group(request, request_key, now_ms))
+        response = out.response_to(request_key)
+        if replaced is not None and getattr(response, "error_code", None) == Errors.NONE:
+            # The last consumer-protocol member was replaced by a classic one (KIP-848 downgrade).
+            result = ClassicResult()
+            self.converter.downgrade(group, [], now_ms, result, rebalance=False)
+            out.take(result)
         return out
+
+    def _replaced_by_static_join(self, group: ConsumerGroup, request: JoinGroupRequest) -> str | None:
+        if request.member_id != UNKNOWN_MEMBER_ID or request.group_instance_id is None:
+            return None
+        owner = group.static_members.get(request.group_instance_id)
+        if owner is None or not self.converter.should_downgrade_on_takeover(group, owner):
+            return None
+        return owner
 
     def _forget_if_unwritten(self, group_id: str) -> None:
         """A consumer group created for a join that was refused (or answered MEMBER_ID_REQUIRED)

@@ -16,10 +16,10 @@ from translate.result import timer_key
 
 
 def mixed_group(d: Driver, protocols: tuple[str, ...] = ("range",), sub_version: int = 1,
-                consumer_instance: str | None = None) -> tuple[list[str], str]:
+                consumer_instance: str | None = None, assignor: str | None = "uniform") -> tuple[list[str], str]:
     """A classic fleet upgraded by one consumer-protocol member, everyone reconciled."""
     ids, _ = d.classic_fleet(protocols=protocols, sub_version=sub_version)
-    response = d.consumer("m1", instance_id=consumer_instance)
+    response = d.consumer("m1", instance_id=consumer_instance, assignor=assignor)
     assert response.error_code == 0
     epoch = d.cgroup().group_epoch
     settle(d, ids, protocols, sub_version, consumer_instance)
@@ -220,3 +220,32 @@ def test_replay_of_downgrade_records_rebuilds_the_classic_group() -> None:
     assert [(m.member_id, m.assignment, m.session_timeout_ms) for m in back.members.values()] == [
         (m.member_id, m.assignment, m.session_timeout_ms) for m in live.members.values()
     ]
+
+
+def test_downgrade_when_a_classic_join_takes_over_the_last_consumer_static_member() -> None:
+    d = Driver()
+    # Same subscription, no server assignor: the classic restart changes nothing the assignor sees.
+    ids, m1 = mixed_group(d, consumer_instance="i-m1", assignor=None)
+    group = d.cgroup()
+    old_target = sorted(group.target_assignment[m1].get(TOPIC_ID, ()))
+    epoch = group.group_epoch
+    key = d.join(client="m1", instance_id="i-m1")  # the same instance restarted on the classic protocol
+    join = d.join_response(key)
+    assert join.error_code == 0 and join.generation_id == epoch
+    classic = d.classic()
+    assert d.service.coordinator.group("g") is None
+    # The group stays Stable: the new member has the old one's place and target assignment.
+    assert classic.is_in(ClassicGroupState.STABLE) and classic.generation_id == epoch
+    assert classic.static_members["i-m1"] == join.member_id and m1 not in classic.members
+    sync = d.sync_response(d.sync(join.member_id, join.generation_id, instance_id="i-m1"))
+    assert sync.error_code == 0 and partitions_of(sync.assignment) == {TOPIC: old_target}
+    assert d.heartbeat(ids[0], epoch) == Errors.NONE
+
+
+def test_no_downgrade_when_a_classic_join_takes_over_a_static_member_while_consumer_members_remain() -> None:
+    d = Driver()
+    mixed_group(d, consumer_instance="i-m1")
+    d.consumer("m2")
+    join = d.join_response(d.join(client="m1", instance_id="i-m1"))
+    assert join.error_code == 0
+    assert d.cgroup().static_members["i-m1"] == join.member_id
