@@ -63,19 +63,28 @@ def kafka_package(spark_version: str) -> str:
 def spark_session(
     master: str | None = None, *, kafka: bool = False, conf: dict[str, str] | None = None
 ) -> SparkSession:
-    """A session for the analysis; local[*] unless a master is given. kafka adds the Kafka connector."""
+    """A session for the analysis; local[*] unless a master is given. kafka adds the Kafka connector.
+
+    A session that is already active (an embedding application's, or a test's) is returned as it is:
+    its master and settings are its owner's choice, and the connector cannot be added to it."""
     import pyspark
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    master = master or "local[*]"
     builder = (
         SparkSession.builder.appName("groupgate-rehearsal")
-        .master(master or "local[*]")
+        .master(master)
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
     )
+    if master.startswith("local"):
+        # Rehearsal logs are small next to Spark's default of 200 shuffle partitions for one machine.
+        builder = builder.config("spark.sql.shuffle.partitions", "8")
     if kafka:
-        # Fetched from Maven Central by Spark (Ivy) when the session starts.
+        # Resolved from Maven Central by Spark (Ivy) when the session starts.
         builder = builder.config("spark.jars.packages", kafka_package(pyspark.__version__))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
