@@ -23,24 +23,21 @@ import heapq
 import itertools
 import random
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from coordinator.messages import ConsumerGroupHeartbeatResponse
 from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
 from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, EAGER_ASSIGNORS, TopicPartition
 from rehearsal.sim_clients import (
-    HEARTBEAT,
-    JOIN,
-    LEAVE,
-    SYNC,
     ClassicClient,
     ConsumerClient,
     SimClient,
     make_topic_ids,
 )
-from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, FrontEndpoint, classic_group_settled
+from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, ServiceEndpoint, classic_group_settled
 from rehearsal.sim_events import EventSink, SimEventEmitter
 from translate.classic_messages import SyncGroupResponse
 from translate.embedded import decode_assignment
@@ -126,6 +123,8 @@ class SimReport:
     records: int
     members_started: int
     events: int = 0
+    # What happened: lost responses, crashes, coordinator timers that fired (by kind), fences, ...
+    stats: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -146,7 +145,7 @@ class _Told:
 class Simulation:
     config: SimConfig
     sink: EventSink | None = None
-    endpoint_factory: Callable[[EndpointConfig, int], FrontEndpoint] = FrontEndpoint
+    endpoint_factory: Callable[[EndpointConfig, int], ServiceEndpoint] = ServiceEndpoint
     # Tests swap client models (e.g. a broken one) through these.
     classic_client: type[ClassicClient] = ClassicClient
     consumer_client: type[ConsumerClient] = ConsumerClient
@@ -170,6 +169,7 @@ class Simulation:
     _faults_on: bool = True
     _replayed: int = 0
     _names: Any = field(default_factory=itertools.count)
+    stats: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -178,7 +178,7 @@ class Simulation:
         self.topic_ids = make_topic_ids(cfg.topics)
         self.topic_names = {v: k for k, v in self.topic_ids.items()}
         self.endpoint = self.endpoint_factory(
-            EndpointConfig(classic_mode=cfg.classic_mode, assignor=cfg.server_assignor or "uniform"), cfg.seed
+            EndpointConfig(classic_mode=cfg.classic_mode), cfg.seed
         )
         self.replica = self.endpoint.replica()
         self.emitter = SimEventEmitter(self.sink, f"sim-{cfg.seed}", self.group_id, _client_mix(cfg)) if self.sink else None
@@ -199,6 +199,9 @@ class Simulation:
         return self.rng.randint(2, 60)
 
     def event(self, name: str, client: SimClient, **fields: Any) -> None:
+        self.stats[name if name != "member_left" else f"member_left:{fields.get('reason')}"] += 1
+        if fields.get("lost"):
+            self.stats["partitions_lost"] += 1
         if self.emitter is not None:
             self.emitter.member_event(self.now, name, client, **fields)
 
@@ -234,7 +237,6 @@ class Simulation:
             "upgrade-translate": "classic", "upgrade-native": "classic",
             "downgrade-translate": "consumer", "downgrade-native": "consumer",
         }[cfg.scenario]
-        self.endpoint.prepare_group(self.group_id)
         self._apply(self.endpoint.on_metadata(self._image(), 0))
         for i in range(cfg.members):
             protocol = initial if initial != "mixed" else ("consumer" if i % 2 == 0 else "classic")
@@ -302,21 +304,7 @@ class Simulation:
 
     # ---- the endpoint ----------------------------------------------------------------------------
     def _deliver(self, key: Any) -> None:
-        pending = self._pending[key]
-        ep = self.endpoint
-        req = pending.request
-        if pending.kind == JOIN:
-            result = ep.join_group(req, key, self.now)
-        elif pending.kind == SYNC:
-            result = ep.sync_group(req, key, self.now)
-        elif pending.kind == HEARTBEAT:
-            result = ep.heartbeat(req, key, self.now)
-        elif pending.kind == LEAVE:
-            result = ep.leave_group(req, key, self.now)
-        else:
-            assert isinstance(req, ConsumerGroupHeartbeatRequest)
-            result = ep.consumer_group_heartbeat(req, key, self.now)
-        self._apply(result)
+        self._apply(self.endpoint.handle(self._pending[key].request, key, self.now))
 
     def _apply(self, result: Any) -> None:
         self.records.extend(result.records)
@@ -332,6 +320,7 @@ class Simulation:
                 raise self.fail(f"response to unknown or already answered request {key}: {body}")
             self._check_told(pending, body)
             if self._faults_on and self.rng.random() < self.config.loss_rate:
+                self.stats["lost-response"] += 1
                 self._push(self.now + 2_000, "lost", key)
             else:
                 self._push(self.now + self.rng.randint(1, 5), "response", (key, body))
@@ -368,6 +357,7 @@ class Simulation:
         if prev is None:
             self._told[(member, epoch)] = _Told(told)
             return
+        self.stats["assignment-changed-within-epoch"] += told != prev.assignment
         if told == prev.assignment:
             return
         if strict:
@@ -418,8 +408,10 @@ class Simulation:
     def _note_group_type(self) -> None:
         now_type = self.endpoint.group_type(self.group_id)
         if now_type != self._group_type:
-            if self._group_type is not None and now_type is not None and self.emitter is not None:
-                self.emitter.group_converted(self.now, self._group_type, now_type)
+            if self._group_type is not None and now_type is not None:
+                self.stats[f"group_converted:{now_type}"] += 1
+                if self.emitter is not None:
+                    self.emitter.group_converted(self.now, self._group_type, now_type)
             if now_type is not None:
                 self._group_type = now_type
 
@@ -446,6 +438,7 @@ class Simulation:
                 key, deadline = payload
                 if self._timers.get(key) == deadline:
                     del self._timers[key]
+                    self.stats[f"timer:{key[0]}"] += 1
                     self._apply(self.endpoint.on_timer(key, self.now))
             elif kind == "action":
                 self._act(*payload)
@@ -473,7 +466,7 @@ class Simulation:
         return SimReport(
             seed=cfg.seed, scenario=cfg.scenario, steps=self.step, virtual_ms=self.now, converged_at_ms=converged_at,
             records=len(self.records), members_started=len(self.clients),
-            events=self.emitter.count if self.emitter is not None else 0,
+            events=self.emitter.count if self.emitter is not None else 0, stats=dict(sorted(self.stats.items())),
         )
 
 
@@ -488,7 +481,7 @@ def _client_mix(cfg: SimConfig) -> str:
 _AVAILABLE: dict[Any, tuple[str, ...]] = {}
 
 
-def available_scenarios(endpoint_factory: Callable[[EndpointConfig, int], FrontEndpoint] = FrontEndpoint) -> tuple[str, ...]:
+def available_scenarios(endpoint_factory: Callable[[EndpointConfig, int], ServiceEndpoint] = ServiceEndpoint) -> tuple[str, ...]:
     """The scenarios the entry point can run: native upgrades need classic -> consumer conversion."""
     if endpoint_factory not in _AVAILABLE:
         probe = endpoint_factory(EndpointConfig(), 0)
@@ -498,7 +491,7 @@ def available_scenarios(endpoint_factory: Callable[[EndpointConfig, int], FrontE
 
 def run_seed(seed: int, scenario: str | None = None, sink: EventSink | None = None, **overrides: Any) -> SimReport:
     """Run one seed; raises SimulationViolation with the seed and step when an invariant breaks."""
-    factory = overrides.pop("endpoint_factory", FrontEndpoint)
+    factory = overrides.pop("endpoint_factory", ServiceEndpoint)
     available = available_scenarios(factory)
     cfg = scenario_config(seed, scenario, available)
     if cfg.scenario not in available:

@@ -21,7 +21,7 @@ from rehearsal.sim_assignors import (
     roundrobin_assign,
 )
 from rehearsal.sim_clients import ClassicClient, ConsumerClient, TopicPartition
-from rehearsal.sim_endpoint import EndpointConfig, FrontEndpoint, SimResult
+from rehearsal.sim_endpoint import ServiceEndpoint, SimResult
 from rehearsal.simulate import (
     SCENARIOS,
     Simulation,
@@ -65,7 +65,7 @@ def test_the_seed_range_covers_every_available_scenario() -> None:
     available = available_scenarios()
     picked = Counter(scenario_config(s).scenario for s in range(1000))
     assert set(picked) == set(available)
-    assert set(available) >= set(SCENARIOS) - {"upgrade-native"}
+    assert set(available) == set(SCENARIOS)
 
 
 def test_a_seed_is_reproducible_from_its_number() -> None:
@@ -153,11 +153,11 @@ def test_a_client_that_never_reconciles_trips_the_convergence_check() -> None:
         Simulation(cfg, consumer_client=NeverFinishesReconciling).run()
 
 
-class DropsAssignmentRecords(FrontEndpoint):
+class DropsAssignmentRecords(ServiceEndpoint):
     """Broken: forgets to persist the members' current assignments."""
 
-    def consumer_group_heartbeat(self, request: Any, key: Any, now_ms: int) -> SimResult:
-        result = super().consumer_group_heartbeat(request, key, now_ms)
+    def handle(self, request: Any, key: Any, now_ms: int) -> SimResult:
+        result = super().handle(request, key, now_ms)
         result.records = [r for r in result.records if int(getattr(r, "type", 0)) != 8]
         return result
 
@@ -181,7 +181,7 @@ def test_two_assignments_for_one_classic_generation_trip_the_told_check() -> Non
     sim = Simulation(scenario_config(0, "classic-eager"))
     client = sim.new_client("classic")
     # The strict rule applies while the group is a classic group.
-    sim.endpoint.front.classic_groups.groups.setdefault(sim.group_id, _classic_group(sim.group_id))
+    sim.endpoint.service.classic_groups.groups.setdefault(sim.group_id, _classic_group(sim.group_id))
     _sync_answer(sim, client, 3, (0, 1))
     _sync_answer(sim, client, 3, (0, 1))  # a retried SyncGroup gets the same answer: fine
     _sync_answer(sim, client, 4, (2,))  # a new generation may differ
@@ -236,18 +236,3 @@ def test_cooperative_sticky_keeps_owned_and_withholds_partitions_that_move() -> 
     second = cooperative_sticky_assign(_members({"m1": first["m1"], "m2": set()}), partitions)
     assert second["m1"] == first["m1"]
     assert second["m2"] == everything - first["m1"]
-
-
-def test_the_endpoint_refuses_consumer_heartbeats_for_a_classic_group() -> None:
-    endpoint = FrontEndpoint(EndpointConfig(), 0)
-    if endpoint.supports_conversion:
-        pytest.skip("this entry point converts classic groups instead of refusing")
-    endpoint.front.classic_groups.groups["g"] = _classic_group("g")
-    from coordinator.messages import ConsumerGroupHeartbeatRequest
-
-    result = endpoint.consumer_group_heartbeat(
-        ConsumerGroupHeartbeatRequest(group_id="g", member_id="x", rebalance_timeout_ms=1000,
-                                      subscribed_topic_names=["t"], topic_partitions=[]),
-        "k", 0,
-    )
-    assert result.responses[0][1].error_code == 69  # GROUP_ID_NOT_FOUND
