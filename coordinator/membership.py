@@ -104,8 +104,12 @@ def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: 
         if known is None or known.topics != topics:
             tx.emit(rec.regular_expression(gid, regex, topics, st.metadata_version, now_ms))
     names: set[str] = set()
+    seen: set[tuple[frozenset[str], str | None]] = set()
     for m in group.members.values():
-        names |= subscribed_topic_names(group, m)
+        sub = (m.subscribed_topic_names, m.subscribed_topic_regex)
+        if sub not in seen:
+            seen.add(sub)
+            names |= subscribed_topic_names(group, m)
     meta: dict[str, TopicMetadata] = {n: st.topics[n] for n in names if n in st.topics}
     if meta == group.subscription_metadata:
         return False

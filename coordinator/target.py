@@ -44,9 +44,15 @@ def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str,
     specs: dict[str, MemberSpec] = {}
     distinct: set[frozenset[uuid.UUID]] = set()
     target = group.target_assignment
+    # Members mostly share subscriptions: resolve each distinct one once, and share the frozenset
+    # (its hash is cached) between members.
+    resolved: dict[tuple[frozenset[str], str | None], frozenset[uuid.UUID]] = {}
     for mid, m in group.members.items():
-        ids = frozenset(meta[n].topic_id for n in subscribed_topic_names(group, m) if n in meta)
-        distinct.add(ids)
+        sub = (m.subscribed_topic_names, m.subscribed_topic_regex)
+        ids = resolved.get(sub)
+        if ids is None:
+            ids = resolved[sub] = frozenset(meta[n].topic_id for n in subscribed_topic_names(group, m) if n in meta)
+            distinct.add(ids)
         specs[mid] = MemberSpec(mid, m.instance_id, m.rack_id, ids, target.get(mid, EMPTY_ASSIGNMENT))
     sub_type = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
     d = group.delta
