@@ -282,8 +282,7 @@ class GroupConverter:
         for mid in member_ids:
             tx.emit(rec.current_assignment_tombstone(gid, mid))
         for mid in member_ids:
-            if mid in group.target_assignment:
-                tx.emit(rec.target_member_tombstone(gid, mid))
+            tx.emit(rec.target_member_tombstone(gid, mid))
         tx.emit(Record(RecordType.TARGET_ASSIGNMENT_METADATA, gid, None, None))
         for mid in member_ids:
             tx.emit(rec.member_metadata_tombstone(gid, mid))

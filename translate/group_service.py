@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import uuid
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -493,9 +494,10 @@ class GroupService:
         return DeleteGroupsResponse(results)
 
     # ---- metadata, replay, load ----------------------------------------------------------------
-    def on_metadata(self, topics: Mapping[str, tuple[object, int]], now_ms: int) -> GroupResult:
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:
+        """The full topic image: name -> (topic id, partition count)."""
         out = GroupResult()
-        out.take_coordinator(self.coordinator.on_metadata(topics, now_ms))  # type: ignore[arg-type]
+        out.take_coordinator(self.coordinator.on_metadata(topics, now_ms))
         return out
 
     def replay(self, record: AnyRecord) -> None:

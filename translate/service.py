@@ -3,8 +3,10 @@
 A JoinGroup / SyncGroup / Heartbeat / LeaveGroup goes to the consumer group's per-member
 translation when the group is a consumer group (KIP-848 "Supporting Online Consumer Group
 Upgrade"), and to the classic group coordinator otherwise - including for a group that does not
-exist yet, which JoinGroup creates as a classic group, as Kafka does. Conversion between the two
-group types (the migration policy) is not done here yet.
+exist yet, which JoinGroup creates as a classic group, as Kafka does. It does not convert groups
+between the two types: the gateway's entry point is ``translate.group_service.GroupService``,
+which adds the online upgrade / downgrade, the migration policy, the ``translate`` mode, the new
+protocol's requests, the admin APIs and replay.
 
 Timers come back through ``on_timer``: classic group kinds, classic member kinds, and the
 coordinator's own (session / rebalance) are dispatched to their owner.
