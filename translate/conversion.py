@@ -34,7 +34,8 @@ members at the group epoch learn it from Heartbeat, members behind it get ILLEGA
 Records: the consumer group's tombstones, then the classic group's GroupMetadata record.
 A classic static member that takes the place (JoinGroup with its instance id) of the last
 consumer-protocol member downgrades the group too, after its join was translated; the group then
-stays STABLE and the joiner's JoinGroup response carries its member epoch as generation.
+stays STABLE (unless the join bumped the group epoch, KAFKA-19546: then it rebalances) and the
+joiner's JoinGroup response carries its member epoch as generation.
 
 All checks happen before any state changes, so a refused conversion leaves both groups as they
 were. Persisting the records is the caller's job (write-ahead, as for every Result).

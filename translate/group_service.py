@@ -266,12 +266,15 @@ class GroupService:
             out.take(self.classic_groups.join_group(request, request_key, now_ms))
             return out
         replaced = self._replaced_by_static_join(group, request)
+        epoch = group.group_epoch
         out.take(self.classic_members.join_group(request, request_key, now_ms))
         response = out.response_to(request_key)
         if replaced is not None and getattr(response, "error_code", None) == Errors.NONE:
             # The last consumer-protocol member was replaced by a classic one (KIP-848 downgrade).
+            # The group stays Stable unless the joiner changed what the assignment depends on
+            # (KAFKA-19546): then its members rebalance under the classic protocol.
             result = ClassicResult()
-            self.converter.downgrade(group, [], now_ms, result, rebalance=False)
+            self.converter.downgrade(group, [], now_ms, result, rebalance=group.group_epoch != epoch)
             out.take(result)
         return out
 

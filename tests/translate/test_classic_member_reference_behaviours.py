@@ -192,3 +192,16 @@ def test_classic_member_session_expiry_fences_it_with_an_epoch_bump() -> None:
     d.absorb(d.service.on_timer(session_key("g", member_id), d.now + SESSION))
     assert member_id not in d.cgroup().members and d.cgroup().group_epoch == epoch + 1
     assert timer_key("classic-member-sync", "g", member_id) not in d.timers
+
+
+def test_classic_rejoin_bumps_the_group_epoch_only_when_its_subscription_changes() -> None:
+    d = Driver()
+    member_id, _ = consumer_group_with_classic_member(d)
+    epoch = d.cgroup().group_epoch
+    d.join(member_id=member_id, client="a")
+    assert d.cgroup().group_epoch == epoch
+    key, _ = d.send(JoinGroupRequest("g", SESSION, member_id, "consumer",
+                                     [JoinGroupRequestProtocol("range", metadata(topics=(TOPIC, "bar")))],
+                                     REBALANCE, client_id="a"))
+    assert d.join_response(key).error_code == 0
+    assert d.cgroup().group_epoch == epoch + 1

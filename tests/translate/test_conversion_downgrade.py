@@ -249,3 +249,13 @@ def test_no_downgrade_when_a_classic_join_takes_over_a_static_member_while_consu
     join = d.join_response(d.join(client="m1", instance_id="i-m1"))
     assert join.error_code == 0
     assert d.cgroup().static_members["i-m1"] == join.member_id
+
+
+def test_classic_takeover_of_the_last_consumer_member_with_a_new_subscription_rebalances() -> None:
+    d = Driver()
+    mixed_group(d, consumer_instance="i-m1")  # m1 chose a server assignor: the classic restart drops it
+    epoch = d.cgroup().group_epoch
+    join = d.join_response(d.join(client="m1", instance_id="i-m1"))
+    assert join.error_code == 0
+    classic = d.classic()
+    assert classic.generation_id == epoch + 1 and classic.is_in(ClassicGroupState.PREPARING_REBALANCE)

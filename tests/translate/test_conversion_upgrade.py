@@ -242,3 +242,17 @@ def test_upgraded_members_session_expiry_fences_them_with_their_classic_timeout(
     d.advance(SESSION + 1)
     # Nobody heartbeated: the classic members are fenced (and m1's longer session survives).
     assert set(d.cgroup().members) == {"m1"}
+
+
+def test_only_a_joining_heartbeat_converts_a_classic_group() -> None:
+    d = Driver()
+    d.classic_fleet()
+    response = d.consumer("m1", epoch=5, owned=[])
+    assert response.error_code == Errors.GROUP_ID_NOT_FOUND
+    assert d.classic().is_in(ClassicGroupState.STABLE)
+
+
+def test_consumer_static_member_not_released_is_unreleased_instance_id_only_across_consumer_members() -> None:
+    d = Driver()
+    assert d.consumer("m1", instance_id="i1").error_code == 0
+    assert d.consumer("m2", instance_id="i1").error_code == Errors.UNRELEASED_INSTANCE_ID
