@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     assignors = default_assignors()
     cases = grid(args.quick)
-    budget, runs = (1.0, 15) if args.quick else (2.0, 21)
+    budget, runs = (1.5, 31) if args.quick else (2.0, 21)
     rows = []
     with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmp:
         files = []
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_java:
             classpath = kafka_classpath()
             classes = compile_java(classpath)
-            java = run_java(classpath, classes, files, 300 if args.quick else 1000, 15 if args.quick else 21)
+            java = run_java(classpath, classes, files, 1500 if args.quick else 2000, 31 if args.quick else 21)
 
     summary: dict[str, str] = {}
     header = f"{'case':44} {'groupgate ms':>12} {'gg full ms':>10} {'kafka ms':>9} {'ratio':>7} {'min-max':>9}  check"

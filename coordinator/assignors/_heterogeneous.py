@@ -105,6 +105,9 @@ def assign_general(
 
 def _same(current: Assignment, new: Mapping[TopicId, frozenset[int]]) -> bool:
     """True when ``current`` and ``new`` hold the same partitions (empty topic entries ignored)."""
-    if len(new) != sum(1 for fs in current.values() if fs):
-        return False
-    return all(current.get(tid) == fs for tid, fs in new.items())
+    # dict equality reuses the stored key hashes: no UUID.__hash__ call per topic.
+    if current == new:
+        return True
+    if len(current) > len(new):
+        return {tid: fs for tid, fs in current.items() if fs} == new
+    return False

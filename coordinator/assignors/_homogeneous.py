@@ -27,33 +27,45 @@ from coordinator.assignors.api import Assignment, MemberSpec, TopicId
 # stays in C (the UUID rich comparisons are Python methods).
 topic_order = attrgetter("int")
 
-Pool = list[tuple[TopicId, Sequence[int]]]
+# (topic, partitions in order, how many of them): ``partitions`` may be longer than the count.
+Pool = list[tuple[TopicId, Sequence[int], int]]
+
+# Partition numbers as shared int objects: frozensets built from slices of this list reuse them
+# instead of allocating an int per partition (ints above 256 are not cached by the interpreter).
+_numbers: list[int] = []
+
+
+def first_numbers(n: int) -> list[int]:
+    """A list whose first ``n`` items are 0 .. n-1 (it may be longer)."""
+    if len(_numbers) < n:
+        _numbers.extend(range(len(_numbers), n))
+    return _numbers
 
 
 def assign_full(
     member_ids: Sequence[str],
     members: Mapping[str, MemberSpec],
     topic_ids: Sequence[TopicId],
-    num_partitions: Mapping[TopicId, int],
+    sizes: Sequence[int],
     out: dict[str, Assignment],
 ) -> None:
-    """Assign ``topic_ids`` (sorted by ``topic_order``) to ``member_ids`` (sorted), into ``out``.
+    """Assign ``topic_ids`` (sorted by ``topic_order``, of ``sizes`` partitions) to ``member_ids`` (sorted).
 
     The current targets are validated: partitions of other topics, out of range, or already held by an
     earlier member are dropped.
     """
     if not member_ids:
         return
-    parts = {t: num_partitions[t] for t in topic_ids}
+    # Built only when somebody holds something: each UUID key costs a Python-level __hash__ call.
+    parts: dict[TopicId, int] | None = None
     taken: dict[TopicId, set[int]] = {}
-    owned: list[Assignment] = []
-    counts: list[int] = []
-    for mid in member_ids:
-        current = members[mid].assigned
+    owned: list[Assignment] = [members[mid].assigned for mid in member_ids]
+    counts = [0] * len(member_ids)
+    for i, current in enumerate(owned):
         if not current:
-            owned.append(current)
-            counts.append(0)
             continue
+        if parts is None:
+            parts = dict(zip(topic_ids, sizes, strict=True))
         changed = False
         items: list[tuple[TopicId, frozenset[int]]] = []
         count = 0
@@ -79,11 +91,12 @@ def assign_full(
             if keep:
                 items.append((tid, keep))
                 count += len(keep)
-        owned.append(dict(items) if changed else current)
-        counts.append(count)
+        if changed:
+            owned[i] = dict(items)
+        counts[i] = count
 
-    total = sum(parts.values())
-    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)))
+    total = sum(sizes)
+    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)), True)
 
     for i, count in enumerate(counts):
         if count > quotas[i]:
@@ -93,17 +106,16 @@ def assign_full(
                 taken[tid].difference_update(fs)
 
     pool: Pool = []
-    for tid in topic_ids:
-        n = parts[tid]
-        seen = taken.get(tid)
+    for tid, n in zip(topic_ids, sizes, strict=True):
+        seen = taken.get(tid) if taken else None
         if seen is None:
             if n:
-                pool.append((tid, range(n)))
+                pool.append((tid, first_numbers(n), n))
         elif len(seen) < n:
-            pool.append((tid, sorted(set(range(n)).difference(seen))))
-    _fill(pool, ((i, quotas[i] - counts[i]) for i in range(len(member_ids)) if counts[i] < quotas[i]), owned)
-    for mid, a in zip(member_ids, owned, strict=True):
-        out[mid] = a
+            free = sorted(set(first_numbers(n)[:n]).difference(seen))
+            pool.append((tid, free, len(free)))
+    _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
+    out.update(zip(member_ids, owned, strict=True))
 
 
 def assign_incremental(
@@ -129,7 +141,7 @@ def assign_incremental(
     q = total // n
     over = [i for i in range(n) if counts[i] > q]
     rest = [i for i in range(n) if counts[i] <= q] if len(over) < total % n else []
-    quotas = _quotas(member_ids, counts, total, over, rest)
+    quotas = _quotas(member_ids, counts, total, over, rest, False)
 
     loose: dict[TopicId, set[int]] = {}
     for tid, fs in freed:
@@ -140,22 +152,30 @@ def assign_incremental(
             counts[i] = quotas[i]
             for tid, fs in dropped:
                 loose.setdefault(tid, set()).update(fs)
-    pool: Pool = [(tid, sorted(loose[tid])) for tid in sorted(loose, key=topic_order)]
+    pool: Pool = []
+    for tid in sorted(loose, key=topic_order):
+        free = sorted(loose[tid])
+        pool.append((tid, free, len(free)))
     under = sorted((i for i in range(n) if counts[i] < quotas[i]), key=member_ids.__getitem__)
-    _fill(pool, ((i, quotas[i] - counts[i]) for i in under), owned)
-    for mid, a in zip(member_ids, owned, strict=True):
-        out[mid] = a
+    _fill(pool, [(i, quotas[i] - counts[i]) for i in under], owned)
+    out.update(zip(member_ids, owned, strict=True))
     return True
 
 
 def _quotas(
-    member_ids: Sequence[str], counts: list[int], total: int, over: Sequence[int], rest: Sequence[int]
+    member_ids: Sequence[str],
+    counts: list[int],
+    total: int,
+    over: Sequence[int],
+    rest: Sequence[int],
+    ids_sorted: bool,
 ) -> list[int]:
     """Each member's quota: the minimum, plus one for ``total % n`` of them.
 
     ``over`` must hold every member above the minimum, ``rest`` every other member (it may be empty
-    when the members above the minimum already use up all the extra slots). Members above the minimum
-    win the extra slots first, the smallest member ids first; leftover slots go to the smallest ids.
+    when the members above the minimum already use up all the extra slots); both in index order.
+    Members above the minimum win the extra slots first, the smallest member ids first; leftover slots
+    go to the smallest ids. ``ids_sorted`` says the indices already follow member-id order.
     """
     n = len(counts)
     q, extra = divmod(total, n)
@@ -163,17 +183,25 @@ def _quotas(
     over = [i for i in over if counts[i] > q]
     if len(over) > extra:
         # Losers are the largest ids: same outcome as walking the members in id order.
-        losers = set(heapq.nlargest(len(over) - extra, over, key=member_ids.__getitem__))
-        for i in over:
-            if i not in losers:
-                quotas[i] = q + 1
+        if ids_sorted:
+            winners = over[:extra]
+        else:
+            losing = set(heapq.nlargest(len(over) - extra, (member_ids[i] for i in over)))
+            winners = [i for i in over if member_ids[i] not in losing]
+        for i in winners:
+            quotas[i] = q + 1
         return quotas
     for i in over:
         quotas[i] = q + 1
     extra -= len(over)
     if extra:
         candidates = [i for i in rest if counts[i] <= q]
-        for i in heapq.nsmallest(extra, candidates, key=member_ids.__getitem__):
+        if ids_sorted:
+            chosen = candidates[:extra]
+        else:
+            picked = set(heapq.nsmallest(extra, (member_ids[i] for i in candidates)))
+            chosen = [i for i in candidates if member_ids[i] in picked]
+        for i in chosen:
             quotas[i] = q + 1
     return quotas
 
@@ -205,26 +233,36 @@ def _trim(held: Assignment, k: int) -> tuple[dict[TopicId, frozenset[int]], list
 
 def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment]) -> None:
     """Hand the pool out in order: each (member index, count) takes the next ``count`` partitions."""
+    if not pool:
+        return  # nobody can be under quota when nothing is free
     ti = 0
     pos = 0
+    tid, seq, length = pool[0]
     for i, need in needs:
+        base = owned[i]
+        end = pos + need
+        if end < length and not base:
+            # The common case: a member with nothing takes a slice of the current topic.
+            owned[i] = {tid: frozenset(seq[pos:end])}
+            pos = end
+            continue
         add: dict[TopicId, frozenset[int]] = {}
         while need:
-            tid, seq = pool[ti]
-            end = min(pos + need, len(seq))
+            end = min(pos + need, length)
             add[tid] = frozenset(seq[pos:end])
             need -= end - pos
-            if end == len(seq):
+            if end == length:
                 ti += 1
                 pos = 0
+                if ti < len(pool):
+                    tid, seq, length = pool[ti]
             else:
                 pos = end
-        base = owned[i]
         if base:
             merged = dict(base)
-            for tid, fs in add.items():
-                old = merged.get(tid)
-                merged[tid] = fs if old is None else old | fs
+            for t, fs in add.items():
+                old = merged.get(t)
+                merged[t] = fs if old is None else old | fs
             owned[i] = merged
         else:
             owned[i] = add

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.assignors._homogeneous import topic_order
+from coordinator.assignors._homogeneous import first_numbers, topic_order
 from coordinator.assignors.api import (
     Assignment,
     AssignmentDelta,
@@ -64,8 +64,7 @@ class RangeAssignor:
         for (n, subscribing), bunch in bunches.items():
             subs = ordered.get(subscribing)
             if subs is None:
-                subs = [mid for ci in subscribing for mid in classes[ci]]
-                subs.sort(key=lambda mid: _member_key(mid, members[mid]))
+                subs = _sorted_members([mid for ci in subscribing for mid in classes[ci]], members)
                 ordered[subscribing] = subs
             ranges = cache.get((n, len(subs)))
             if ranges is None:
@@ -88,23 +87,34 @@ class RangeAssignor:
         return out
 
 
-def _member_key(member_id: str, m: MemberSpec) -> tuple[bool, str, str]:
-    return (m.instance_id is None, m.instance_id or "", member_id)
+def _sorted_members(member_ids: list[str], members: Mapping[str, MemberSpec]) -> list[str]:
+    """Static members first, by instance id (then member id); then dynamic members by member id."""
+    static = [mid for mid in member_ids if members[mid].instance_id is not None]
+    if not static:
+        return sorted(member_ids)  # plain string sort: no key tuples
+    dynamic = sorted(mid for mid in member_ids if members[mid].instance_id is None)
+    static.sort(key=lambda mid: (members[mid].instance_id or "", mid))
+    return static + dynamic
 
 
 def _ranges(n: int, s: int) -> list[frozenset[int]]:
     """The non-empty contiguous ranges of ``n`` partitions over ``s`` subscribers, in subscriber order."""
     q, extra = divmod(n, s)
+    numbers = first_numbers(n)  # shared int objects: no int allocated per partition
     out = []
     start = 0
     for i in range(min(s, n)):
         end = start + q + (1 if i < extra else 0)
-        out.append(frozenset(range(start, end)))
+        out.append(frozenset(numbers[start:end]))
         start = end
     return out
 
 
 def _same(current: Assignment, new: Mapping[TopicId, frozenset[int]]) -> bool:
-    if len(new) != sum(1 for fs in current.values() if fs):
-        return False
-    return all(current.get(tid) == fs for tid, fs in new.items())
+    """True when ``current`` and ``new`` hold the same partitions (empty topic entries ignored)."""
+    # dict equality reuses the stored key hashes: no UUID.__hash__ call per topic.
+    if current == new:
+        return True
+    if len(current) > len(new):
+        return {tid: fs for tid, fs in current.items() if fs} == new
+    return False

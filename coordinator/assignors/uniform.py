@@ -23,6 +23,7 @@ from coordinator.assignors.api import (
     MemberSpec,
     SubscriptionType,
     TopicId,
+    TopicMetadata,
 )
 
 
@@ -33,23 +34,24 @@ class UniformAssignor:
         members = spec.members
         if not members:
             return {}
-        num_partitions = {tid: t.num_partitions for tid, t in spec.topics.items()}
+        topics = spec.topics
         out: dict[str, Assignment] = {}
-        groups = _subscription_groups(members, spec.subscription_type, num_partitions)
+        groups = _subscription_groups(members, spec.subscription_type, topics)
         if groups is None:
+            num_partitions = {tid: t.num_partitions for tid, t in topics.items()}
             _heterogeneous.assign_general(sorted(members), members, num_partitions, out)
             return out
-        if delta is not None and _incremental(members, groups, num_partitions, delta, out):
+        if delta is not None and _incremental(members, groups, topics, delta, out):
             return out
         out.clear()
-        for topics, member_ids in groups:
-            if not topics:
+        for subscribed, member_ids in groups:
+            if not subscribed:
                 for mid in member_ids:
                     out[mid] = _empty(members[mid])
                 continue
-            _homogeneous.assign_full(
-                sorted(member_ids), members, sorted(topics, key=topic_order), num_partitions, out
-            )
+            topic_ids = sorted(subscribed, key=topic_order)
+            sizes = [topics[t].num_partitions for t in topic_ids]
+            _homogeneous.assign_full(sorted(member_ids), members, topic_ids, sizes, out)
         return out
 
 
@@ -57,12 +59,14 @@ SubscriptionGroups = list[tuple[frozenset[TopicId], list[str]]]
 
 
 def _subscription_groups(
-    members: Mapping[str, MemberSpec], kind: SubscriptionType, num_partitions: Mapping[TopicId, int]
+    members: Mapping[str, MemberSpec], kind: SubscriptionType, topics: Mapping[TopicId, TopicMetadata]
 ) -> SubscriptionGroups | None:
     """Members by (existing) subscribed topics, or None when two different subscriptions overlap."""
+    # set(dict) and set-to-set comparisons reuse stored hashes: no UUID.__hash__ calls.
+    existing = set(topics)
     if kind is SubscriptionType.HOMOGENEOUS:
         first = next(iter(members.values()))
-        return [(_existing(first.subscribed_topic_ids, num_partitions), list(members))]
+        return [(_existing(first.subscribed_topic_ids, existing), list(members))]
     by_sub: dict[frozenset[TopicId], list[str]] = {}
     for mid, m in members.items():
         group = by_sub.get(m.subscribed_topic_ids)
@@ -72,21 +76,19 @@ def _subscription_groups(
             group.append(mid)
     groups: dict[frozenset[TopicId], list[str]] = {}
     for sub, mids in by_sub.items():
-        groups.setdefault(_existing(sub, num_partitions), []).extend(mids)
+        groups.setdefault(_existing(sub, existing), []).extend(mids)
     union: set[TopicId] = set()
     size = 0
-    for topics in groups:
-        union.update(topics)
-        size += len(topics)
+    for subscribed in groups:
+        union.update(subscribed)
+        size += len(subscribed)
     if size != len(union):
         return None
     return list(groups.items())
 
 
-def _existing(topics: frozenset[TopicId], num_partitions: Mapping[TopicId, int]) -> frozenset[TopicId]:
-    if all(t in num_partitions for t in topics):
-        return topics
-    return frozenset(t for t in topics if t in num_partitions)
+def _existing(subscribed: frozenset[TopicId], existing: set[TopicId]) -> frozenset[TopicId]:
+    return subscribed if subscribed <= existing else subscribed & existing
 
 
 def _empty(member: MemberSpec) -> Assignment:
@@ -96,7 +98,7 @@ def _empty(member: MemberSpec) -> Assignment:
 def _incremental(
     members: Mapping[str, MemberSpec],
     groups: SubscriptionGroups,
-    num_partitions: Mapping[TopicId, int],
+    topics: Mapping[TopicId, TopicMetadata],
     delta: AssignmentDelta,
     out: dict[str, Assignment],
 ) -> bool:
@@ -108,8 +110,8 @@ def _incremental(
     # Which subscription group each freed partition belongs to.
     group_of_topic: dict[TopicId, int] = {}
     if delta.removed:
-        for gi, (topics, _) in enumerate(groups):
-            for tid in topics:
+        for gi, (subscribed, _) in enumerate(groups):
+            for tid in subscribed:
                 group_of_topic[tid] = gi
     freed: dict[int, list[tuple[TopicId, frozenset[int]]]] = {}
     freed_count: dict[int, int] = {}
@@ -119,12 +121,15 @@ def _incremental(
             if gi_ is not None and fs:
                 freed.setdefault(gi_, []).append((tid, fs))
                 freed_count[gi_] = freed_count.get(gi_, 0) + len(fs)
-    for gi, (topics, member_ids) in enumerate(groups):
-        if not topics:
+    for gi, (subscribed, member_ids) in enumerate(groups):
+        if not subscribed:
             for mid in member_ids:
                 out[mid] = _empty(members[mid])
             continue
-        total = sum(num_partitions[t] for t in topics)
+        if len(subscribed) == len(topics):  # every topic: sum without a UUID hash per topic
+            total = sum(t.num_partitions for t in topics.values())
+        else:
+            total = sum(topics[t].num_partitions for t in subscribed)
         if not _homogeneous.assign_incremental(
             member_ids, members, total, freed.get(gi, []), freed_count.get(gi, 0), out
         ):
