@@ -132,8 +132,10 @@ class GroupServiceConfig:
     migration_policy: MigrationPolicy | str = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
     classic_groups: ClassicGroupsMode | str = ClassicGroupsMode.NATIVE
     classic: ClassicGroupConfig = field(default_factory=ClassicGroupConfig)
-    # Off (Kafka's behaviour): DescribeGroups answers a consumer group GROUP_ID_NOT_FOUND / Dead.
-    describe_consumer_groups_as_classic: bool = False
+    # DescribeGroups of a consumer group: False is Kafka's answer (GROUP_ID_NOT_FOUND / Dead); True
+    # gives a classic view for tools that only speak DescribeGroups. None: True in translate mode,
+    # where legacy fleets (and their legacy tools) see their groups as consumer groups.
+    describe_consumer_groups_as_classic: bool | None = None
 
     def __post_init__(self) -> None:
         self.migration_policy = MigrationPolicy.parse(self.migration_policy)
@@ -143,6 +145,12 @@ class GroupServiceConfig:
     def policy(self) -> MigrationPolicy:
         assert isinstance(self.migration_policy, MigrationPolicy)
         return self.migration_policy
+
+    @property
+    def classic_view_of_consumer_groups(self) -> bool:
+        if self.describe_consumer_groups_as_classic is None:
+            return self.mode is ClassicGroupsMode.TRANSLATE
+        return self.describe_consumer_groups_as_classic
 
     @property
     def mode(self) -> ClassicGroupsMode:

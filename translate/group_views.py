@@ -5,8 +5,8 @@ DescribeGroups describes classic groups as Kafka does: a Stable group lists each
 metadata for the group's protocol and its assignment; in other states members come without them
 and the protocol is empty. A group it does not know - including a consumer group, which Kafka's
 DescribeGroups does not describe (ConsumerGroupDescribe does) - is Dead, with GROUP_ID_NOT_FOUND
-from v6 (KIP-1043). ``GroupServiceConfig.describe_consumer_groups_as_classic`` instead gives
-consumer groups a classic view (protocol type ``consumer``, states mapped Assigning ->
+from v6 (KIP-1043). ``GroupServiceConfig.describe_consumer_groups_as_classic`` (on by default in
+``translate`` mode) instead gives consumer groups a classic view (protocol type ``consumer``, states mapped Assigning ->
 PreparingRebalance, Reconciling -> CompletingRebalance) for tools that only speak DescribeGroups.
 """
 
@@ -70,7 +70,7 @@ def describe_groups(svc: GroupService, request: DescribeGroupsRequest) -> list[D
                     dm.member_assignment = m.assignment
                 described.members.append(dm)
             out.append(described)
-        elif consumer is not None and svc.config.describe_consumer_groups_as_classic:
+        elif consumer is not None and svc.config.classic_view_of_consumer_groups:
             out.append(_consumer_group_as_classic(svc, consumer))
         elif request.api_version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
             out.append(

@@ -228,3 +228,13 @@ def test_replay_bytes_of_a_full_migration_rebuilds_both_group_types(mode: str) -
     # After loading, every member's session is armed again.
     loaded = replayed.on_loaded(d.now)
     assert len(loaded.timers) >= len(ids) + 1
+
+
+def test_translate_mode_describes_its_consumer_groups_with_the_classic_view_by_default() -> None:
+    d = Driver(mode="translate")
+    first = d.join_response(d.join(client="a"))
+    d.join(member_id=first.member_id, client="a")
+    key, _ = d.send(DescribeGroupsRequest(["g"]))
+    group = d.responses[key].groups[0]
+    assert group.error_code == 0 and group.protocol_type == "consumer"
+    assert [m.member_id for m in group.members] == [first.member_id]
