@@ -34,6 +34,10 @@ as a consumer group from its first member: legacy clients get server-side assign
 configured default assignor) and per-member incremental rebalances without any client change.
 Groups of other protocol types (e.g. Connect) stay classic; consumer groups never downgrade.
 
+DescribeGroups answers consumer groups as Kafka does (GROUP_ID_NOT_FOUND from v6, Dead before)
+unless ``describe_consumer_groups_as_classic`` (default: on in ``translate`` mode) asks for a
+classic view of them; ListGroups lists both types ("classic" / "consumer").
+
 Not modelled: a failed write. The caller must not apply a result whose records could not be
 written, and should fail over (replay) instead, as Kafka's coordinator does on a write failure.
 """
