@@ -83,22 +83,10 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
     for ev in events:
         if ev.event in CHANGE_EVENTS:
             changes.append(ev.ts_ms)
-        if ev.member is None:
-            if isinstance(ev, GroupStable):
-                stables.append(ev.ts_ms)
-                declared.update((p.topic, p.partition) for p in ev.partitions or ())
-            elif isinstance(ev, TopicMetadata):
-                declared.update((ev.topic, i) for i in range(ev.num_partitions))
-            elif isinstance(ev, Disturbance):
-                disturbances.append(ev.ts_ms)
-            elif isinstance(ev, GroupConverted):
-                conversions += 1
-            elif isinstance(ev, TimerExpired):
-                timers += 1
-            continue
-        member = ev.member
-        m = members.setdefault(member, _Member())
+        # Any event naming a member makes it a member of the group (for the counts).
+        m = members.setdefault(ev.member, _Member()) if ev.member is not None else None
         if isinstance(ev, PartitionsAssigned):
+            m = members[ev.member]
             changed = False
             for p in ev.partitions:
                 tp = (p.topic, p.partition)
@@ -109,18 +97,20 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
                     changed = True
             m.rebalances += changed
         elif isinstance(ev, PartitionsRevoked):
+            m = members[ev.member]
             changed = False
             for p in ev.partitions:
                 tp = (p.topic, p.partition)
                 since = m.owned.pop(tp, None)
                 if since is not None:
-                    close(member, tp, since, ev.ts_ms, ev.event)
+                    close(ev.member, tp, since, ev.ts_ms, ev.event)
                     m.lost += 1
                     changed = True
             m.rebalances += changed
         elif isinstance(ev, MemberLeft | MemberFenced):
+            m = members[ev.member]
             for tp, since in sorted(m.owned.items()):
-                close(member, tp, since, ev.ts_ms, ev.event)
+                close(ev.member, tp, since, ev.ts_ms, ev.event)
                 m.lost += 1
             m.owned.clear()
             if isinstance(ev, MemberLeft):
@@ -128,15 +118,20 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
             else:
                 m.fenced += 1
         elif isinstance(ev, MemberJoined):
-            m.joins += 1
+            members[ev.member].joins += 1
         elif isinstance(ev, AssignmentSent):
-            m.assignments_received += 1
-        elif isinstance(ev, TimerExpired):
-            timers += 1
+            members[ev.member].assignments_received += 1
+        elif isinstance(ev, GroupStable):
+            stables.append(ev.ts_ms)
+            declared.update((p.topic, p.partition) for p in ev.partitions or ())
+        elif isinstance(ev, TopicMetadata):
+            declared.update((ev.topic, i) for i in range(ev.num_partitions))
         elif isinstance(ev, Disturbance):
             disturbances.append(ev.ts_ms)
-        elif isinstance(ev, GroupStable | GroupConverted | TopicMetadata):
-            raise AssertionError("group events carry no member")  # pragma: no cover
+        elif isinstance(ev, GroupConverted):
+            conversions += 1
+        elif isinstance(ev, TimerExpired):
+            timers += 1
 
     for name, m in members.items():
         for tp, since in sorted(m.owned.items()):

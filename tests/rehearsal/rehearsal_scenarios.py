@@ -160,9 +160,10 @@ def random_group(rng: random.Random, run: str, group: str) -> list[E.Event]:
             elif kind == "stable_declared":
                 g.stable(ts, *rng.sample(every, rng.randint(1, len(every))))
             elif kind == "disturb":
-                g.disturb(ts, rng.choice(["rolling_upgrade", "restart"]))
+                g.add(E.Disturbance, ts, kind="restart", member=rng.choice([None, *members]))
             elif kind == "timer":
-                g.timer(ts, rng.choice(["rebalance", "join", "sync"]))
+                # A member named only by a timer still counts as a member of the group.
+                g.timer(ts, rng.choice(["rebalance", "session", "sync"]), rng.choice([None, *members, "ghost"]))
             elif kind == "convert":
                 other = "consumer" if g.common["protocol"] == "classic" else "classic"
                 g.add(E.GroupConverted, ts, from_type=g.common["protocol"], to_type=other)
