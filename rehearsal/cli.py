@@ -125,6 +125,20 @@ def report_main(
             spark.stop()
 
 
+def validate_main(paths: list[str], *, echo: Callable[[str], None] = print) -> int:
+    """`groupgate rehearse validate PATH...`: 0 when every line is a valid rebalance event, else 2."""
+    try:
+        errors = validate_logs(paths)
+    except FileNotFoundError as e:
+        echo(f"error: {e}")
+        return 2
+    for e in errors:
+        echo(f"error: {e}")
+    if not errors:
+        echo("ok: every line is a valid rebalance event")
+    return 2 if errors else 0
+
+
 if __name__ == "__main__":  # pragma: no cover
     import argparse
 

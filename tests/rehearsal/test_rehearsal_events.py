@@ -124,3 +124,16 @@ def test_event_files_walks_directories_and_skips_hidden(tmp_path: Path) -> None:
     assert found == ["a.jsonl", "b/1.jsonl", "b/2.jsonl"]
     with pytest.raises(FileNotFoundError):
         E.event_files([tmp_path / "missing"])
+
+
+def test_validate_main(tmp_path: Path) -> None:
+    from rehearsal.cli import validate_main
+
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    out: list[str] = []
+    assert validate_main([str(path)], echo=out.append) == 0
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "partitions": None}) + "\n")
+    assert validate_main([str(path)], echo=out.append) == 2
+    assert any(":2: invalid partitions_assigned event" in line for line in out)
+    assert validate_main([str(tmp_path / "missing")], echo=out.append) == 2
