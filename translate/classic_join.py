@@ -12,6 +12,7 @@ from translate.classic_group import ClassicGroup, ClassicGroupMember, PendingJoi
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_messages import (
     MEMBER_ID_REQUIRED_VERSION,
+    SKIP_ASSIGNMENT_VERSION,
     UNKNOWN_MEMBER_ID,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -174,6 +175,10 @@ class ClassicJoin:
                 # the member back its place; its SyncGroup returns its old assignment.
                 out.records.append(self.rb.group_record(group))
                 group.set_awaiting_join(member, None)
+                # KIP-814: from v9 a restarted leader is told it leads (its new id) but must skip the
+                # assignment, so it keeps watching topic metadata as the leader; older clients get
+                # the leader id from before the replacement and act as followers, as Kafka answers.
+                skip = was_leader and request.api_version >= SKIP_ASSIGNMENT_VERSION
                 out.respond(
                     key,
                     JoinGroupResponse(
@@ -181,12 +186,10 @@ class ClassicJoin:
                         generation_id=group.generation_id,
                         protocol_type=group.protocol_type,
                         protocol_name=group.protocol_name,
-                        # As Kafka: the leader id from before the replacement, so a restarted
-                        # leader acts as a follower; v9 clients also get SkipAssignment (KIP-814).
-                        leader=leader_before or "",
-                        skip_assignment=was_leader,
+                        leader=(group.leader_id if skip else leader_before) or "",
+                        skip_assignment=skip,
                         member_id=new_member_id,
-                        members=group.current_member_metadata() if was_leader else [],
+                        members=group.current_member_metadata() if skip else [],
                     ),
                 )
             else:

@@ -133,13 +133,24 @@ def test_restarted_static_leader_gets_members_and_skip_assignment() -> None:
     assert response.skip_assignment is True
     assert response.generation_id == gen
     assert {m.member_id for m in response.members} == {response.member_id, ids["s2"]}
-    # As Kafka answers: the leader id from before the restart, so the client acts as a follower
-    # and fetches its assignment with SyncGroup.
-    assert response.leader == ids["s1"] != response.member_id
+    # KIP-814 (v9): the restarted leader is told it leads under its new id, so it keeps watching
+    # topic metadata, but skips the assignment and fetches its own with SyncGroup.
+    assert response.leader == response.member_id != ids["s1"]
     assert h.group().leader_id == response.member_id
     sync = h.sync_response(h.sync(response.member_id, gen, instance_id="s1"))
     assert sync.assignment == b"parts-of-s1"
     assert h.group().state is State.STABLE
+
+
+def test_restarted_static_leader_before_v9_is_answered_as_a_follower() -> None:
+    h = Harness()
+    ids, gen = form_static_group(h, ["s1", "s2"])
+    response = h.join_response(h.join(client_id="s1", instance_id="s1", version=8))
+    # Without SkipAssignment the old leader id keeps the client from assigning a Stable group.
+    assert response.leader == ids["s1"] != response.member_id
+    assert response.members == [] and response.skip_assignment is False
+    assert h.group().leader_id == response.member_id
+    assert h.sync_response(h.sync(response.member_id, gen, instance_id="s1")).assignment == b"parts-of-s1"
 
 
 def test_restarted_follower_gets_no_member_list() -> None:
