@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from operator import attrgetter
 
 from coordinator.assignors.api import Assignment, MemberSpec, TopicId
@@ -114,7 +115,11 @@ def assign_full(
         elif len(seen) < n:
             free = sorted(set(first_numbers(n)[:n]).difference(seen))
             pool.append((tid, free, len(free)))
-    _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
+    if parts is None:  # nobody held anything: the quotas are q + 1 for the first members, then q
+        q, extra = divmod(total, len(member_ids))
+        _fill_fresh(pool, owned, q, extra)
+    else:
+        _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
     out.update(zip(member_ids, owned, strict=True))
 
 
@@ -266,3 +271,56 @@ def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment])
             owned[i] = merged
         else:
             owned[i] = add
+
+
+# Members served in one batch take at most this many partitions each (zip() gets one argument per
+# partition); above it the per-member overhead is small next to the partitions anyway.
+_BATCH_MAX = 256
+
+
+def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None:
+    """``_fill`` for a group where nobody holds anything: members 0..extra-1 take q + 1, the rest q.
+
+    Runs of members served from one topic are built in C: the slice is cut into ``need``-sized tuples
+    by zip() and each member's mapping comes from dict.fromkeys on a one-topic template (which reuses
+    the stored key hash instead of calling UUID.__hash__ per member).
+    """
+    if not pool:
+        return
+    ti = 0
+    pos = 0
+    tid, seq, length = pool[0]
+    template = {tid: None}
+    i = 0
+    for count, need in ((extra, q + 1), (len(owned) - extra, q)):
+        last = i + count
+        if need == 0:
+            i = last
+            continue
+        while i < last:
+            fit = min(last - i, (length - pos) // need)
+            if fit and need <= _BATCH_MAX:
+                chunks = zip(*([iter(seq[pos : pos + fit * need])] * need), strict=False)
+                owned[i : i + fit] = list(map(dict.fromkeys, repeat(template, fit), map(frozenset, chunks)))
+                i += fit
+                pos += fit * need
+            else:  # one member, possibly across topics
+                add: dict[TopicId, frozenset[int]] = {}
+                rest = need
+                while rest:
+                    if pos == length:
+                        ti += 1
+                        pos = 0
+                        tid, seq, length = pool[ti]
+                        template = {tid: None}
+                    end = min(pos + rest, length)
+                    add[tid] = frozenset(seq[pos:end])
+                    rest -= end - pos
+                    pos = end
+                owned[i] = add
+                i += 1
+            if pos == length and ti + 1 < len(pool):
+                ti += 1
+                pos = 0
+                tid, seq, length = pool[ti]
+                template = {tid: None}
