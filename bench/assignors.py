@@ -163,8 +163,8 @@ def result_checksum(inp: Input, result: Mapping[str, Assignment]) -> int:
     return total
 
 
-def time_python(call: Callable[[], object], budget_s: float, runs: int) -> tuple[float, object]:
-    """Median ms of ``runs`` calls (fewer if one call exceeds the budget), after one warm-up call."""
+def time_python(call: Callable[[], object], budget_s: float, runs: int) -> tuple[float, float, object]:
+    """(median ms, min ms, result) of ``runs`` calls (fewer past the budget), after a warm-up call."""
     result = call()
     times = []
     deadline = time.perf_counter() + budget_s
@@ -174,7 +174,7 @@ def time_python(call: Callable[[], object], budget_s: float, runs: int) -> tuple
         times.append((time.perf_counter() - t0) * 1000)
         if time.perf_counter() > deadline and len(times) >= 3:
             break
-    return statistics.median(times), result
+    return statistics.median(times), min(times), result
 
 
 def kafka_classpath() -> str:
@@ -197,15 +197,24 @@ def compile_java(classpath: str) -> Path:
     return out
 
 
-def run_java(classpath: str, classes: Path, files: list[Path], warmup_ms: int, runs: int) -> dict[str, tuple[float, int, int]]:
-    """file name -> (median ms, input checksum, result checksum) from one JVM."""
-    cmd = ["java", "-Xmx4g", "-cp", f"{classes}{os.pathsep}{classpath}", "AssignorBench", str(warmup_ms), str(runs)]
+def run_java(
+    classpath: str, classes: Path, files: list[Path], warmup_ms: int, runs: int
+) -> dict[str, tuple[float, float, int, int]]:
+    """file name -> (median ms, min ms, input checksum, result checksum), all cases in one JVM.
+
+    The serial collector keeps the single-threaded measurement from competing with GC threads for
+    the cores; a fixed heap avoids resizing pauses.
+    """
+    cmd = [
+        "java", "-XX:+UseSerialGC", "-Xms2g", "-Xmx4g",
+        "-cp", f"{classes}{os.pathsep}{classpath}", "AssignorBench", str(warmup_ms), str(runs),
+    ]
     proc = subprocess.run(cmd + [str(f) for f in files], check=True, capture_output=True, text=True)
     out = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
         if parts and parts[0] == "case":
-            out[Path(parts[1]).name] = (float(parts[3]), int(parts[7]), int(parts[9]))
+            out[Path(parts[1]).name] = (float(parts[3]), float(parts[11]), int(parts[7]), int(parts[9]))
     return out
 
 
@@ -230,17 +239,59 @@ def grid(quick: bool) -> list[Case]:
     ]
 
 
-def heartbeats_per_s() -> str:
+def heartbeats_per_s(seconds: float = 2.0) -> str:
+    """Steady-state heartbeat throughput of the coordinator core, from bench/heartbeat.py."""
     try:
-        from bench import heartbeat  # type: ignore[attr-defined]
+        from bench import heartbeat
     except ImportError:
         return "NA"
-    for name in ("heartbeats_per_s", "measure", "run"):
-        fn = getattr(heartbeat, name, None)
-        if callable(fn):
-            value = fn()
-            return f"{float(value):.0f}" if isinstance(value, int | float) else str(value)
-    return "NA"
+    try:
+        measure = getattr(heartbeat, "measure", None)
+        if callable(measure):
+            return f"{float(measure(seconds)):.0f}"
+        coord, reqs = heartbeat.stable_group()
+        hb = coord.consumer_group_heartbeat
+        n = 0
+        now = 1
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for req in reqs:
+                hb(req, now)
+            n += len(reqs)
+            now += 1
+        return f"{n / (time.perf_counter() - start):.0f}"
+    except Exception as exc:  # the coordinator core is developed alongside: report, do not fail
+        print(f"heartbeat benchmark failed: {exc!r}", file=sys.stderr)
+        return "NA"
+
+
+@dataclass(slots=True)
+class Row:
+    case: Case
+    ms: float  # median, with the delta for incremental cases
+    min_ms: float
+    full_ms: float | None  # incremental cases: groupgate's full recompute of the same input
+    input_sum: int
+    result_sum: int
+    lo: int
+    hi: int
+
+
+def measure_groupgate(case: Case, assignors: Mapping[str, ServerAssignor], tmp: Path | None, quick: bool) -> Row:
+    inp = build_input(case, assignors)
+    assignor = assignors[case.assignor]
+    budget, runs = (1.0, 31) if quick else (2.0, 21)
+    ms, min_ms, result = time_python(lambda: assignor.assign(inp.spec, inp.delta), budget, runs)
+    assert isinstance(result, dict)
+    full_ms = None
+    if case.incremental:
+        full_ms, _, full_result = time_python(lambda: assignor.assign(inp.spec), budget, runs)
+        if full_result != result:
+            print(f"{case.key}: incremental and full results differ", file=sys.stderr)
+    if tmp is not None:
+        write_case(case, inp, tmp / f"{case.key}.txt")
+    counts = [sum(map(len, a.values())) for a in result.values()]
+    return Row(case, ms, min_ms, full_ms, input_checksum(inp), result_checksum(inp, result), min(counts), max(counts))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,60 +304,47 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     assignors = default_assignors()
-    cases = grid(args.quick)
-    budget, runs = (1.5, 31) if args.quick else (2.0, 21)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmp:
-        files = []
-        for case in cases:
-            inp = build_input(case, assignors)
-            assignor = assignors[case.assignor]
-            ms, result = time_python(lambda a=assignor, i=inp: a.assign(i.spec, i.delta), budget, runs)
-            full_ms = None
-            if case.incremental:  # the same input without the hint: groupgate's own full recompute
-                full_ms, full_result = time_python(lambda a=assignor, i=inp: a.assign(i.spec), budget, runs)
-                if full_result != result:
-                    print(f"{case.key}: incremental and full results differ", file=sys.stderr)
-            assert isinstance(result, dict)
-            path = Path(tmp) / f"{case.key}.txt"
-            if not args.no_java:
-                write_case(case, inp, path)
-                files.append(path)
-            counts = [sum(map(len, a.values())) for a in result.values()]
-            rows.append((case, inp, ms, full_ms, result_checksum(inp, result), min(counts), max(counts)))
-            print(f"# {case.key}: groupgate {ms:.3f} ms", file=sys.stderr, flush=True)
-        java: dict[str, tuple[float, int, int]] = {}
-        if not args.no_java:
+    rows: list[Row] = []
+    java: dict[str, tuple[float, float, int, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmpdir:
+        tmp = None if args.no_java else Path(tmpdir)
+        for case in grid(args.quick):
+            rows.append(measure_groupgate(case, assignors, tmp, args.quick))
+            print(f"# {case.key}: groupgate {rows[-1].ms:.3f} ms", file=sys.stderr, flush=True)
+        if tmp is not None:
             classpath = kafka_classpath()
             classes = compile_java(classpath)
-            java = run_java(classpath, classes, files, 1500 if args.quick else 2000, 31 if args.quick else 21)
+            files = [tmp / f"{r.case.key}.txt" for r in rows]
+            java = run_java(classpath, classes, files, 1000 if args.quick else 2000, 31 if args.quick else 21)
 
     summary: dict[str, str] = {}
-    header = f"{'case':44} {'groupgate ms':>12} {'gg full ms':>10} {'kafka ms':>9} {'ratio':>7} {'min-max':>9}  check"
-    print(header)
-    for case, inp, ms, full_ms, checksum, lo, hi in rows:
-        kafka = java.get(f"{case.key}.txt")
-        check = "-"
-        ratio_s = "NA"
-        kafka_s = "NA"
+    print(
+        f"{'case':42} {'gg ms':>9} {'gg min':>9} {'gg full':>9} {'kafka ms':>9} {'kf min':>9}"
+        f" {'ratio':>6} {'r(min)':>6} {'min-max':>9}  check"
+    )
+    for r in rows:
+        kafka = java.get(f"{r.case.key}.txt")
+        check, ratio_s, ratio_min_s, kafka_s, kafka_min_s = "-", "NA", "NA", "NA", "NA"
         if kafka is not None:
-            kafka_ms, kafka_in, kafka_out = kafka
-            kafka_s = f"{kafka_ms:.3f}"
-            ratio = ms / kafka_ms if kafka_ms > 0 else float("inf")
-            ratio_s = f"{ratio:.2f}"
-            same_input = kafka_in == input_checksum(inp)
-            check = "input ok" if same_input else "INPUT MISMATCH"
-            if case.assignor == "range":
-                check += ", same result" if kafka_out == checksum else ", RESULT DIFFERS"
-            if case == Case("uniform", 1000, 50, 100, False, False):
+            kafka_ms, kafka_min, kafka_in, kafka_out = kafka
+            kafka_s, kafka_min_s = f"{kafka_ms:.3f}", f"{kafka_min:.3f}"
+            ratio_s = f"{r.ms / kafka_ms:.2f}" if kafka_ms > 0 else "inf"
+            ratio_min_s = f"{r.min_ms / kafka_min:.2f}" if kafka_min > 0 else "inf"
+            check = "input ok" if kafka_in == r.input_sum else "INPUT MISMATCH"
+            if r.case.assignor == "range":
+                check += ", same result" if kafka_out == r.result_sum else ", RESULT DIFFERS"
+            if r.case == Case("uniform", 1000, 50, 100, False, False):
                 summary["uniform_full_ratio"] = ratio_s
-            if case == Case("uniform", 1000, 50, 100, False, True):
+            if r.case == Case("uniform", 1000, 50, 100, False, True):
                 summary["uniform_incremental_ratio"] = ratio_s
-        full_s = f"{full_ms:.3f}" if full_ms is not None else "-"
-        print(f"{case.key:44} {ms:12.3f} {full_s:>10} {kafka_s:>9} {ratio_s:>7} {lo:>4}-{hi:<4}  {check}")
+        full_s = f"{r.full_ms:.3f}" if r.full_ms is not None else "-"
+        print(
+            f"{r.case.key:42} {r.ms:9.3f} {r.min_ms:9.3f} {full_s:>9} {kafka_s:>9} {kafka_min_s:>9}"
+            f" {ratio_s:>6} {ratio_min_s:>6} {r.lo:>4}-{r.hi:<4}  {check}"
+        )
     summary.setdefault("uniform_full_ratio", "NA")
     summary.setdefault("uniform_incremental_ratio", "NA")
-    summary["heartbeats_per_s"] = heartbeats_per_s()
+    summary["heartbeats_per_s"] = heartbeats_per_s(1.5 if args.quick else 3.0)
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
     return 0
 

@@ -10,7 +10,8 @@
  *   subs <S>                        then S lines: <topic index>...   (one subscription per line)
  *   members <M>                     then M lines: <member id> <instance id or -> <subscription index>
  *                                                 [<topic index>:<p>,<p>,...]...   (current target)
- * For every case it prints one line: "case <file> median_ms <ms> runs <n> input <i> checksum <c>".
+ * For every case it prints one line:
+ *   "case <file> median_ms <ms> runs <n> input <i> checksum <c> min_ms <ms>".
  * Both sums use the member's position m in the file and the topic index t: the result checksum adds
  * (m * 31 + t) * 1000003 + p for every assigned partition p; the input checksum adds (t + 1) * partitions
  * of every topic, m * 31 + t for every subscribed topic and the same term as above for every partition of
@@ -182,7 +183,7 @@ public class AssignorBench {
             Arrays.sort(times);
             double median = times[runs / 2];
             System.out.println("case " + args[f] + " median_ms " + median + " runs " + runs
-                + " input " + c.inputChecksum + " checksum " + checksum(c, result));
+                + " input " + c.inputChecksum + " checksum " + checksum(c, result) + " min_ms " + times[0]);
             if (dump) {
                 for (String m : c.memberOrder) {
                     MemberAssignment a = result.members().get(m);
