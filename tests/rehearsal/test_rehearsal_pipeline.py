@@ -4,6 +4,7 @@ oracle's numbers in every Parquet table and in summary.json; and the report must
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import rehearsal_compare as C
 import rehearsal_scenarios as S
 
 from rehearsal import events as E
-from rehearsal import oracle
+from rehearsal import oracle, report
 from rehearsal.cli import report_main
 from rehearsal.tables import TABLES
 
@@ -103,6 +104,17 @@ def test_report_has_the_sections_and_the_busiest_group(analysed: Analysed) -> No
     busiest = min(analysed.reference.group_summary, key=lambda g: (-g["rebalances"], g["run"], g["group"]))
     assert f"Ownership timeline: group {busiest['run']}/{busiest['group']}" in html
     assert "<script" not in html and "http" not in html  # self-contained
+
+
+def test_report_histograms_equal_the_oracle(analysed: Analysed) -> None:
+    html = (analysed.out / "report.html").read_text()
+    ref = report.from_oracle(analysed.reference)
+    shown = {}
+    for figure in html.split("<figure><figcaption>")[1:]:
+        mix = figure.split("</figcaption>", 1)[0]
+        shown[mix] = [int(c) for c in re.findall(r" ms: (\d+) partitions</title>", figure)]
+    assert shown == ref.histogram
+    assert f"Partitions per bin of {ref.bin_width_ms:,.1f} ms" in html
 
 
 def test_pipeline_rejects_bad_lines_itself(spark: Any, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ and the example lines of the schema document stay valid."""
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,9 @@ def test_report_sections_and_timeline_marks() -> None:
     assert rows[:4] == list(E.CLIENT_MIXES)
     assert "no data" not in html  # all four mixes are in the hand-built scenarios
     assert html.count("<svg") >= 3
+    # The body is well-formed markup (inline SVG included).
+    body = html.split("<body>", 1)[1].split("</body>", 1)[0]
+    ET.fromstring(f"<div>{body}</div>")
 
 
 def test_absent_mix_is_shown_as_no_data() -> None:
