@@ -28,6 +28,7 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id-base", type=int)
     p.add_argument("--max-brokers", type=int)
     p.add_argument("--max-frame-bytes", type=int)
+    p.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"])
     p.add_argument("--log-format", choices=["json", "console"])
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -40,6 +41,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "node_id_base": args.node_id_base,
         "max_brokers": args.max_brokers,
         "max_frame_bytes": args.max_frame_bytes,
+        "event_loop": args.event_loop,
         "log_format": args.log_format,
         "log_level": args.log_level,
     }
@@ -66,6 +68,22 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     return 0
 
 
+def _use_event_loop(config: GatewayConfig) -> str:
+    """Install uvloop's policy when asked or available; returns the loop in use."""
+    if config.event_loop == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        if config.event_loop == "uvloop":
+            raise RuntimeError(
+                "event_loop=uvloop but uvloop is not installed (pip install 'groupgate[fast]')"
+            ) from None
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _flags(args))
@@ -74,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     setup_logging(config.log_format, config.log_level)
     try:
+        log.info("event loop", loop=_use_event_loop(config))
         return asyncio.run(_serve(config))
     except Exception as e:  # noqa: BLE001 - reported as a clean exit status
         log.error("gateway failed", error=str(e))
@@ -113,6 +132,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("starting the embedded Kafka broker")
         kafka.start()
         config = config.model_copy(update={"upstream": kafka.bootstrap})
+        log.info("event loop", loop=_use_event_loop(config))
         return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
     except KeyboardInterrupt:
         return 0

@@ -60,8 +60,8 @@ class UpstreamLink(asyncio.Protocol):
         self.inflight: deque[tuple[int, Slot, int, int]] = deque()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
+        self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -91,12 +91,14 @@ class ClientConnection(asyncio.Protocol):
         self.peer: Any = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self._paused: set[str] = set()
+        # Frames that arrived before the upstream connection was up (reading is paused meanwhile, but an
+        # event loop may deliver what it had already read).
+        self._backlog: list[bytes] = []
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
         set_nodelay(transport)
         self.gw.connections.add(self)
@@ -132,6 +134,11 @@ class ClientConnection(asyncio.Protocol):
                 link.transport.close()
                 return
             self.upstream = link
+            backlog, self._backlog = self._backlog, []
+            for f in backlog:
+                if self.closed:
+                    return
+                self.on_request(f)
             self.resume("connecting")
             return
         log.warning(
@@ -206,6 +213,9 @@ class ClientConnection(asyncio.Protocol):
                 "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
             )
             self.close()
+            return
+        if self.upstream is None:
+            self._backlog.extend(received)  # answered in order once the upstream connection is up
             return
         for f in received:
             if self.closed:

@@ -35,9 +35,13 @@ class UpstreamError(ConnectionError):
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    # Small requests and responses must not wait for Nagle's algorithm (asyncio and uvloop set it too).
     sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError):
+        pass
 
 
 async def request_once(host: str, port: int, api_key: int, version: int, msg: Any, timeout_s: float) -> Any:
