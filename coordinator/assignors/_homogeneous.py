@@ -57,16 +57,69 @@ def assign_full(
     """
     if not member_ids:
         return
-    # Built only when somebody holds something: each UUID key costs a Python-level __hash__ call.
-    parts: dict[TopicId, int] | None = None
-    taken: dict[TopicId, set[int]] = {}
     owned: list[Assignment] = [members[mid].assigned for mid in member_ids]
     counts = [0] * len(member_ids)
+    taken: dict[TopicId, set[int]] = {}
+    fresh = not any(owned)
+    if not fresh:
+        # A UUID-keyed dict costs a Python-level __hash__ call per key: built only when needed.
+        parts = dict(zip(topic_ids, sizes, strict=True))
+        if not _keep_valid(owned, counts, parts, taken, careful=False):
+            # Two members claim the same partition: redo with per-topic overlap checks.
+            owned = [members[mid].assigned for mid in member_ids]
+            taken.clear()
+            _keep_valid(owned, counts, parts, taken, careful=True)
+
+    total = sum(sizes)
+    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)), True)
+
+    loose: dict[TopicId, set[int]] = {}  # given up by members above their quota
+    for i, count in enumerate(counts):
+        if count > quotas[i]:
+            owned[i], dropped = _trim(owned[i], count - quotas[i])
+            counts[i] = quotas[i]
+            for tid, fs in dropped:
+                loose.setdefault(tid, set()).update(fs)
+
+    pool: Pool = []
+    for tid, n in zip(topic_ids, sizes, strict=True):
+        seen = taken.get(tid) if taken else None
+        if seen is None:
+            if n:
+                pool.append((tid, first_numbers(n), n))
+            continue
+        free = loose.get(tid) if loose else None
+        if len(seen) < n:  # partitions nobody holds (C-level set difference, only for such topics)
+            unheld = set(first_numbers(n)[:n])
+            unheld.difference_update(seen)
+            free = unheld if free is None else unheld | free
+        if free:
+            ordered = sorted(free)
+            pool.append((tid, ordered, len(ordered)))
+    if fresh:  # nobody held anything: the quotas are q + 1 for the first members, then q
+        q, extra = divmod(total, len(member_ids))
+        _fill_fresh(pool, owned, q, extra)
+    else:
+        _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
+    out.update(zip(member_ids, owned, strict=True))
+
+
+def _keep_valid(
+    owned: list[Assignment],
+    counts: list[int],
+    parts: Mapping[TopicId, int],
+    taken: dict[TopicId, set[int]],
+    careful: bool,
+) -> bool:
+    """Drop what a member may not keep (other topics, out of range, already kept by an earlier member).
+
+    Updates ``owned``, ``counts`` and ``taken`` (topic -> kept partitions). Without ``careful``, an
+    overlap between members is only detected (by set sizes, one pass per partition) and False is
+    returned; ``careful`` resolves overlaps in favour of the earlier member.
+    """
     for i, current in enumerate(owned):
         if not current:
             continue
-        if parts is None:
-            parts = dict(zip(topic_ids, sizes, strict=True))
         changed = False
         items: list[tuple[TopicId, frozenset[int]]] = []
         count = 0
@@ -83,10 +136,15 @@ def assign_full(
             seen = taken.get(tid)
             if seen is None:
                 taken[tid] = set(keep)
-            else:
+            elif careful:
                 if not seen.isdisjoint(keep):
                     keep = keep.difference(seen)
                 seen.update(keep)
+            else:
+                before = len(seen)
+                seen.update(keep)
+                if len(seen) - before != len(keep):
+                    return False
             if keep is not held:
                 changed = True
             if keep:
@@ -95,32 +153,7 @@ def assign_full(
         if changed:
             owned[i] = dict(items)
         counts[i] = count
-
-    total = sum(sizes)
-    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)), True)
-
-    for i, count in enumerate(counts):
-        if count > quotas[i]:
-            owned[i], dropped = _trim(owned[i], count - quotas[i])
-            counts[i] = quotas[i]
-            for tid, fs in dropped:
-                taken[tid].difference_update(fs)
-
-    pool: Pool = []
-    for tid, n in zip(topic_ids, sizes, strict=True):
-        seen = taken.get(tid) if taken else None
-        if seen is None:
-            if n:
-                pool.append((tid, first_numbers(n), n))
-        elif len(seen) < n:
-            free = sorted(set(first_numbers(n)[:n]).difference(seen))
-            pool.append((tid, free, len(free)))
-    if parts is None:  # nobody held anything: the quotas are q + 1 for the first members, then q
-        q, extra = divmod(total, len(member_ids))
-        _fill_fresh(pool, owned, q, extra)
-    else:
-        _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
-    out.update(zip(member_ids, owned, strict=True))
+    return True
 
 
 def assign_incremental(

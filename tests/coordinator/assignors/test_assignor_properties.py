@@ -26,7 +26,7 @@ from .support import (
 U = UniformAssignor()
 R = RangeAssignor()
 # Bounded for CI; raise GROUPGATE_PROPERTY_EXAMPLES for a deeper local search.
-SETTINGS = settings(max_examples=int(os.environ.get("GROUPGATE_PROPERTY_EXAMPLES", "150")), deadline=None)
+SETTINGS = settings(max_examples=int(os.environ.get("GROUPGATE_PROPERTY_EXAMPLES", "100")), deadline=None)
 
 
 @st.composite

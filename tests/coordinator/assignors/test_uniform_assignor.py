@@ -189,3 +189,25 @@ def test_a_topic_only_one_member_subscribes_to_goes_wholly_to_it() -> None:
     assert_valid(spec, result)
     assert result["a"][T1] == frozenset(range(6))
     assert result["b"][T0] == frozenset({0, 1})
+
+
+def test_a_grown_topic_keeps_current_partitions_and_spreads_the_new_ones() -> None:
+    spec = group([member(m, [T0]) for m in "abc"], topics(6))
+    stable = U.assign(spec)
+    grown = with_targets(spec, stable)
+    grown = group(grown.members.values(), topics(9))
+    result = U.assign(grown, AssignmentDelta(topics_changed=True))
+    assert_valid(grown, result)
+    assert counts(result) == {"a": 3, "b": 3, "c": 3}
+    for m in "abc":
+        assert result[m][T0] > stable[m][T0]
+        assert result[m][T0] - stable[m][T0] <= frozenset(range(6, 9))
+
+
+def test_a_shrunk_topic_drops_the_vanished_partitions_and_rebalances() -> None:
+    spec = group([member(m, [T0]) for m in "ab"], topics(8))
+    stable = U.assign(spec)
+    shrunk = group(with_targets(spec, stable).members.values(), topics(4))
+    result = U.assign(shrunk, AssignmentDelta(topics_changed=True))
+    assert_valid(shrunk, result)
+    assert counts(result) == {"a": 2, "b": 2}
