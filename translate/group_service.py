@@ -45,12 +45,9 @@ written, and should fail over (replay) instead, as Kafka's coordinator does on a
 from __future__ import annotations
 
 import dataclasses
-import enum
 import itertools
 import uuid
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from coordinator import records as rec
 from coordinator.config import CoordinatorConfig
@@ -63,12 +60,9 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from coordinator.model import ConsumerGroup, MemberState
-from coordinator.records import Record as ConsumerGroupRecord
 from coordinator.records.codec import decode as decode_consumer_record
-from coordinator.records.codec import encode as encode_consumer_record
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.state import Result as CoordinatorResult
-from coordinator.timers import REBALANCE, SESSION, TimerChange, TimerKey
+from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_member import (
     CLASSIC_MEMBER_JOIN_TIMER,
@@ -85,10 +79,18 @@ from translate.classic_messages import (
     MemberResponse,
     SyncGroupRequest,
 )
-from translate.classic_rebalance import ClassicGroupConfig
-from translate.conversion import GroupConverter, MigrationPolicy
+from translate.conversion import GroupConverter
 from translate.embedded import CONSUMER_PROTOCOL_TYPE
 from translate.errors import Errors
+from translate.group_config import (
+    AnyRecord,
+    ClassicGroupsMode,
+    GroupResult,
+    GroupServiceConfig,
+    Reply,
+    RequestKey,
+    encode_any_record,
+)
 from translate.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -103,97 +105,15 @@ from translate.group_messages import (
     OffsetCommitCheck,
     OffsetFetchCheck,
 )
-from translate.group_records import GroupMetadataRecord, decode_record, encode_record
+from translate.group_records import GroupMetadataRecord, decode_record
 from translate.group_views import describe_groups, list_groups
 from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
 from translate.result import Result as ClassicResult
-
-RequestKey = Hashable
-AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
 
 _CLASSIC_GROUP_TIMERS = frozenset({JOIN_TIMER, SYNC_TIMER, HEARTBEAT_TIMER})
 _CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER})
 # The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16.
 _GROUP_METADATA_KEY_VERSION = 2
-
-
-class ClassicGroupsMode(enum.Enum):
-    NATIVE = "native"
-    TRANSLATE = "translate"
-
-    @classmethod
-    def parse(cls, value: str | ClassicGroupsMode) -> ClassicGroupsMode:
-        if isinstance(value, ClassicGroupsMode):
-            return value
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            raise ValueError(f"invalid classic_groups mode {value!r}: expected native or translate") from None
-
-
-@dataclass(slots=True)
-class GroupServiceConfig:
-    migration_policy: MigrationPolicy | str = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
-    classic_groups: ClassicGroupsMode | str = ClassicGroupsMode.NATIVE
-    classic: ClassicGroupConfig = field(default_factory=ClassicGroupConfig)
-    # DescribeGroups of a consumer group: False is Kafka's answer (GROUP_ID_NOT_FOUND / Dead); True
-    # gives a classic view for tools that only speak DescribeGroups. None: True in translate mode,
-    # where legacy fleets (and their legacy tools) see their groups as consumer groups.
-    describe_consumer_groups_as_classic: bool | None = None
-
-    def __post_init__(self) -> None:
-        self.migration_policy = MigrationPolicy.parse(self.migration_policy)
-        self.classic_groups = ClassicGroupsMode.parse(self.classic_groups)
-
-    @property
-    def policy(self) -> MigrationPolicy:
-        assert isinstance(self.migration_policy, MigrationPolicy)
-        return self.migration_policy
-
-    @property
-    def classic_view_of_consumer_groups(self) -> bool:
-        if self.describe_consumer_groups_as_classic is None:
-            return self.mode is ClassicGroupsMode.TRANSLATE
-        return self.describe_consumer_groups_as_classic
-
-    @property
-    def mode(self) -> ClassicGroupsMode:
-        assert isinstance(self.classic_groups, ClassicGroupsMode)
-        return self.classic_groups
-
-
-@dataclass(slots=True)
-class Reply:
-    request_key: RequestKey
-    body: Any
-
-
-@dataclass(slots=True)
-class GroupResult:
-    responses: list[Reply] = field(default_factory=list)
-    records: list[AnyRecord] = field(default_factory=list)
-    timers: list[TimerChange] = field(default_factory=list)
-
-    def response_to(self, request_key: RequestKey) -> Any:
-        for reply in self.responses:
-            if reply.request_key == request_key:
-                return reply.body
-        return None
-
-    def take(self, other: ClassicResult) -> None:
-        self.responses.extend(Reply(r.request_key, r.body) for r in other.responses)
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
-
-    def take_coordinator(self, other: CoordinatorResult[Any]) -> None:
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
-
-
-def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
-    if isinstance(record, GroupMetadataRecord):
-        return encode_record(record)
-    return encode_consumer_record(record)
 
 
 def _counting_member_ids() -> Callable[[str], str]:
@@ -539,3 +459,9 @@ class GroupService:
         out.take(self.classic_groups.on_loaded(now_ms))
         out.take_coordinator(self.coordinator.on_loaded(now_ms))
         return out
+
+
+__all__ = [
+    "AnyRecord", "ClassicGroupsMode", "GroupResult", "GroupService", "GroupServiceConfig", "Reply", "RequestKey",
+    "encode_any_record",
+]

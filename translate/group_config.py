@@ -1,0 +1,105 @@
+"""What the group service is configured with and what each of its calls returns.
+
+``GroupServiceConfig``: the migration policy (``group.consumer.migration.policy``), the classic
+groups mode (``native`` / ``translate``), the classic group settings, and how DescribeGroups shows
+consumer groups. ``GroupResult``: the responses released by a call (each tagged with the request
+key it answers), the records to make durable first, and the timer changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.records import Record as ConsumerGroupRecord
+from coordinator.records.codec import encode as encode_consumer_record
+from coordinator.state import Result as CoordinatorResult
+from coordinator.timers import TimerChange
+from translate.classic_rebalance import ClassicGroupConfig
+from translate.conversion import MigrationPolicy
+from translate.group_records import GroupMetadataRecord, encode_record
+from translate.result import Result as ClassicResult
+
+RequestKey = Hashable
+AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
+
+
+class ClassicGroupsMode(enum.Enum):
+    NATIVE = "native"
+    TRANSLATE = "translate"
+
+    @classmethod
+    def parse(cls, value: str | ClassicGroupsMode) -> ClassicGroupsMode:
+        if isinstance(value, ClassicGroupsMode):
+            return value
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ValueError(f"invalid classic_groups mode {value!r}: expected native or translate") from None
+
+
+@dataclass(slots=True)
+class GroupServiceConfig:
+    migration_policy: MigrationPolicy | str = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
+    classic_groups: ClassicGroupsMode | str = ClassicGroupsMode.NATIVE
+    classic: ClassicGroupConfig = field(default_factory=ClassicGroupConfig)
+    # DescribeGroups of a consumer group: False is Kafka's answer (GROUP_ID_NOT_FOUND / Dead); True
+    # gives a classic view for tools that only speak DescribeGroups. None: True in translate mode,
+    # where legacy fleets (and their legacy tools) see their groups as consumer groups.
+    describe_consumer_groups_as_classic: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.migration_policy = MigrationPolicy.parse(self.migration_policy)
+        self.classic_groups = ClassicGroupsMode.parse(self.classic_groups)
+
+    @property
+    def policy(self) -> MigrationPolicy:
+        assert isinstance(self.migration_policy, MigrationPolicy)
+        return self.migration_policy
+
+    @property
+    def classic_view_of_consumer_groups(self) -> bool:
+        if self.describe_consumer_groups_as_classic is None:
+            return self.mode is ClassicGroupsMode.TRANSLATE
+        return self.describe_consumer_groups_as_classic
+
+    @property
+    def mode(self) -> ClassicGroupsMode:
+        assert isinstance(self.classic_groups, ClassicGroupsMode)
+        return self.classic_groups
+
+
+@dataclass(slots=True)
+class Reply:
+    request_key: RequestKey
+    body: Any
+
+
+@dataclass(slots=True)
+class GroupResult:
+    responses: list[Reply] = field(default_factory=list)
+    records: list[AnyRecord] = field(default_factory=list)
+    timers: list[TimerChange] = field(default_factory=list)
+
+    def response_to(self, request_key: RequestKey) -> Any:
+        for reply in self.responses:
+            if reply.request_key == request_key:
+                return reply.body
+        return None
+
+    def take(self, other: ClassicResult) -> None:
+        self.responses.extend(Reply(r.request_key, r.body) for r in other.responses)
+        self.records.extend(other.records)
+        self.timers.extend(other.timers)
+
+    def take_coordinator(self, other: CoordinatorResult[Any]) -> None:
+        self.records.extend(other.records)
+        self.timers.extend(other.timers)
+
+
+def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
+    if isinstance(record, GroupMetadataRecord):
+        return encode_record(record)
+    return encode_consumer_record(record)
