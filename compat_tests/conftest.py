@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +86,29 @@ def _serve(request: pytest.FixtureRequest, upstream: str, log_dir: Path) -> Iter
         yield gw
     finally:
         gw.stop()
+        if _failed(request):
+            # Shown in the failure report's teardown section: the gateway's side of the story.
+            print(f"--- tail of {gw.log_path}\n{gw.tail(60)}")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the requesting test failed (for a module fixture: whether any test of the module did)."""
+    if request.scope == "module":
+        return any(item.stash.get(_FAILED, False) for item in request.session.items if getattr(item, "module", None) is request.module)
+    return request.node.stash.get(_FAILED, False)
 
 
 @pytest.fixture
