@@ -153,9 +153,15 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_rehearse_report(args: argparse.Namespace) -> int:
-    from rehearsal.cli import report_main  # type: ignore[import-not-found]
+    from rehearsal.cli import report_main
 
     return int(report_main(args.paths, args.out, args.master, args.group))
+
+
+def cmd_rehearse_validate(args: argparse.Namespace) -> int:
+    from rehearsal.cli import validate_main
+
+    return int(validate_main(args.paths))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         report.add_argument("--master", default=None)
         report.add_argument("--group", default=None)
         report.set_defaults(func=cmd_rehearse_report)
+        validate = rsub.add_parser("validate", help="check that event logs are valid rebalance events")
+        validate.add_argument("paths", nargs="+")
+        validate.set_defaults(func=cmd_rehearse_validate)
     return parser
 
 

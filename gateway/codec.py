@@ -29,8 +29,8 @@ COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 
 
-def _walk(cls: type) -> list[type]:
-    out = []
+def _walk(cls: Any) -> list[Any]:
+    out: list[Any] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(_walk(sub))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import codec, frames, rewrite
@@ -106,8 +106,8 @@ class ClientConnection(asyncio.Protocol):
         self.pause("connecting")
         self._spawn(self._connect_upstream())
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
