@@ -5,8 +5,10 @@ homogeneous group, and the common shape of heterogeneous ones) each group is an 
 sticky problem solved by the homogeneous core; otherwise the general heterogeneous algorithm runs.
 
 Incremental use: when the delta only adds or removes members, the topics are unchanged and the removed
-members' previous targets are supplied, each affected subscription group is rebalanced from member
-counts and the freed partitions alone; the other groups' members keep their mapping objects untouched.
+members' previous targets are supplied (``AssignmentDelta.removed_assigned``), each subscription group
+is rebalanced from member counts and the freed partitions alone, and unchanged members keep their
+mapping objects. A group whose counts do not add up to its partitions (the previous target was not
+complete) and overlapping subscriptions fall back to the full algorithm.
 """
 
 from __future__ import annotations
