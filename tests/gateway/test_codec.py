@@ -94,3 +94,10 @@ def test_error_response_only_where_a_top_level_error_code_exists():
     assert codec.error_response(codec.FIND_COORDINATOR, 4, 11, 35) is None  # batched: per-key errors only
     assert codec.error_response(codec.PRODUCE, 9, 11, 35) is None  # per-partition errors only
     assert codec.error_response(12345, 0, 1, 35) is None
+
+
+def test_no_error_response_below_the_schema_minimum():
+    # OffsetFetch's schema starts at v1 (Kafka 4 dropped v0); FindCoordinator's starts at v0.
+    assert codec.error_response(9, 0, 1, 35) is None
+    assert codec.error_response(9, 2, 1, 35) is not None
+    assert codec.error_response(codec.FIND_COORDINATOR, 0, 1, 35) is not None
