@@ -121,7 +121,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
     setup_logging(config.log_format, config.log_level)
-    if not args.listen and not (_port_free("127.0.0.1", 9092) and _port_free("127.0.0.1", 9093)):
+    if not args.listen and not all(_port_free("127.0.0.1", p) for p in (9092, 9093, 9094)):
         log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
         config = config.model_copy(update={"listen_port": 0, "broker_port_base": None})
     state = Path(args.state_dir) if args.state_dir else None
