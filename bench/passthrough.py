@@ -125,6 +125,11 @@ class GatewayProc:
             raise RuntimeError(f"gateway did not start: {line!r}")
         self.bootstrap = line.split("=", 1)[1]
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the gateway process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
@@ -134,8 +139,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=300_000, help="records per throughput run")
-    ap.add_argument("--latency-records", type=int, default=20_000)
-    ap.add_argument("--latency-rate", type=int, default=2_000, help="records/s of the latency runs")
+    ap.add_argument("--latency-records", type=int, default=10_000)
+    ap.add_argument("--latency-rate", type=int, default=500, help="records/s of the latency runs")
     ap.add_argument("--profile", help="run the gateway under cProfile, writing this file")
     args = ap.parse_args()
 
@@ -145,6 +150,8 @@ def main() -> int:
     results: dict[str, dict[str, list[float]]] = {
         t: {k: [] for k in ("produce_mb_s", "consume_mb_s", "p50", "p99")} for t in ("direct", "gateway")
     }
+    # The gateway's own CPU per MB moved: a cost figure that does not depend on how busy the machine is.
+    cpu_per_mb: dict[str, list[float]] = {"produce": [], "consume": []}
     with EmbeddedKafka(heap="1g") as broker:
         gw = GatewayProc(broker.bootstrap, args.profile)
         try:
@@ -189,6 +196,10 @@ def main() -> int:
         "p99_direct_ms": d["p99"],
         "p99_gateway_ms": g["p99"],
         "p99_added_ms": round(g["p99"] - d["p99"], 2),
+        "gateway_cpu_ms_per_mb_produce": round(statistics.median(cpu_per_mb["produce"]), 2),
+        "gateway_cpu_ms_per_mb_consume": round(statistics.median(cpu_per_mb["consume"]), 2),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "cpus": os.cpu_count(),
     }
     if args.profile:
         print(f"profile written to {Path(args.profile).resolve()} (python -m pstats)", flush=True)

@@ -23,7 +23,14 @@ log = get_logger("gateway.server")
 
 
 class Gateway:
-    """In-process API: ``gw = Gateway(config); await gw.start(); gw.bootstrap; await gw.stop()``."""
+    """In-process API: ``gw = Gateway(config); await gw.start(); gw.bootstrap; await gw.stop()``.
+
+    ``local_handlers`` maps an api key to ``async handler(conn, header, payload) -> response payload``:
+    the gateway answers that API itself on every listener instead of forwarding it. ``payload`` is the
+    request without its size prefix (decode it with ``codec.decode_request``); the handler returns the
+    response header + body (``codec.encode_response``); its answer still leaves in request order.
+    ``local_api`` lists the version ranges of those APIs for ApiVersions and the request check.
+    """
 
     def __init__(
         self,
