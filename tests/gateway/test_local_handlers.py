@@ -1,0 +1,71 @@
+"""APIs answered by the gateway itself (the group layer's hook) keep the per-connection response order."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+
+from gateway import codec
+from gateway.config import GatewayConfig
+from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from gateway.runner import GatewayThread
+
+from . import wire
+
+pytestmark = pytest.mark.kafka
+
+
+async def slow_describe(conn, header, payload):
+    _, req = codec.decode_request(69, header.api_version, payload)
+    await asyncio.sleep(0.3)  # answered long after the requests behind it were forwarded
+    groups = [ConsumerGroupDescribeResponse.DescribedGroup(error_code=69, group_id=g) for g in req.group_ids]
+    return codec.encode_response(
+        69,
+        header.api_version,
+        header.correlation_id,
+        ConsumerGroupDescribeResponse[header.api_version](groups=groups),
+    )
+
+
+@pytest.fixture(scope="module")
+def local_gateway(kafka_broker):
+    config = GatewayConfig(upstream=kafka_broker.bootstrap, listen_port=0, log_level="warning")
+    with GatewayThread(config, local_handlers={69: slow_describe}, local_api={69: (0, 1)}) as gw:
+        yield gw
+
+
+def test_local_answer_keeps_request_order(local_gateway):
+    with wire.connect(local_gateway.bootstrap) as sock:
+        wire.send(
+            sock,
+            ConsumerGroupDescribeRequest[1](group_ids=["ga", "gb"], include_authorized_operations=False),
+            1,
+            1,
+        )
+        wire.send(sock, MetadataRequest[12](topics=[]), 12, 2)
+        wire.send(
+            sock, ConsumerGroupDescribeRequest[0](group_ids=["gc"], include_authorized_operations=False), 0, 3
+        )
+        wire.send(sock, MetadataRequest[12](topics=[]), 12, 4)
+        frames = [wire.recv_frame(sock) for _ in range(4)]
+    assert [struct.unpack_from(">i", f)[0] for f in frames] == [1, 2, 3, 4]
+    _, first = codec.decode_response(69, 1, frames[0])
+    assert [(g.group_id, g.error_code) for g in first.groups] == [("ga", 69), ("gb", 69)]
+
+
+def test_local_api_is_advertised(local_gateway):
+    msg = wire.request(
+        local_gateway.bootstrap,
+        ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+        3,
+    )
+    assert {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}[69] == (0, 1)
+
+
+def test_version_outside_local_range_is_refused(local_gateway):
+    with wire.connect(local_gateway.bootstrap) as sock:
+        sock.sendall(struct.pack(">ihhih", 11, 69, 2, 5, -1) + b"\x00")  # v2 is beyond the codec: close
+        assert wire.closed_by_peer(sock)
