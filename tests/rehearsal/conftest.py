@@ -25,6 +25,8 @@ def spark() -> Iterator[object]:
             "spark.sql.codegen.wholeStage": "false",
             "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             "spark.sql.adaptive.enabled": "false",
+            # A short-lived JVM: the quick JIT tier alone warms up sooner; one small heap needs no parallel GC.
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         },
     )
     yield session
