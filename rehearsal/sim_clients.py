@@ -94,6 +94,9 @@ class SimClient:
         # Bumped when the client dies: wake-ups and responses of an older incarnation are ignored.
         self.incarnation = 0
         self.inflight: set[str] = set()
+        # Set by the host: the client's place in the fleet and its static instance id (KIP-345).
+        self.slot = 0
+        self.instance_id: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -170,7 +173,8 @@ class ClassicClient(SimClient):
 
     def leave(self) -> None:
         self._revoke(set(self.owned))
-        if self.member_id:
+        # A static member does not leave on close (KIP-345): its session keeps its place for a restart.
+        if self.member_id and self.instance_id is None:
             self._send(LEAVE, LeaveGroupRequest(self.host.group_id, [MemberIdentity(self.member_id)], client_id=self.name))
         self.phase = "gone"
         self.alive = False
@@ -214,6 +218,7 @@ class ClassicClient(SimClient):
             member_id=self.member_id,
             protocols=[JoinGroupRequestProtocol(self.assignor, self._subscription())],
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            group_instance_id=self.instance_id,
             client_id=self.name,
             client_host="/10.0.0.1",
         )
@@ -225,7 +230,7 @@ class ClassicClient(SimClient):
             self.member_id = response.member_id
             self._send_join()
             return
-        if err == Errors.UNKNOWN_MEMBER_ID:
+        if err in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
             self._lose_all(reset_member_id=True)
             return
         if err == Errors.ILLEGAL_GENERATION:
@@ -242,7 +247,11 @@ class ClassicClient(SimClient):
             self.joined_once = True
             self.host.event("member_joined", self)
         assignments: list[SyncGroupRequestAssignment] = []
-        if self.leader:
+        if self.leader and response.skip_assignment:
+            # KIP-814: a restarted static leader keeps the group's assignment and only watches
+            # metadata from now on.
+            self.assigned_with = dict(self.host.partitions)
+        elif self.leader:
             inputs: dict[str, MemberInput] = {}
             for m in response.members:
                 sub = decode_subscription(m.metadata)
@@ -259,6 +268,7 @@ class ClassicClient(SimClient):
             group_id=self.host.group_id,
             generation_id=self.generation,
             member_id=self.member_id,
+            group_instance_id=self.instance_id,
             protocol_type="consumer",
             protocol_name=response.protocol_name,
             assignments=assignments,
@@ -268,7 +278,7 @@ class ClassicClient(SimClient):
 
     def _on_sync(self, response: SyncGroupResponse) -> None:
         err = response.error_code
-        if err == Errors.UNKNOWN_MEMBER_ID:
+        if err in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
             self._lose_all(reset_member_id=True)
             return
         if err == Errors.ILLEGAL_GENERATION:
@@ -341,7 +351,9 @@ class ClassicClient(SimClient):
                 if HEARTBEAT not in self.inflight:
                     self._send(
                         HEARTBEAT,
-                        HeartbeatRequest(self.host.group_id, self.generation, self.member_id, client_id=self.name),
+                        HeartbeatRequest(
+                            self.host.group_id, self.generation, self.member_id, self.instance_id, client_id=self.name
+                        ),
                     )
             self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
         elif tag == "metadata-changed":
@@ -400,8 +412,11 @@ class ConsumerClient(SimClient):
 
     def leave(self) -> None:
         self._revoke(set(self.owned))
+        # A static member leaves temporarily (epoch -2, KIP-848 "Static Membership"): its restart
+        # with the same instance id takes its assignment over.
         self._send(CONSUMER_HEARTBEAT, ConsumerGroupHeartbeatRequest(
-            group_id=self.host.group_id, member_id=self.member_id, member_epoch=-1, client_id=self.name,
+            group_id=self.host.group_id, member_id=self.member_id, member_epoch=-1 if self.instance_id is None else -2,
+            instance_id=self.instance_id, client_id=self.name,
         ))
         self.phase = "gone"
         self.alive = False
@@ -420,6 +435,7 @@ class ConsumerClient(SimClient):
             group_id=self.host.group_id,
             member_id=self.member_id,
             member_epoch=self.epoch,
+            instance_id=self.instance_id,
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS if full else -1,
             subscribed_topic_names=sorted(self.topics) if full else None,
             server_assignor=self.assignor if full else None,
@@ -505,6 +521,9 @@ class ConsumerClient(SimClient):
                 # "Assignment Reconciliation"); the next heartbeat acknowledges both.
                 self._revoke(self.owned - target)
                 self._assign(target)
+                # Every completed reconciliation is acknowledged with the owned partitions, even when
+                # they did not change (the Java client bumps its local assignment epoch).
+                self.last_sent_owned = None
                 self.ack_soon = True
                 if CONSUMER_HEARTBEAT not in self.inflight:
                     self._send_heartbeat()
