@@ -129,11 +129,11 @@ def validate_main(paths: list[str], *, echo: Callable[[str], None] = print) -> i
     """`groupgate rehearse validate PATH...`: 0 when every line is a valid rebalance event, else 2."""
     try:
         errors = validate_logs(paths)
-    except FileNotFoundError as e:
-        echo(f"error: {e}")
+    except FileNotFoundError as missing:
+        echo(f"error: {missing}")
         return 2
-    for e in errors:
-        echo(f"error: {e}")
+    for err in errors:
+        echo(f"error: {err}")
     if not errors:
         echo("ok: every line is a valid rebalance event")
     return 2 if errors else 0
