@@ -31,6 +31,16 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"])
     p.add_argument("--log-format", choices=["json", "console"])
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--managed-groups", help="RE2 pattern of the group ids the gateway coordinates (default: all, .*)"
+    )
+    p.add_argument("--classic-groups", choices=["native", "translate"], help="how JoinGroup groups are run")
+    p.add_argument("--fsync", choices=["always", "interval", "never"], help="group state log durability")
+    p.add_argument(
+        "--coordinator",
+        choices=["on", "off"],
+        help="off: pass every group API through to the upstream (no group coordinator in the gateway)",
+    )
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,6 +57,14 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
+    coordinator = {
+        "managed_groups": args.managed_groups,
+        "classic_groups": args.classic_groups,
+        "fsync": args.fsync,
+        "enabled": None if args.coordinator is None else args.coordinator == "on",
+        "state_dir": getattr(args, "coordinator_state_dir", None),
+    }
+    out["coordinator"] = {k: v for k, v in coordinator.items() if v is not None}
     return out
 
 
@@ -54,7 +72,15 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     from .server import Gateway
 
     gw = Gateway(config)
+    layer = None
+    if config.coordinator.enabled:
+        from .groups import GroupLayer
+
+        layer = GroupLayer(gw, config.coordinator)
+        layer.install()
     await gw.start()
+    if layer is not None:
+        await layer.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -65,6 +91,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     finally:
         log.info("shutting down")
         await gw.stop()
+        if layer is not None:
+            await layer.stop()
     return 0
 
 
@@ -125,6 +153,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
         config = config.model_copy(update={"listen_port": 0, "broker_port_base": None})
     state = Path(args.state_dir) if args.state_dir else None
+    if state is not None and config.coordinator.state_dir is None:
+        # The group state lives beside the embedded broker's data, so both survive a restart.
+        config = config.model_copy(
+            update={"coordinator": config.coordinator.model_copy(update={"state_dir": str(state / "groups")})}
+        )
     kafka = EmbeddedKafka(data_dir=state)
     # SIGTERM during broker start-up must still stop the broker: turn it into KeyboardInterrupt.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -170,11 +203,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gateway in front of a Kafka cluster")
     serve.add_argument("--upstream", help="upstream bootstrap HOST:PORT[,HOST:PORT...]")
+    serve.add_argument(
+        "--state-dir",
+        dest="coordinator_state_dir",
+        help="group coordinator state log directory (default: group state in memory only)",
+    )
     _add_gateway_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
     dev = sub.add_parser("dev", help="run an embedded Kafka broker with the gateway in front of it")
-    dev.add_argument("--state-dir", help="keep the broker's data here (default: a temporary directory)")
+    dev.add_argument(
+        "--state-dir",
+        help="keep the broker's data (and the group state, in DIR/groups) here (default: a temporary directory)",
+    )
     _add_gateway_flags(dev)
     dev.set_defaults(func=cmd_dev)
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .coordinator_settings import CoordinatorSettings
+
 ENV_PREFIX = "GROUPGATE_"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
@@ -65,6 +67,8 @@ class GatewayConfig(BaseModel):
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The group coordinator the gateway runs (docs/gateway.md, "The group coordinator").
+    coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
 
     @field_validator("upstream")
     @classmethod
@@ -144,7 +148,17 @@ class GatewayConfig(BaseModel):
 
 def _env_values(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    coordinator = {
+        field: environ[ENV_PREFIX + "COORDINATOR_" + field.upper()]
+        for field in CoordinatorSettings.model_fields
+        if ENV_PREFIX + "COORDINATOR_" + field.upper() in environ
+    }
+    if coordinator:
+        # GROUPGATE_COORDINATOR_<FIELD>, e.g. GROUPGATE_COORDINATOR_STATE_DIR=/var/lib/groupgate
+        out["coordinator"] = coordinator
     for name in GatewayConfig.model_fields:
+        if name == "coordinator":
+            continue
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is None:
             continue
@@ -165,10 +179,21 @@ def load_config(
     if path is not None:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-        data = data.get("gateway", data)
+        coordinator = data.get("coordinator")
+        data = dict(data.get("gateway", data))
+        if coordinator is not None and "coordinator" not in data:
+            data["coordinator"] = coordinator  # a top-level [coordinator] table beside [gateway]
         if "broker_ports" in data:
             data["broker_ports"] = {int(k): v for k, v in data["broker_ports"].items()}
         values.update(data)
-    values.update(_env_values(os.environ if environ is None else environ))
-    values.update({k: v for k, v in (flags or {}).items() if v is not None})
+    env = _env_values(os.environ if environ is None else environ)
+    flag_values = {k: v for k, v in (flags or {}).items() if v is not None}
+    # The coordinator section merges key by key (file < env < flags) rather than being replaced.
+    coordinator = dict(values.pop("coordinator", None) or {})
+    coordinator.update(env.pop("coordinator", {}))
+    coordinator.update(flag_values.pop("coordinator", None) or {})
+    values.update(env)
+    values.update(flag_values)
+    if coordinator:
+        values["coordinator"] = coordinator
     return GatewayConfig.model_validate(values)

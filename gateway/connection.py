@@ -240,8 +240,12 @@ class ClientConnection(asyncio.Protocol):
             return
         handler = self.gw.local_handlers.get(api_key)
         if handler is not None:
-            self._answer_locally(handler, frame, api_key, version)
-            return
+            # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
+            # coordinates); the others pass through to the upstream as usual.
+            claims = getattr(handler, "claims", None)
+            if claims is None or claims(frame, api_key, version):
+                self._answer_locally(handler, frame, api_key, version)
+                return
         link = self.upstream
         assert link is not None and link.transport is not None
         if api_key == codec.PRODUCE:

@@ -1,0 +1,163 @@
+"""The ``coordinator`` section of the gateway configuration: the group coordinator the gateway runs.
+
+Settings carry Kafka's broker config names and defaults where Kafka has them; each field accepts
+its Kafka name too (``"group.consumer.session.timeout.ms" = 10000`` in the TOML ``[coordinator]``
+table). ``service_configs()`` maps them onto the sans-I/O layers' CoordinatorConfig and
+GroupServiceConfig.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+import re2
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from coordinator.config import CoordinatorConfig, default_assignors
+from translate.classic_rebalance import ClassicGroupConfig
+from translate.group_config import GroupServiceConfig
+
+
+def _kafka(name: str, kafka_name: str) -> Any:
+    return AliasChoices(name, kafka_name)
+
+
+class CoordinatorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    # False: every group API passes through to the upstream as before.
+    enabled: bool = True
+    # RE2 pattern (whole group id) of the groups the gateway coordinates; others pass through untouched.
+    managed_groups: str = ".*"
+    # Where the group state log lives; None keeps group state in memory only (lost on restart).
+    state_dir: str | None = None
+    fsync: Literal["always", "interval", "never"] = "always"
+    fsync_interval_ms: int = Field(default=100, ge=1)
+    # How often the topic image is refreshed from the upstream (also refreshed on demand).
+    metadata_refresh_s: float = Field(default=5.0, gt=0)
+    # How often managed groups are checked for members on the upstream coordinator (clients that bypass
+    # the gateway); 0 disables the periodic check (a commit error still triggers one).
+    upstream_check_s: float = Field(default=30.0, ge=0)
+
+    classic_groups: Literal["native", "translate"] = "native"
+    migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = Field(
+        default="bidirectional",
+        validation_alias=_kafka("migration_policy", "group.consumer.migration.policy"),
+    )
+    consumer_assignors: list[str] = Field(
+        default_factory=lambda: ["uniform", "range"],
+        validation_alias=_kafka("consumer_assignors", "group.consumer.assignors"),
+    )
+    consumer_session_timeout_ms: int = Field(
+        default=45_000,
+        ge=1,
+        validation_alias=_kafka("consumer_session_timeout_ms", "group.consumer.session.timeout.ms"),
+    )
+    consumer_min_session_timeout_ms: int = Field(
+        default=45_000,
+        ge=1,
+        validation_alias=_kafka("consumer_min_session_timeout_ms", "group.consumer.min.session.timeout.ms"),
+    )
+    consumer_max_session_timeout_ms: int = Field(
+        default=60_000,
+        ge=1,
+        validation_alias=_kafka("consumer_max_session_timeout_ms", "group.consumer.max.session.timeout.ms"),
+    )
+    consumer_heartbeat_interval_ms: int = Field(
+        default=5_000,
+        ge=1,
+        validation_alias=_kafka("consumer_heartbeat_interval_ms", "group.consumer.heartbeat.interval.ms"),
+    )
+    consumer_min_heartbeat_interval_ms: int = Field(
+        default=5_000,
+        ge=1,
+        validation_alias=_kafka(
+            "consumer_min_heartbeat_interval_ms", "group.consumer.min.heartbeat.interval.ms"
+        ),
+    )
+    consumer_max_heartbeat_interval_ms: int = Field(
+        default=15_000,
+        ge=1,
+        validation_alias=_kafka(
+            "consumer_max_heartbeat_interval_ms", "group.consumer.max.heartbeat.interval.ms"
+        ),
+    )
+    consumer_max_size: int | None = Field(
+        default=None, ge=1, validation_alias=_kafka("consumer_max_size", "group.consumer.max.size")
+    )
+    min_session_timeout_ms: int = Field(
+        default=6_000, ge=1, validation_alias=_kafka("min_session_timeout_ms", "group.min.session.timeout.ms")
+    )
+    max_session_timeout_ms: int = Field(
+        default=1_800_000,
+        ge=1,
+        validation_alias=_kafka("max_session_timeout_ms", "group.max.session.timeout.ms"),
+    )
+    initial_rebalance_delay_ms: int = Field(
+        default=3_000,
+        ge=0,
+        validation_alias=_kafka("initial_rebalance_delay_ms", "group.initial.rebalance.delay.ms"),
+    )
+    max_size: int = Field(default=2**31 - 1, ge=1, validation_alias=_kafka("max_size", "group.max.size"))
+
+    @field_validator("managed_groups")
+    @classmethod
+    def _check_pattern(cls, v: str) -> str:
+        try:
+            re2.compile(v)
+        except Exception as e:  # noqa: BLE001 - re2.error
+            raise ValueError(f"managed_groups is not a valid RE2 pattern: {e}") from None
+        return v
+
+    @field_validator("consumer_assignors", mode="before")
+    @classmethod
+    def _split_assignors(cls, v: Any) -> Any:
+        if isinstance(v, str):  # Kafka's list syntax: "uniform,range"
+            return [x.strip() for x in v.split(",") if x.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> CoordinatorSettings:
+        known = set(default_assignors())
+        unknown = [a for a in self.consumer_assignors if a not in known]
+        if unknown or not self.consumer_assignors:
+            raise ValueError(f"group.consumer.assignors: unknown {unknown}; known: {sorted(known)}")
+        if not (
+            self.consumer_min_session_timeout_ms
+            <= self.consumer_session_timeout_ms
+            <= self.consumer_max_session_timeout_ms
+        ):
+            raise ValueError("group.consumer.session.timeout.ms must lie within its min/max bounds")
+        if not (
+            self.consumer_min_heartbeat_interval_ms
+            <= self.consumer_heartbeat_interval_ms
+            <= self.consumer_max_heartbeat_interval_ms
+        ):
+            raise ValueError("group.consumer.heartbeat.interval.ms must lie within its min/max bounds")
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be lower than the session timeout")
+        if self.min_session_timeout_ms > self.max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        return self
+
+    def service_configs(self) -> tuple[GroupServiceConfig, CoordinatorConfig]:
+        assignors = default_assignors()
+        coordinator = CoordinatorConfig(
+            assignors={name: assignors[name] for name in self.consumer_assignors},
+            session_timeout_ms=self.consumer_session_timeout_ms,
+            heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+            max_group_size=self.consumer_max_size,
+            member_id_generator=lambda: str(uuid.uuid4()),
+        )
+        service = GroupServiceConfig(
+            migration_policy=self.migration_policy,
+            classic_groups=self.classic_groups,
+            classic=ClassicGroupConfig(
+                min_session_timeout_ms=self.min_session_timeout_ms,
+                max_session_timeout_ms=self.max_session_timeout_ms,
+                initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
+                max_size=self.max_size,
+            ),
+        )
+        return service, coordinator

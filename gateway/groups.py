@@ -1,0 +1,551 @@
+"""The gateway as the group coordinator: group APIs answered by GroupService, in front of any cluster.
+
+For the groups it manages (``coordinator.managed_groups``, an RE2 pattern over the whole group id)
+the gateway answers FindCoordinator (key type GROUP) with one of its own broker listeners and then
+every group API on every listener itself. Unmanaged groups, transactional coordinators and anything
+it cannot decode as a group request of a managed group pass through to the upstream untouched.
+
+Each group request is decoded, handed to ``GroupService.handle`` in arrival order per group (a
+FIFO lock per group id, held only while metadata for named topics is fetched and the synchronous
+service runs), its records are appended to the state log, and its responses are released only
+after ``sync()`` made every record appended so far durable (write-ahead, as Kafka's coordinator
+waits for the write before answering). JoinGroup / SyncGroup may be parked: their futures are
+completed by a later result (another member's request or a timer). Timers are ``loop.call_later``
+handles keyed by the service's timer keys. The service is synchronous and fast; only persistence
+awaits, and one fsync covers every group that appended before it (group commit), so a slow group
+does not stall others.
+
+Offsets stay in the real cluster (gateway/offsets.py); merges with the upstream (ListGroups,
+DescribeGroups of unmanaged groups in a mixed batch) go through gateway/upstream_client.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import re2
+
+from coordinator.timers import ScheduleTimer, TimerKey
+from translate.group_config import GroupResult, encode_any_record
+from translate.group_messages import (
+    ConsumerGroupDescribeResponse,
+    DeletableGroupResult,
+    DeleteGroupsResponse,
+    DescribedClassicGroup,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
+from translate.group_service import GroupService
+
+from . import codec, frames
+from . import group_codec as gc
+from .coordinator_settings import CoordinatorSettings
+from .logging import get_logger
+from .metadata_watch import MetadataWatch, TopicImage
+from .offsets import OffsetBridge
+from .state_log import FileStateLog, Record, StateLog
+from .upstream import UpstreamError
+from .upstream_client import UpstreamClient
+
+if TYPE_CHECKING:
+    from .connection import ClientConnection
+    from .server import Gateway
+
+log = get_logger("gateway.groups")
+
+UNKNOWN_SERVER_ERROR = -1
+COORDINATOR_NOT_AVAILABLE = 15
+GROUP_ID_NOT_FOUND = 69
+
+Handler = Callable[["ClientConnection", frames.RequestHeader, Any, int], Awaitable[Any]]
+
+
+class GroupLayer:
+    """``layer = GroupLayer(gateway, settings); layer.install(); await gateway.start(); await layer.start()``."""
+
+    def __init__(self, gw: Gateway, settings: CoordinatorSettings) -> None:
+        self.gw = gw
+        self.settings = settings
+        service_config, coordinator_config = settings.service_configs()
+        self.service = GroupService(
+            service_config, coordinator_config, new_member_id=lambda client_id: f"{client_id}-{uuid.uuid4()}"
+        )
+        self._match_all = settings.managed_groups == ".*"
+        self._managed = re2.compile(settings.managed_groups)
+        self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
+        self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
+        self.offsets = OffsetBridge(self)
+        self.state_log: StateLog | None = None
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._ready = asyncio.Event()
+        self._keys = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handlers: dict[int, Handler] = {
+            gc.FIND_COORDINATOR: self._find_coordinator,
+            gc.JOIN_GROUP: self._classic,
+            gc.SYNC_GROUP: self._classic,
+            gc.HEARTBEAT: self._classic,
+            gc.LEAVE_GROUP: self._classic,
+            gc.CONSUMER_GROUP_HEARTBEAT: self._consumer_group_heartbeat,
+            gc.CONSUMER_GROUP_DESCRIBE: self._consumer_group_describe,
+            gc.DESCRIBE_GROUPS: self._describe_groups,
+            gc.LIST_GROUPS: self._list_groups,
+            gc.DELETE_GROUPS: self._delete_groups,
+            gc.OFFSET_COMMIT: self.offsets.offset_commit,
+            gc.TXN_OFFSET_COMMIT: self.offsets.txn_offset_commit,
+            gc.OFFSET_FETCH: self.offsets.offset_fetch,
+            gc.OFFSET_DELETE: self.offsets.offset_delete,
+        }
+
+    # --- wiring ----------------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Register the local handlers and versions on the gateway (before it starts)."""
+        for api_key in self._handlers:
+            self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
+        self.gw.directory.set_local_api(gc.LOCAL_API)
+
+    def managed(self, group_id: str) -> bool:
+        return self._match_all or self._managed.fullmatch(group_id) is not None
+
+    async def start(self) -> None:
+        """Replay the state log, load topic metadata, re-arm timers, then serve."""
+        if self.settings.state_dir is not None:
+            path = Path(self.settings.state_dir)
+            self.state_log = FileStateLog(
+                path, fsync=self.settings.fsync, fsync_interval_ms=self.settings.fsync_interval_ms
+            )
+            replayed = 0
+            for rec in self.state_log.replay():
+                if self.service.replay_bytes(rec.key, rec.value):
+                    replayed += 1
+            log.info("group state replayed", state_dir=str(path), records=replayed)
+        else:
+            log.warning("no coordinator state_dir: group state lives in memory and is lost on restart")
+        try:
+            await self.watch.refresh()
+        except UpstreamError as e:
+            log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
+        self._apply(self.service.on_loaded(self._now()))
+        self._spawn(self.watch.run_forever())
+        if self.settings.upstream_check_s > 0:
+            self._spawn(self._check_upstream_forever())
+        self._ready.set()
+        log.info(
+            "group coordinator ready",
+            managed_groups=self.settings.managed_groups,
+            classic_groups=self.settings.classic_groups,
+            groups=len(self.service.classic_groups.groups) + len(self.service.coordinator.state.groups),
+        )
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+        self.client.close()
+        if self.state_log is not None:
+            await self.state_log.sync()
+            self.state_log.close()
+            self.state_log = None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _now() -> int:
+        return int(time.time() * 1000)
+
+    # --- running the service ---------------------------------------------------------------------------
+
+    async def call(self, group_id: str, request: object, topics: Iterable[str] = ()) -> Any:
+        """Hand one request to the service in its group's arrival order; the response once released."""
+        key = next(self._keys)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = fut
+        lock, users = self._locks.get(group_id) or (asyncio.Lock(), 0)
+        self._locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._ready.wait()
+                if topics:
+                    await self.watch.ensure(topics)
+                result = self.service.handle(request, key, self._now())
+                self._apply(result)
+        except BaseException:
+            self._waiting.pop(key, None)
+            raise
+        finally:
+            lock, users = self._locks[group_id]
+            if users <= 1:
+                del self._locks[group_id]
+            else:
+                self._locks[group_id] = (lock, users - 1)
+        await self._release(result)
+        try:
+            return await fut
+        finally:
+            self._waiting.pop(key, None)
+
+    def _apply(self, result: GroupResult) -> None:
+        """Append the records (made durable by ``_release``) and apply the timer changes."""
+        if result.records and self.state_log is not None:
+            self.state_log.append(Record(*encode_any_record(r)) for r in result.records)
+        if not result.timers:
+            return
+        loop = asyncio.get_running_loop()
+        now = self._now()
+        for change in result.timers:
+            old = self._timers.pop(change.key, None)
+            if old is not None:
+                old.cancel()
+            if isinstance(change, ScheduleTimer):
+                delay = max(0.0, (change.deadline_ms - now) / 1000.0)
+                self._timers[change.key] = loop.call_later(delay, self._fire, change.key)
+
+    async def _release(self, result: GroupResult) -> None:
+        # Every record appended so far, not only this result's: a response must not reveal state
+        # that a crash could still take back.
+        if self.state_log is not None:
+            await self.state_log.sync()
+        for reply in result.responses:
+            fut = self._waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+            if fut is not None and not fut.done():
+                fut.set_result(reply.body)
+
+    def _fire(self, key: TimerKey) -> None:
+        self._timers.pop(key, None)
+        try:
+            result = self.service.on_timer(key, self._now())
+        except Exception:
+            log.exception("group timer failed", timer=list(key))
+            return
+        self._apply(result)
+        if result.responses or result.records:
+            self._spawn(self._release(result))
+
+    def _on_topics(self, image: TopicImage) -> None:
+        result = self.service.on_metadata(image, self._now())
+        self._apply(result)
+        if result.responses or result.records:
+            self._spawn(self._release(result))
+
+    # --- request entry ---------------------------------------------------------------------------------
+
+    def claims(self, frame: bytes, api_key: int, version: int) -> bool:
+        """Whether this request is the group layer's (else it passes through to the upstream)."""
+        if api_key in (gc.LIST_GROUPS,):
+            return True
+        if self._match_all and api_key != gc.FIND_COORDINATOR:
+            return True
+        try:
+            header, msg = codec.decode_request(api_key, version, frame[4:])
+        except Exception:  # noqa: BLE001 - the handler answers it with an error code
+            return True
+        return any(self.managed(g) for g in _group_ids(api_key, version, msg))
+
+    async def handle(self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes) -> bytes:
+        api_key, version = header.api_key, header.api_version
+        try:
+            _, msg = codec.decode_request(api_key, version, payload)
+        except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
+            log.warning("undecodable group request", api_key=api_key, api_version=version, error=str(e))
+            self.counters["invalid_requests"] += 1
+            return _error_payload(api_key, version, header.correlation_id, codec.INVALID_REQUEST)
+        try:
+            body = await self._handlers[api_key](conn, header, msg, version)
+            return codec.encode_response(api_key, version, header.correlation_id, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("group request failed", api_key=api_key, api_version=version)
+            self.counters["failed_requests"] += 1
+            return _error_payload(api_key, version, header.correlation_id, UNKNOWN_SERVER_ERROR)
+
+    @staticmethod
+    def client_host(conn: ClientConnection) -> str:
+        peer = conn.peer
+        return f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+
+    # --- FindCoordinator -------------------------------------------------------------------------------
+
+    def home_node(self) -> int | None:
+        """The broker listener named as every managed group's coordinator (the lowest served node id)."""
+        served = self.gw.broker_ports
+        return min(served) if served else None
+
+    async def _find_coordinator(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        key_type, keys = gc.find_coordinator_keys(msg, version)
+        answers: list[tuple[str, int, str, int, int, str | None]] = []
+        unmanaged = [k for k in keys if key_type != gc.KEY_TYPE_GROUP or not self.managed(k)]
+        upstream: dict[str, Any] = {}
+        if unmanaged:
+            upstream = await self._find_upstream(key_type, unmanaged)
+        node = self.home_node()
+        addr = self.gw.addr_of(node) if node is not None else None
+        for k in keys:
+            if k in upstream:
+                answers.append(upstream[k])
+            elif addr is None or node is None:
+                answers.append((k, -1, "", -1, COORDINATOR_NOT_AVAILABLE, "no broker listener is open yet"))
+            else:
+                answers.append((k, node, addr[0], addr[1], 0, None))
+        return gc.find_coordinator_response(version, answers)
+
+    async def _find_upstream(self, key_type: int, keys: list[str]) -> dict[str, Any]:
+        """Upstream coordinators of keys the gateway does not coordinate, rewritten to gateway addresses."""
+        out: dict[str, Any] = {}
+        version = self.client.version(codec.FIND_COORDINATOR, 3)
+        for k in keys:
+            try:
+                req = codec.REQUESTS[codec.FIND_COORDINATOR][version](key=k, key_type=key_type)
+                r = await self.client.send_any(codec.FIND_COORDINATOR, version, req)
+                err, node = r.error_code, r.node_id
+            except UpstreamError as e:
+                log.warning("upstream FindCoordinator failed", key=k, error=str(e))
+                err, node = COORDINATOR_NOT_AVAILABLE, -1
+            addr = self.gw.addr_of(node) if err == 0 and node >= 0 else None
+            if addr is None:
+                out[k] = (k, -1, "", -1, err or COORDINATOR_NOT_AVAILABLE, None)
+            else:
+                out[k] = (k, node, addr[0], addr[1], 0, None)
+        return out
+
+    # --- group protocols -------------------------------------------------------------------------------
+
+    async def _classic(self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int) -> Any:
+        api_key = header.api_key
+        decode, encode = _CLASSIC[api_key]
+        request = decode(msg, version, header.client_id or "", self.client_host(conn))
+        body = await self.call(request.group_id, request)
+        return encode(body, version)
+
+    async def _consumer_group_heartbeat(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        request = gc.consumer_group_heartbeat_request(msg, version, header.client_id or "", self.client_host(conn))
+        topics = request.subscribed_topic_names or ()
+        body = await self.call(request.group_id, request, topics)
+        return gc.consumer_group_heartbeat_response(body, version)
+
+    async def _consumer_group_describe(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        ids = list(msg.group_ids)
+        local = [g for g in ids if self.managed(g)]
+        found: dict[str, Any] = {}
+        if local:
+            await self._ready.wait()
+            body = self.service.handle(gc.consumer_group_describe_request(msg, version), 0, self._now())
+            reply: ConsumerGroupDescribeResponse = body.responses[0].body
+            for g in reply.groups:
+                found[g.group_id] = gc.described_group(g)
+        for g in ids:
+            if g not in found:
+                found[g] = await self._forward_describe(gc.CONSUMER_GROUP_DESCRIBE, g, version)
+        return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
+
+    async def _describe_groups(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        ids = list(msg.groups)
+        found: dict[str, Any] = {}
+        local = [g for g in ids if self.managed(g)]
+        if local:
+            await self._ready.wait()
+            request = gc.describe_groups_request(msg, version)
+            request.group_ids = local
+            result = self.service.handle(request, 0, self._now())
+            reply: DescribeGroupsResponse = result.responses[0].body
+            for g in reply.groups:
+                found[g.group_id] = gc.described_classic_group(g)
+        for g in ids:
+            if g not in found:
+                found[g] = await self._forward_describe(gc.DESCRIBE_GROUPS, g, version)
+        return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
+
+    async def _forward_describe(self, api_key: int, group_id: str, version: int) -> Any:
+        """One unmanaged group of a mixed describe batch, asked of its upstream coordinator."""
+        try:
+            if not self.client.supports(api_key):
+                raise UpstreamError("the upstream does not speak this api")
+            v = self.client.version(api_key, version)
+            cls = codec.REQUESTS[api_key][v]
+            req = cls(group_ids=[group_id]) if api_key == gc.CONSUMER_GROUP_DESCRIBE else cls(groups=[group_id])
+            r = await self.client.to_coordinator(group_id, api_key, v, req, lambda r: r.groups[0].error_code)
+            return r.groups[0]
+        except UpstreamError as e:
+            if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+                g = DescribedGroupStub(group_id, GROUP_ID_NOT_FOUND, str(e))
+                return gc.response_cls(api_key).DescribedGroup(
+                    group_id=g.group_id, error_code=g.error_code, error_message=g.message
+                )
+            return gc.described_classic_group(DescribedClassicGroup(group_id, COORDINATOR_NOT_AVAILABLE, str(e)))
+
+    async def _list_groups(self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int) -> Any:
+        request = gc.list_groups_request(msg, version)
+        listed: list[Any] = []
+        local_ids: set[str] = set()
+        # Admin clients ask every broker and concatenate: list the managed groups on one listener only.
+        if conn.node_id is None or conn.node_id == self.home_node():
+            await self._ready.wait()
+            result = self.service.handle(request, 0, self._now())
+            reply: ListGroupsResponse = result.responses[0].body
+            for g in reply.groups:
+                if self.managed(g.group_id):
+                    listed.append(gc.listed_group(g))
+                    local_ids.add(g.group_id)
+        error = 0
+        try:
+            v = self.client.version(gc.LIST_GROUPS, version)
+            up = await self.client.send_any(gc.LIST_GROUPS, v, msg, node_id=conn.node_id)
+            error = up.error_code
+            # Groups the gateway coordinates are reported by it; the upstream only holds their offsets.
+            listed.extend(g for g in up.groups if g.group_id not in local_ids and not self.managed(g.group_id))
+        except UpstreamError as e:
+            log.warning("upstream ListGroups failed; listing managed groups only", error=str(e))
+        return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
+
+    async def _delete_groups(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        request = gc.delete_groups_request(msg, version)
+        results: dict[str, int] = {}
+        for gid in request.group_ids:
+            if not self.managed(gid):
+                results[gid] = await self.offsets.delete_upstream_group(gid)
+                continue
+            request_one = gc.delete_groups_request(msg, version)
+            request_one.group_ids = [gid]
+            reply: DeleteGroupsResponse = await self.call(gid, request_one)
+            local = int(reply.results[0].error_code)
+            if local in (0, GROUP_ID_NOT_FOUND):
+                # The group's offsets live upstream: deleting the group deletes them there too.
+                upstream = await self.offsets.delete_upstream_group(gid)
+                results[gid] = upstream if local == GROUP_ID_NOT_FOUND or upstream != GROUP_ID_NOT_FOUND else 0
+            else:
+                results[gid] = local
+        return gc.delete_groups_response(
+            DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in request.group_ids]), version
+        )
+
+    # --- clients bypassing the gateway -----------------------------------------------------------------
+
+    def managed_group_ids(self) -> list[str]:
+        ids = set(self.service.classic_groups.groups) | set(self.service.coordinator.state.groups)
+        return sorted(g for g in ids if self.managed(g))
+
+    def bypass_suspected(self, group_id: str, reason: str) -> None:
+        """An upstream answer implies the group has members on the upstream coordinator: check now."""
+        self.counters["bypass_suspected"] += 1
+        self._spawn(self.check_upstream_members(group_id, reason))
+
+    async def check_upstream_members(self, group_id: str, reason: str = "periodic check") -> bool:
+        """Warn (loudly) when the upstream coordinator has live members in a group the gateway manages."""
+        members = 0
+        try:
+            v = self.client.version(gc.DESCRIBE_GROUPS, 5)
+            req = codec.REQUESTS[gc.DESCRIBE_GROUPS][v](groups=[group_id])
+            r = await self.client.to_coordinator(group_id, gc.DESCRIBE_GROUPS, v, req, lambda r: r.groups[0].error_code)
+            if r.groups[0].error_code == 0:
+                members += len(r.groups[0].members)
+            if self.client.supports(gc.CONSUMER_GROUP_DESCRIBE):
+                v = self.client.version(gc.CONSUMER_GROUP_DESCRIBE, 1)
+                req = codec.REQUESTS[gc.CONSUMER_GROUP_DESCRIBE][v](group_ids=[group_id])
+                r = await self.client.to_coordinator(
+                    group_id, gc.CONSUMER_GROUP_DESCRIBE, v, req, lambda r: r.groups[0].error_code
+                )
+                if r.groups[0].error_code == 0:
+                    members += len(r.groups[0].members)
+        except UpstreamError as e:
+            log.info("upstream group check failed", group_id=group_id, error=str(e))
+            return False
+        if members:
+            self.counters["bypass_detected"] += 1
+            log.warning(
+                "managed group has live members on the upstream coordinator: clients bypass the gateway",
+                group_id=group_id,
+                upstream_members=members,
+                reason=reason,
+                counters=dict(self.counters),
+            )
+            return True
+        return False
+
+    async def _check_upstream_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.upstream_check_s)
+            for gid in self.managed_group_ids():
+                await self.check_upstream_members(gid)
+            if self.counters:
+                log.info("group coordinator counters", **dict(self.counters))
+
+
+class DescribedGroupStub:
+    __slots__ = ("error_code", "group_id", "message")
+
+    def __init__(self, group_id: str, error_code: int, message: str) -> None:
+        self.group_id, self.error_code, self.message = group_id, error_code, message
+
+
+class _LocalHandler:
+    """The connection's LocalHandler for one api key, with ``claims`` deciding local vs passthrough."""
+
+    __slots__ = ("api_key", "layer")
+
+    def __init__(self, layer: GroupLayer, api_key: int) -> None:
+        self.layer = layer
+        self.api_key = api_key
+
+    def claims(self, frame: bytes, api_key: int, version: int) -> bool:
+        return self.layer.claims(frame, api_key, version)
+
+    def __call__(self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes) -> Awaitable[bytes]:
+        return self.layer.handle(conn, header, payload)
+
+
+_CLASSIC: dict[int, tuple[Callable[..., Any], Callable[[Any, int], Any]]] = {
+    gc.JOIN_GROUP: (gc.join_group_request, gc.join_group_response),
+    gc.SYNC_GROUP: (gc.sync_group_request, gc.sync_group_response),
+    gc.HEARTBEAT: (gc.heartbeat_request, gc.heartbeat_response),
+    gc.LEAVE_GROUP: (gc.leave_group_request, gc.leave_group_response),
+}
+
+
+def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:
+    """The group ids a request names (FindCoordinator: its GROUP keys only)."""
+    if api_key == gc.FIND_COORDINATOR:
+        key_type, keys = gc.find_coordinator_keys(msg, version)
+        return keys if key_type == gc.KEY_TYPE_GROUP else []
+    if api_key == gc.DESCRIBE_GROUPS:
+        return list(msg.groups)
+    if api_key == gc.DELETE_GROUPS:
+        return list(msg.groups_names)
+    if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+        return list(msg.group_ids)
+    if api_key == gc.OFFSET_FETCH and version >= 8:
+        return [g.group_id for g in msg.groups]
+    return [msg.group_id]
+
+
+def _error_payload(api_key: int, version: int, correlation_id: int, error: int) -> bytes:
+    """A response saying ``error``: top-level when the API has the field, else an empty response."""
+    payload = codec.error_response(api_key, version, correlation_id, error)
+    if payload is not None:
+        return payload
+    return codec.encode_response(api_key, version, correlation_id, codec.RESPONSES[api_key][version]())

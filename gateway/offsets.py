@@ -1,0 +1,280 @@
+"""Offsets of managed groups: validated by the gateway's coordinator, stored in the real cluster.
+
+The gateway coordinates the group but the offsets stay in the upstream's __consumer_offsets, so
+tools and consumers that read them directly (or a gateway that is switched off) see the truth.
+Every OffsetCommit / TxnOffsetCommit is first checked against the group state (GroupService's
+OffsetCommitCheck: a zombie with a stale generation or member epoch, or an unknown member, is
+fenced here), then written through to the group's upstream coordinator as a *simple* commit:
+generation -1 and an empty member id, which Kafka accepts for a group without members (the
+upstream never sees the members, they live in the gateway). OffsetFetch is checked locally when a
+v9+ request names its member (KIP-848 member epoch check) and answered by the upstream.
+
+An upstream that refuses a simple commit with a membership error has members of its own: clients
+that bypass the gateway. That is logged loudly and counted (GroupLayer.bypass_suspected).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
+
+from . import codec, frames
+from . import group_codec as gc
+from .logging import get_logger
+from .upstream import UpstreamError
+
+if TYPE_CHECKING:
+    from .connection import ClientConnection
+    from .groups import GroupLayer
+
+log = get_logger("gateway.offsets")
+
+COORDINATOR_NOT_AVAILABLE = 15
+GROUP_ID_NOT_FOUND = 69
+# Upstream answers to a simple commit that only a group with live upstream members gives.
+_MEMBERSHIP_ERRORS = frozenset({22, 25, 27, 82, 110, 113})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+# REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
+
+
+def _partition_errors(topics: Any, error: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    return [(t.name, [(p.partition_index, error) for p in t.partitions]) for t in topics]
+
+
+class OffsetBridge:
+    def __init__(self, layer: GroupLayer) -> None:
+        self.layer = layer
+
+    # --- commits ---------------------------------------------------------------------------------------
+
+    async def offset_commit(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        check = OffsetCommitCheck(
+            group_id=msg.group_id,
+            member_id=msg.member_id if version >= 1 else "",
+            generation_id=msg.generation_id_or_member_epoch if version >= 1 else -1,
+            group_instance_id=msg.group_instance_id if version >= 7 else None,
+            api_version=version,
+        )
+        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg)
+        cls = gc.response_cls(gc.OFFSET_COMMIT)
+        topics = [
+            cls.OffsetCommitResponseTopic(
+                name=name,
+                partitions=[
+                    cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(partition_index=p, error_code=e)
+                    for p, e in parts
+                ],
+            )
+            for name, parts in results
+        ]
+        return cls[version](topics=topics)
+
+    async def txn_offset_commit(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        check = OffsetCommitCheck(
+            group_id=msg.group_id,
+            member_id=msg.member_id if version >= 3 else "",
+            generation_id=msg.generation_id if version >= 3 else -1,
+            group_instance_id=msg.group_instance_id if version >= 3 else None,
+            api_version=version,
+            is_transactional=True,
+        )
+        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg)
+        cls = gc.response_cls(gc.TXN_OFFSET_COMMIT)
+        topics = [
+            cls.TxnOffsetCommitResponseTopic(
+                name=name,
+                partitions=[
+                    cls.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(partition_index=p, error_code=e)
+                    for p, e in parts
+                ],
+            )
+            for name, parts in results
+        ]
+        return cls[version](topics=topics)
+
+    async def _commit(
+        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        gid = check.group_id
+        reply: OffsetCheckResponse = await self.layer.call(gid, check)
+        error = int(reply.error_code)
+        if error != 0:
+            self.layer.counters["commits_fenced"] += 1
+            return _partition_errors(msg.topics, error)
+        # A simple commit upstream: the members exist only in the gateway's coordinator.
+        wanted = min(version, gc.LOCAL_API[api_key][1])
+        try:
+            v = self.layer.client.version(api_key, wanted)
+        except UpstreamError:
+            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+        if api_key == gc.OFFSET_COMMIT:
+            msg.generation_id_or_member_epoch = -1
+        else:
+            msg.generation_id = -1
+        msg.member_id = ""
+        msg.group_instance_id = None
+        try:
+            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error)
+        except UpstreamError as e:
+            log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
+            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+        out = [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
+        errors = {e for _, parts in out for _, e in parts}
+        if errors & _MEMBERSHIP_ERRORS:
+            log.warning(
+                "upstream refused a simple commit of a managed group: it has members of its own",
+                group_id=gid,
+                errors=sorted(errors),
+            )
+            self.layer.bypass_suspected(gid, "commit refused by the upstream coordinator")
+        self.layer.counters["commits"] += 1
+        return out
+
+    # --- fetches ---------------------------------------------------------------------------------------
+
+    async def offset_fetch(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        cls = gc.response_cls(gc.OFFSET_FETCH)
+        if version < 8:
+            topics = None if msg.topics is None else [(t.name, list(t.partition_indexes)) for t in msg.topics]
+            err, got = await self._fetch_group(msg.group_id, None, -1, topics, msg.require_stable if version >= 7 else False)
+            return cls[version](
+                error_code=err,
+                topics=[
+                    cls.OffsetFetchResponseTopic(
+                        name=name,
+                        partitions=[
+                            cls.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                                partition_index=p, committed_offset=o, committed_leader_epoch=le, metadata=md,
+                                error_code=e,
+                            )
+                            for p, o, le, md, e in parts
+                        ],
+                    )
+                    for name, parts in got
+                ],
+            )
+        gcls = cls.OffsetFetchResponseGroup
+        tcls = gcls.OffsetFetchResponseTopics
+        pcls = tcls.OffsetFetchResponsePartitions
+        groups = []
+        for g in msg.groups:
+            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            member_id = g.member_id if version >= 9 else None
+            epoch = g.member_epoch if version >= 9 else -1
+            err, got = await self._fetch_group(g.group_id, member_id, epoch, topics, msg.require_stable)
+            groups.append(
+                gcls(
+                    group_id=g.group_id,
+                    error_code=err,
+                    topics=[
+                        tcls(
+                            name=name,
+                            partitions=[
+                                pcls(
+                                    partition_index=p, committed_offset=o, committed_leader_epoch=le, metadata=md,
+                                    error_code=e,
+                                )
+                                for p, o, le, md, e in parts
+                            ],
+                        )
+                        for name, parts in got
+                    ],
+                )
+            )
+        return cls[version](groups=groups)
+
+    async def _fetch_group(
+        self,
+        gid: str,
+        member_id: str | None,
+        member_epoch: int,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool,
+    ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str | None, int]]]]]:
+        """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) from upstream."""
+        if self.layer.managed(gid) and member_id is not None:
+            reply: OffsetCheckResponse = await self.layer.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
+            if int(reply.error_code) != 0:
+                return int(reply.error_code), []
+        client = self.layer.client
+        try:
+            v = client.version(gc.OFFSET_FETCH, 9)
+            req_cls = codec.REQUESTS[gc.OFFSET_FETCH]
+            if v >= 8:
+                gcls = req_cls.OffsetFetchRequestGroup
+                req_topics = (
+                    None
+                    if topics is None
+                    else [gcls.OffsetFetchRequestTopics(name=n, partition_indexes=ps) for n, ps in topics]
+                )
+                req = req_cls[v](
+                    groups=[gcls(group_id=gid, member_id=None, member_epoch=-1, topics=req_topics)],
+                    require_stable=require_stable,
+                )
+            else:
+                req_topics = (
+                    None
+                    if topics is None
+                    else [req_cls.OffsetFetchRequestTopic(name=n, partition_indexes=ps) for n, ps in topics]
+                )
+                req = req_cls[v](group_id=gid, topics=req_topics, require_stable=require_stable)
+            r = await client.to_coordinator(gid, gc.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
+        except UpstreamError as e:
+            log.warning("offset fetch could not reach the upstream coordinator", group_id=gid, error=str(e))
+            return COORDINATOR_NOT_AVAILABLE, []
+        if v >= 8:
+            g = r.groups[0]
+            err, rtopics = g.error_code, g.topics
+        else:
+            err, rtopics = r.error_code, r.topics
+        return err, [
+            (
+                t.name,
+                [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code) for p in t.partitions],
+            )
+            for t in rtopics
+        ]
+
+    # --- deletes ---------------------------------------------------------------------------------------
+
+    async def offset_delete(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        try:
+            return await self.layer.client.to_coordinator(
+                msg.group_id, gc.OFFSET_DELETE, version, msg, lambda r: r.error_code
+            )
+        except UpstreamError as e:
+            log.warning("OffsetDelete could not reach the upstream coordinator", group_id=msg.group_id, error=str(e))
+            return gc.response(gc.OFFSET_DELETE, version, error_code=COORDINATOR_NOT_AVAILABLE)
+
+    async def delete_upstream_group(self, gid: str) -> int:
+        """Delete the group (its offsets) on the upstream; its error code."""
+        client = self.layer.client
+        try:
+            v = client.version(gc.DELETE_GROUPS, 2)
+            req = codec.REQUESTS[gc.DELETE_GROUPS][v](groups_names=[gid])
+            r = await client.to_coordinator(gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code)
+            return int(r.results[0].error_code)
+        except UpstreamError as e:
+            log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))
+            return COORDINATOR_NOT_AVAILABLE
+
+
+def _first_partition_error(r: Any) -> int:
+    for t in r.topics:
+        for p in t.partitions:
+            return int(p.error_code)
+    return 0
+
+
+def _fetch_error(r: Any, version: int) -> int:
+    if version >= 8:
+        return int(r.groups[0].error_code) if r.groups else 0
+    return int(r.error_code) if version >= 2 else 0

@@ -1,0 +1,211 @@
+"""The gateway's own Kafka client towards the upstream cluster (offsets, lookups, merges).
+
+The group layer keeps offsets in the real cluster and asks it about groups it does not manage, so it
+needs requests of its own, apart from the clients' pipelines: one pipelined connection per upstream
+broker address, correlation ids of our own, and a cache of each group's upstream coordinator
+(FindCoordinator), dropped when the upstream answers NOT_COORDINATOR and friends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from . import codec, frames
+from .logging import get_logger
+from .upstream import BrokerDirectory, UpstreamError, set_nodelay
+
+log = get_logger("gateway.upstream_client")
+
+_CLIENT_ID = "groupgate-coordinator"
+# Errors after which the coordinator of a group must be looked up again (Kafka's client does the same).
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS})
+
+
+class _Link:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self.corr = itertools.count(1)
+        self.closed = False
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        error: Exception = UpstreamError("upstream connection closed")
+        try:
+            while True:
+                size = int.from_bytes(await self.reader.readexactly(4), "big")
+                payload = await self.reader.readexactly(size)
+                corr = frames.response_correlation_id(payload)
+                entry = self.waiting.pop(corr, None)
+                if entry is None:
+                    continue
+                fut, api_key, version = entry
+                if fut.done():
+                    continue
+                try:
+                    fut.set_result(codec.decode_response(api_key, version, payload)[1])
+                except Exception as e:  # noqa: BLE001 - an undecodable answer fails that request only
+                    fut.set_exception(UpstreamError(f"undecodable response to api {api_key} v{version}: {e}"))
+        except (OSError, asyncio.IncompleteReadError) as e:
+            error = UpstreamError(f"upstream connection lost: {e}")
+        finally:
+            self.close(error)
+
+    def send(self, api_key: int, version: int, msg: Any) -> asyncio.Future[Any]:
+        if self.closed:
+            raise UpstreamError("upstream connection closed")
+        corr = next(self.corr)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[corr] = (fut, api_key, version)
+        msg.with_header(correlation_id=corr, client_id=_CLIENT_ID)
+        self.writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
+        return fut
+
+    def close(self, error: Exception | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.writer.close()
+        for fut, _, _ in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(error or UpstreamError("upstream connection closed"))
+        self.waiting.clear()
+        if self.task is not asyncio.current_task():
+            self.task.cancel()
+
+
+class UpstreamClient:
+    def __init__(self, directory: BrokerDirectory, timeout_s: Callable[[], float]) -> None:
+        self.directory = directory
+        self.timeout_s = timeout_s
+        self._links: dict[tuple[str, int], _Link] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Future[_Link]] = {}
+        self._coordinators: dict[str, tuple[str, int]] = {}
+
+    def version(self, api_key: int, wanted: int) -> int:
+        """The highest version <= wanted that the upstream speaks (wanted when it is not known yet)."""
+        rng = self.directory.upstream_api.get(api_key)
+        if rng is None:
+            return wanted
+        if rng[1] < wanted and rng[1] < rng[0]:
+            raise UpstreamError(f"upstream does not speak api {api_key}")
+        return max(rng[0], min(wanted, rng[1]))
+
+    def supports(self, api_key: int) -> bool:
+        return api_key in self.directory.upstream_api
+
+    async def _link(self, addr: tuple[str, int]) -> _Link:
+        link = self._links.get(addr)
+        if link is not None and not link.closed:
+            return link
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[_Link] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(*addr), self.directory.config.upstream_connect_timeout_s
+            )
+            set_nodelay(writer.transport)
+            link = _Link(reader, writer)
+            self._links[addr] = link
+            fut.set_result(link)
+            return link
+        except (OSError, TimeoutError) as e:
+            err = UpstreamError(f"{addr[0]}:{addr[1]}: {type(e).__name__}: {e}")
+            fut.set_exception(err)
+            fut.exception()  # retrieved: nobody else may be waiting
+            raise err from e
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any) -> Any:
+        link = await self._link(addr)
+        try:
+            return await asyncio.wait_for(link.send(api_key, version, msg), self.timeout_s())
+        except TimeoutError as e:
+            link.close(UpstreamError("request timed out"))
+            raise UpstreamError(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
+
+    async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
+        """To broker ``node_id`` when given and known, else to any live broker."""
+        targets = []
+        if node_id is not None:
+            addr = self.directory.address(node_id)
+            if addr is not None:
+                targets.append(addr)
+        targets.extend(a for a in self.directory.candidates() if a not in targets)
+        errors = []
+        for addr in targets:
+            try:
+                return await self.send(addr, api_key, version, msg)
+            except UpstreamError as e:
+                errors.append(str(e))
+        raise UpstreamError("no upstream broker answered: " + "; ".join(errors))
+
+    # --- group coordinators ----------------------------------------------------------------------------
+
+    async def coordinator(self, group_id: str) -> tuple[str, int]:
+        addr = self._coordinators.get(group_id)
+        if addr is not None:
+            return addr
+        version = self.version(codec.FIND_COORDINATOR, 3)
+        msg = codec.REQUESTS[codec.FIND_COORDINATOR][version](key=group_id, key_type=0)
+        r = await self.send_any(codec.FIND_COORDINATOR, version, msg)
+        if r.error_code != 0:
+            raise CoordinatorMoved(r.error_code)
+        # The upstream names its own broker address; prefer the directory's entry for that node.
+        addr = self.directory.address(r.node_id) or (r.host, r.port)
+        self._coordinators[group_id] = addr
+        return addr
+
+    def forget_coordinator(self, group_id: str) -> None:
+        self._coordinators.pop(group_id, None)
+
+    async def to_coordinator(
+        self,
+        group_id: str,
+        api_key: int,
+        version: int,
+        msg: Any,
+        error_of: Callable[[Any], int],
+        attempts: int = 5,
+    ) -> Any:
+        """Send to the group's upstream coordinator, looking it up again while it moves."""
+        last: Exception | None = None
+        for attempt in range(attempts):
+            try:
+                addr = await self.coordinator(group_id)
+                r = await self.send(addr, api_key, version, msg)
+            except CoordinatorMoved as e:
+                last = e
+            except UpstreamError as e:
+                last = e
+                self.forget_coordinator(group_id)
+            else:
+                if error_of(r) not in COORDINATOR_MOVED:
+                    return r
+                last = CoordinatorMoved(error_of(r))
+                self.forget_coordinator(group_id)
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
+
+
+class CoordinatorMoved(UpstreamError):
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"upstream coordinator error {error_code}")
+        self.error_code = error_code
