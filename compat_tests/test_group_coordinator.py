@@ -1,0 +1,313 @@
+"""The gateway as the group coordinator of real clients, in front of a real broker.
+
+Every group here is coordinated by the gateway (FindCoordinator names a gateway listener, the
+membership lives in the gateway's state log) while the offsets land in the real cluster: a client
+talking to the broker directly must see them. Session timeouts are short (the coordinator's lower
+bounds are lowered in the gateway's config) so that the suite runs fast.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import confluent_kafka
+import pytest
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+from compat_tests.harness.brokers import ProcessBackend, free_port_block
+from compat_tests.harness.clients import ConfluentConsumer, KafkaPythonConsumer, produce_confluent, values
+from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.java import verifiable_consumer
+from compat_tests.harness.probe import find_coordinator_endpoints, metadata_endpoints, roundtrip
+from gateway.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = """
+[coordinator]
+initial_rebalance_delay_ms = 0
+min_session_timeout_ms = 1000
+"group.consumer.min.session.timeout.ms" = 2000
+"group.consumer.session.timeout.ms" = 6000
+"group.consumer.min.heartbeat.interval.ms" = 200
+"group.consumer.heartbeat.interval.ms" = 500
+upstream_check_s = 2
+"""
+
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+STALE_MEMBER_EPOCH = 113
+
+
+@pytest.fixture(scope="module")
+def coordinator_gateway(
+    kafka: ProcessBackend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("gw-coordinator")
+    config = root / "gateway.toml"
+    config.write_text(CONFIG)
+    gw = GatewayProcess(
+        upstream=kafka.bootstrap,
+        listen_port=free_port_block(3),
+        log_dir=root,
+        extra_args=["--config", str(config), "--state-dir", str(root / "state")],
+    )
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _committed_on_broker(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets as the real cluster has them (no gateway involved)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in c.committed(tps, timeout=10) if tp.offset >= 0}
+    finally:
+        c.close()
+
+
+def _gateway_answers_coordinator(gw: GatewayProcess, group: str) -> tuple[int, str, int]:
+    (c,) = find_coordinator_endpoints(gw.bootstrap, group, 3)
+    # The client-requirements pitfall: the coordinator must be a broker of Metadata, same address.
+    brokers = {(e.node_id, e.host, e.port) for e in metadata_endpoints(gw.bootstrap)}
+    assert (c.node_id, c.host, c.port) in brokers, (c, brokers)
+    return c.node_id, c.host, c.port
+
+
+def _consumed_all(log: EventLog, n: int) -> bool:
+    return len({r.position for r in log.records}) >= n
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_classic_group_coordinated_by_the_gateway_commits_to_the_cluster(
+    client: str, coordinator_gateway: GatewayProcess, kafka: ProcessBackend, make_topic: Any, names: Any
+) -> None:
+    topic = make_topic(3)
+    group = names("group")
+    produce_confluent(kafka.bootstrap, topic, values("v", 60))
+    node, host, port = _gateway_answers_coordinator(coordinator_gateway, group)
+    assert (host, port) != tuple(kafka.bootstrap.rsplit(":", 1)), "the coordinator must be a gateway listener"
+    log = EventLog()
+    cls: Any = KafkaPythonConsumer if client == "kafka-python" else ConfluentConsumer
+    consumers = [
+        cls(name=f"c{i}", log=log, bootstrap=coordinator_gateway.bootstrap, group_id=group, topics=[topic])
+        for i in range(2)
+    ]
+    for c in consumers:
+        c.start()
+    try:
+        _wait(lambda: _consumed_all(log, 60), 60, "all 60 records consumed")
+        _wait(
+            lambda: sum(_committed_on_broker(kafka.bootstrap, group, topic, 3).values()) == 60,
+            30,
+            "offsets committed on the broker",
+        )
+    finally:
+        for c in consumers:
+            c.stop()
+    assert len({r.position for r in log.records}) == 60
+    # The gateway coordinated the group: the broker never saw a member of it.
+    assert _broker_members(kafka.bootstrap, group) == 0
+
+
+def _broker_members(bootstrap: str, group: str) -> int:
+    """Members the broker itself knows in ``group`` (a single-node cluster: it is the coordinator)."""
+    r = roundtrip(bootstrap, DescribeGroupsRequest[5](groups=[group]), DescribeGroupsResponse, 5)
+    return sum(len(g.members) for g in r.groups if g.error_code == 0)
+
+
+def test_confluent_consumer_protocol_group_coordinated_by_the_gateway(
+    coordinator_gateway: GatewayProcess, kafka: ProcessBackend, make_topic: Any, names: Any
+) -> None:
+    """KIP-848 clients (group.protocol=consumer): server-side assignment by the gateway."""
+    topic = make_topic(4)
+    group = names("group")
+    produce_confluent(kafka.bootstrap, topic, values("v", 80))
+    log = EventLog()
+    consumers = [
+        ConfluentConsumer(
+            name=f"c{i}", log=log, bootstrap=coordinator_gateway.bootstrap, group_id=group, topics=[topic],
+            group_protocol="consumer",
+        )
+        for i in range(2)
+    ]
+    for c in consumers:
+        c.start()
+    try:
+        _wait(lambda: _consumed_all(log, 80), 60, "all 80 records consumed")
+        _wait(
+            lambda: sum(_committed_on_broker(kafka.bootstrap, group, topic, 4).values()) == 80,
+            30,
+            "offsets committed on the broker",
+        )
+        described = _describe(coordinator_gateway, group)
+        assert described.error_code == 0 and described.group_state == "Stable", described
+        assert sorted(m.client_id for m in described.members) == ["c0", "c1"]
+        owned = sorted(p for m in described.members for t in m.assignment.topic_partitions for p in t.partitions)
+        assert owned == [0, 1, 2, 3], described
+    finally:
+        for c in consumers:
+            c.stop()
+    assert _broker_members(kafka.bootstrap, group) == 0
+
+
+def test_java_verifiable_consumer_with_the_consumer_protocol(
+    coordinator_gateway: GatewayProcess, kafka: ProcessBackend, make_topic: Any, names: Any, java_logs: Any
+) -> None:
+    topic = make_topic(3)
+    group = names("group")
+    produce_confluent(kafka.bootstrap, topic, values("v", 30))
+    tool = verifiable_consumer(
+        "4.3.1", coordinator_gateway.bootstrap, topic, group, group_protocol="consumer", log_dir=java_logs
+    ).start()
+    log = EventLog()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            log = EventLog()
+            ingest_verifiable_consumer(log, "java", tool)
+            if _consumed_all(log, 30):
+                break
+            time.sleep(0.3)
+    finally:
+        tool.stop()
+    assert _consumed_all(log, 30), tool.tail()
+    failed = [e for e in tool.named("offsets_committed") if not e.data.get("success")]
+    assert not failed, failed[:3]
+    assert sum(_committed_on_broker(kafka.bootstrap, group, topic, 3).values()) == 30
+
+
+def _describe(gw: GatewayProcess, group: str) -> Any:
+    (c,) = find_coordinator_endpoints(gw.bootstrap, group, 3)
+    r = roundtrip(c.address, ConsumerGroupDescribeRequest[0](group_ids=[group]), ConsumerGroupDescribeResponse, 0)
+    return r.groups[0]
+
+
+def _heartbeat(address: str, group: str, member_id: str, epoch: int, topics: list[str] | None) -> Any:
+    req = ConsumerGroupHeartbeatRequest[1](
+        group_id=group, member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=10000,
+        subscribed_topic_names=topics, server_assignor=None, topic_partitions=[] if epoch == 0 else None,
+    )
+    return roundtrip(address, req, ConsumerGroupHeartbeatResponse, 1)
+
+
+def _commit(address: str, group: str, member_id: str, epoch: int, topic: str, offset: int) -> int:
+    cls = OffsetCommitRequest
+    req = cls[9](
+        group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id, group_instance_id=None,
+        topics=[
+            cls.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=[cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=""
+                )],
+            )
+        ],
+    )
+    r = roundtrip(address, req, OffsetCommitResponse, 9)
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def test_zombie_commits_are_fenced_and_never_reach_the_cluster(
+    coordinator_gateway: GatewayProcess, kafka: ProcessBackend, make_topic: Any, names: Any
+) -> None:
+    topic = make_topic(1)
+    group = names("group")
+    (c,) = find_coordinator_endpoints(coordinator_gateway.bootstrap, group, 3)
+    member = str(uuid.uuid4())
+    joined = _heartbeat(c.address, group, member, 0, [topic])
+    assert joined.error_code == 0 and joined.member_epoch >= 1, joined
+    epoch = joined.member_epoch
+
+    assert _commit(c.address, group, member, epoch, topic, 7) == 0
+    assert _committed_on_broker(kafka.bootstrap, group, topic, 1) == {0: 7}
+    # A zombie of an older epoch, a member the group never had, and a classic-style generation.
+    assert _commit(c.address, group, member, epoch - 1, topic, 3) == STALE_MEMBER_EPOCH
+    assert _commit(c.address, group, "ghost", epoch, topic, 3) == UNKNOWN_MEMBER_ID
+    assert _committed_on_broker(kafka.bootstrap, group, topic, 1) == {0: 7}
+
+    # A classic group's zombie: a generation the group is past.
+    classic = names("classic")
+    log = EventLog()
+    with KafkaPythonConsumer(
+        name="k0", log=log, bootstrap=coordinator_gateway.bootstrap, group_id=classic, topics=[topic]
+    ):
+        _wait(lambda: any(e.kind == "assigned" and e.partitions for e in log.ownership), 30, "an assignment")
+        r = roundtrip(c.address, DescribeGroupsRequest[5](groups=[classic]), DescribeGroupsResponse, 5)
+        (m,) = r.groups[0].members
+        assert _commit(c.address, classic, m.member_id, 1000, topic, 5) == ILLEGAL_GENERATION
+        assert _commit(c.address, classic, "ghost", 1, topic, 5) == UNKNOWN_MEMBER_ID
+    assert _committed_on_broker(kafka.bootstrap, classic, topic, 1).get(0) != 5
+
+
+def test_members_keep_their_ids_and_epochs_across_a_gateway_restart(
+    kafka: ProcessBackend, make_topic: Any, names: Any, tmp_path: Any
+) -> None:
+    topic = make_topic(2)
+    group = names("group")
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    gw = GatewayProcess(
+        upstream=kafka.bootstrap,
+        listen_port=free_port_block(3),
+        log_dir=tmp_path,
+        extra_args=["--config", str(config), "--state-dir", str(tmp_path / "state")],
+    )
+    gw.start()
+    try:
+        (c,) = find_coordinator_endpoints(gw.bootstrap, group, 3)
+        members = {str(uuid.uuid4()): 0 for _ in range(2)}
+        for m in members:
+            r = _heartbeat(c.address, group, m, 0, [topic])
+            assert r.error_code == 0, r
+        # Heartbeat until both members settle on their epochs (the first one sees the second's join).
+        for _ in range(3):
+            for m in members:
+                r = _heartbeat(c.address, group, m, _epoch_of(gw, group, m), [topic])
+                assert r.error_code == 0, r
+                members[m] = r.member_epoch
+        before = _describe(gw, group)
+        assert before.error_code == 0 and len(before.members) == 2
+        snapshot = sorted((m.member_id, m.member_epoch) for m in before.members)
+
+        gw.restart(hard=True)
+
+        after = _describe(gw, group)
+        assert after.error_code == 0
+        assert sorted((m.member_id, m.member_epoch) for m in after.members) == snapshot
+        assert after.group_epoch == before.group_epoch
+        # The members carry on without rejoining: their next heartbeat is accepted at the same epoch.
+        for member_id, epoch in snapshot:
+            r = _heartbeat(c.address, group, member_id, epoch, None)
+            assert r.error_code == 0 and r.member_epoch == epoch, r
+    finally:
+        gw.stop()
+
+
+def _epoch_of(gw: GatewayProcess, group: str, member_id: str) -> int:
+    for m in _describe(gw, group).members:
+        if m.member_id == member_id:
+            return int(m.member_epoch)
+    raise AssertionError(f"{member_id} is not a member of {group}")
