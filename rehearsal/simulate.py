@@ -169,6 +169,8 @@ class Simulation:
     step: int = 0
     rng: random.Random = field(init=False)
     group_id: str = GROUP_ID
+    # The rehearsal id events carry (default sim-<seed>); a fleet simulator sets its own.
+    run_id: str | None = None
     partitions: dict[str, int] = field(init=False)
     topic_ids: dict[str, uuid.UUID] = field(init=False)
     topic_names: dict[uuid.UUID, str] = field(init=False)
@@ -199,7 +201,7 @@ class Simulation:
             EndpointConfig(classic_mode=cfg.classic_mode), cfg.seed
         )
         self.replica = self.endpoint.replica()
-        self.emitter = SimEventEmitter(self.sink, f"sim-{cfg.seed}", self.group_id, _client_mix(cfg)) if self.sink else None
+        self.emitter = SimEventEmitter(self.sink, self.run_id or f"sim-{cfg.seed}", self.group_id, _client_mix(cfg)) if self.sink else None
         self._group_type: str | None = None
 
     # ---- the Host interface the clients use ---------------------------------------------------
