@@ -9,14 +9,18 @@ GroupServiceConfig.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import re2
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coordinator.config import CoordinatorConfig, default_assignors
-from translate.classic_rebalance import ClassicGroupConfig
-from translate.group_config import GroupServiceConfig
+if TYPE_CHECKING:
+    from coordinator.config import CoordinatorConfig
+    from translate.group_config import GroupServiceConfig
+
+# The server assignors coordinator/assignors provides (Kafka's group.consumer.assignors names). Known
+# here without importing the coordinator, so that reading the configuration stays cheap.
+KNOWN_ASSIGNORS = ("uniform", "range")
 
 
 def _kafka(name: str, kafka_name: str) -> Any:
@@ -119,7 +123,7 @@ class CoordinatorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check_bounds(self) -> CoordinatorSettings:
-        known = set(default_assignors())
+        known = set(KNOWN_ASSIGNORS)
         unknown = [a for a in self.consumer_assignors if a not in known]
         if unknown or not self.consumer_assignors:
             raise ValueError(f"group.consumer.assignors: unknown {unknown}; known: {sorted(known)}")
@@ -142,6 +146,10 @@ class CoordinatorSettings(BaseModel):
         return self
 
     def service_configs(self) -> tuple[GroupServiceConfig, CoordinatorConfig]:
+        from coordinator.config import CoordinatorConfig, default_assignors
+        from translate.classic_rebalance import ClassicGroupConfig
+        from translate.group_config import GroupServiceConfig
+
         assignors = default_assignors()
         coordinator = CoordinatorConfig(
             assignors={name: assignors[name] for name in self.consumer_assignors},
