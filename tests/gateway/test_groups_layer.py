@@ -1,0 +1,253 @@
+"""The group layer end to end without a broker: wire bytes in, GroupService, wire bytes out.
+
+A stand-in gateway serves node 1; the upstream is unreachable, so whatever needs it (offsets,
+ListGroups merge) degrades to its documented error answers while the group APIs are answered locally.
+"""
+
+# ruff: noqa: I001, E402 - _groups_support must be imported before anything that imports coordinator/
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._groups_support import HOME_ADDR, HOME_NODE, StubConnection, StubGateway, call, request_payload
+
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from gateway import codec, frames
+from gateway import group_codec as gc
+from gateway.coordinator_settings import CoordinatorSettings
+from gateway.groups import GroupLayer
+from gateway.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+
+MEMBER_ID_REQUIRED = 79
+UNKNOWN_MEMBER_ID = 25
+ILLEGAL_GENERATION = 22
+INVALID_REQUEST = 42
+STALE_MEMBER_EPOCH = 113
+
+
+def settings(**kw: Any) -> CoordinatorSettings:
+    base: dict[str, Any] = {
+        "initial_rebalance_delay_ms": 0,
+        "min_session_timeout_ms": 200,
+        "consumer_min_session_timeout_ms": 1000,
+        "consumer_session_timeout_ms": 3000,
+        "consumer_min_heartbeat_interval_ms": 100,
+        "consumer_heartbeat_interval_ms": 500,
+        "upstream_check_s": 0,
+    }
+    base.update(kw)
+    return CoordinatorSettings.model_validate(base)
+
+
+async def started(**kw: Any) -> GroupLayer:
+    layer = GroupLayer(StubGateway(), settings(**kw))  # type: ignore[arg-type]
+    layer.install()
+    await layer.start()
+    return layer
+
+
+async def test_find_coordinator_names_a_served_listener_at_every_version() -> None:
+    layer = await started()
+    try:
+        for v in range(0, 4):
+            kw: dict[str, Any] = {"key": "g1"} | ({"key_type": 0} if v >= 1 else {})
+            r = await call(layer, gc.FIND_COORDINATOR, v, FindCoordinatorRequest[v](**kw))
+            assert (r.error_code, r.node_id, r.host, r.port) == (0, HOME_NODE, *HOME_ADDR)
+        for v in (4, 5, 6):
+            r = await call(layer, gc.FIND_COORDINATOR, v, FindCoordinatorRequest[v](key_type=0, coordinator_keys=["a", "b"]))
+            assert [(c.key, c.node_id, c.port, c.error_code) for c in r.coordinators] == [
+                ("a", HOME_NODE, HOME_ADDR[1], 0),
+                ("b", HOME_NODE, HOME_ADDR[1], 0),
+            ]
+    finally:
+        await layer.stop()
+
+
+def test_unmanaged_groups_and_transaction_keys_are_not_claimed() -> None:
+    layer = GroupLayer(StubGateway(), settings(managed_groups="app-.*"))  # type: ignore[arg-type]
+
+    def frame(msg: Any, v: int) -> bytes:
+        payload = request_payload(msg, v)
+        return frames.encode_size(len(payload)) + payload
+
+    assert layer.claims(frame(HeartbeatRequest[4](group_id="app-1", generation_id=1, member_id="m"), 4), 12, 4)
+    assert not layer.claims(frame(HeartbeatRequest[4](group_id="other", generation_id=1, member_id="m"), 4), 12, 4)
+    txn = FindCoordinatorRequest[3](key="app-1", key_type=1)
+    assert not layer.claims(frame(txn, 3), gc.FIND_COORDINATOR, 3)
+    mixed = DescribeGroupsRequest[5](groups=["other", "app-2"])
+    assert layer.claims(frame(mixed, 5), gc.DESCRIBE_GROUPS, 5)
+
+
+@pytest.mark.parametrize("join_v,sync_v,hb_v,leave_v", [(0, 0, 0, 0), (3, 2, 2, 2), (5, 3, 3, 3), (9, 5, 4, 5)])
+async def test_classic_member_joins_syncs_heartbeats_and_leaves(join_v: int, sync_v: int, hb_v: int, leave_v: int) -> None:
+    layer = await started()
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01meta")]
+        join: dict[str, Any] = {"group_id": "g", "session_timeout_ms": 10000, "member_id": "", "protocol_type": "consumer", "protocols": protocols}
+        if join_v >= 1:
+            join["rebalance_timeout_ms"] = 10000
+        r = await call(layer, gc.JOIN_GROUP, join_v, JoinGroupRequest[join_v](**join))
+        if join_v >= 4:
+            assert r.error_code == MEMBER_ID_REQUIRED and r.member_id
+            join["member_id"] = r.member_id
+            r = await call(layer, gc.JOIN_GROUP, join_v, JoinGroupRequest[join_v](**join))
+        assert r.error_code == 0 and r.generation_id == 1 and r.leader == r.member_id
+        assert [m.metadata for m in r.members] == [b"\x00\x01meta"]
+        member, gen = r.member_id, r.generation_id
+        assignment = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=b"assigned")]
+        sync: dict[str, Any] = {"group_id": "g", "generation_id": gen, "member_id": member, "assignments": assignment}
+        if sync_v >= 5:
+            sync |= {"protocol_type": "consumer", "protocol_name": "range"}
+        s = await call(layer, gc.SYNC_GROUP, sync_v, SyncGroupRequest[sync_v](**sync))
+        assert (s.error_code, bytes(s.assignment)) == (0, b"assigned")
+        h = await call(layer, gc.HEARTBEAT, hb_v, HeartbeatRequest[hb_v](group_id="g", generation_id=gen, member_id=member))
+        assert h.error_code == 0
+        h = await call(layer, gc.HEARTBEAT, hb_v, HeartbeatRequest[hb_v](group_id="g", generation_id=gen + 1, member_id=member))
+        assert h.error_code == ILLEGAL_GENERATION
+        if leave_v >= 3:
+            leave = LeaveGroupRequest[leave_v](group_id="g", members=[LeaveGroupRequest.MemberIdentity(member_id=member)])
+        else:
+            leave = LeaveGroupRequest[leave_v](group_id="g", member_id=member)
+        lr = await call(layer, gc.LEAVE_GROUP, leave_v, leave)
+        assert lr.error_code == 0
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["g"]))
+        assert d.groups[0].group_state == "Empty" and not d.groups[0].members
+    finally:
+        await layer.stop()
+
+
+async def _join_consumer_member(layer: GroupLayer, group: str, topic: str, member: str) -> Any:
+    req = ConsumerGroupHeartbeatRequest[1](
+        group_id=group, member_id=member, member_epoch=0, rebalance_timeout_ms=5000,
+        subscribed_topic_names=[topic], topic_partitions=[],
+    )
+    return await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req)
+
+
+async def test_consumer_group_member_is_assigned_and_survives_a_restart_from_the_state_log(tmp_path: Path) -> None:
+    topic_id = uuid.uuid4()
+    layer = await started(state_dir=str(tmp_path / "state"))
+    try:
+        layer._on_topics({"t": (topic_id, 3)})
+        member = str(uuid.uuid4())
+        r = await _join_consumer_member(layer, "cg", "t", member)
+        assert r.error_code == 0 and r.member_epoch == 1
+        assert [(t.topic_id, sorted(t.partitions)) for t in r.assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
+        d = await call(layer, gc.CONSUMER_GROUP_DESCRIBE, 1, ConsumerGroupDescribeRequest[1](group_ids=["cg"]))
+        (m,) = d.groups[0].members
+        assert (m.member_id, m.member_epoch, m.client_id, m.client_host) == (member, 1, "app", "/10.1.2.3")
+    finally:
+        await layer.stop()
+
+    again = await started(state_dir=str(tmp_path / "state"))
+    try:
+        again._on_topics({"t": (topic_id, 3)})
+        d = await call(again, gc.CONSUMER_GROUP_DESCRIBE, 0, ConsumerGroupDescribeRequest[0](group_ids=["cg"]))
+        g = d.groups[0]
+        assert g.error_code == 0 and [(m.member_id, m.member_epoch) for m in g.members] == [(member, 1)]
+        hb = ConsumerGroupHeartbeatRequest[1](group_id="cg", member_id=member, member_epoch=1)
+        r = await call(again, gc.CONSUMER_GROUP_HEARTBEAT, 1, hb)
+        assert r.error_code == 0 and r.member_epoch == 1
+    finally:
+        await again.stop()
+
+
+async def test_a_silent_classic_member_is_expired_by_its_session_timer() -> None:
+    layer = await started()
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id="quiet", session_timeout_ms=300, rebalance_timeout_ms=300, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))
+        assert r.error_code == 0
+        s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+            group_id="quiet", generation_id=r.generation_id, member_id=r.member_id, assignments=[],
+        ))
+        assert s.error_code == 0
+        await asyncio.sleep(0.8)
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["quiet"]))
+        assert d.groups[0].group_state == "Empty"
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="quiet", generation_id=1, member_id=r.member_id))
+        assert h.error_code == UNKNOWN_MEMBER_ID
+    finally:
+        await layer.stop()
+
+
+async def test_zombie_offset_commit_is_fenced_locally() -> None:
+    layer = await started()
+    try:
+        layer._on_topics({"t": (uuid.uuid4(), 1)})
+        member = str(uuid.uuid4())
+        r = await _join_consumer_member(layer, "z", "t", member)
+        assert r.error_code == 0
+        cls = OffsetCommitRequest
+        part = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)
+        commit = cls[9](
+            group_id="z", generation_id_or_member_epoch=r.member_epoch - 1, member_id=member,
+            topics=[cls.OffsetCommitRequestTopic(name="t", partitions=[part])],
+        )
+        out = await call(layer, gc.OFFSET_COMMIT, 9, commit)
+        # STALE_MEMBER_EPOCH, answered without asking the upstream (which is unreachable here).
+        assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.topics] == [
+            ("t", [(0, STALE_MEMBER_EPOCH)])
+        ]
+        commit.member_id = "ghost"
+        out = await call(layer, gc.OFFSET_COMMIT, 9, commit)
+        assert out.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID
+        assert layer.counters["commits_fenced"] == 2
+    finally:
+        await layer.stop()
+
+
+async def test_undecodable_group_requests_get_an_error_not_a_closed_connection() -> None:
+    layer = await started()
+    try:
+        for api_key, version in [(gc.HEARTBEAT, 4), (gc.DESCRIBE_GROUPS, 5), (gc.JOIN_GROUP, 5)]:
+            good = request_payload(HeartbeatRequest[4](group_id="g", generation_id=1, member_id="m"), 4)
+            header_len = frames.parse_request_header(good, True).body_offset
+            payload = bytearray(good[:header_len]) + b"\xff\xff\xff"
+            payload[0:4] = api_key.to_bytes(2, "big") + version.to_bytes(2, "big")
+            flexible = codec.request_header_flexible(api_key, version)
+            header = frames.parse_request_header(bytes(payload), flexible)
+            out = await layer.handle(StubConnection(), header, bytes(payload))
+            _, body = codec.decode_response(api_key, version, out)
+            if hasattr(body, "error_code"):
+                assert body.error_code == INVALID_REQUEST
+        assert layer.counters["invalid_requests"] == 3
+    finally:
+        await layer.stop()
+
+
+async def test_list_groups_lists_managed_groups_on_the_coordinator_listener_only() -> None:
+    layer = await started()
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id="listed", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))
+        home = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
+        assert [(g.group_id, g.group_type) for g in home.groups] == [("listed", "classic")]
+        other = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]), StubConnection(2))
+        assert other.groups == []
+    finally:
+        await layer.stop()
