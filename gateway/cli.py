@@ -191,6 +191,17 @@ def cmd_rehearse_report(args: argparse.Namespace) -> int:
     return int(report_main(args.paths, args.out, args.master, args.group))
 
 
+def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
+    from rehearsal.cli import simulate_main
+
+    return int(
+        simulate_main(
+            args.groups, args.members, args.scenario, args.seed, args.out, args.mix,
+            spark=args.spark, master=args.master, spec_file=args.spec, topics=args.topics,
+        )
+    )
+
+
 def cmd_rehearse_validate(args: argparse.Namespace) -> int:
     from rehearsal.cli import validate_main
 
@@ -228,6 +239,27 @@ def build_parser() -> argparse.ArgumentParser:
     if importlib.util.find_spec("rehearsal.cli") is not None:
         rehearse = sub.add_parser("rehearse", help="simulation and event-log analysis")
         rsub = rehearse.add_subparsers(dest="rehearse_command", required=True)
+        simulate = rsub.add_parser("simulate", help="simulate a fleet of groups and write its rebalance events")
+        simulate.add_argument("--groups", type=int, required=True)
+        simulate.add_argument("--members", type=int, required=True, help="members per group")
+        simulate.add_argument(
+            "--scenario",
+            required=True,
+            help="rolling-upgrade, rolling-downgrade, crashes, scale-up, scale-down or topic-growth",
+        )
+        simulate.add_argument("--seed", type=int, default=0)
+        simulate.add_argument("--out", required=True, help="events go to OUT/events")
+        simulate.add_argument(
+            "--mix",
+            default="all",
+            choices=("all", "classic-eager", "classic-cooperative", "translate", "consumer"),
+            help="client mix of every group; all: the groups split across the four",
+        )
+        simulate.add_argument("--topics", help="TOPIC:PARTITIONS[,...] every member subscribes to")
+        simulate.add_argument("--spec", help="a JSON fleet description (rehearsal.fleet.FleetSpec) to start from")
+        simulate.add_argument("--spark", action="store_true", help="run the groups in Spark tasks (local[*])")
+        simulate.add_argument("--master", default=None, help="Spark master for the simulation (implies --spark)")
+        simulate.set_defaults(func=cmd_rehearse_simulate)
         report = rsub.add_parser("report", help="analyse event logs")
         report.add_argument("paths", nargs="+")
         report.add_argument("--out", required=True)
