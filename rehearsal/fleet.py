@@ -1,0 +1,446 @@
+"""Fleet rehearsals: many independent single-group simulations writing rebalance events.
+
+A fleet is described by a ``FleetSpec`` (pydantic: it is read from the command line or a JSON file
+and crosses into Spark tasks): groups, members per group, topics and partitions, the client mix,
+heartbeat and processing delays, and a named scenario. Group ``i`` is one run of the deterministic
+simulator (rehearsal/simulate.py) seeded with ``group_seed(seed, i)``, so any group of a fleet is
+reproduced from the fleet's seed and its index alone, whatever the fleet size or the number of
+Spark tasks.
+
+Client mixes (the ``client_mix`` every event carries, docs/rehearsal-events.md):
+``classic-eager`` and ``classic-cooperative`` are classic clients in a classic group (``native``
+mode); ``translate`` is classic clients in a group the gateway runs as a consumer group (KIP-848
+"Upgrade and Downgrade"); ``consumer`` is new-protocol clients. ``mix="all"`` gives group ``i`` the
+variant ``i % 4`` so one run compares the four side by side.
+
+Scenarios: ``rolling-upgrade`` replaces the members one at a time by new-protocol members (the
+``consumer`` variant, already on the new protocol, gets a rolling restart: the same deployment with
+nothing to convert); ``rolling-downgrade`` is the way back (classic variants start as new-protocol
+members and become classic eager / cooperative / translated ones); ``crashes``, ``scale-up``,
+``scale-down`` and ``topic-growth`` disturb a settled fleet of the variant. Every scenario action
+writes a ``disturbance`` event, which starts the time to stable.
+
+Events go to ``DIR/events/part-NNNNN.jsonl``, ``groups_per_file`` consecutive groups per file, each
+file written by one writer, so the files are the same whether the groups ran serially or in Spark
+tasks (``simulate_fleet_spark``). ``DIR/_fleet.json`` holds the spec and each group's outcome (the
+report skips names starting with ``_``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rehearsal.events import EventWriter
+from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR
+from rehearsal.sim_clients import CLASSIC_HEARTBEAT_INTERVAL_MS, ClassicClient, SimClient
+from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
+from rehearsal.sim_events import EventSink
+from rehearsal.simulate import SimConfig, Simulation, SimulationViolation
+
+ClientMix = Literal["classic-eager", "classic-cooperative", "translate", "consumer"]
+CLIENT_MIXES: tuple[ClientMix, ...] = ("classic-eager", "classic-cooperative", "translate", "consumer")
+MIX_CHOICES: tuple[str, ...] = ("all", *CLIENT_MIXES)
+FLEET_SCENARIOS: tuple[str, ...] = (
+    "rolling-upgrade",
+    "rolling-downgrade",
+    "crashes",
+    "scale-up",
+    "scale-down",
+    "topic-growth",
+)
+EVENTS_DIR = "events"
+MANIFEST = "_fleet.json"
+
+
+class FleetSpec(BaseModel):
+    """Everything a fleet rehearsal depends on; equal specs write identical event files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scenario: Literal["rolling-upgrade", "rolling-downgrade", "crashes", "scale-up", "scale-down", "topic-growth"]
+    groups: int = Field(ge=1)
+    members: int = Field(ge=1, le=1_000)
+    seed: int = 0
+    mix: Literal["all", "classic-eager", "classic-cooperative", "translate", "consumer"] = "all"
+    # Every member subscribes to every topic; topic name -> partitions.
+    topics: dict[str, int] = Field(default_factory=lambda: {"orders": 12, "payments": 6}, min_length=1)
+    run: str | None = None  # the rehearsal id of the events; default "<scenario>-<seed>"
+    # Heartbeat interval of classic clients and the consumer groups' group.consumer.heartbeat.interval.ms;
+    # kept well below the 10 s session timeout so that a live member is never fenced for it.
+    heartbeat_interval_ms: int = Field(1_000, ge=50, le=3_000)
+    # Time a member's rebalance callbacks / reconciliation take (uniform in the range), and for the
+    # slow ones; below the 15 s rebalance timeout (a longer one is a max.poll.interval.ms problem).
+    processing_ms: tuple[int, int] = (2, 60)
+    slow_members: int = Field(0, ge=0)
+    slow_processing_ms: tuple[int, int] = (500, 4_000)
+    eager_assignor: Literal["range", "roundrobin"] = "range"
+    # The rebalance protocol of the classic clients of the translate variant.
+    translate_rebalance: Literal["eager", "cooperative"] = "cooperative"
+    server_assignor: Literal["uniform", "range"] | None = None
+    loss_rate: float = Field(0.0, ge=0.0, le=0.2)
+    # The disturbed phase of crashes / scale / topic-growth scenarios (rolling ones last as long as the roll).
+    duration_ms: int = Field(20_000, ge=2_000, le=600_000)
+    # How many disturbances of the scenario's kind; default: a fifth of the members (at least one).
+    disturbances: int | None = Field(None, ge=0)
+    static_members: bool = False
+    reuse_member_ids: bool = False
+    groups_per_file: int = Field(50, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> FleetSpec:
+        for name, (lo, hi) in (("processing_ms", self.processing_ms), ("slow_processing_ms", self.slow_processing_ms)):
+            if not 0 <= lo <= hi <= 10_000:
+                raise ValueError(f"{name} must be 0 <= low <= high <= 10000 ms")
+        if any(n < 1 for n in self.topics.values()):
+            raise ValueError("every topic needs at least one partition")
+        if self.static_members and self.scenario == "topic-growth" and self.mix in ("all", "classic-eager", "classic-cooperative"):
+            # A classic group of static members can end up with no client that knows it leads and then
+            # nobody rejoins for added partitions: client-side assignment's blind spot (docs/simulation.md).
+            raise ValueError("static members with topic-growth need the translate or consumer mix")
+        return self
+
+    @property
+    def run_id(self) -> str:
+        return self.run or f"{self.scenario}-{self.seed}"
+
+    @property
+    def files(self) -> int:
+        return -(-self.groups // self.groups_per_file)
+
+    def group_mix(self, index: int) -> ClientMix:
+        return CLIENT_MIXES[index % len(CLIENT_MIXES)] if self.mix == "all" else self.mix  # type: ignore[return-value]
+
+    def group_name(self, index: int) -> str:
+        return f"g{index:05d}-{self.group_mix(index)}"
+
+
+def group_seed(seed: int, index: int) -> int:
+    """The seed of group ``index``: a hash of (seed, index), the same in every process (no hash())."""
+    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def sim_config(spec: FleetSpec, index: int) -> SimConfig:
+    """The simulator's configuration of group ``index``: the scenario for its variant, no random draws."""
+    mix = spec.group_mix(index)
+    rolling = spec.scenario in ("rolling-upgrade", "rolling-downgrade")
+    cooperative = mix == "classic-cooperative" or (mix == "translate" and spec.translate_rebalance == "cooperative")
+    if mix == "consumer":
+        sim_scenario = "consumer"
+    elif rolling:
+        direction = "upgrade" if spec.scenario == "rolling-upgrade" else "downgrade"
+        sim_scenario = f"{direction}-{'translate' if mix == 'translate' else 'native'}"
+    elif mix == "translate":
+        sim_scenario = f"translate-{'cooperative' if cooperative else 'eager'}"
+    else:
+        sim_scenario = mix
+    count = spec.disturbances if spec.disturbances is not None else max(1, spec.members // 5)
+    return SimConfig(
+        seed=group_seed(spec.seed, index),
+        scenario=sim_scenario,
+        classic_mode="native" if mix.startswith("classic") else "translate",
+        members=spec.members,
+        topics=dict(spec.topics),
+        subscribed=frozenset(spec.topics),
+        classic_assignor=COOPERATIVE_ASSIGNOR if cooperative else spec.eager_assignor,
+        server_assignor=spec.server_assignor,
+        loss_rate=spec.loss_rate,
+        crashes=count if spec.scenario == "crashes" else 0,
+        slow_members=min(spec.slow_members, spec.members),
+        topic_changes=count if spec.scenario == "topic-growth" else 0,
+        active_ms=spec.duration_ms,
+        rolling_reuse_ids=spec.reuse_member_ids,
+        static_members=spec.static_members,
+        scale_outs=count if spec.scenario == "scale-up" else 0,
+        scale_ins=min(count, spec.members - 1) if spec.scenario == "scale-down" else 0,
+    )
+
+
+class FleetSimulation(Simulation):
+    """The simulator with the fleet's delays, a disturbance event per scenario action, and rolling
+    restarts (new-protocol members replaced by new-protocol members) for the consumer variant."""
+
+    def __init__(self, spec: FleetSpec, index: int, sink: EventSink | None) -> None:
+        self.spec = spec
+        self.rolling_restart = spec.group_mix(index) == "consumer" and spec.scenario.startswith("rolling")
+        self.quiet_at = 0
+        heartbeat = spec.heartbeat_interval_ms
+
+        def endpoint(config: EndpointConfig, seed: int) -> ServiceEndpoint:
+            config.heartbeat_interval_ms = heartbeat
+            return ServiceEndpoint(config, seed)
+
+        super().__init__(
+            sim_config(spec, index), sink=sink, endpoint_factory=endpoint,
+            group_id=spec.group_name(index), run_id=spec.run_id,
+        )
+
+    def processing_delay(self, client: SimClient) -> int:
+        lo, hi = self.spec.slow_processing_ms if client.slot in self._slow else self.spec.processing_ms
+        return self.rng.randint(lo, hi)
+
+    def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
+        # The classic client's background heartbeat thread runs at the fleet's interval.
+        if tag == "heartbeat" and isinstance(client, ClassicClient) and delay_ms == CLASSIC_HEARTBEAT_INTERVAL_MS:
+            delay_ms = self.spec.heartbeat_interval_ms
+        super().call_later(client, delay_ms, tag)
+
+    def _plan(self) -> None:
+        super()._plan()
+        if self.rolling_restart:
+            # The same pacing as the simulator's rolling upgrade, restarting each member on its protocol.
+            t = 2_000
+            for _ in range(self.config.members):
+                t += self.rng.randint(1_500, 4_000)
+                self._push(t, "action", ("restart", None))
+            self.quiet_at = max(self.config.active_ms, t + 2_000)
+            self._push(self.quiet_at, "action", ("quiet", None))
+
+    def _act(self, action: str, arg: Any) -> None:
+        if action == "quiet" and self.now < self.quiet_at:
+            return  # the simulator's own end of the faulty phase, before the rolling restart is done
+        if action == "restart":
+            self._restart()
+            return
+        kind = {"crash": "crash", "scale-out": "scale-up", "scale-in": "scale-down", "add-partitions": "topic-growth"}
+        if action in kind and self.emitter is not None:
+            self.emitter.disturbance(self.now, kind[action])
+        super()._act(action, arg)
+
+    def _restart(self) -> None:
+        alive = [c for c in self.clients if c.alive]
+        if not alive:
+            return
+        old = self.rng.choice(alive)
+        if self.emitter is not None:
+            self.emitter.disturbance(self.now, "rolling-restart")
+        graceful = self.rng.random() < 0.8
+        self._stop(old, graceful)
+        self._push(self.now + self.rng.randint(10, 1_500), "action", ("start", (old.protocol, old.slot, None)))
+
+
+@dataclass(slots=True)
+class GroupOutcome:
+    index: int
+    group: str
+    client_mix: str
+    seed: int
+    events: int = 0
+    steps: int = 0
+    virtual_ms: int = 0
+    converged_at_ms: int = -1
+    members_started: int = 0
+    # The simulator's invariant that broke (the events up to it are written), or None.
+    violation: str | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
+    """Simulate group ``index``; an invariant violation ends that group only and is reported."""
+    sim = FleetSimulation(spec, index, sink)
+    out = GroupOutcome(index, sim.group_id, spec.group_mix(index), sim.config.seed)
+    try:
+        report = sim.run()
+    except SimulationViolation as violation:
+        out.violation = str(violation)
+    else:
+        out.converged_at_ms, out.stats = report.converged_at_ms, report.stats
+    out.events = sim.emitter.count if sim.emitter is not None else 0
+    out.steps, out.virtual_ms, out.members_started = sim.step, sim.now, len(sim.clients)
+    return out
+
+
+def part_path(out: str | os.PathLike[str], part: int) -> Path:
+    return Path(out, EVENTS_DIR, f"part-{part:05d}.jsonl")
+
+
+def simulate_part(spec: FleetSpec, part: int, out: str | os.PathLike[str]) -> list[GroupOutcome]:
+    """Simulate the groups of one events file and write it (replacing an older one)."""
+    path = part_path(out, part)
+    path.unlink(missing_ok=True)
+    first = part * spec.groups_per_file
+    with EventWriter(path) as writer:
+
+        def sink(event: Any) -> None:
+            writer.write(event)
+
+        return [run_group(spec, i, sink) for i in range(first, min(first + spec.groups_per_file, spec.groups))]
+
+
+def prepare_out(out: str | os.PathLike[str]) -> None:
+    """Make DIR/events and drop the part files of an earlier run (a smaller fleet leaves fewer)."""
+    events = Path(out, EVENTS_DIR)
+    events.mkdir(parents=True, exist_ok=True)
+    for old in events.glob("part-*.jsonl"):
+        old.unlink()
+
+
+@dataclass(slots=True)
+class FleetResult:
+    spec: FleetSpec
+    outcomes: list[GroupOutcome]
+    wall_s: float
+
+    @property
+    def events(self) -> int:
+        return sum(o.events for o in self.outcomes)
+
+    @property
+    def violations(self) -> list[GroupOutcome]:
+        return [o for o in self.outcomes if o.violation is not None]
+
+    @property
+    def member_seconds(self) -> float:
+        """Simulated member-seconds: the fleet's members times each group's simulated time."""
+        return sum(self.spec.members * o.virtual_ms for o in self.outcomes) / 1_000
+
+    def manifest(self) -> dict[str, Any]:
+        by_mix: dict[str, dict[str, int]] = {}
+        for o in self.outcomes:
+            m = by_mix.setdefault(o.client_mix, {"groups": 0, "events": 0, "violations": 0})
+            m["groups"] += 1
+            m["events"] += o.events
+            m["violations"] += o.violation is not None
+        return {
+            "spec": self.spec.model_dump(mode="json"),
+            "run": self.spec.run_id,
+            "groups": len(self.outcomes),
+            "events": self.events,
+            "simulated_member_seconds": self.member_seconds,
+            "client_mixes": by_mix,
+            "outcomes": [
+                {"group": o.group, "client_mix": o.client_mix, "seed": o.seed, "events": o.events, "steps": o.steps,
+                 "virtual_ms": o.virtual_ms, "converged_at_ms": o.converged_at_ms, "violation": o.violation}
+                for o in self.outcomes
+            ],
+        }
+
+
+class Progress:
+    """A line every few seconds on long runs: groups done, events, rate."""
+
+    def __init__(self, total: int, echo: Callable[[str], None], every_s: float = 5.0) -> None:
+        self.total, self.echo, self.every_s = total, echo, every_s
+        self.started = self.last = time.monotonic()
+        self.done = self.events = 0
+
+    def add(self, outcomes: Iterable[GroupOutcome]) -> None:
+        for o in outcomes:
+            self.done += 1
+            self.events += o.events
+        now = time.monotonic()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            rate = self.done / max(now - self.started, 1e-9)
+            self.echo(f"  {self.done}/{self.total} groups, {self.events} events, {rate:.1f} groups/s")
+
+
+def iter_parts(spec: FleetSpec, out: str | os.PathLike[str]) -> Iterator[list[GroupOutcome]]:
+    for part in range(spec.files):
+        yield simulate_part(spec, part, out)
+
+
+def simulate_fleet(
+    spec: FleetSpec, out: str | os.PathLike[str], *, echo: Callable[[str], None] = print
+) -> FleetResult:
+    """Run the fleet in this process, writing DIR/events/part-*.jsonl and DIR/_fleet.json."""
+    started = time.monotonic()
+    prepare_out(out)
+    progress = Progress(spec.groups, echo)
+    outcomes: list[GroupOutcome] = []
+    for part in iter_parts(spec, out):
+        outcomes += part
+        progress.add(part)
+    return finish(spec, outcomes, out, time.monotonic() - started)
+
+
+def finish(spec: FleetSpec, outcomes: list[GroupOutcome], out: str | os.PathLike[str], wall_s: float) -> FleetResult:
+    result = FleetResult(spec, sorted(outcomes, key=lambda o: o.index), wall_s)
+    Path(out, MANIFEST).write_text(json.dumps(result.manifest(), indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def _spark_part_task(spec_json: str, out: str) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+    """What a Spark task runs: simulate its parts (events files) and return their outcomes as dicts."""
+
+    def task(parts: Iterable[int]) -> Iterator[dict[str, Any]]:
+        from dataclasses import asdict
+
+        from rehearsal.fleet import FleetSpec, simulate_part
+
+        spec = FleetSpec.model_validate_json(spec_json)
+        for part in parts:
+            for outcome in simulate_part(spec, part, out):
+                yield asdict(outcome)
+
+    return task
+
+
+def simulate_fleet_spark(
+    spec: FleetSpec,
+    out: str | os.PathLike[str],
+    master: str | None = None,
+    *,
+    echo: Callable[[str], None] = print,
+) -> FleetResult:
+    """Run the fleet's groups in Spark tasks: one task per events file (``groups_per_file`` groups),
+    each writing its file under DIR/events. DIR must be a path every executor can write to (local
+    masters; a shared file system on a cluster). The files equal those of ``simulate_fleet``."""
+    import sys
+    import threading
+
+    from rehearsal.pipeline import spark_session
+
+    started = time.monotonic()
+    out_abs = os.path.abspath(out)
+    prepare_out(out_abs)
+    local = (master or "local[*]").startswith("local")
+    if local:
+        # Python workers must import this project and its dependencies: use this interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = spark_session(master)
+    sc = spark.sparkContext
+    if local and (sc.master or "").startswith("local"):
+        sc.pythonExec = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    parts = spec.files
+    echo(f"  {spec.groups} groups in {parts} Spark tasks on {sc.master}")
+    group = f"groupgate-fleet-{spec.run_id}-{os.getpid()}-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "fleet simulation")
+    done = threading.Event()
+
+    def watch() -> None:
+        # Tasks finish out of order; the status tracker tells how many parts (files) are written.
+        tracker = sc.statusTracker()
+        last = time.monotonic()
+        while not done.wait(1.0):
+            if time.monotonic() - last < 5.0:
+                continue
+            last = time.monotonic()
+            finished = 0
+            for job in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job)
+                for stage in info.stageIds if info else ():
+                    s = tracker.getStageInfo(stage)
+                    finished += s.numCompletedTasks if s else 0
+            echo(f"  {finished}/{parts} parts written ({min(finished * spec.groups_per_file, spec.groups)} groups)")
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        rows = sc.parallelize(range(parts), numSlices=parts).mapPartitions(
+            _spark_part_task(spec.model_dump_json(), out_abs)
+        ).collect()
+    finally:
+        done.set()
+        watcher.join()
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    return finish(spec, [GroupOutcome(**r) for r in rows], out_abs, time.monotonic() - started)
