@@ -165,11 +165,19 @@ def main() -> int:
                 order = ["direct", "gateway"] if r % 2 == 0 else ["gateway", "direct"]
                 for name in order:
                     bs = targets[name]
+                    cpu0 = gw.cpu_s()
                     p = produce(bs, f"bench-p-{name}-{r}", args.records, 1024, -1, throughput_props)
+                    cpu1 = gw.cpu_s()
                     lat = produce(
                         bs, f"bench-l-{name}-{r}", args.latency_records, 100, args.latency_rate, latency_props
                     )
+                    cpu2 = gw.cpu_s()
                     c = consume(bs, fill, args.records)
+                    cpu3 = gw.cpu_s()
+                    if name == "gateway":
+                        mb = args.records * 1024 / 1e6
+                        cpu_per_mb["produce"].append((cpu1 - cpu0) * 1000 / mb)
+                        cpu_per_mb["consume"].append((cpu3 - cpu2) * 1000 / mb)
                     results[name]["produce_mb_s"].append(p["mb_s"])
                     results[name]["consume_mb_s"].append(c["mb_s"])
                     results[name]["p50"].append(lat["p50"])
