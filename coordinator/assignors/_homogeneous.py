@@ -18,7 +18,7 @@ Everything works on whole frozensets and ranges: no object per partition on the 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 
@@ -41,6 +41,19 @@ def first_numbers(n: int) -> list[int]:
     if len(_numbers) < n:
         _numbers.extend(range(len(_numbers), n))
     return _numbers
+
+
+# Chunks cut by zip() get one argument per partition: above this size, slices are cut one by one (the
+# per-chunk overhead is then small next to the partitions anyway).
+_BATCH_MAX = 256
+
+
+def chunked(numbers: Sequence[int], size: int) -> Iterator[frozenset[int]]:
+    """``numbers`` cut into consecutive frozensets of ``size`` (its length is a multiple of ``size``)."""
+    if size <= _BATCH_MAX:
+        # zip() over ``size`` references to one iterator yields consecutive tuples, all in C.
+        return map(frozenset, zip(*([iter(numbers)] * size), strict=False))
+    return (frozenset(numbers[k : k + size]) for k in range(0, len(numbers), size))
 
 
 def assign_full(
@@ -306,9 +319,6 @@ def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment])
             owned[i] = add
 
 
-# Members served in one batch take at most this many partitions each (zip() gets one argument per
-# partition); above it the per-member overhead is small next to the partitions anyway.
-_BATCH_MAX = 256
 
 
 def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None:
@@ -323,7 +333,7 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
     ti = 0
     pos = 0
     tid, seq, length = pool[0]
-    template = {tid: None}
+    template: dict[TopicId, None] | None = None
     i = 0
     for count, need in ((extra, q + 1), (len(owned) - extra, q)):
         last = i + count
@@ -332,12 +342,18 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
             continue
         while i < last:
             fit = min(last - i, (length - pos) // need)
-            if fit and need <= _BATCH_MAX:
-                chunks = zip(*([iter(seq[pos : pos + fit * need])] * need), strict=False)
-                owned[i : i + fit] = list(map(dict.fromkeys, repeat(template, fit), map(frozenset, chunks)))
+            if fit > 1:
+                if template is None:
+                    template = {tid: None}
+                chunks = chunked(seq[pos : pos + fit * need], need)
+                owned[i : i + fit] = list(map(dict.fromkeys, repeat(template, fit), chunks))
                 i += fit
                 pos += fit * need
-            else:  # one member, possibly across topics
+            elif fit:
+                owned[i] = {tid: frozenset(seq[pos : pos + need])}
+                i += 1
+                pos += need
+            else:  # one member across topics
                 add: dict[TopicId, frozenset[int]] = {}
                 rest = need
                 while rest:
@@ -345,7 +361,7 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
                         ti += 1
                         pos = 0
                         tid, seq, length = pool[ti]
-                        template = {tid: None}
+                        template = None
                     end = min(pos + rest, length)
                     add[tid] = frozenset(seq[pos:end])
                     rest -= end - pos
@@ -356,4 +372,4 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
                 ti += 1
                 pos = 0
                 tid, seq, length = pool[ti]
-                template = {tid: None}
+                template = None

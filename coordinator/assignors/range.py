@@ -11,8 +11,9 @@ be joined locally.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 
-from coordinator.assignors._homogeneous import first_numbers, topic_order
+from coordinator.assignors._homogeneous import chunked, first_numbers, topic_order
 from coordinator.assignors.api import (
     Assignment,
     AssignmentDelta,
@@ -70,17 +71,24 @@ class RangeAssignor:
             if ranges is None:
                 ranges = cache[(n, len(subs))] = _ranges(n, len(subs))
             keys = dict.fromkeys(sorted(bunch, key=topic_order))
-            for mid, fs in zip(subs, ranges, strict=False):
-                d = new.get(mid)
-                if d is None:
-                    new[mid] = dict.fromkeys(keys, fs)
+            # dict.fromkeys on a dict reuses its stored key hashes (no UUID.__hash__ per entry).
+            per_member = map(dict.fromkeys, repeat(keys), ranges)
+            if not new:
+                new = dict(zip(subs, per_member, strict=False))
+                continue
+            for mid, d in zip(subs, per_member, strict=False):
+                held = new.get(mid)
+                if held is None:
+                    new[mid] = d
                 else:
-                    d.update(dict.fromkeys(keys, fs))
+                    held.update(d)
         out: dict[str, Assignment] = {}
         for mid, m in members.items():
             current = m.assigned
             assigned = new.get(mid)
-            if assigned is None:
+            if not current:
+                out[mid] = current if assigned is None else assigned
+            elif assigned is None:
                 out[mid] = current if not any(current.values()) else {}
             else:
                 out[mid] = current if _same(current, assigned) else assigned
@@ -101,12 +109,9 @@ def _ranges(n: int, s: int) -> list[frozenset[int]]:
     """The non-empty contiguous ranges of ``n`` partitions over ``s`` subscribers, in subscriber order."""
     q, extra = divmod(n, s)
     numbers = first_numbers(n)  # shared int objects: no int allocated per partition
-    out = []
-    start = 0
-    for i in range(min(s, n)):
-        end = start + q + (1 if i < extra else 0)
-        out.append(frozenset(numbers[start:end]))
-        start = end
+    out = list(chunked(numbers[: extra * (q + 1)], q + 1))
+    if q:
+        out.extend(chunked(numbers[extra * (q + 1) : n], q))
     return out
 
 

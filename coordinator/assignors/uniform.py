@@ -14,6 +14,7 @@ complete) and overlapping subscriptions fall back to the full algorithm.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 
 from coordinator.assignors import _heterogeneous, _homogeneous
 from coordinator.assignors._homogeneous import topic_order
@@ -51,13 +52,19 @@ class UniformAssignor:
                 for mid in member_ids:
                     out[mid] = _empty(members[mid])
                 continue
-            topic_ids = sorted(subscribed, key=topic_order)
-            sizes = [topics[t].num_partitions for t in topic_ids]
+            if len(subscribed) == len(topics):  # every topic: no lookup (and UUID hash) per topic
+                metas = sorted(topics.values(), key=_META_ORDER)
+                topic_ids = [t.topic_id for t in metas]
+                sizes = [t.num_partitions for t in metas]
+            else:
+                topic_ids = sorted(subscribed, key=topic_order)
+                sizes = [topics[t].num_partitions for t in topic_ids]
             _homogeneous.assign_full(sorted(member_ids), members, topic_ids, sizes, out)
         return out
 
 
 SubscriptionGroups = list[tuple[frozenset[TopicId], list[str]]]
+_META_ORDER = attrgetter("topic_id.int")  # the same order as topic_order, from TopicMetadata
 
 
 def _subscription_groups(

@@ -74,3 +74,14 @@ def test_join_shifts_the_ranges() -> None:
     joined = with_targets(spec, stable, add=[member("b", [T0])])
     result = R.assign(joined, AssignmentDelta(added=frozenset({"b"})))
     assert result == {"a": {T0: fs(0, 1)}, "b": {T0: fs(2, 3)}, "c": {T0: fs(4, 5)}}
+
+
+def test_large_ranges() -> None:
+    # More than 256 partitions per member: ranges are cut slice by slice rather than with zip().
+    spec = group([member(m, [T0, T1]) for m in "abc"], topics(1000, 2))
+    result = R.assign(spec)
+    assert_valid(spec, result)
+    assert result["a"][T0] == frozenset(range(0, 334))
+    assert result["b"][T0] == frozenset(range(334, 667))
+    assert result["c"][T0] == frozenset(range(667, 1000))
+    assert result["c"].get(T1) is None

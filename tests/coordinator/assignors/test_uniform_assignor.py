@@ -211,3 +211,10 @@ def test_a_shrunk_topic_drops_the_vanished_partitions_and_rebalances() -> None:
     result = U.assign(shrunk, AssignmentDelta(topics_changed=True))
     assert_valid(shrunk, result)
     assert counts(result) == {"a": 2, "b": 2}
+
+
+def test_large_quotas_in_a_fresh_group() -> None:
+    spec = group([member(m, [T0, T1]) for m in "abc"], topics(700, 301))
+    result = U.assign(spec)
+    assert_valid(spec, result)
+    assert counts(result) == {"a": 334, "b": 334, "c": 333}
