@@ -53,6 +53,8 @@ class EndpointConfig:
     # "translate": groups of classic consumers are consumer groups from their first member.
     classic_mode: str = "native"
     migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    # Bumped by each simulated gateway restart so member ids stay unique across incarnations.
+    incarnation: int = 0
 
 
 class ServiceEndpoint:
@@ -73,9 +75,12 @@ class ServiceEndpoint:
             coordinator_config=CoordinatorConfig(
                 session_timeout_ms=config.session_timeout_ms,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
-                member_id_generator=lambda: f"cg-{seed}-{next(consumer_ids)}",
+                member_id_generator=lambda: f"cg-{seed}-{config.incarnation}-{next(consumer_ids)}",
             ),
-            new_member_id=lambda client_id: f"{client_id}-{next(classic_ids)}",
+            new_member_id=lambda client_id: (
+                f"{client_id}-{next(classic_ids)}" if config.incarnation == 0
+                else f"{client_id}-{config.incarnation}.{next(classic_ids)}"
+            ),
         )
         self.coordinator = self.service.coordinator
 
@@ -87,6 +92,16 @@ class ServiceEndpoint:
 
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> SimResult:
         return _from_service(self.service.on_metadata(topics, now_ms))
+
+    def load(self, records: Iterable[AnyRecord], topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> SimResult:
+        """What a restarted gateway does: replay the log, feed the metadata, arm the timers."""
+        for record in records:
+            self.service.replay(record)
+        out = _from_service(self.service.on_metadata(topics, now_ms))
+        loaded = _from_service(self.service.on_loaded(now_ms))
+        out.records += loaded.records
+        out.timers += loaded.timers
+        return out
 
     # ---- what the checker reads --------------------------------------------------------------
     def group_type(self, group_id: str) -> str | None:

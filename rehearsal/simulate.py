@@ -82,6 +82,7 @@ class SimConfig:
     static_members: bool = False
     scale_outs: int = 0
     scale_ins: int = 0
+    failovers: int = 0
     checkpoint_every: int = 100
     quiet_limit_ms: int = 120_000
     max_steps: int = 60_000
@@ -125,6 +126,7 @@ def scenario_config(seed: int, scenario: str | None = None, scenarios: tuple[str
         static_members=static_members,
         scale_outs=rng.choice((0, 0, 1)),
         scale_ins=rng.choice((0, 0, 1)),
+        failovers=rng.choice((0, 0, 1)),
     )
 
 
@@ -186,6 +188,8 @@ class Simulation:
     _slots: int = 0
     _faults_on: bool = True
     _replayed: int = 0
+    _answered: set[Any] = field(default_factory=set)
+    _incarnation: int = 0
     _names: Any = field(default_factory=itertools.count)
     stats: Counter[str] = field(default_factory=Counter)
     # Optional: called with one line per step (what was delivered / fired / done), for debugging a seed.
@@ -276,6 +280,8 @@ class Simulation:
             self._push(rng.randint(1_000, cfg.active_ms), "action", ("scale-out", initial))
         for _ in range(cfg.scale_ins):
             self._push(rng.randint(1_000, cfg.active_ms), "action", ("scale-in", None))
+        for _ in range(cfg.failovers):
+            self._push(rng.randint(1_000, cfg.active_ms), "action", ("failover", None))
         end = cfg.active_ms
         if cfg.scenario.startswith(("upgrade", "downgrade")):
             old = "classic" if cfg.scenario.startswith("upgrade") else "consumer"
@@ -338,11 +344,31 @@ class Simulation:
                 reuse = None  # the old member still holds its id until its session expires
             new_protocol = "consumer" if arg == "classic" else "classic"
             self._push(self.now + rng.randint(10, 1_500), "action", ("start", (new_protocol, old.slot, reuse)))
+        elif action == "failover":
+            self._failover()
         elif action == "quiet":
             self._faults_on = False
 
+    def _failover(self) -> None:
+        """The gateway restarts (KIP-848 "Fail Over"): a new service rebuilt from the records alone.
+        Requests it had not answered (parked JoinGroup / SyncGroup, requests on the wire) are lost
+        with their connections; the clients time out and retry. Answers already sent still arrive."""
+        self.stats["failover"] += 1
+        for key in list(self._pending):
+            if key not in self._answered:
+                self._answered.add(key)
+                self._push(self.now + 2_000, "lost", key)
+        self._incarnation += 1
+        self._timers.clear()
+        self.endpoint = self.endpoint_factory(
+            EndpointConfig(classic_mode=self.config.classic_mode, incarnation=self._incarnation), self.config.seed
+        )
+        self._apply(self.endpoint.load(list(self.records), self._image(), self.now))
+
     # ---- the endpoint ----------------------------------------------------------------------------
     def _deliver(self, key: Any) -> None:
+        if key in self._answered:
+            return  # lost with the connection of a gateway that restarted
         pending = self._pending[key]
         if self.trace is not None:
             self.trace(f"{self.now} {pending.client.name} -> {pending.request}")
@@ -358,8 +384,9 @@ class Simulation:
                 self._timers.pop(change.key, None)
         for key, body in result.responses:
             pending = self._pending.get(key)
-            if pending is None:
+            if pending is None or key in self._answered:
                 raise self.fail(f"response to unknown or already answered request {key}: {body}")
+            self._answered.add(key)
             self._check_told(pending, body)
             if self._faults_on and self.rng.random() < self.config.loss_rate:
                 self.stats["lost-response"] += 1
@@ -369,6 +396,7 @@ class Simulation:
 
     def _receive(self, key: Any, body: Any, lost: bool) -> None:
         pending = self._pending.pop(key)
+        self._answered.discard(key)
         client = pending.client
         if self.trace is not None:
             self.trace(f"{self.now} {client.name} <- {'LOST' if lost else body} owned={sorted(client.owned)}")

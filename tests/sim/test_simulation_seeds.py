@@ -44,7 +44,14 @@ def _seeds() -> list[int]:
 
 # Seeds that expose a known bug of coordinator/ or translate/ (seed -> reason); strict xfail.
 KNOWN_BAD_SEEDS: dict[int, str] = {
+    549: "a group upgraded by a static takeover keeps the classic assignment as its target (here short "
+    "of the partitions cooperative-sticky withheld for its next round) and never recomputes it "
+    "(test_known_issues.py)",
     1839: "upgrade of a classic group while it rebalances hands out partitions cooperative members "
+    "still own (test_known_issues.py)",
+    2469: "a downgrade stores the members' target assignments; an upgrade right after it (the group "
+    "still rebalancing) takes them as owned and hands out a partition an eager member still holds",
+    2959: "upgrade of a classic group while it rebalances hands out partitions cooperative members "
     "still own (test_known_issues.py)",
 }
 
