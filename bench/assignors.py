@@ -280,7 +280,7 @@ class Row:
 def measure_groupgate(case: Case, assignors: Mapping[str, ServerAssignor], tmp: Path | None, quick: bool) -> Row:
     inp = build_input(case, assignors)
     assignor = assignors[case.assignor]
-    budget, runs = (1.0, 31) if quick else (2.0, 21)
+    budget, runs = (0.7, 21) if quick else (2.0, 21)
     ms, min_ms, result = time_python(lambda: assignor.assign(inp.spec, inp.delta), budget, runs)
     assert isinstance(result, dict)
     full_ms = None
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             classpath = kafka_classpath()
             classes = compile_java(classpath)
             files = [tmp / f"{r.case.key}.txt" for r in rows]
-            java = run_java(classpath, classes, files, 1000 if args.quick else 2000, 31 if args.quick else 21)
+            java = run_java(classpath, classes, files, 700 if args.quick else 2000, 21)
 
     summary: dict[str, str] = {}
     print(
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary.setdefault("uniform_full_ratio", "NA")
     summary.setdefault("uniform_incremental_ratio", "NA")
-    summary["heartbeats_per_s"] = heartbeats_per_s(1.5 if args.quick else 3.0)
+    summary["heartbeats_per_s"] = heartbeats_per_s(1.0 if args.quick else 3.0)
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
     return 0
 
