@@ -311,3 +311,37 @@ def _epoch_of(gw: GatewayProcess, group: str, member_id: str) -> int:
         if m.member_id == member_id:
             return int(m.member_epoch)
     raise AssertionError(f"{member_id} is not a member of {group}")
+
+
+def test_members_on_the_upstream_coordinator_are_reported_loudly(
+    coordinator_gateway: GatewayProcess, kafka: ProcessBackend, make_topic: Any, names: Any
+) -> None:
+    """A client that talks to the broker directly joins a group the gateway manages: the gateway says so."""
+    topic = make_topic(1)
+    group = names("group")
+    produce_confluent(kafka.bootstrap, topic, values("v", 10))
+    log = EventLog()
+    direct = KafkaPythonConsumer(name="direct", log=log, bootstrap=kafka.bootstrap, group_id=group, topics=[topic])
+    through = KafkaPythonConsumer(
+        name="through", log=log, bootstrap=coordinator_gateway.bootstrap, group_id=group, topics=[topic]
+    )
+    direct.start()
+    try:
+        _wait(lambda: _broker_members(kafka.bootstrap, group) == 1, 30, "the direct member on the broker")
+        through.start()
+        try:
+            _wait(
+                lambda: "clients bypass the gateway" in coordinator_gateway.tail(400)
+                and group in coordinator_gateway.tail(400),
+                30,
+                "the gateway's bypass warning",
+            )
+        finally:
+            try:
+                through.stop()
+            except AssertionError:
+                # The upstream refuses the gateway's commits while it has members of its own: the
+                # gateway passes that refusal on, and kafka-python raises it from commit().
+                assert "CommitFailedError" in repr(through.error), through.error
+    finally:
+        direct.stop()

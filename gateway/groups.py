@@ -226,6 +226,11 @@ class GroupLayer:
             if fut is not None and not fut.done():
                 fut.set_result(reply.body)
 
+    async def _durable(self) -> None:
+        """Before a read-only answer: what it shows must not be taken back by a crash."""
+        if self.state_log is not None:
+            await self.state_log.sync()
+
     def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
         try:
@@ -352,6 +357,7 @@ class GroupLayer:
         if local:
             await self._ready.wait()
             body = self.service.handle(gc.consumer_group_describe_request(msg, version), 0, self._now())
+            await self._durable()
             reply: ConsumerGroupDescribeResponse = body.responses[0].body
             for g in reply.groups:
                 found[g.group_id] = gc.described_group(g)
@@ -371,6 +377,7 @@ class GroupLayer:
             request = gc.describe_groups_request(msg, version)
             request.group_ids = local
             result = self.service.handle(request, 0, self._now())
+            await self._durable()
             reply: DescribeGroupsResponse = result.responses[0].body
             for g in reply.groups:
                 found[g.group_id] = gc.described_classic_group(g)
@@ -405,6 +412,7 @@ class GroupLayer:
         if conn.node_id is None or conn.node_id == self.home_node():
             await self._ready.wait()
             result = self.service.handle(request, 0, self._now())
+            await self._durable()
             reply: ListGroupsResponse = result.responses[0].body
             for g in reply.groups:
                 if self.managed(g.group_id):
