@@ -1,0 +1,49 @@
+"""The two coordinators a rolling upgrade runs against, both with short group timings so a run is quick:
+
+- the anchor: an Apache Kafka 4.3.1 broker whose own coordinator migrates groups natively;
+- the gateway: ``groupgate serve`` in front of such a broker, coordinating the groups itself.
+
+Both get the same timings (KIP-848 session 10 s, KIP-848 heartbeat interval 500 ms, classic minimum session 2 s),
+written with Kafka's own setting names: broker overrides for the one, the ``[coordinator]`` table of the
+gateway's TOML configuration for the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compat_tests.harness.brokers import ProcessBackend, free_port_block
+from compat_tests.harness.gateway_proc import GatewayProcess
+
+# Kafka refuses values below the min.* settings, so those come down too (running-kafka-from-maven.md).
+FAST_GROUP_SETTINGS: dict[str, int] = {
+    "group.consumer.min.session.timeout.ms": 2000,
+    "group.consumer.session.timeout.ms": 10000,
+    "group.consumer.min.heartbeat.interval.ms": 200,
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.min.session.timeout.ms": 2000,
+}
+
+# A broker without KIP-848: its coordinator only runs classic groups (ConsumerGroupHeartbeat unsupported).
+CLASSIC_ONLY = {"group.coordinator.rebalance.protocols": "classic"}
+
+
+def broker(extra: dict[str, str] | None = None) -> ProcessBackend:
+    overrides = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()}
+    overrides.update(extra or {})
+    return ProcessBackend(overrides=overrides)
+
+
+def gateway_config(path: Path) -> Path:
+    """A gateway TOML file whose coordinator uses FAST_GROUP_SETTINGS."""
+    lines = ["[coordinator]"] + [f'"{k}" = {v}' for k, v in FAST_GROUP_SETTINGS.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def gateway(upstream: str, work_dir: Path, *, state_dir: Path | None = None) -> GatewayProcess:
+    """A gateway process (not started) with a fixed port block, so a restart comes back on the same ports."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    state = state_dir if state_dir is not None else work_dir / "state"
+    args = ["--config", str(gateway_config(work_dir / "gateway.toml")), "--state-dir", str(state)]
+    return GatewayProcess(upstream=upstream, extra_args=args, listen_port=free_port_block(3), log_dir=work_dir)
