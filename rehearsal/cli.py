@@ -3,6 +3,7 @@ Parquet tables + summary.json + report.html out."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -165,7 +166,7 @@ def simulate_main(
     master: str | None = None,
     spec_file: str | None = None,
     topics: str | None = None,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> int:
     """Simulate a fleet (groups x members, a named scenario, the client mix) into out/events.
 
