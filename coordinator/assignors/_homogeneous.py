@@ -84,7 +84,7 @@ def assign_full(
             _keep_valid(owned, counts, parts, taken, careful=True)
 
     total = sum(sizes)
-    quotas = _quotas(member_ids, counts, total, range(len(member_ids)), range(len(member_ids)), True)
+    quotas = _quotas(member_ids, counts, total, True)
 
     loose: dict[TopicId, set[int]] = {}  # given up by members above their quota
     for i, count in enumerate(counts):
@@ -189,17 +189,14 @@ def assign_incremental(
     counts = [sum(map(len, a.values())) if a else 0 for a in owned]
     if sum(counts) + freed_count != total:
         return False
-    q = total // n
-    over = [i for i in range(n) if counts[i] > q]
-    rest = [i for i in range(n) if counts[i] <= q] if len(over) < total % n else []
-    quotas = _quotas(member_ids, counts, total, over, rest, False)
+    quotas = _quotas(member_ids, counts, total, False)
 
     loose: dict[TopicId, set[int]] = {}
     for tid, fs in freed:
         loose.setdefault(tid, set()).update(fs)
-    for i in over:
-        if counts[i] > quotas[i]:
-            owned[i], dropped = _trim(owned[i], counts[i] - quotas[i])
+    for i, (count, quota) in enumerate(zip(counts, quotas, strict=True)):
+        if count > quota:
+            owned[i], dropped = _trim(owned[i], count - quota)
             counts[i] = quotas[i]
             for tid, fs in dropped:
                 loose.setdefault(tid, set()).update(fs)
@@ -207,31 +204,22 @@ def assign_incremental(
     for tid in sorted(loose, key=topic_order):
         free = sorted(loose[tid])
         pool.append((tid, free, len(free)))
-    under = sorted((i for i in range(n) if counts[i] < quotas[i]), key=member_ids.__getitem__)
+    under = sorted((i for i, (c, qt) in enumerate(zip(counts, quotas, strict=True)) if c < qt), key=member_ids.__getitem__)
     _fill(pool, [(i, quotas[i] - counts[i]) for i in under], owned)
     out.update(zip(member_ids, owned, strict=True))
     return True
 
 
-def _quotas(
-    member_ids: Sequence[str],
-    counts: list[int],
-    total: int,
-    over: Sequence[int],
-    rest: Sequence[int],
-    ids_sorted: bool,
-) -> list[int]:
+def _quotas(member_ids: Sequence[str], counts: list[int], total: int, ids_sorted: bool) -> list[int]:
     """Each member's quota: the minimum, plus one for ``total % n`` of them.
 
-    ``over`` must hold every member above the minimum, ``rest`` every other member (it may be empty
-    when the members above the minimum already use up all the extra slots); both in index order.
     Members above the minimum win the extra slots first, the smallest member ids first; leftover slots
     go to the smallest ids. ``ids_sorted`` says the indices already follow member-id order.
     """
     n = len(counts)
     q, extra = divmod(total, n)
     quotas = [q] * n
-    over = [i for i in over if counts[i] > q]
+    over = [i for i, c in enumerate(counts) if c > q]
     if len(over) > extra:
         # Losers are the largest ids: same outcome as walking the members in id order.
         if ids_sorted:
@@ -246,7 +234,7 @@ def _quotas(
         quotas[i] = q + 1
     extra -= len(over)
     if extra:
-        candidates = [i for i in rest if counts[i] <= q]
+        candidates = [i for i, c in enumerate(counts) if c <= q]
         if ids_sorted:
             chosen = candidates[:extra]
         else:
