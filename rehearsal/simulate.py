@@ -5,10 +5,12 @@ size, the topics, the faults and every delay. Time is virtual (ms) and advances 
 queue (request deliveries, responses, client wake-ups, the coordinator's timers, scenario actions),
 so a failing seed replays exactly from its number: ``run_seed(417)``.
 
-Clients (rehearsal/sim_clients.py) model the classic eager and cooperative consumers and the
-new-protocol consumer. Faults: crashes (a member stops; its session expires), lost responses (the
-request was applied, the answer dropped; the client retries), slow members (long revocation /
-reconciliation callbacks), partitions added to a topic, and rolling upgrades / downgrades.
+The run's parameters come from rehearsal/sim_config.py; clients (rehearsal/sim_clients.py) model
+the classic eager and cooperative consumers and the new-protocol consumer. Faults: crashes (a member
+stops; its session expires), lost responses (the request was applied, the answer dropped; the
+client retries), slow members (long revocation / reconciliation callbacks), partitions added to a
+topic, scale-out / scale-in, gateway failover (a service rebuilt from the records), and rolling
+upgrades / downgrades, with dynamic or static (KIP-345) members.
 
 After every step the checker asserts (``SimulationViolation`` names the seed and the step):
 - no partition is owned by two live clients at once (what each believes after its last response);
@@ -30,13 +32,14 @@ from typing import Any
 
 from coordinator.messages import ConsumerGroupHeartbeatResponse
 from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
-from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, EAGER_ASSIGNORS, TopicPartition
+from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, TopicPartition
 from rehearsal.sim_clients import (
     ClassicClient,
     ConsumerClient,
     SimClient,
     make_topic_ids,
 )
+from rehearsal.sim_config import SCENARIOS, SimConfig, available_scenarios, scenario_config
 from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, ServiceEndpoint, classic_group_settled
 from rehearsal.sim_events import EventSink, SimEventEmitter
 from translate.classic_messages import SyncGroupResponse
@@ -44,90 +47,8 @@ from translate.embedded import decode_assignment
 
 GROUP_ID = "sim-group"
 
-# Scenarios; the seed picks one (seed modulo the list), so any 1,000 consecutive seeds cover all.
-SCENARIOS: tuple[str, ...] = (
-    "classic-eager",
-    "classic-cooperative",
-    "consumer",
-    "translate-eager",
-    "translate-cooperative",
-    "mixed",
-    "upgrade-translate",
-    "downgrade-translate",
-    "downgrade-native",
-    "upgrade-native",
-)
-
-
 class SimulationViolation(AssertionError):
     """An invariant broke; the message starts with the seed and step that reproduce it."""
-
-
-@dataclass(slots=True)
-class SimConfig:
-    seed: int
-    scenario: str
-    classic_mode: str
-    members: int
-    topics: dict[str, int]
-    subscribed: frozenset[str]
-    classic_assignor: str
-    server_assignor: str | None
-    loss_rate: float
-    crashes: int
-    slow_members: int
-    topic_changes: int
-    active_ms: int
-    rolling_reuse_ids: bool
-    static_members: bool = False
-    scale_outs: int = 0
-    scale_ins: int = 0
-    failovers: int = 0
-    checkpoint_every: int = 100
-    quiet_limit_ms: int = 120_000
-    max_steps: int = 60_000
-
-
-def scenario_config(seed: int, scenario: str | None = None, scenarios: tuple[str, ...] | None = None) -> SimConfig:
-    """Everything about a run, derived from its seed (the scenario: seed modulo the available ones)."""
-    rng = random.Random(seed * 7919 + 17)
-    if scenario is None:
-        scenarios = scenarios or available_scenarios()
-        scenario = scenarios[seed % len(scenarios)]
-    cooperative = "cooperative" in scenario or (scenario not in ("classic-eager", "translate-eager") and rng.random() < 0.5)
-    n_topics = rng.randint(1, 3)
-    topics = {f"topic-{i}": rng.randint(1, 6) for i in range(n_topics)}
-    subscribed = frozenset(t for t in topics if t == "topic-0" or rng.random() < 0.7)
-    native = scenario.startswith("classic") or scenario.endswith("-native")
-    static_members = rng.random() < 0.3
-    topic_changes = rng.choice((0, 0, 1))
-    if static_members and native:
-        # A classic group of static members can end up with no client that knows it leads: a static
-        # leader restarted after partitions were added while it was down skips the assignment
-        # (KIP-814) and takes the new metadata as its baseline; a group downgraded by a static
-        # takeover has a leader that joined as a follower. Nobody then asks for a rebalance when
-        # partitions are added: client-side assignment's blind spot (docs/simulation.md).
-        topic_changes = 0
-    return SimConfig(
-        seed=seed,
-        scenario=scenario,
-        classic_mode="native" if native else "translate",
-        members=rng.randint(2, 6),
-        topics=topics,
-        subscribed=subscribed,
-        classic_assignor=COOPERATIVE_ASSIGNOR if cooperative else rng.choice(EAGER_ASSIGNORS),
-        server_assignor=rng.choice((None, "uniform", "range")),
-        loss_rate=rng.choice((0.0, 0.0, 0.02, 0.08)),
-        crashes=rng.choice((0, 0, 1, 2)),
-        slow_members=rng.choice((0, 0, 1, 2)),
-        topic_changes=topic_changes,
-        active_ms=rng.randint(8_000, 20_000),
-        rolling_reuse_ids=rng.random() < 0.5,
-        static_members=static_members,
-        scale_outs=rng.choice((0, 0, 1)),
-        scale_ins=rng.choice((0, 0, 1)),
-        failovers=rng.choice((0, 0, 1)),
-    )
 
 
 @dataclass(slots=True)
@@ -555,17 +476,6 @@ def _client_mix(cfg: SimConfig) -> str:
     return "classic-cooperative" if cfg.classic_assignor == COOPERATIVE_ASSIGNOR else "classic-eager"
 
 
-_AVAILABLE: dict[Any, tuple[str, ...]] = {}
-
-
-def available_scenarios(endpoint_factory: Callable[[EndpointConfig, int], ServiceEndpoint] = ServiceEndpoint) -> tuple[str, ...]:
-    """The scenarios the entry point can run: native upgrades need classic -> consumer conversion."""
-    if endpoint_factory not in _AVAILABLE:
-        probe = endpoint_factory(EndpointConfig(), 0)
-        _AVAILABLE[endpoint_factory] = tuple(s for s in SCENARIOS if s != "upgrade-native" or probe.supports_conversion)
-    return _AVAILABLE[endpoint_factory]
-
-
 def run_seed(seed: int, scenario: str | None = None, sink: EventSink | None = None, **overrides: Any) -> SimReport:
     """Run one seed; raises SimulationViolation with the seed and step when an invariant breaks."""
     factory = overrides.pop("endpoint_factory", ServiceEndpoint)
@@ -574,3 +484,9 @@ def run_seed(seed: int, scenario: str | None = None, sink: EventSink | None = No
     if cfg.scenario not in available:
         raise ValueError(f"scenario {cfg.scenario} needs an entry point that converts classic groups")
     return Simulation(cfg, sink=sink, endpoint_factory=factory, **overrides).run()
+
+
+__all__ = [
+    "GROUP_ID", "SCENARIOS", "SimConfig", "SimReport", "Simulation", "SimulationViolation", "available_scenarios",
+    "run_seed", "scenario_config",
+]
