@@ -69,13 +69,14 @@ def coordinator_gateway(
         gw.stop()
 
 
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+def _wait(predicate: Callable[[], bool], timeout_s: float, what: str, gw: GatewayProcess | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    tail = f"\n--- gateway log tail:\n{gw.tail(80)}" if gw is not None else ""
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{tail}")
 
 
 def _committed_on_broker(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -118,7 +119,7 @@ def test_classic_group_coordinated_by_the_gateway_commits_to_the_cluster(
     for c in consumers:
         c.start()
     try:
-        _wait(lambda: _consumed_all(log, 60), 60, "all 60 records consumed")
+        _wait(lambda: _consumed_all(log, 60), 60, "all 60 records consumed", coordinator_gateway)
         _wait(
             lambda: sum(_committed_on_broker(kafka.bootstrap, group, topic, 3).values()) == 60,
             30,
@@ -156,7 +157,7 @@ def test_confluent_consumer_protocol_group_coordinated_by_the_gateway(
     for c in consumers:
         c.start()
     try:
-        _wait(lambda: _consumed_all(log, 80), 60, "all 80 records consumed")
+        _wait(lambda: _consumed_all(log, 80), 60, "all 80 records consumed", coordinator_gateway)
         _wait(
             lambda: sum(_committed_on_broker(kafka.bootstrap, group, topic, 4).values()) == 80,
             30,
@@ -254,7 +255,12 @@ def test_zombie_commits_are_fenced_and_never_reach_the_cluster(
     with KafkaPythonConsumer(
         name="k0", log=log, bootstrap=coordinator_gateway.bootstrap, group_id=classic, topics=[topic]
     ):
-        _wait(lambda: any(e.kind == "assigned" and e.partitions for e in log.ownership), 30, "an assignment")
+        _wait(
+            lambda: any(e.kind == "assigned" and e.partitions for e in log.ownership),
+            60,
+            "an assignment",
+            coordinator_gateway,
+        )
         r = roundtrip(c.address, DescribeGroupsRequest[5](groups=[classic]), DescribeGroupsResponse, 5)
         (m,) = r.groups[0].members
         assert _commit(c.address, classic, m.member_id, 1000, topic, 5) == ILLEGAL_GENERATION
