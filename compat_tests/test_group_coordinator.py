@@ -18,6 +18,7 @@ import pytest
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
+from compat_tests.harness.admin import admin
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, KafkaPythonConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
@@ -351,3 +352,51 @@ def test_members_on_the_upstream_coordinator_are_reported_loudly(
                 assert "CommitFailedError" in repr(through.error), through.error
     finally:
         direct.stop()
+
+
+def test_unmanaged_groups_stay_on_the_cluster_and_mixed_requests_are_merged(
+    kafka: ProcessBackend, make_topic: Any, names: Any, tmp_path: Any
+) -> None:
+    topic = make_topic(2)
+    managed, unmanaged = f"managed-{names('g')}", f"plain-{names('g')}"
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    gw = GatewayProcess(
+        upstream=kafka.bootstrap,
+        listen_port=free_port_block(3),
+        log_dir=tmp_path,
+        extra_args=["--config", str(config), "--managed-groups", "managed-.*"],
+    )
+    gw.start()
+    log = EventLog()
+    consumers = [
+        ConfluentConsumer(name=f"c-{g}", log=log, bootstrap=gw.bootstrap, group_id=g, topics=[topic])
+        for g in (managed, unmanaged)
+    ]
+    try:
+        for c in consumers:
+            c.start()
+        _wait(
+            lambda: {e.consumer for e in log.ownership if e.kind == "assigned" and e.partitions}
+            == {f"c-{managed}", f"c-{unmanaged}"},
+            60,
+            "both groups assigned",
+            gw,
+        )
+        # The unmanaged group lives on the broker, the managed one does not.
+        assert _broker_members(kafka.bootstrap, unmanaged) == 1
+        assert _broker_members(kafka.bootstrap, managed) == 0
+        # One DescribeGroups naming both: split between the gateway and the broker, merged in order.
+        (c,) = find_coordinator_endpoints(gw.bootstrap, managed, 3)
+        r = roundtrip(c.address, DescribeGroupsRequest[5](groups=[unmanaged, managed]), DescribeGroupsResponse, 5)
+        assert [(g.group_id, g.error_code, len(g.members)) for g in r.groups] == [(unmanaged, 0, 1), (managed, 0, 1)]
+        # ListGroups through the gateway: each group exactly once.
+        client = admin(gw.bootstrap)  # kept referenced: a destroyed client fails its futures
+        listed = client.list_consumer_groups().result(timeout=30)
+        assert not listed.errors, listed.errors
+        ids = [g.group_id for g in listed.valid]
+        assert ids.count(managed) == 1 and ids.count(unmanaged) == 1, ids
+    finally:
+        for c in consumers:
+            c.stop()
+        gw.stop()
