@@ -151,7 +151,7 @@ def test_confluent_fleet_rolling_upgrade_and_downgrade(
 
 # --- static membership, crashes, a crashing gateway ---------------------------------------------------
 
-STATIC_SESSION_MS = 15000  # classic static members; KIP-848 ones get the coordinator's 10 s
+STATIC_SESSION_MS = 15000  # classic static members; KIP-848 ones get the coordinator's 20 s
 
 
 def _changes_since(run: RollingUpgrade, mark: float) -> dict[str, int]:
@@ -243,7 +243,7 @@ def test_gateway_sigkill_and_restart_mid_upgrade_keeps_members_and_assignments(
     if own_gateway.process is None:
         pytest.skip("--compat-direct: there is no gateway process to kill")
     before, after = JAVA_MATRIX["classic-range-2.8+3.9_to_consumer-range"]
-    run = new_run(own_gateway, before, after)
+    run = new_run(own_gateway, before, after, allow_send_errors=True)
     run.start_fleet()
     run.start_producer()
     for slot in (0, 1):
@@ -284,7 +284,7 @@ def classic_only_broker() -> Iterator[ProcessBackend]:
 
 
 def _advertises_consumer_group_heartbeat(address: str) -> bool:
-    from kafka.protocol.admin import ApiVersionsRequest, ApiVersionsResponse
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
     from compat_tests.harness.probe import roundtrip
 
@@ -293,18 +293,34 @@ def _advertises_consumer_group_heartbeat(address: str) -> bool:
     return any(k.api_key == 68 for k in resp.api_keys)
 
 
+def _join_error(address: str, topic: str) -> int:
+    """The error code of a KIP-848 join (ConsumerGroupHeartbeat v0, epoch 0) sent to the group's coordinator."""
+    from compat_tests.harness.probe import roundtrip
+    from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+
+    group = unique("kip848-probe")
+    req = ConsumerGroupHeartbeatRequest[0](group_id=group, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                                           subscribed_topic_names=[topic], topic_partitions=[])
+    resp = roundtrip(group_probe.coordinator(address, group), req, ConsumerGroupHeartbeatResponse, 0)
+    return int(resp.error_code)
+
+
+UNSUPPORTED_VERSION = 35
+
+
 def test_kip848_consumers_through_the_gateway_in_front_of_a_classic_only_broker(
     request: pytest.FixtureRequest, classic_only_broker: ProcessBackend, tmp_path: Path
 ) -> None:
     if request.config.getoption("--compat-direct"):
         pytest.skip("--compat-direct: the broker itself has no KIP-848 coordinator to test")
-    assert not _advertises_consumer_group_heartbeat(classic_only_broker.bootstrap), (
-        "the broker was meant to run without KIP-848"
-    )
+    # group.coordinator.rebalance.protocols=classic: Kafka still lists the API but refuses every join.
+    probe_topic = create_topic(classic_only_broker.bootstrap, unique("kip848-probe"), 1)
+    assert _join_error(classic_only_broker.bootstrap, probe_topic) == UNSUPPORTED_VERSION
     gw = endpoints.gateway(classic_only_broker.bootstrap, tmp_path / "gateway")
     gw.start()
     try:
         assert _advertises_consumer_group_heartbeat(gw.bootstrap)
+        assert _join_error(gw.bootstrap, probe_topic) == 0
         _consume_with_kip848(gw.bootstrap, classic_only_broker.bootstrap, tmp_path)
     finally:
         gw.stop()

@@ -58,6 +58,8 @@ def list_group(bootstrap: str, group: str) -> tuple[str, str]:
     """(group type, state) as ListGroups v5 reports them; ("", "") when the group is not listed."""
     address = coordinator(bootstrap, group)
     resp = roundtrip(address, ListGroupsRequest[5](states_filter=[], types_filter=[]), ListGroupsResponse, 5)
+    if resp.error_code in RETRIABLE:
+        raise _NotReady(f"ListGroups v5 error {resp.error_code}")
     assert resp.error_code == 0, f"ListGroups v5 error {resp.error_code}"
     for g in resp.groups:
         if g.group_id == group:

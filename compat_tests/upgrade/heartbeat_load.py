@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from kafka.protocol.admin import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from compat_tests.harness.probe import roundtrip, split_address
 from gateway import codec
