@@ -132,6 +132,9 @@ def test_classic_group_coordinated_by_the_gateway_commits_to_the_cluster(
     assert len({r.position for r in log.records}) == 60
     # The gateway coordinated the group: the broker never saw a member of it.
     assert _broker_members(kafka.bootstrap, group) == 0
+    # OffsetFetch through the gateway answers what the cluster holds.
+    on_broker = _committed_on_broker(kafka.bootstrap, group, topic, 3)
+    assert _committed_on_broker(coordinator_gateway.bootstrap, group, topic, 3) == on_broker
 
 
 def _broker_members(bootstrap: str, group: str) -> int:
