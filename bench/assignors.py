@@ -197,25 +197,38 @@ def compile_java(classpath: str) -> Path:
     return out
 
 
-def run_java(
-    classpath: str, classes: Path, files: list[Path], warmup_ms: int, runs: int
-) -> dict[str, tuple[float, float, int, int]]:
-    """file name -> (median ms, min ms, input checksum, result checksum), all cases in one JVM.
+JVM_FLAGS = ["-XX:+UseSerialGC", "-Xms2g", "-Xmx4g"]
 
-    The serial collector keeps the single-threaded measurement from competing with GC threads for
-    the cores; a fixed heap avoids resizing pauses.
+
+class JavaSide:
+    """One JVM running Kafka's assignors, timing one case per request (AssignorBench --serve).
+
+    Each case is timed on the Java side right after the Python side, so both see the same machine
+    load. The serial collector keeps the single-threaded measurement from competing with GC threads
+    for the cores; a fixed heap avoids resizing pauses.
     """
-    cmd = [
-        "java", "-XX:+UseSerialGC", "-Xms2g", "-Xmx4g",
-        "-cp", f"{classes}{os.pathsep}{classpath}", "AssignorBench", str(warmup_ms), str(runs),
-    ]
-    proc = subprocess.run(cmd + [str(f) for f in files], check=True, capture_output=True, text=True)
-    out = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "case":
-            out[Path(parts[1]).name] = (float(parts[3]), float(parts[11]), int(parts[7]), int(parts[9]))
-    return out
+
+    def __init__(self, classpath: str, classes: Path) -> None:
+        cmd = ["java", *JVM_FLAGS, "-cp", f"{classes}{os.pathsep}{classpath}", "AssignorBench", "--serve"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def measure(self, path: Path, warmup_ms: int, runs: int) -> tuple[float, float, int, int]:
+        """(median ms, min ms, input checksum, result checksum)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{warmup_ms} {runs} {path}\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the Java harness exited (code {self.proc.poll()})")
+            parts = line.split()
+            if parts and parts[0] == "case":
+                return float(parts[3]), float(parts[11]), int(parts[7]), int(parts[9])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def grid(quick: bool) -> list[Case]:
@@ -306,16 +319,27 @@ def main(argv: list[str] | None = None) -> int:
     assignors = default_assignors()
     rows: list[Row] = []
     java: dict[str, tuple[float, float, int, int]] = {}
-    with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmpdir:
-        tmp = None if args.no_java else Path(tmpdir)
-        for case in grid(args.quick):
-            rows.append(measure_groupgate(case, assignors, tmp, args.quick))
-            print(f"# {case.key}: groupgate {rows[-1].ms:.3f} ms", file=sys.stderr, flush=True)
-        if tmp is not None:
-            classpath = kafka_classpath()
-            classes = compile_java(classpath)
-            files = [tmp / f"{r.case.key}.txt" for r in rows]
-            java = run_java(classpath, classes, files, 700 if args.quick else 2000, 21)
+    side = None
+    if not args.no_java:
+        classpath = kafka_classpath()
+        side = JavaSide(classpath, compile_java(classpath))
+    warmup_ms = 700 if args.quick else 2000
+    try:
+        with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmpdir:
+            tmp = None if side is None else Path(tmpdir)
+            for case in grid(args.quick):
+                row = measure_groupgate(case, assignors, tmp, args.quick)
+                rows.append(row)
+                note = ""
+                if side is not None and tmp is not None:
+                    path = tmp / f"{case.key}.txt"
+                    java[path.name] = side.measure(path, warmup_ms, 21)
+                    path.unlink()
+                    note = f", kafka {java[path.name][0]:.3f} ms"
+                print(f"# {case.key}: groupgate {row.ms:.3f} ms{note}", file=sys.stderr, flush=True)
+    finally:
+        if side is not None:
+            side.close()
 
     summary: dict[str, str] = {}
     print(

@@ -2,6 +2,7 @@
  * Times Apache Kafka's own server-side assignors on groupgate's benchmark cases.
  *
  * Usage: java -cp <kafka jars>:<classes> AssignorBench <min-warmup-ms> <runs> <case-file>...
+ *    or: java -cp <kafka jars>:<classes> AssignorBench --serve   (requests on stdin, see main)
  *
  * Each case file (written by bench/assignors.py) describes one assignment input:
  *   assignor <uniform|range>
@@ -34,6 +35,7 @@ import org.apache.kafka.coordinator.group.modern.MemberSubscriptionAndAssignment
 
 import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
@@ -160,41 +162,57 @@ public class AssignorBench {
     }
 
     public static void main(String[] args) throws Exception {
+        boolean dump = Boolean.getBoolean("dump");
+        if (args.length == 1 && args[0].equals("--serve")) {
+            // One case per request line "<min-warmup-ms> <runs> <case-file>", answered at once, so the
+            // caller can time both sides of a case back to back on a machine whose load varies.
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+            String line;
+            while ((line = in.readLine()) != null) {
+                String[] p = line.trim().split(" ", 3);
+                runCase(p[2], Long.parseLong(p[0]), Integer.parseInt(p[1]), dump);
+                System.out.flush();
+            }
+            return;
+        }
         long minWarmupMs = Long.parseLong(args[0]);
         int runs = Integer.parseInt(args[1]);
-        boolean dump = Boolean.getBoolean("dump");
         for (int f = 2; f < args.length; f++) {
-            Case c = load(args[f]);
-            GroupAssignment result = null;
-            // Warm up: at least a few calls and minWarmupMs of them, so the JIT has compiled the path.
-            long warmStart = System.nanoTime();
-            int warm = 0;
-            while (warm < 5 || (System.nanoTime() - warmStart) / 1_000_000 < minWarmupMs) {
-                result = c.assignor.assign(c.spec, c.topics);
-                warm++;
-            }
-            System.gc();  // start the measured calls with a clean heap
-            double[] times = new double[runs];
-            for (int r = 0; r < runs; r++) {
-                long t0 = System.nanoTime();
-                result = c.assignor.assign(c.spec, c.topics);
-                times[r] = (System.nanoTime() - t0) / 1e6;
-            }
-            Arrays.sort(times);
-            double median = times[runs / 2];
-            System.out.println("case " + args[f] + " median_ms " + median + " runs " + runs
-                + " input " + c.inputChecksum + " checksum " + checksum(c, result) + " min_ms " + times[0]);
-            if (dump) {
-                for (String m : c.memberOrder) {
-                    MemberAssignment a = result.members().get(m);
-                    if (a == null) continue;
-                    for (Map.Entry<Integer, Set<Integer>> e : byTopicIndex(c, a).entrySet()) {
-                        List<Integer> ps = new ArrayList<>(e.getValue());
-                        Collections.sort(ps);
-                        StringBuilder sb = new StringBuilder();
-                        for (int p : ps) sb.append(sb.length() == 0 ? "" : ",").append(p);
-                        System.out.println("assign " + m + " " + e.getKey() + " " + sb);
-                    }
+            runCase(args[f], minWarmupMs, runs, dump);
+        }
+    }
+
+    static void runCase(String path, long minWarmupMs, int runs, boolean dump) throws IOException {
+        Case c = load(path);
+        GroupAssignment result = null;
+        // Warm up: at least a few calls and minWarmupMs of them, so the JIT has compiled the path.
+        long warmStart = System.nanoTime();
+        int warm = 0;
+        while (warm < 5 || (System.nanoTime() - warmStart) / 1_000_000 < minWarmupMs) {
+            result = c.assignor.assign(c.spec, c.topics);
+            warm++;
+        }
+        System.gc();  // start the measured calls with a clean heap
+        double[] times = new double[runs];
+        for (int r = 0; r < runs; r++) {
+            long t0 = System.nanoTime();
+            result = c.assignor.assign(c.spec, c.topics);
+            times[r] = (System.nanoTime() - t0) / 1e6;
+        }
+        Arrays.sort(times);
+        double median = times[runs / 2];
+        System.out.println("case " + path + " median_ms " + median + " runs " + runs
+            + " input " + c.inputChecksum + " checksum " + checksum(c, result) + " min_ms " + times[0]);
+        if (dump) {
+            for (String m : c.memberOrder) {
+                MemberAssignment a = result.members().get(m);
+                if (a == null) continue;
+                for (Map.Entry<Integer, Set<Integer>> e : byTopicIndex(c, a).entrySet()) {
+                    List<Integer> ps = new ArrayList<>(e.getValue());
+                    Collections.sort(ps);
+                    StringBuilder sb = new StringBuilder();
+                    for (int p : ps) sb.append(sb.length() == 0 ? "" : ",").append(p);
+                    System.out.println("assign " + m + " " + e.getKey() + " " + sb);
                 }
             }
         }

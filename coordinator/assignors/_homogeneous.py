@@ -17,7 +17,6 @@ Everything works on whole frozensets and ranges: no object per partition on the 
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
@@ -225,7 +224,8 @@ def _quotas(member_ids: Sequence[str], counts: list[int], total: int, ids_sorted
         if ids_sorted:
             winners = over[:extra]
         else:
-            losing = set(heapq.nlargest(len(over) - extra, (member_ids[i] for i in over)))
+            ids = sorted([member_ids[i] for i in over])  # C-level sort: cheaper than a Python heap
+            losing = set(ids[extra:])
             winners = [i for i in over if member_ids[i] not in losing]
         for i in winners:
             quotas[i] = q + 1
@@ -238,7 +238,7 @@ def _quotas(member_ids: Sequence[str], counts: list[int], total: int, ids_sorted
         if ids_sorted:
             chosen = candidates[:extra]
         else:
-            picked = set(heapq.nsmallest(extra, (member_ids[i] for i in candidates)))
+            picked = set(sorted([member_ids[i] for i in candidates])[:extra])
             chosen = [i for i in candidates if member_ids[i] in picked]
         for i in chosen:
             quotas[i] = q + 1
