@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_java:
         classpath = kafka_classpath()
         side = JavaSide(classpath, compile_java(classpath))
-    warmup_ms = 700 if args.quick else 2000
+    warmup_ms = 700 if args.quick else 1500
     try:
         with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmpdir:
             tmp = None if side is None else Path(tmpdir)
