@@ -98,7 +98,7 @@ class ClassicGroupCoordinator:
             assignments = {a.member_id: a.assignment for a in request.assignments}
             # Members the leader left out get an empty assignment; unknown ids are ignored.
             for m in group.members.values():
-                m.assignment = assignments.get(m.member_id, b"")
+                m.assignment = m.synced_assignment = assignments.get(m.member_id, b"")
             group.transition_to(State.STABLE, now_ms)
             out.records.append(self.rebalancer.group_record(group))
             self.rebalancer.propagate_assignment(out, group, Errors.NONE, now_ms)
@@ -290,6 +290,8 @@ class ClassicGroupCoordinator:
                     protocol_type=value.protocol_type,
                     supported_protocols=protocols,
                     assignment=m.assignment,
+                    # Written when a generation's assignment is installed: the last synced one.
+                    synced_assignment=m.assignment,
                 )
             )
         group.leader_id = value.leader if value.leader in group.members else group.leader_id

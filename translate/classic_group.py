@@ -73,6 +73,11 @@ class ClassicGroupMember:
     # In the member's order of preference.
     supported_protocols: list[JoinGroupRequestProtocol]
     assignment: bytes = b""
+    # The assignment of the last generation installed for this member (what a SyncGroup hands or
+    # handed it). A rebalance resets ``assignment`` but the member may still hold these partitions
+    # until it rejoins (eager) or reports them as owned (cooperative), so a conversion to a
+    # consumer group counts them as its current assignment (see translate/conversion.py).
+    synced_assignment: bytes = b""
     awaiting_join: PendingJoin | None = None
     awaiting_sync: PendingSync | None = None
     # Joined during the current rebalance: expires on the new-member join timeout, not its session.

@@ -11,10 +11,18 @@ a group that is a classic group:
   and so does an embedded subscription or assignment that cannot be read.
 The converted group starts at group epoch = target assignment epoch = the classic generation
 ("the group epoch starts at the current group generation"); each classic member becomes a member
-at that epoch, STABLE, whose current AND target assignment are its last classic assignment. Its
-classic metadata (session timeout, protocols) is kept and its session timer restarts with its
-classic session timeout. Pending JoinGroup / SyncGroup calls are answered REBALANCE_IN_PROGRESS
-so those members rejoin through the per-member translation (translate/classic_member.py).
+at that epoch, STABLE, whose target assignment is its classic assignment (as in Kafka, which
+also takes it as the current one). Deliberately unlike Kafka, its CURRENT assignment is what it
+may still hold: its last synced assignment (kept when a rebalance resets the classic one) and the
+partitions its subscription reports as owned (cooperative, v1+). Kafka's way hands partitions
+still held by members of a group converted while it rebalances to the joiner; ours keeps one
+owner per partition, the member giving up the rest through the classic-member path
+(REBALANCE_IN_PROGRESS, rejoin reporting what it owns). When two members may both hold a
+partition the conversion waits (COORDINATOR_LOAD_IN_PROGRESS, retriable) for the classic
+rebalance to settle it. Its classic metadata (session timeout, protocols) is kept and its session
+timer restarts with its classic session timeout. Pending JoinGroup / SyncGroup
+calls are answered REBALANCE_IN_PROGRESS so those members rejoin through the per-member
+translation (translate/classic_member.py).
 Records, in Kafka's order: GroupMetadata tombstone; per member its subscription; group epoch;
 per member its target assignment; target assignment epoch; per member its current assignment.
 
@@ -143,7 +151,8 @@ class GroupConverter:
         """Convert a non-empty classic group; raises ApiError (nothing changed) when it may not be.
         ``joiner_replaces``: the joining member takes a classic static member's place, so the group
         does not grow."""
-        members = self._converted_members(group, joiner_replaces)
+        converted = self._converted_members(group, joiner_replaces)
+        members = [member for member, _ in converted]
         gid = group.group_id
         generation = group.generation_id
         # Every parked request gets an answer: its member rejoins the consumer group.
@@ -166,8 +175,8 @@ class GroupConverter:
         for member in members:
             tx.emit(rec.member_metadata(gid, member))
         tx.emit(rec.group_epoch(gid, generation))
-        for member in members:
-            tx.emit(rec.target_member(gid, member.member_id, member.assigned_partitions))
+        for member, target in converted:
+            tx.emit(rec.target_member(gid, member.member_id, target))
         tx.emit(rec.target_epoch(gid, generation))
         for member in members:
             tx.emit(rec.current_assignment(gid, member))
@@ -189,23 +198,30 @@ class GroupConverter:
         try:
             self._converted_members(group, joiner_replaces)
         except ApiError as exc:
+            if exc.error is not Errors.GROUP_ID_NOT_FOUND:
+                raise  # not a refusal: the conversion may succeed once the classic group settles
             return exc.message
         return None
 
-    def _converted_members(self, group: ClassicGroup, joiner_replaces: bool) -> list[ConsumerGroupMember]:
+    def _converted_members(
+        self, group: ClassicGroup, joiner_replaces: bool
+    ) -> list[tuple[ConsumerGroupMember, Assignment]]:
+        """Each classic member as a consumer group member (its current assignment set) with its
+        target assignment."""
         protocol = group.protocol_name
         if protocol is None:
             # Still in its first rebalance: no generation has chosen a protocol yet.
             if not group.candidate_protocols():
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, "its members share no protocol")
             protocol = group.select_protocol()
-        topics = self.coordinator.state.topics
         generation = group.generation_id
-        out: list[ConsumerGroupMember] = []
+        out: list[tuple[ConsumerGroupMember, Assignment]] = []
+        held: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
         for m in group.members.values():
             try:
                 subscription = decode_subscription(m.metadata(protocol))
                 assignment = decode_assignment(m.assignment)
+                synced = decode_assignment(m.synced_assignment)
             except (MalformedEmbeddedProtocol, KeyError) as exc:
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id}: {exc}") from exc
             if assignment.user_data:
@@ -213,30 +229,47 @@ class GroupConverter:
                 raise ApiError(
                     Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id} has a custom assignor's userData"
                 )
-            assigned: dict[uuid.UUID, frozenset[int]] = {}
-            for tp in assignment.assigned_partitions:
-                meta = topics.get(tp.topic)
-                if meta is not None and tp.partitions:
-                    assigned[meta.topic_id] = assigned.get(meta.topic_id, frozenset()) | frozenset(tp.partitions)
-            out.append(
-                ConsumerGroupMember(
-                    member_id=m.member_id,
-                    instance_id=m.group_instance_id,
-                    rack_id=subscription.rack_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    subscribed_topic_names=frozenset(subscription.topics),
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    classic_metadata=ClassicMemberMetadata(
-                        m.session_timeout_ms, tuple((p.name, p.metadata) for p in m.supported_protocols)
-                    ),
-                    member_epoch=generation,
-                    previous_member_epoch=generation,
-                    state=MemberState.STABLE,
-                    assigned_partitions=assigned or EMPTY_ASSIGNMENT,
-                )
+            # The target is Kafka's: the member's classic assignment (reset to nothing while the
+            # group rebalances). The CURRENT assignment differs from Kafka on purpose: it is
+            # everything the member may still hold - its last synced assignment (an eager member
+            # that has not rejoined yet still consumes it) and the partitions its subscription
+            # says it owns (cooperative, v1+) - so that no partition is handed to another member
+            # while this one may hold it (a partition has one owner at a time). The member gives
+            # up the difference through the classic-member path: its epoch falls behind, it is
+            # answered REBALANCE_IN_PROGRESS and rejoins reporting what it owns.
+            held[m.member_id] = self._partitions(
+                [*synced.assigned_partitions, *subscription.owned_partitions]
             )
+            member = ConsumerGroupMember(
+                member_id=m.member_id,
+                instance_id=m.group_instance_id,
+                rack_id=subscription.rack_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=frozenset(subscription.topics),
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                classic_metadata=ClassicMemberMetadata(
+                    m.session_timeout_ms, tuple((p.name, p.metadata) for p in m.supported_protocols)
+                ),
+                member_epoch=generation,
+                previous_member_epoch=generation,
+                state=MemberState.STABLE,
+            )
+            out.append((member, self._partitions(assignment.assigned_partitions) or EMPTY_ASSIGNMENT))
+        _check_single_owner(held)
+        for member, _ in out:
+            member.assigned_partitions = held[member.member_id] or EMPTY_ASSIGNMENT
         return out
+
+    def _partitions(self, named: Collection[TopicPartitions]) -> dict[uuid.UUID, frozenset[int]]:
+        """Named partitions as an assignment; topics unknown to the metadata are dropped."""
+        topics = self.coordinator.state.topics
+        result: dict[uuid.UUID, frozenset[int]] = {}
+        for tp in named:
+            meta = topics.get(tp.topic)
+            if meta is not None and tp.partitions:
+                result[meta.topic_id] = result.get(meta.topic_id, frozenset()) | frozenset(tp.partitions)
+        return result
 
     # ---- downgrade ---------------------------------------------------------------------------
     def should_downgrade(self, group: ConsumerGroup, leaving: Collection[str]) -> bool:
@@ -337,6 +370,24 @@ class GroupConverter:
             # A member left: the remaining ones rebalance under the classic protocol.
             rb.prepare_rebalance(out, classic, now_ms)
         return classic
+
+
+def _check_single_owner(held: dict[str, dict[uuid.UUID, frozenset[int]]]) -> None:
+    """A consumer group gives each partition one owner. When two classic members may both still
+    hold a partition (a stale claim in a subscription, say), no current assignment is safe for
+    either: the conversion waits (a retriable error) until the classic rebalance settles who owns
+    what. Kafka would convert and take the (possibly reset) classic assignments as owned instead."""
+    owners: dict[tuple[uuid.UUID, int], str] = {}
+    for member_id, assignment in held.items():
+        for topic_id, parts in assignment.items():
+            for partition in parts:
+                other = owners.setdefault((topic_id, partition), member_id)
+                if other != member_id:
+                    raise ApiError(
+                        Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                        f"members {other} and {member_id} may both hold partition {partition} of topic "
+                        f"{topic_id}; the group converts once its classic rebalance settles that",
+                    )
 
 
 def _common_protocols(members: list[ConsumerGroupMember]) -> set[str]:

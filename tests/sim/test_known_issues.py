@@ -89,12 +89,6 @@ def _assignment(*partitions: int) -> bytes:
     return encode_assignment(ConsumerProtocolAssignment([TopicPartitions(TOPIC, partitions)]), 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A classic group converted while it rebalances gives its members the assignments Kafka "
-    "resets when a rebalance starts (empty), so a consumer-protocol member joining then is handed "
-    "partitions that cooperative classic members still own (found by seed 1839 of the simulation).",
-)
 def test_upgrading_a_rebalancing_cooperative_group_never_hands_out_owned_partitions() -> None:
     d = Driver()
     # A forms the classic group alone and owns every partition (cooperative-sticky).

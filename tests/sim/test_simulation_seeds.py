@@ -42,10 +42,6 @@ def _seeds() -> list[int]:
     return list(range(int(os.environ.get("GROUPGATE_SIM_SEEDS", "1000"))))
 
 
-_MID_REBALANCE_UPGRADE = (
-    "upgrade of a classic group while it rebalances hands out partitions cooperative members still own "
-    "(test_known_issues.py)"
-)
 _STATIC_TAKEOVER_UPGRADE = (
     "a group upgraded by a static takeover keeps the classic assignment as its target (partitions "
     "cooperative-sticky withheld for its next round stay out) and never recomputes it (test_known_issues.py)"
@@ -54,12 +50,9 @@ _STATIC_TAKEOVER_UPGRADE = (
 # the entry together with the fix. Found in seeds 0..9999 (GROUPGATE_SIM_SEEDS=10000).
 KNOWN_BAD_SEEDS: dict[int, str] = {
     549: _STATIC_TAKEOVER_UPGRADE,
-    1839: _MID_REBALANCE_UPGRADE,
     2469: "a downgrade stores the members' target assignments; an upgrade right after it (the group still "
     "rebalancing) takes them as owned and hands out a partition an eager member still holds",
-    2959: _MID_REBALANCE_UPGRADE,
     4329: _STATIC_TAKEOVER_UPGRADE,
-    6099: _MID_REBALANCE_UPGRADE,
     8038: "a failover during the rebalance that follows a downgrade forgets it: the partitions of the member "
     "that left stay unassigned (docs/simulation.md)",
 }
