@@ -6,13 +6,17 @@ its own slice of the topics), full (every member new) or incremental (a stable g
 the assignor under test, that one new member joins). Every case is written to a text file that Kafka's
 assignors read through bench/java/AssignorBench.java, compiled here with javac against the
 kafka-group-coordinator jars; both sides print a checksum of the input they timed, and the range
-assignor (stateless) must produce the very same result on both sides.
+assignor (stateless) must produce the very same result on both sides. Each case is timed on the Java
+side right after the Python side (one JVM serves all cases), so both see the same machine load.
+
+For incremental cases groupgate is called with the delta (one member added); Kafka's assignors have no
+such input and recompute on the same stable group. "gg full" is groupgate without the delta.
 
     .venv/bin/python bench/assignors.py            # the full grid (several minutes)
     .venv/bin/python bench/assignors.py --quick    # a small subset, under a minute
 
 The last line is machine readable: ``key=value`` pairs (ratios are groupgate / Kafka, lower is better).
-Timings are medians of repeated calls after a warm-up; nothing here asserts on them.
+Timings are medians (and minimums) of repeated calls after a warm-up; nothing here asserts on them.
 """
 
 from __future__ import annotations
