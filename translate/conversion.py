@@ -36,9 +36,11 @@ the policy allows downgrades; one of the leaving members uses the consumer proto
 remaining member uses the classic protocol; at least one member remains; and they fit the classic
 group max size. The classic group gets generation = group epoch, protocol type ``consumer``, the
 protocol most members prefer among those all support, leader = the first member, and as each
-member's assignment its TARGET assignment encoded at its subscription version. It is STABLE and,
-because a member left, goes straight to PreparingRebalance (join timer = the rebalance timeout):
-members at the group epoch learn it from Heartbeat, members behind it get ILLEGAL_GENERATION.
+member's assignment its TARGET assignment encoded at its subscription version (and as its last
+synced one, for a later upgrade, its current assignment plus what it has yet to revoke). It is
+STABLE and, because a member left, goes straight to PreparingRebalance (join timer = the
+rebalance timeout): members at the group epoch learn it from Heartbeat, members behind it get
+ILLEGAL_GENERATION.
 Records: the consumer group's tombstones, then the classic group's GroupMetadata record.
 A classic static member that takes the place (JoinGroup with its instance id) of the last
 consumer-protocol member downgrades the group too, after its join was translated; the group then
@@ -307,6 +309,12 @@ class GroupConverter:
         epoch = group.group_epoch
         remaining = [m for mid, m in group.members.items() if mid not in leaving]
         targets = {m.member_id: group.target_assignment.get(m.member_id, EMPTY_ASSIGNMENT) for m in remaining}
+        # What each member may still hold: its current assignment and what it has yet to revoke.
+        # Kafka keeps only the target; an upgrade right after this downgrade must not take the
+        # target for what the member holds (a partition has one owner at a time).
+        held = {
+            m.member_id: _union(m.assigned_partitions, m.partitions_pending_revocation) for m in remaining
+        }
         names = {meta.topic_id: name for name, meta in self.coordinator.state.topics.items()}
         for name, meta in group.subscription_metadata.items():
             names.setdefault(meta.topic_id, name)
@@ -361,6 +369,9 @@ class GroupConverter:
             cmember.assignment = encode_assignment(
                 ConsumerProtocolAssignment(_named(targets[cmember.member_id], names), None, version)
             )
+            cmember.synced_assignment = encode_assignment(
+                ConsumerProtocolAssignment(_named(held[cmember.member_id], names), None, version)
+            )
         self.classic_groups.groups[gid] = classic
         rb = self.classic_groups.rebalancer
         out.records.append(rb.group_record(classic))
@@ -397,6 +408,15 @@ def _common_protocols(members: list[ConsumerGroupMember]) -> set[str]:
         names = {name for name, _ in m.classic_metadata.supported_protocols}
         common = names if common is None else common & names
     return common or set()
+
+
+def _union(a: Assignment, b: Assignment) -> Assignment:
+    if not b:
+        return a
+    merged = dict(a)
+    for topic_id, parts in b.items():
+        merged[topic_id] = merged.get(topic_id, frozenset()) | parts
+    return merged
 
 
 def _named(assignment: Assignment, names: dict[uuid.UUID, str]) -> list[TopicPartitions]:

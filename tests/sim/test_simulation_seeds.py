@@ -50,8 +50,6 @@ _STATIC_TAKEOVER_UPGRADE = (
 # the entry together with the fix. Found in seeds 0..9999 (GROUPGATE_SIM_SEEDS=10000).
 KNOWN_BAD_SEEDS: dict[int, str] = {
     549: _STATIC_TAKEOVER_UPGRADE,
-    2469: "a downgrade stores the members' target assignments; an upgrade right after it (the group still "
-    "rebalancing) takes them as owned and hands out a partition an eager member still holds",
     4329: _STATIC_TAKEOVER_UPGRADE,
     8038: "a failover during the rebalance that follows a downgrade forgets it: the partitions of the member "
     "that left stay unassigned (docs/simulation.md)",

@@ -10,6 +10,7 @@ target stays the classic assignment, as in Kafka), so the joiner waits for those
 from __future__ import annotations
 
 from migration_harness import TOPIC, TOPIC_ID, Driver, identity, partitions_of
+from test_conversion_downgrade import mixed_group
 
 from translate.classic_group import ClassicGroupState
 from translate.errors import Errors
@@ -112,6 +113,32 @@ def test_two_members_that_may_hold_one_partition_delay_the_upgrade() -> None:
     # Nothing changed: still the classic group, nothing written.
     assert d.classic().generation_id == generation and len(d.records) == before
     assert d.service.coordinator.group("g") is None
+
+
+def test_an_upgrade_right_after_a_downgrade_counts_the_current_assignment_as_held() -> None:
+    d = Driver()
+    ids, m1 = mixed_group(d)
+    # A new classic member: the target moves partitions away from members that still own them.
+    first = d.join_response(d.join(client="d"))
+    assert d.join_response(d.join(member_id=first.member_id, client="d")).error_code == 0
+    group = d.cgroup()
+    current = {mid: frozenset(m.assigned_partitions.get(TOPIC_ID, ())) for mid, m in group.members.items()}
+    moved = any(
+        current[mid] - group.target_assignment.get(mid, {}).get(TOPIC_ID, frozenset()) for mid in ids
+    )
+    assert moved
+    # The last consumer-protocol member leaves (downgrade), and a new one arrives (upgrade) at once.
+    assert d.consumer(m1, epoch=-1, full=False).error_code == 0
+    classic = d.classic()
+    for mid in ids:
+        assert frozenset(partitions_of(classic.members[mid].synced_assignment).get(TOPIC, ())) == current[mid]
+    response = d.consumer("m2")
+    assert response.error_code == 0
+    for mid in ids:
+        assert d.cgroup().members[mid].assigned_partitions.get(TOPIC_ID, frozenset()) == current[mid]
+    given = {p for tp in response.assignment or [] for p in tp.partitions}
+    assert given.isdisjoint(held_by_others(d, "m2"))
+    assert_single_owner(d)
 
 
 def test_replay_of_a_rebalancing_upgrade_rebuilds_the_same_consumer_group() -> None:
