@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from coordinator.model import subscribed_topic_names
+from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
 
 from . import codec, frames
@@ -32,6 +34,7 @@ log = get_logger("gateway.offsets")
 
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_ID_NOT_FOUND = 69
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 # Upstream answers to a simple commit that only a group with live upstream members gives.
 _MEMBERSHIP_ERRORS = frozenset({22, 25, 27, 82, 110, 113})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 # REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
@@ -243,16 +246,57 @@ class OffsetBridge:
 
     # --- deletes ---------------------------------------------------------------------------------------
 
+    def subscribed_topics(self, gid: str) -> frozenset[str]:
+        """Topics the managed group's members subscribe to (KIP-496: their offsets may not be deleted)."""
+        svc = self.layer.service
+        classic = svc.classic_groups.group(gid)
+        if classic is not None:
+            if classic.protocol_type != CONSUMER_PROTOCOL_TYPE or not classic.protocol_name:
+                return frozenset()
+            topics: set[str] = set()
+            for m in classic.members.values():
+                try:
+                    topics.update(decode_subscription(m.metadata(classic.protocol_name)).topics)
+                except (MalformedEmbeddedProtocol, ValueError):
+                    continue
+            return frozenset(topics)
+        group = svc.coordinator.group(gid)
+        if group is None:
+            return frozenset()
+        return frozenset().union(*(subscribed_topic_names(group, m) for m in group.members.values()))
+
     async def offset_delete(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
     ) -> Any:
+        cls = gc.response_cls(gc.OFFSET_DELETE)
+        refused = []
+        if self.layer.managed(msg.group_id):
+            subscribed = self.subscribed_topics(msg.group_id)
+            refused = [t for t in msg.topics if t.name in subscribed]
+            msg.topics = [t for t in msg.topics if t.name not in subscribed]
+        refused_topics = [
+            cls.OffsetDeleteResponseTopic(
+                name=t.name,
+                partitions=[
+                    cls.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index, error_code=GROUP_SUBSCRIBED_TO_TOPIC
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in refused
+        ]
+        if not msg.topics:
+            return cls[version](topics=refused_topics)
         try:
-            return await self.layer.client.to_coordinator(
+            r = await self.layer.client.to_coordinator(
                 msg.group_id, gc.OFFSET_DELETE, version, msg, lambda r: r.error_code
             )
         except UpstreamError as e:
             log.warning("OffsetDelete could not reach the upstream coordinator", group_id=msg.group_id, error=str(e))
             return gc.response(gc.OFFSET_DELETE, version, error_code=COORDINATOR_NOT_AVAILABLE)
+        r.topics = list(r.topics) + refused_topics
+        return r
 
     async def delete_upstream_group(self, gid: str) -> int:
         """Delete the group (its offsets) on the upstream; its error code."""

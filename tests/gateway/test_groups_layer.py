@@ -23,6 +23,7 @@ from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    OffsetDeleteRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -249,5 +250,23 @@ async def test_list_groups_lists_managed_groups_on_the_coordinator_listener_only
         assert [(g.group_id, g.group_type) for g in home.groups] == [("listed", "classic")]
         other = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]), StubConnection(2))
         assert other.groups == []
+    finally:
+        await layer.stop()
+
+
+async def test_offsets_of_subscribed_topics_cannot_be_deleted() -> None:
+    layer = await started()
+    try:
+        layer._on_topics({"t": (uuid.uuid4(), 2)})
+        r = await _join_consumer_member(layer, "od", "t", str(uuid.uuid4()))
+        assert r.error_code == 0
+        cls = OffsetDeleteRequest
+        req = cls[0](group_id="od", topics=[cls.OffsetDeleteRequestTopic(
+            name="t", partitions=[cls.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=1)]
+        )])
+        out = await call(layer, gc.OFFSET_DELETE, 0, req)
+        assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.topics] == [
+            ("t", [(1, 86)])  # GROUP_SUBSCRIBED_TO_TOPIC, decided without the upstream
+        ]
     finally:
         await layer.stop()
