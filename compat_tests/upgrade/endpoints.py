@@ -41,9 +41,18 @@ def gateway_config(path: Path) -> Path:
     return path
 
 
-def gateway(upstream: str, work_dir: Path, *, state_dir: Path | None = None) -> GatewayProcess:
-    """A gateway process (not started) with a fixed port block, so a restart comes back on the same ports."""
+def gateway(
+    upstream: str, work_dir: Path, *, state_dir: Path | None = None, first_node_id: int | None = None
+) -> GatewayProcess:
+    """A gateway process (not started) with a fixed port block, so a restart comes back on the same ports.
+
+    ``first_node_id``: the upstream's lowest broker id when it is not 0 or 1 (Tansu's is 111), so that
+    node is served on the port right after the bootstrap one.
+    """
     work_dir.mkdir(parents=True, exist_ok=True)
     state = state_dir if state_dir is not None else work_dir / "state"
+    port = free_port_block(3)
     args = ["--config", str(gateway_config(work_dir / "gateway.toml")), "--state-dir", str(state)]
-    return GatewayProcess(upstream=upstream, extra_args=args, listen_port=free_port_block(3), log_dir=work_dir)
+    if first_node_id is not None:
+        args += ["--node-id-base", str(first_node_id), "--broker-port-base", str(port + 1)]
+    return GatewayProcess(upstream=upstream, extra_args=args, listen_port=port, log_dir=work_dir)

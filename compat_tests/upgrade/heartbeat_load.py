@@ -14,6 +14,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
@@ -55,7 +56,7 @@ class _Member:
         # v1+: the client names itself (KIP-1082); v0: the coordinator does.
         self.member_id = str(uuid.uuid4()) if version >= 1 else ""
         self.epoch = 0
-        self.ack: list[dict[str, object]] | None = None
+        self.ack: list[Any] | None = None
         self.correlation = 0
 
     def request(self) -> bytes:
@@ -85,7 +86,7 @@ class _Member:
             self.member_id = body.member_id
         self.epoch = body.member_epoch
         if body.assignment is not None:
-            self.ack = [{"topic_id": t.topic_id, "partitions": list(t.partitions)}
+            self.ack = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t.topic_id, partitions=list(t.partitions))
                         for t in body.assignment.topic_partitions]
         return 0
 

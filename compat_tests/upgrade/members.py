@@ -9,6 +9,7 @@ as they go.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,7 +187,10 @@ def _start_java(
         # (setting it with group.protocol=consumer is a configuration error).
         props["heartbeat.interval.ms"] = str(timeouts.heartbeat_ms)
     directory = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="groupgate-upgrade-"))
-    cfg = Path(tempfile.mkstemp(prefix="consumer-", suffix=".properties", dir=directory)[1])
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="consumer-", suffix=".properties", dir=directory)
+    os.close(fd)
+    cfg = Path(name)
     cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     tool.args += ["--consumer.config", str(cfg)]
     if major(spec.release) < 3 and not classic:

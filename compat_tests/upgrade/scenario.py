@@ -30,7 +30,7 @@ from .group_probe import GroupView
 from .members import TP, Member, MemberSpec, Timeouts, start_member
 
 SETTLE_TIMEOUT_S = 60.0
-QUIET_S = 0.6
+QUIET_S = 0.4
 
 
 @dataclass(frozen=True, slots=True)
