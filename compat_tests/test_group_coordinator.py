@@ -403,3 +403,17 @@ def test_unmanaged_groups_stay_on_the_cluster_and_mixed_requests_are_merged(
         for c in consumers:
             c.stop()
         gw.stop()
+
+
+def test_api_versions_advertise_what_the_group_handlers_speak(coordinator_gateway: GatewayProcess) -> None:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    from gateway.group_codec import LOCAL_API
+
+    req = ApiVersionsRequest[3](client_software_name="compat", client_software_version="1")
+    r = roundtrip(coordinator_gateway.bootstrap, req, ApiVersionsResponse, 3)
+    ranges = {a.api_key: (a.min_version, a.max_version) for a in r.api_keys}
+    for api_key, rng in LOCAL_API.items():
+        assert ranges.get(api_key) == rng, (api_key, ranges.get(api_key), rng)
+    assert ranges[68] == (0, 1) and ranges[69] == (0, 1)
+    assert ranges[8][1] == 9 and ranges[9][1] == 9 and ranges[11][1] == 9 and ranges[14][1] == 5
