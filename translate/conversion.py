@@ -20,9 +20,12 @@ owner per partition, the member giving up the rest through the classic-member pa
 (REBALANCE_IN_PROGRESS, rejoin reporting what it owns). When two members may both hold a
 partition the conversion waits (COORDINATOR_LOAD_IN_PROGRESS, retriable) for the classic
 rebalance to settle it. Its classic metadata (session timeout, protocols) is kept and its session
-timer restarts with its classic session timeout. Pending JoinGroup / SyncGroup
-calls are answered REBALANCE_IN_PROGRESS so those members rejoin through the per-member
-translation (translate/classic_member.py).
+timer restarts with its classic session timeout. The group starts without partition metadata:
+the joiner's heartbeat computes it and bumps the epoch; after a static takeover (which changes no
+subscription) the group service computes it and bumps the epoch unless the classic assignment is
+already a complete target (``classic_target_is_complete``). Pending JoinGroup / SyncGroup calls
+are answered REBALANCE_IN_PROGRESS so those members rejoin through the per-member translation
+(translate/classic_member.py).
 Records, in Kafka's order: GroupMetadata tombstone; per member its subscription; group epoch;
 per member its target assignment; target assignment epoch; per member its current assignment.
 
@@ -65,6 +68,7 @@ from coordinator.model import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
+    subscribed_topic_names,
 )
 from coordinator.records import Record, RecordType
 from coordinator.service import ConsumerGroupCoordinator
@@ -381,6 +385,30 @@ class GroupConverter:
             # A member left: the remaining ones rebalance under the classic protocol.
             rb.prepare_rebalance(out, classic, now_ms)
         return classic
+
+
+def classic_target_is_complete(group: ConsumerGroup) -> bool:
+    """Whether a converted group's target (the classic assignment) can stand as it is: every
+    member holds exactly its target and the targets give each subscribed partition of the
+    partition metadata to one subscriber. Otherwise the target must be recomputed."""
+    meta = group.subscription_metadata
+    wanted: dict[uuid.UUID, int] = {}
+    given: dict[uuid.UUID, set[int]] = {}
+    for mid, member in group.members.items():
+        target = group.target_assignment.get(mid, EMPTY_ASSIGNMENT)
+        if member.partitions_pending_revocation or dict(member.assigned_partitions) != dict(target):
+            return False
+        subscribed = {
+            meta[n].topic_id: meta[n].num_partitions for n in subscribed_topic_names(group, member) if n in meta
+        }
+        wanted.update(subscribed)
+        for topic_id, parts in target.items():
+            taken = given.setdefault(topic_id, set())
+            if topic_id not in subscribed or not parts.isdisjoint(taken):
+                return False
+            taken |= parts
+    complete = all(given.get(topic_id, set()) == set(range(n)) for topic_id, n in wanted.items())
+    return complete and given.keys() <= wanted.keys()
 
 
 def _check_single_owner(held: dict[str, dict[uuid.UUID, frozenset[int]]]) -> None:

@@ -53,6 +53,7 @@ from coordinator import records as rec
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ApiError
 from coordinator.heartbeat import error_response, validate
+from coordinator.membership import refresh_subscriptions
 from coordinator.messages import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -79,7 +80,7 @@ from translate.classic_messages import (
     MemberResponse,
     SyncGroupRequest,
 )
-from translate.conversion import GroupConverter
+from translate.conversion import GroupConverter, classic_target_is_complete
 from translate.embedded import CONSUMER_PROTOCOL_TYPE
 from translate.errors import Errors
 from translate.group_config import (
@@ -317,6 +318,7 @@ class GroupService:
         gid = request.group_id
         classic = self.classic_groups.group(gid)
         result = ClassicResult()
+        converted = False
         if classic is not None:
             if not classic.members:
                 self.converter.delete_empty_classic_group(classic, now_ms, result)
@@ -332,6 +334,7 @@ class GroupService:
                         f"The consumer group has reached its maximum capacity of {limit} members.",
                     )
                 self.converter.upgrade(classic, now_ms, result, replaces)
+                converted = True
         group = self.coordinator.group(gid)
         if group is not None and request.instance_id is not None:
             owner = group.static_members.get(request.instance_id)
@@ -343,6 +346,19 @@ class GroupService:
                 tx = self.coordinator.begin()
                 new = self.coordinator.replace_static_member(tx, gid, old.member_id, member_id)
                 tx.emit(rec.member_metadata(gid, dataclasses.replace(new, classic_metadata=None)))
+                if (
+                    converted
+                    and refresh_subscriptions(tx, group, now_ms, reresolve=False)
+                    and not classic_target_is_complete(group)
+                ):
+                    # The converted group has no partition metadata yet and a takeover changes no
+                    # subscription, so nothing else would recompute its target (the classic
+                    # assignment, maybe short of partitions added since or withheld by a
+                    # cooperative assignor, or reset by a rebalance). Kafka refreshes the metadata
+                    # on the first heartbeat after the conversion and bumps the epoch because it
+                    # differs. We bump only when the classic assignment is not already a complete
+                    # target with nothing to move (which keeps KIP-848's "Online Migration" tables).
+                    self.coordinator.bump_group_epoch(tx, gid)
                 result.records.extend(tx.records)
                 result.timers.extend(tx.timers)
                 self.classic_members.cancel_member_timers(result, gid, old.member_id)

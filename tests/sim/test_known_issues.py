@@ -1,15 +1,13 @@
-"""Scripted reproductions of what the seeded simulation found in the group service and did not fix.
+"""Scripted reproductions of what the seeded simulation found in the group service.
 
-Each is a strict xfail: it fails today and will turn into an unexpected pass (a failure) once the
-behaviour is fixed, so the marker has to be removed together with the fix.
+An open issue is a strict xfail: it fails today and turns into an unexpected pass (a failure) once
+the behaviour is fixed, so the marker goes with the fix; a fixed one stays as a regression test.
 """
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
-
-import pytest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.timers import CancelTimer, ScheduleTimer
@@ -116,14 +114,6 @@ def test_upgrading_a_rebalancing_cooperative_group_never_hands_out_owned_partiti
     assert given.isdisjoint(ALL), f"C was given {sorted(given)} while A still owns {list(ALL)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A converted consumer group starts without partition metadata and a static takeover does "
-    "not change any subscription, so its target stays the classic assignment: partitions missing from "
-    "it (added while the group was classic, or withheld by cooperative-sticky for its next round) are "
-    "never assigned; Kafka refreshes the metadata on the first heartbeat after the conversion and "
-    "bumps the epoch (found by seeds 1449 and 549 of the simulation).",
-)
 def test_partitions_added_before_a_static_takeover_upgrade_get_assigned() -> None:
     d = Driver()
     join = _join("", (), -1)

@@ -42,15 +42,9 @@ def _seeds() -> list[int]:
     return list(range(int(os.environ.get("GROUPGATE_SIM_SEEDS", "1000"))))
 
 
-_STATIC_TAKEOVER_UPGRADE = (
-    "a group upgraded by a static takeover keeps the classic assignment as its target (partitions "
-    "cooperative-sticky withheld for its next round stay out) and never recomputes it (test_known_issues.py)"
-)
 # Seeds that expose an open issue of coordinator/ or translate/ (seed -> reason); strict xfail: remove
 # the entry together with the fix. Found in seeds 0..9999 (GROUPGATE_SIM_SEEDS=10000).
 KNOWN_BAD_SEEDS: dict[int, str] = {
-    549: _STATIC_TAKEOVER_UPGRADE,
-    4329: _STATIC_TAKEOVER_UPGRADE,
     8038: "a failover during the rebalance that follows a downgrade forgets it: the partitions of the member "
     "that left stay unassigned (docs/simulation.md)",
 }

@@ -9,9 +9,10 @@ target stays the classic assignment, as in Kafka), so the joiner waits for those
 
 from __future__ import annotations
 
-from migration_harness import TOPIC, TOPIC_ID, Driver, identity, partitions_of
+from migration_harness import TOPIC, TOPIC_ID, Driver, assignment_bytes, identity, partitions_of
 from test_conversion_downgrade import mixed_group
 
+from coordinator.records import Record, RecordType
 from translate.classic_group import ClassicGroupState
 from translate.errors import Errors
 from translate.group_service import GroupService
@@ -139,6 +140,31 @@ def test_an_upgrade_right_after_a_downgrade_counts_the_current_assignment_as_hel
     given = {p for tp in response.assignment or [] for p in tp.partitions}
     assert given.isdisjoint(held_by_others(d, "m2"))
     assert_single_owner(d)
+
+
+def test_a_static_takeover_upgrade_refreshes_partition_metadata_and_assigns_added_partitions() -> None:
+    d = Driver(partitions=4)
+    key = d.join(client="a", instance_id="i-a")
+    d.advance(1)
+    join = d.join_response(key)
+    d.sync(join.member_id, join.generation_id, {join.member_id: assignment_bytes({TOPIC: [0, 1, 2, 3]})},
+           instance_id="i-a")
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 6)}, d.now))  # two partitions added
+    before = len(d.records)
+    response = d.consumer("new-a", instance_id="i-a", assignor=None)  # the same subscription
+    assert response.error_code == 0
+    kinds = [r.type for r in d.records[before:] if isinstance(r, Record)]
+    assert RecordType.PARTITION_METADATA in kinds
+    group = d.cgroup()
+    assert group.group_epoch == join.generation_id + 1 and group.assignment_epoch == group.group_epoch
+    assert group.target_assignment["new-a"] == {TOPIC_ID: ALL}
+    owned = sorted(p for tp in response.assignment or [] for p in tp.partitions)
+    for _ in range(2):
+        response = d.consumer("new-a", epoch=response.member_epoch, owned=owned, instance_id="i-a", full=False)
+        assert response.error_code == 0
+        if response.assignment is not None:
+            owned = sorted(p for tp in response.assignment for p in tp.partitions)
+    assert d.assigned("new-a") == sorted(ALL)
 
 
 def test_replay_of_a_rebalancing_upgrade_rebuilds_the_same_consumer_group() -> None:
