@@ -105,8 +105,11 @@ class RollingUpgrade:
         self.retired.append(m)
         return m
 
-    def restart(self, slot: int, spec: MemberSpec, *, settle_between: bool = True) -> Step:
-        """Stop the slot's consumer cleanly, let the others settle, start it again as ``spec``."""
+    def restart(self, slot: int, spec: MemberSpec, *, settle_between: bool = False) -> Step:
+        """Stop the slot's consumer cleanly and start it again as ``spec`` (its JVM boots while the others
+        rebalance without it; ``settle_between`` waits for that rebalance first); wait for the group to
+        settle. Kafka upgrades a classic group even mid-rebalance (its join and sync waiters are told
+        REBALANCE_IN_PROGRESS), so the restart need not wait."""
         started = now_ms()
         old = self.members[slot].spec.label()
         self.stop_slot(slot)
