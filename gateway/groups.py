@@ -194,11 +194,13 @@ class GroupLayer:
                 del self._locks[group_id]
             else:
                 self._locks[group_id] = (lock, users - 1)
-        await self._release(result)
         try:
+            await self._release(result)
             return await fut
         finally:
             self._waiting.pop(key, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
     def _apply(self, result: GroupResult) -> None:
         """Append the records (made durable by ``_release``) and apply the timer changes."""
@@ -220,7 +222,18 @@ class GroupLayer:
         # Every record appended so far, not only this result's: a response must not reveal state
         # that a crash could still take back.
         if self.state_log is not None:
-            await self.state_log.sync()
+            try:
+                await self.state_log.sync()
+            except Exception as e:
+                # The records may be lost: none of this result's responses may be released (the
+                # waiting requests are answered with an error instead of hanging).
+                log.error("group state log sync failed; answering with errors", error=str(e))
+                self.counters["state_log_failures"] += 1
+                for reply in result.responses:
+                    fut = self._waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(e)
+                raise
         for reply in result.responses:
             fut = self._waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
             if fut is not None and not fut.done():

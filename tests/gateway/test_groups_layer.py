@@ -270,3 +270,26 @@ async def test_offsets_of_subscribed_topics_cannot_be_deleted() -> None:
         ]
     finally:
         await layer.stop()
+
+
+async def test_a_failed_state_log_sync_releases_no_response(tmp_path: Path) -> None:
+    layer = await started(state_dir=str(tmp_path / "state"))
+    state_log = layer.state_log
+    assert state_log is not None
+    try:
+
+        async def broken_sync() -> None:
+            raise OSError("disk gone")
+
+        state_log.sync = broken_sync  # type: ignore[method-assign]
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id="lost", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))
+        assert r.error_code == -1 and r.member_id == ""  # UNKNOWN_SERVER_ERROR, not the member's join
+        assert layer.counters["state_log_failures"] == 1
+    finally:
+        layer.state_log = None
+        await layer.stop()
+        state_log.close()
