@@ -76,24 +76,24 @@ class FleetSpec(BaseModel):
     run: str | None = None  # the rehearsal id of the events; default "<scenario>-<seed>"
     # Heartbeat interval of classic clients and the consumer groups' group.consumer.heartbeat.interval.ms;
     # kept well below the 10 s session timeout so that a live member is never fenced for it.
-    heartbeat_interval_ms: int = Field(1_000, ge=50, le=3_000)
+    heartbeat_interval_ms: int = Field(default=1_000, ge=50, le=3_000)
     # Time a member's rebalance callbacks / reconciliation take (uniform in the range), and for the
     # slow ones; below the 15 s rebalance timeout (a longer one is a max.poll.interval.ms problem).
     processing_ms: tuple[int, int] = (2, 60)
-    slow_members: int = Field(0, ge=0)
+    slow_members: int = Field(default=0, ge=0)
     slow_processing_ms: tuple[int, int] = (500, 4_000)
     eager_assignor: Literal["range", "roundrobin"] = "range"
     # The rebalance protocol of the classic clients of the translate variant.
     translate_rebalance: Literal["eager", "cooperative"] = "cooperative"
     server_assignor: Literal["uniform", "range"] | None = None
-    loss_rate: float = Field(0.0, ge=0.0, le=0.2)
+    loss_rate: float = Field(default=0.0, ge=0.0, le=0.2)
     # The disturbed phase of crashes / scale / topic-growth scenarios (rolling ones last as long as the roll).
-    duration_ms: int = Field(20_000, ge=2_000, le=600_000)
+    duration_ms: int = Field(default=20_000, ge=2_000, le=600_000)
     # How many disturbances of the scenario's kind; default: a fifth of the members (at least one).
-    disturbances: int | None = Field(None, ge=0)
+    disturbances: int | None = Field(default=None, ge=0)
     static_members: bool = False
     reuse_member_ids: bool = False
-    groups_per_file: int = Field(50, ge=1)
+    groups_per_file: int = Field(default=50, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> FleetSpec:
