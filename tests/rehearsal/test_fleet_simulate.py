@@ -169,3 +169,20 @@ def test_heartbeat_and_processing_delays_shape_the_run(tmp_path: Path) -> None:
 
     assert first_owned(tmp_path / "b") >= first_owned(tmp_path / "a") + 1_500
     assert fast.events > 0 and slow.events > 0
+
+
+def test_groupgate_rehearse_simulate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    spec = tmp_path / "fleet.json"
+    spec.write_text(json.dumps({"scenario": "crashes", "groups": 1, "members": 1, "groups_per_file": 2, "run": "r9"}))
+    argv = ["rehearse", "simulate", "--groups", "3", "--members", "2", "--scenario", "scale-up", "--seed", "4",
+            "--out", str(tmp_path / "out"), "--mix", "translate", "--topics", "orders:3", "--spec", str(spec)]
+    assert main(argv) == 0
+    assert "done in" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
+    # Command-line values override the file's; the rest comes from the file.
+    assert manifest["spec"]["scenario"] == "scale-up" and manifest["spec"]["groups_per_file"] == 2
+    assert manifest["run"] == "r9" and set(manifest["client_mixes"]) == {"translate"}
+    assert [p.name for p in files_of(tmp_path / "out")] == ["part-00000.jsonl", "part-00001.jsonl"]
+    assert main(["rehearse", "validate", str(tmp_path / "out")]) == 0
