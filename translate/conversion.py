@@ -58,9 +58,10 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from coordinator import records as rec
+from coordinator.assignors.api import TopicMetadata
 from coordinator.model import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -409,6 +410,29 @@ def classic_target_is_complete(group: ConsumerGroup) -> bool:
             taken |= parts
     complete = all(given.get(topic_id, set()) == set(range(n)) for topic_id, n in wanted.items())
     return complete and given.keys() <= wanted.keys()
+
+
+def leaves_partitions_unassigned(group: ClassicGroup, topics: Mapping[str, TopicMetadata]) -> bool:
+    """Whether a (replayed) classic group of the consumer protocol leaves partitions of the topics
+    its members subscribe to out of every member's assignment. A downgrade stores the members'
+    targets, which miss the partitions of the member whose departure caused it, and starts a
+    rebalance that no record remembers: a failover before that rebalance ends would leave those
+    partitions unassigned for good (Kafka's replay has the same gap)."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE or group.protocol_name is None or not group.members:
+        return False
+    wanted: set[tuple[str, int]] = set()
+    given: set[tuple[str, int]] = set()
+    try:
+        for m in group.members.values():
+            for name in decode_subscription(m.metadata(group.protocol_name)).topics:
+                meta = topics.get(name)
+                if meta is not None:
+                    wanted.update((name, p) for p in range(meta.num_partitions))
+            for tp in decode_assignment(m.assignment).assigned_partitions:
+                given.update((tp.topic, p) for p in tp.partitions)
+    except (MalformedEmbeddedProtocol, KeyError):
+        return False  # not ours to read: the group runs as its clients decide
+    return not wanted <= given
 
 
 def _check_single_owner(held: dict[str, dict[uuid.UUID, frozenset[int]]]) -> None:

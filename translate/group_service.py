@@ -65,6 +65,7 @@ from coordinator.records.codec import decode as decode_consumer_record
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
+from translate.classic_group import ClassicGroupState
 from translate.classic_member import (
     CLASSIC_MEMBER_JOIN_TIMER,
     CLASSIC_MEMBER_SYNC_TIMER,
@@ -80,7 +81,7 @@ from translate.classic_messages import (
     MemberResponse,
     SyncGroupRequest,
 )
-from translate.conversion import GroupConverter, classic_target_is_complete
+from translate.conversion import GroupConverter, classic_target_is_complete, leaves_partitions_unassigned
 from translate.embedded import CONSUMER_PROTOCOL_TYPE
 from translate.errors import Errors
 from translate.group_config import (
@@ -473,6 +474,15 @@ class GroupService:
     def on_loaded(self, now_ms: int) -> GroupResult:
         out = GroupResult()
         out.take(self.classic_groups.on_loaded(now_ms))
+        result = ClassicResult()
+        topics = self.coordinator.state.topics
+        for group in self.classic_groups.groups.values():
+            if group.is_in(ClassicGroupState.STABLE) and leaves_partitions_unassigned(group, topics):
+                # A rebalance the records do not remember (the one after a downgrade) was under way:
+                # start it again rather than leave partitions unassigned. Kafka does not (the same
+                # gap); a group whose assignor leaves partitions out on purpose rebalances once more.
+                self.classic_groups.rebalancer.prepare_rebalance(result, group, now_ms)
+        out.take(result)
         out.take_coordinator(self.coordinator.on_loaded(now_ms))
         return out
 

@@ -44,10 +44,7 @@ def _seeds() -> list[int]:
 
 # Seeds that expose an open issue of coordinator/ or translate/ (seed -> reason); strict xfail: remove
 # the entry together with the fix. Found in seeds 0..9999 (GROUPGATE_SIM_SEEDS=10000).
-KNOWN_BAD_SEEDS: dict[int, str] = {
-    8038: "a failover during the rebalance that follows a downgrade forgets it: the partitions of the member "
-    "that left stay unassigned (docs/simulation.md)",
-}
+KNOWN_BAD_SEEDS: dict[int, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -189,3 +189,32 @@ def test_a_replayed_classic_group_keeps_the_stored_assignment_as_synced() -> Non
     for mid, m in group.members.items():
         assert m.synced_assignment == m.assignment == d.classic().members[mid].assignment
 
+
+
+def replayed(d: Driver) -> GroupService:
+    """A service rebuilt from the records (a failover), fed the metadata, then loaded."""
+    service = GroupService()
+    for r in d.records:
+        service.replay(r)
+    service.on_metadata({TOPIC: (TOPIC_ID, d.partitions)}, d.now)
+    service.on_loaded(d.now)
+    return service
+
+
+def test_a_failover_during_the_rebalance_after_a_downgrade_starts_it_again() -> None:
+    d = Driver()
+    ids, m1 = mixed_group(d)
+    assert d.consumer(m1, epoch=-1, full=False).error_code == 0  # downgrade: a rebalance starts
+    assert d.classic().is_in(ClassicGroupState.PREPARING_REBALANCE)
+    # The stored targets leave out what m1 had; the rebalance is not in any record.
+    given = {p for m in d.classic().members.values() for p in partitions_of(m.assignment).get(TOPIC, [])}
+    assert given < set(ALL)
+    group = replayed(d).classic_groups.group("g")
+    assert group is not None and group.is_in(ClassicGroupState.PREPARING_REBALANCE)
+
+
+def test_a_replayed_classic_group_that_assigns_every_partition_stays_stable() -> None:
+    d = Driver()
+    d.classic_fleet()
+    group = replayed(d).classic_groups.group("g")
+    assert group is not None and group.is_in(ClassicGroupState.STABLE)
