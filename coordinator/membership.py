@@ -137,6 +137,7 @@ def remove_members(tx: Tx, group: ConsumerGroup, member_ids: Iterable[str], now_
 
 def _remove_one(tx: Tx, group: ConsumerGroup, member_id: str) -> None:
     gid = group.group_id
+    previous_target = group.target_assignment.get(member_id, EMPTY_ASSIGNMENT)
     tx.emit(rec.current_assignment_tombstone(gid, member_id))
     if member_id in group.target_assignment:
         tx.emit(rec.target_member_tombstone(gid, member_id))
@@ -149,6 +150,7 @@ def _remove_one(tx: Tx, group: ConsumerGroup, member_id: str) -> None:
         d.added.discard(member_id)
     else:
         d.removed.add(member_id)
+        d.removed_assigned[member_id] = previous_target
 
 
 def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember, new_member_id: str) -> ConsumerGroupMember:
@@ -179,6 +181,7 @@ def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember
     # The assignor sees the replacement as the old member under a new id.
     d = group.delta
     d.removed.add(old.member_id)
+    d.removed_assigned[old.member_id] = EMPTY_ASSIGNMENT  # the new id already holds the old target
     d.added.add(new_member_id)
     return group.members[new_member_id]
 

@@ -114,6 +114,8 @@ class PendingDelta:
 
     added: set[str] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)
+    # the target each removed member held, so assignors can hand out just those partitions
+    removed_assigned: dict[str, Assignment] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     topics_changed: bool = False
     valid: bool = False  # False until one target assignment was computed in this process

@@ -57,14 +57,22 @@ def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str,
     sub_type = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
     d = group.delta
     delta = (
-        AssignmentDelta(frozenset(d.added), frozenset(d.removed), frozenset(d.changed), d.topics_changed)
-        if d.valid
+        AssignmentDelta(
+            frozenset(d.added),
+            frozenset(d.removed),
+            frozenset(d.changed),
+            d.topics_changed,
+            removed_assigned=dict(d.removed_assigned),
+        )
+        # a member id that left and came back within one delta is simplest to handle in full
+        if d.valid and d.added.isdisjoint(d.removed)
         else None
     )
     _, assignor = select_assignor(config, group)
     result = assignor.assign(GroupSpec(specs, topics, sub_type), delta)
     d.added.clear()
     d.removed.clear()
+    d.removed_assigned.clear()
     d.changed.clear()
     d.topics_changed = False
     d.valid = True
