@@ -104,15 +104,21 @@ def main() -> None:
             t = time.monotonic()
             upgrade[name] = rolling_upgrade(bootstrap, kafka.bootstrap, args.fleet, work / name)
             u = upgrade[name]
-            print(f"[{name}] rolling upgrade+downgrade ({args.fleet}): {u.seconds:.1f} s, "
-                  f"partition-unavailability {u.unavailable_s:.1f} s, rebalances per consumer "
-                  f"{dict(sorted(u.rebalances.items()))} (mean {u.mean_rebalances:.1f}), {u.records} records "
-                  f"[{time.monotonic() - t:.0f} s wall]", flush=True)
+            print(
+                f"[{name}] rolling upgrade+downgrade ({args.fleet}): {u.seconds:.1f} s, "
+                f"partition-unavailability {u.unavailable_s:.1f} s, rebalances per consumer "
+                f"{dict(sorted(u.rebalances.items()))} (mean {u.mean_rebalances:.1f}), {u.records} records "
+                f"[{time.monotonic() - t:.0f} s wall]",
+                flush=True,
+            )
         for name, bootstrap in targets.items():
             load[name] = heartbeat_load(bootstrap, kafka.bootstrap, args.members, args.load_seconds)
             r = load[name]
-            print(f"[{name}] heartbeat load: {r.members} members ({r.joined} joined), {r.heartbeats} heartbeats "
-                  f"in {r.seconds:.0f} s = {r.per_second:.0f}/s, errors {r.errors}", flush=True)
+            print(
+                f"[{name}] heartbeat load: {r.members} members ({r.joined} joined), {r.heartbeats} heartbeats "
+                f"in {r.seconds:.0f} s = {r.per_second:.0f}/s, errors {r.errors}",
+                flush=True,
+            )
     finally:
         gw.stop()
         kafka.stop()

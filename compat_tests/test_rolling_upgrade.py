@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,10 +99,18 @@ def new_run(anchor: ProcessBackend, tmp_path: Path) -> Iterator[Callable[..., Ro
     """``new_run(endpoint, before, after)``: a RollingUpgrade on a fresh 6-partition topic and group."""
     runs: list[RollingUpgrade] = []
 
-    def make(ep: Endpoint, before: list[MemberSpec], after: list[MemberSpec], **kw: object) -> RollingUpgrade:
+    def make(ep: Endpoint, before: list[MemberSpec], after: list[MemberSpec], **kw: Any) -> RollingUpgrade:
         topic = create_topic(anchor.bootstrap, unique("upgrade-topic"), PARTITIONS)
-        run = RollingUpgrade(ep.bootstrap, topic, unique("upgrade-group"), before, after,
-                             partitions=PARTITIONS, log_dir=tmp_path, **kw)  # type: ignore[arg-type]
+        run = RollingUpgrade(
+            ep.bootstrap,
+            topic,
+            unique("upgrade-group"),
+            before,
+            after,
+            partitions=PARTITIONS,
+            log_dir=tmp_path,
+            **kw,
+        )
         runs.append(run)
         return run
 
@@ -168,8 +177,11 @@ def _changes_since(run: RollingUpgrade, mark: float) -> dict[str, int]:
     for m in run.members.values():
         tool_events = m.tool.events if m.tool is not None else []
         n = sum(1 for e in list(tool_events) if e.name.startswith("partitions_") and e.timestamp_ms > mark)
-        n += sum(1 for e in list(run.log.ownership)
-                 if e.consumer == m.name and e.kind != "stopped" and e.at_ms > mark)
+        n += sum(
+            1
+            for e in list(run.log.ownership)
+            if e.consumer == m.name and e.kind != "stopped" and e.at_ms > mark
+        )
         if n:
             out[m.name] = n
     return out
@@ -179,7 +191,9 @@ def test_static_members_bouncing_within_their_session_timeout_cause_no_reassignm
     endpoint: Endpoint, new_run: Callable[..., RollingUpgrade]
 ) -> None:
     classic = [MemberSpec("java", "classic", "3.9.1", RANGE, instance_id=f"static-{i}") for i in range(2)]
-    consumer = [MemberSpec("java", "consumer", "4.3.1", "range", instance_id=f"static-{i}") for i in range(2, FLEET)]
+    consumer = [
+        MemberSpec("java", "consumer", "4.3.1", "range", instance_id=f"static-{i}") for i in range(2, FLEET)
+    ]
     run = new_run(endpoint, classic, consumer, timeouts=Timeouts(session_ms=STATIC_SESSION_MS))
     run.start_fleet(classic)
     run.add({2 + i: spec for i, spec in enumerate(consumer)}, "static KIP-848 members joined")
@@ -212,7 +226,10 @@ def test_a_killed_consumer_is_fenced_after_its_session_timeout(
     run.start_fleet(consumer)
     run.add({3: classic[0], 4: classic[1]}, "classic members joined the consumer group")
     run.start_producer()
-    session_ms = {0: endpoints.FAST_GROUP_SETTINGS["group.consumer.session.timeout.ms"], 3: run.timeouts.session_ms}
+    session_ms = {
+        0: endpoints.FAST_GROUP_SETTINGS["group.consumer.session.timeout.ms"],
+        3: run.timeouts.session_ms,
+    }
     held = {slot: run.members[slot].owned() for slot in session_ms}
     killed = {slot: run.stop_slot(slot, kill=True) for slot in session_ms}
     run.settle("killed members fenced", min(m.killed_at_ms or 0 for m in killed.values()))
@@ -291,19 +308,30 @@ def _advertises_consumer_group_heartbeat(address: str) -> bool:
 
     from compat_tests.harness.probe import roundtrip
 
-    resp = roundtrip(address, ApiVersionsRequest[3](client_software_name="compat", client_software_version="1"),
-                     ApiVersionsResponse, 3)
+    resp = roundtrip(
+        address,
+        ApiVersionsRequest[3](client_software_name="compat", client_software_version="1"),
+        ApiVersionsResponse,
+        3,
+    )
     return any(k.api_key == 68 for k in resp.api_keys)
 
 
 def _join_error(address: str, topic: str) -> int:
-    """The error code of a KIP-848 join (ConsumerGroupHeartbeat v0, epoch 0) sent to the group's coordinator."""
+    """Error code of a KIP-848 join (ConsumerGroupHeartbeat v0, epoch 0) sent to the group's coordinator."""
     from compat_tests.harness.probe import roundtrip
     from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
     group = unique("kip848-probe")
-    req = ConsumerGroupHeartbeatRequest[0](group_id=group, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
-                                           subscribed_topic_names=[topic], topic_partitions=[])
+    join_v0: Any = ConsumerGroupHeartbeatRequest[0]  # type: ignore[misc]
+    req = join_v0(
+        group_id=group,
+        member_id="",
+        member_epoch=0,
+        rebalance_timeout_ms=30000,
+        subscribed_topic_names=[topic],
+        topic_partitions=[],
+    )
     resp = roundtrip(group_probe.coordinator(address, group), req, ConsumerGroupHeartbeatResponse, 0)
     return int(resp.error_code)
 
@@ -341,9 +369,19 @@ def tansu() -> Iterator[str]:
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
     )
     try:
         _wait_tcp("127.0.0.1", port, 30.0)
@@ -358,7 +396,9 @@ def test_kip848_consumers_through_the_gateway_in_front_of_tansu(
 ) -> None:
     if request.config.getoption("--compat-direct"):
         pytest.skip("--compat-direct: Tansu itself has no KIP-848 coordinator to test")
-    assert not _advertises_consumer_group_heartbeat(tansu), "Tansu was expected to lack ConsumerGroupHeartbeat"
+    assert not _advertises_consumer_group_heartbeat(tansu), (
+        "Tansu was expected to lack ConsumerGroupHeartbeat"
+    )
     node_id = metadata_endpoints(tansu)[0].node_id
     gw = endpoints.gateway(tansu, tmp_path / "gateway", first_node_id=node_id)
     gw.start()
@@ -374,13 +414,17 @@ def _consume_with_kip848(bootstrap: str, broker: str, tmp_path: Path, members: i
     group = unique("kip848-group")
     log = EventLog()
     consumers = [
-        ConfluentConsumer(f"k{i}", log, bootstrap=bootstrap, group_id=group, topics=[topic], group_protocol="consumer")
+        ConfluentConsumer(
+            f"k{i}", log, bootstrap=bootstrap, group_id=group, topics=[topic], group_protocol="consumer"
+        )
         for i in range(members)
     ]
     try:
         for c in consumers:
             c.start()
-        log.wait_until(lambda lg: lg.settled(topic, PARTITIONS, [c.name for c in consumers]), 60, "3 members settled")
+        log.wait_until(
+            lambda lg: lg.settled(topic, PARTITIONS, [c.name for c in consumers]), 60, "3 members settled"
+        )
         produced = produce_confluent(bootstrap, topic, values("kip848", 300))
         log.wait_until(lambda lg: lg.covers(produced), 60, "every record consumed")
         view = group_probe.describe(bootstrap, group)

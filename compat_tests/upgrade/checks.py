@@ -10,7 +10,11 @@ from .scenario import RollingUpgrade
 
 def assert_group_type_follows_policy(run: RollingUpgrade) -> None:
     """Every settled step: ListGroups v5 type == "consumer" iff some running member speaks KIP-848."""
-    wrong = [(s.what, s.expected_type, s.group.group_type) for s in run.steps if s.group.group_type != s.expected_type]
+    wrong = [
+        (s.what, s.expected_type, s.group.group_type)
+        for s in run.steps
+        if s.group.group_type != s.expected_type
+    ]
     assert not wrong, f"group type differs from the migration policy at (step, expected, seen): {wrong}"
 
 
@@ -25,7 +29,7 @@ def assert_ends_stable_and_assigned(run: RollingUpgrade, members: int) -> None:
 
 
 def assert_rolling_upgrade(run: RollingUpgrade, produced: list[ProducedRecord]) -> None:
-    """The suite's verdict on one run: at-least-once delivery, exclusive ownership, group type, final state."""
+    """The verdict on one run: at-least-once delivery, exclusive ownership, group type, final state."""
     assert produced, "the producer acknowledged nothing"
     assert_all_consumed(produced, run.log)
     assert_exclusive_ownership(run.log)

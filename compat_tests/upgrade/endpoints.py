@@ -3,8 +3,9 @@
 - the anchor: an Apache Kafka 4.3.1 broker whose own coordinator migrates groups natively;
 - the gateway: ``groupgate serve`` in front of such a broker, coordinating the groups itself.
 
-Both get the same timings (KIP-848 session 20 s, long enough for a static member's JVM to restart on a busy machine; KIP-848 heartbeat interval 500 ms, classic minimum session 2 s),
-written with Kafka's own setting names: broker overrides for the one, the ``[coordinator]`` table of the
+Both get the same timings (KIP-848 session 20 s, long enough for a static member's JVM to restart on a
+busy machine; KIP-848 heartbeat interval 500 ms; classic minimum session 2 s), written with Kafka's own
+setting names: broker overrides for the one, the ``[coordinator]`` table of the
 gateway's TOML configuration for the other.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka.protocol.admin import (
     DescribeGroupsRequest,
@@ -87,7 +88,8 @@ def _describe_once(bootstrap: str, group: str) -> GroupView:
     group_type, state = list_group(bootstrap, group)
     address = coordinator(bootstrap, group)
     if group_type == "consumer":
-        req = ConsumerGroupDescribeRequest[0](group_ids=[group], include_authorized_operations=False)
+        describe_v0: Any = ConsumerGroupDescribeRequest[0]  # type: ignore[misc]
+        req = describe_v0(group_ids=[group], include_authorized_operations=False)
         resp = roundtrip(address, req, ConsumerGroupDescribeResponse, 0)
         g = resp.groups[0]
         if g.error_code in RETRIABLE:
@@ -110,14 +112,16 @@ def _describe_once(bootstrap: str, group: str) -> GroupView:
         raise _NotReady(f"DescribeGroups error {d.error_code}")
     assert d.error_code == 0, f"DescribeGroups error {d.error_code}"
     members = {
-        m.member_id: MemberView(m.member_id, m.group_instance_id, -1, frozenset(decode_assignment(m.member_assignment)))
+        m.member_id: MemberView(
+            m.member_id, m.group_instance_id, -1, frozenset(decode_assignment(m.member_assignment))
+        )
         for m in d.members
     }
     return GroupView(group_type or "classic", d.group_state or state, members)
 
 
 def decode_assignment(data: bytes | None) -> list[TP]:
-    """A classic consumer's assignment bytes (the consumer embedded protocol): version, [topic, [partition]]."""
+    """A classic consumer's assignment (consumer embedded protocol): version, [topic, [partition]]."""
     if not data:
         return []
     buf = memoryview(bytes(data))

@@ -41,8 +41,12 @@ class LoadResult:
 
 
 def heartbeat_version(address: str) -> int:
-    resp = roundtrip(address, ApiVersionsRequest[3](client_software_name="load", client_software_version="1"),
-                     ApiVersionsResponse, 3)
+    resp = roundtrip(
+        address,
+        ApiVersionsRequest[3](client_software_name="load", client_software_version="1"),
+        ApiVersionsResponse,
+        3,
+    )
     for k in resp.api_keys:
         if k.api_key == CONSUMER_GROUP_HEARTBEAT:
             return min(int(k.max_version), 1)
@@ -61,7 +65,7 @@ class _Member:
 
     def request(self) -> bytes:
         joining = self.epoch == 0
-        req = ConsumerGroupHeartbeatRequest[self.version](
+        req = ConsumerGroupHeartbeatRequest[self.version](  # type: ignore[misc]
             group_id=self.group,
             member_id=self.member_id,
             member_epoch=self.epoch,
@@ -86,8 +90,12 @@ class _Member:
             self.member_id = body.member_id
         self.epoch = body.member_epoch
         if body.assignment is not None:
-            self.ack = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t.topic_id, partitions=list(t.partitions))
-                        for t in body.assignment.topic_partitions]
+            self.ack = [
+                ConsumerGroupHeartbeatRequest.TopicPartitions(
+                    topic_id=t.topic_id, partitions=list(t.partitions)
+                )
+                for t in body.assignment.topic_partitions
+            ]
         return 0
 
 
@@ -112,13 +120,18 @@ async def _run_member(m: _Member, address: str, start: float, stop: float, resul
         writer.close()
 
 
-async def run_load(address: str, group: str, topic: str, members: int, seconds: float,
-                   warmup_s: float = 3.0) -> LoadResult:
+async def run_load(
+    address: str, group: str, topic: str, members: int, seconds: float, warmup_s: float = 3.0
+) -> LoadResult:
     """``members`` heartbeat loops against the coordinator at ``address``; counts from warm-up to the end."""
     version = heartbeat_version(address)
     t0 = time.monotonic()
     start, stop = t0 + warmup_s, t0 + warmup_s + seconds
     result = LoadResult(members, seconds, 0)
-    await asyncio.gather(*(_run_member(_Member(i, group, topic, version), address, start, stop, result)
-                           for i in range(members)))
+    await asyncio.gather(
+        *(
+            _run_member(_Member(i, group, topic, version), address, start, stop, result)
+            for i in range(members)
+        )
+    )
     return result

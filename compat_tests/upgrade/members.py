@@ -43,7 +43,7 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True)
 class MemberSpec:
-    """``client`` java or confluent; ``assignor``: classic client-side assignor, or the KIP-848 server assignor."""
+    """``client``: java or confluent; ``assignor``: the classic client-side one, or the KIP-848 server one."""
 
     client: Literal["java", "confluent"]
     protocol: Protocol
@@ -90,15 +90,15 @@ class Member:
                 elif isinstance(e, PartitionsRevoked):
                     held.difference_update((tp.topic, tp.partition) for tp in e.partitions)
             return held
-        for e in list(self.log.ownership):
-            if e.consumer != self.name:
+        for change in list(self.log.ownership):
+            if change.consumer != self.name:
                 continue
-            if e.kind == "assigned":
-                held.update(e.partitions)
-            elif e.kind == "stopped":
+            if change.kind == "assigned":
+                held.update(change.partitions)
+            elif change.kind == "stopped":
                 held.clear()
             else:
-                held.difference_update(e.partitions)
+                held.difference_update(change.partitions)
         return held
 
     def assignment_events(self) -> int:
@@ -147,7 +147,9 @@ def start_member(
 ) -> Member:
     if spec.client == "java":
         return Member(name, spec, log, tool=_start_java(spec, bootstrap, topic, group, timeouts, log_dir))
-    return Member(name, spec, log, confluent=_start_confluent(name, spec, bootstrap, topic, group, log, timeouts))
+    return Member(
+        name, spec, log, confluent=_start_confluent(name, spec, bootstrap, topic, group, log, timeouts)
+    )
 
 
 @dataclass
@@ -168,17 +170,19 @@ def _start_java(
     spec: MemberSpec, bootstrap: str, topic: str, group: str, timeouts: Timeouts, log_dir: Path | None
 ) -> JavaTool:
     classic = spec.protocol == "classic"
-    tool = _quick(verifiable_consumer(
-        spec.release,
-        bootstrap,
-        topic,
-        group,
-        group_protocol=spec.protocol,
-        session_timeout_ms=timeouts.session_ms if classic else None,
-        assignment_strategy=spec.assignor if classic else None,
-        group_instance_id=spec.instance_id,
-        log_dir=log_dir,
-    ))
+    tool = _quick(
+        verifiable_consumer(
+            spec.release,
+            bootstrap,
+            topic,
+            group,
+            group_protocol=spec.protocol,
+            session_timeout_ms=timeouts.session_ms if classic else None,
+            assignment_strategy=spec.assignor if classic else None,
+            group_instance_id=spec.instance_id,
+            log_dir=log_dir,
+        )
+    )
     if not classic and spec.assignor is not None:
         tool.args += ["--group-remote-assignor", spec.assignor]
     props = {"client.id": f"upgrade-{spec.protocol}", "metadata.max.age.ms": "5000"}
@@ -212,7 +216,13 @@ def _start_confluent(
     if spec.instance_id is not None:
         config["group.instance.id"] = spec.instance_id
     consumer = ConfluentConsumer(
-        name, log, bootstrap=bootstrap, group_id=group, topics=[topic], group_protocol=spec.protocol, config=config
+        name,
+        log,
+        bootstrap=bootstrap,
+        group_id=group,
+        topics=[topic],
+        group_protocol=spec.protocol,
+        config=config,
     )
     consumer.start()
     return consumer

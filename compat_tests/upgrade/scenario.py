@@ -35,7 +35,7 @@ QUIET_S = 0.4
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One settled state of the fleet: what changed, when it settled, and the group as the coordinator saw it."""
+    """One settled state of the fleet: what changed, when it settled, the group as its coordinator saw it."""
 
     what: str
     started_ms: float
@@ -75,8 +75,16 @@ class RollingUpgrade:
     def _start_slot(self, slot: int, spec: MemberSpec) -> Member:
         n = self._starts[slot] = self._starts.get(slot, 0) + 1
         name = f"c{slot}.{n}"
-        m = start_member(name, spec, self.bootstrap, self.topic, self.group, self.log,
-                         timeouts=self.timeouts, log_dir=self.log_dir)
+        m = start_member(
+            name,
+            spec,
+            self.bootstrap,
+            self.topic,
+            self.group,
+            self.log,
+            timeouts=self.timeouts,
+            log_dir=self.log_dir,
+        )
         self.members[slot] = m
         return m
 
@@ -96,8 +104,9 @@ class RollingUpgrade:
         return self.settle(what, started)
 
     def start_producer(self, release: str = "4.3.1") -> None:
-        self.producer = verifiable_producer(release, self.bootstrap, self.topic, -1,
-                                            throughput=self.producer_rate, log_dir=self.log_dir).start()
+        self.producer = verifiable_producer(
+            release, self.bootstrap, self.topic, -1, throughput=self.producer_rate, log_dir=self.log_dir
+        ).start()
 
     def stop_slot(self, slot: int, *, kill: bool = False) -> Member:
         m = self.members.pop(slot)
@@ -167,7 +176,9 @@ class RollingUpgrade:
                 calm_since = None
             last = owners
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: group not settled in {timeout_s}s; owners {owners}; group {view}")
+                raise TimeoutError(
+                    f"{what}: group not settled in {timeout_s}s; owners {owners}; group {view}"
+                )
             time.sleep(0.1)
         step = Step(what, started_ms, now_ms(), self.expected_type(), view)
         self.steps.append(step)
@@ -185,8 +196,10 @@ class RollingUpgrade:
             if m.tool is not None and not m.ingested:
                 for e in m.tool.of_type(RecordsConsumed):
                     for r in e.ranges:
-                        seen.update((r.partition.topic, r.partition.partition, o)
-                                    for o in range(r.min_offset, r.max_offset + 1))
+                        seen.update(
+                            (r.partition.topic, r.partition.partition, o)
+                            for o in range(r.min_offset, r.max_offset + 1)
+                        )
         return seen
 
     def stop_producer(self) -> list[ProducedRecord]:
@@ -194,8 +207,10 @@ class RollingUpgrade:
         self.producer.stop()
         errors = self.producer.of_type(ProducerSendError)
         assert self.allow_send_errors or not errors, f"{len(errors)} producer send errors, e.g. {errors[:3]}"
-        return [ProducedRecord(e.partition.topic, e.partition.partition, e.offset, e.value.encode())
-                for e in self.producer.of_type(ProducerSendSuccess)]
+        return [
+            ProducedRecord(e.partition.topic, e.partition.partition, e.offset, e.value.encode())
+            for e in self.producer.of_type(ProducerSendSuccess)
+        ]
 
     def wait_consumed(self, produced: list[ProducedRecord], timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -205,7 +220,9 @@ class RollingUpgrade:
             if not gone:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"{len(gone)} of {len(produced)} records never consumed, e.g. {gone[:10]}")
+                raise AssertionError(
+                    f"{len(gone)} of {len(produced)} records never consumed, e.g. {gone[:10]}"
+                )
             time.sleep(0.2)
 
     def finish(self) -> list[ProducedRecord]:
