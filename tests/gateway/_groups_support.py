@@ -1,38 +1,12 @@
-"""Shared pieces of the group layer's unit tests: a gateway stand-in and request/response bytes.
-
-tests/gateway is a package, so pytest puts tests/ on sys.path; there tests/coordinator (a directory
-without __init__.py) would be taken for the namespace package ``coordinator`` and shadow the real
-one. ``real_coordinator()`` imports the real package first, with tests/ out of the path.
-"""
+"""Shared pieces of the group layer's unit tests: a gateway stand-in and request/response bytes."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-_TESTS = Path(__file__).resolve().parents[1]
-
-
-def real_coordinator() -> None:
-    mod = sys.modules.get("coordinator")
-    if mod is not None and getattr(mod, "__file__", None) is not None:
-        return
-    for name in [n for n in sys.modules if n == "coordinator" or n.startswith("coordinator.")]:
-        del sys.modules[name]
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _TESTS]
-    try:
-        import coordinator.assignors  # noqa: F401
-    finally:
-        sys.path[:] = saved
-
-
-real_coordinator()
-
-from gateway import codec, frames  # noqa: E402
-from gateway.config import GatewayConfig  # noqa: E402
-from gateway.upstream import BrokerDirectory  # noqa: E402
+from gateway import codec, frames
+from gateway.config import GatewayConfig
+from gateway.upstream import BrokerDirectory
 
 HOME_NODE = 1
 HOME_ADDR = ("127.0.0.1", 19093)

@@ -1,18 +1,13 @@
 """Wire <-> dataclass mapping of the group APIs, the advertised versions, and the coordinator settings."""
 
-# ruff: noqa: I001, E402 - _groups_support must be imported before anything that imports coordinator/
-
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
-from . import _groups_support  # noqa: F401
-
 from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest
+from pydantic import ValidationError
 
 from coordinator.describe import DescribedGroup, DescribedMember, DescribedTopicPartitions
 from coordinator.messages import ConsumerGroupHeartbeatResponse, TopicPartitions
@@ -20,7 +15,8 @@ from gateway import codec, rewrite
 from gateway import group_codec as gc
 from gateway.config import load_config
 from gateway.coordinator_settings import CoordinatorSettings
-from gateway.protocol.messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse as WireHb
+from gateway.protocol.messages import ConsumerGroupDescribeResponse
+from gateway.protocol.messages import ConsumerGroupHeartbeatResponse as WireHb
 from translate.classic_messages import JoinGroupResponse, LeaveGroupResponse, MemberResponse
 from translate.group_messages import ConsumerGroupDescribeResponse as DescribeDc
 

@@ -4,8 +4,6 @@ A stand-in gateway serves node 1; the upstream is unreachable, so whatever needs
 ListGroups merge) degrades to its documented error answers while the group APIs are answered locally.
 """
 
-# ruff: noqa: I001, E402 - _groups_support must be imported before anything that imports coordinator/
-
 from __future__ import annotations
 
 import asyncio
@@ -14,9 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ._groups_support import HOME_ADDR, HOME_NODE, StubConnection, StubGateway, call, request_payload
-
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.consumer.group import (
@@ -36,6 +31,8 @@ from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+
+from ._groups_support import HOME_ADDR, HOME_NODE, StubConnection, StubGateway, call, request_payload
 
 MEMBER_ID_REQUIRED = 79
 UNKNOWN_MEMBER_ID = 25
