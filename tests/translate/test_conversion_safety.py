@@ -34,13 +34,15 @@ def assert_single_owner(d: Driver) -> None:
             assert seen.setdefault(p, mid) == mid, f"partition {p}: {seen[p]} and {mid}"
 
 
-def rebalancing_fleet(d: Driver) -> tuple[list[str], int]:
+def rebalancing_fleet(d: Driver) -> dict[str, dict[str, list[int]]]:
     """A Stable classic group of three that starts a new generation; the generation is answered
     (CompletingRebalance) but a member leaves before the leader syncs, which resets every
-    classic assignment while the members still hold the ones they synced."""
-    ids, generation = d.classic_fleet()
+    classic assignment while the members still hold the ones they synced. Returns the two
+    remaining members' synced partitions."""
+    ids, _ = d.classic_fleet()
+    synced = {mid: partitions_of(d.classic().members[mid].assignment) for mid in ids[:2]}
     # A rejoin with a new subscription (v1: it lists what it owns) starts a rebalance.
-    d.join(member_id=ids[0], client="a", owned=partitions_of(d.classic().members[ids[0]].assignment))
+    d.join(member_id=ids[0], client="a", owned=synced[ids[0]])
     assert d.classic().is_in(ClassicGroupState.PREPARING_REBALANCE)
     for mid, client in zip(ids[1:], ("b", "c"), strict=True):
         d.join(member_id=mid, client=client)
@@ -49,29 +51,20 @@ def rebalancing_fleet(d: Driver) -> tuple[list[str], int]:
     classic = d.classic()
     assert classic.is_in(ClassicGroupState.PREPARING_REBALANCE)
     assert all(m.assignment == b"" for m in classic.members.values())
-    return ids[:2], generation
+    return synced
 
 
 def test_a_rebalance_keeps_each_members_last_synced_assignment() -> None:
     d = Driver()
-    synced: dict[str, dict[str, list[int]]] = {}
-    original = d.classic_fleet
-
-    def fleet() -> tuple[list[str], int]:
-        result = original()
-        synced.update({mid: partitions_of(m.assignment) for mid, m in d.classic().members.items()})
-        return result
-
-    d.classic_fleet = fleet  # type: ignore[method-assign]
-    ids, _ = rebalancing_fleet(d)
-    for mid in ids:
-        assert partitions_of(d.classic().members[mid].synced_assignment) == synced[mid]
+    synced = rebalancing_fleet(d)
+    for mid, partitions in synced.items():
+        assert partitions and partitions_of(d.classic().members[mid].synced_assignment) == partitions
 
 
 def test_upgrading_a_rebalancing_group_counts_the_last_synced_assignment_as_held() -> None:
     d = Driver()
-    ids, _ = rebalancing_fleet(d)
-    synced = {mid: frozenset(partitions_of(d.classic().members[mid].synced_assignment)[TOPIC]) for mid in ids}
+    synced = {mid: frozenset(parts[TOPIC]) for mid, parts in rebalancing_fleet(d).items()}
+    ids = list(synced)
     response = d.consumer("m1")
     assert response.error_code == 0
     group = d.cgroup()
