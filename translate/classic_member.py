@@ -31,16 +31,12 @@ from coordinator.state import Tx
 from coordinator.timers import session_key
 from translate.classic_join import join_error
 from translate.classic_messages import (
-    BATCH_LEAVE_VERSION,
     MEMBER_ID_REQUIRED_VERSION,
     UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    MemberResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -289,42 +285,6 @@ class ClassicMemberTranslator:
         key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)
         if key not in self.deadlines:
             self._schedule(out, key, now_ms + max(member.rebalance_timeout_ms, 0))
-
-    # ---- LeaveGroup --------------------------------------------------------------------------
-    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
-        group = self.coordinator.group(request.group_id)
-        if group is None:
-            out.respond(request_key, LeaveGroupResponse(error_code=Errors.UNKNOWN_MEMBER_ID))
-            return out
-        tx = self.coordinator.begin()
-        results: list[MemberResponse] = []
-        for identity in request.members:
-            error = Errors.NONE
-            member: ConsumerGroupMember | None = None
-            if identity.group_instance_id is None:
-                member = group.members.get(identity.member_id)
-                if member is None or not member.uses_classic_protocol:
-                    error = Errors.UNKNOWN_MEMBER_ID
-            else:
-                owner = group.static_members.get(identity.group_instance_id)
-                if owner is None:
-                    error = Errors.UNKNOWN_MEMBER_ID
-                elif identity.member_id != UNKNOWN_MEMBER_ID and identity.member_id != owner:
-                    error = Errors.FENCED_INSTANCE_ID
-                else:
-                    member = group.members[owner]
-            if error is Errors.NONE and member is not None:
-                # Static classic members leave for good: they have no temporary leave (epoch -2).
-                self.coordinator.remove_member(tx, group.group_id, member.member_id, now_ms)
-                self.cancel_member_timers(out, group.group_id, member.member_id)
-            results.append(MemberResponse(identity.member_id, identity.group_instance_id, error))
-        self._take_tx(out, tx)
-        response = LeaveGroupResponse(members=results)
-        if request.api_version < BATCH_LEAVE_VERSION and results:
-            response.error_code = results[0].error_code
-        out.respond(request_key, response)
-        return out
 
     # ---- timers ------------------------------------------------------------------------------
     def on_timer(self, key: tuple[str, str, str], now_ms: int) -> Result:

@@ -19,8 +19,6 @@ from translate.classic_messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupRequestProtocol,
-    LeaveGroupRequest,
-    MemberIdentity,
     SyncGroupRequest,
 )
 from translate.embedded import (
@@ -190,25 +188,6 @@ def test_static_classic_member_restart_takes_over_its_assignment() -> None:
     assert new_id != old_id and old_id not in group.members
     assert group.members[new_id].assigned_partitions == before
     assert w.heartbeat(old_id, generation, instance_id="s1") == Errors.FENCED_INSTANCE_ID
-
-
-def test_classic_leave_batch_removes_classic_members_and_refuses_others() -> None:
-    w = World()
-    consumer = w.consumer_member()
-    classic, _ = w.joined()
-    group = w.coordinator.group("g")
-    assert group is not None
-    epoch = group.group_epoch
-    result = w.translator.leave_group(
-        LeaveGroupRequest("g", [MemberIdentity(classic), MemberIdentity(consumer), MemberIdentity("", "nope")]),
-        "l", 0,
-    )
-    body = result.responses[0].body
-    assert [m.error_code for m in body.members] == [  # type: ignore[union-attr]
-        Errors.NONE, Errors.UNKNOWN_MEMBER_ID, Errors.UNKNOWN_MEMBER_ID,
-    ]
-    assert classic not in group.members and consumer in group.members
-    assert group.group_epoch > epoch
 
 
 def test_classic_member_that_never_syncs_is_fenced_by_its_sync_timer() -> None:

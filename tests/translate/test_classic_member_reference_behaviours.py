@@ -179,6 +179,16 @@ def test_classic_static_member_leaving_is_removed_outright() -> None:
     assert member_id not in d.cgroup().members and "s1" not in d.cgroup().static_members
 
 
+def test_classic_leave_refuses_a_consumer_protocol_member_by_member_id() -> None:
+    d = Driver()
+    classic, _ = consumer_group_with_classic_member(d)
+    response = d.leave(identity(classic), identity("m1"), identity("nobody"))
+    assert [m.error_code for m in response.members] == [
+        Errors.NONE, Errors.UNKNOWN_MEMBER_ID, Errors.UNKNOWN_MEMBER_ID,
+    ]
+    assert classic not in d.cgroup().members and "m1" in d.cgroup().members
+
+
 def test_classic_leave_with_the_wrong_member_id_for_an_instance_is_fenced() -> None:
     d = Driver()
     consumer_group_with_classic_member(d, instance_id="s1")
