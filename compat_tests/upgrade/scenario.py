@@ -60,6 +60,8 @@ class RollingUpgrade:
     check_group: bool = True
     # A produce in flight when the endpoint dies fails; only acknowledged records are promised delivery.
     allow_send_errors: bool = False
+    # Whether a restart waits for the other members to settle before starting the slot again.
+    settle_between: bool = False
     log: EventLog = field(default_factory=EventLog)
     members: dict[int, Member] = field(default_factory=dict)
     retired: list[Member] = field(default_factory=list)
@@ -118,7 +120,7 @@ class RollingUpgrade:
         self.retired.append(m)
         return m
 
-    def restart(self, slot: int, spec: MemberSpec, *, settle_between: bool = False) -> Step:
+    def restart(self, slot: int, spec: MemberSpec, *, settle_between: bool | None = None) -> Step:
         """Stop the slot's consumer cleanly and start it again as ``spec`` (its JVM boots while the others
         rebalance without it; ``settle_between`` waits for that rebalance first); wait for the group to
         settle. Kafka upgrades a classic group even mid-rebalance (its join and sync waiters are told
@@ -126,7 +128,7 @@ class RollingUpgrade:
         started = now_ms()
         old = self.members[slot].spec.label()
         self.stop_slot(slot)
-        if settle_between:
+        if self.settle_between if settle_between is None else settle_between:
             self.settle(f"slot {slot} stopped", started)
         self._start_slot(slot, spec)
         return self.settle(f"slot {slot}: {old} -> {spec.label()}", started)
@@ -180,6 +182,8 @@ class RollingUpgrade:
                 calm_since = None
             last = owners
             if time.monotonic() > deadline:
+                if self.check_group:
+                    view = group_probe.describe(self.bootstrap, self.group)
                 raise TimeoutError(
                     f"{what}: group not settled in {timeout_s}s; owners {owners}; group {view}"
                 )
