@@ -89,6 +89,11 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned_partitions: Assignment = EMPTY_ASSIGNMENT
     partitions_pending_revocation: Assignment = EMPTY_ASSIGNMENT
+    # Derived (KIP-1251 "assignment epochs"): topic id -> partition -> the member epoch at which the
+    # member was given the partition it still holds. Rebuilt by replay from the current-assignment
+    # records; after log compaction only the last record remains, so the epochs can only be later
+    # (stricter), never earlier.
+    assignment_epochs: dict[uuid.UUID, dict[int, int]] = field(default_factory=dict)
 
     @property
     def member_type(self) -> MemberType:

@@ -6,6 +6,9 @@ Commits do not extend a member's session.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable, Mapping
+
 from coordinator.errors import Errors
 from coordinator.model import ConsumerGroup
 
@@ -25,6 +28,7 @@ def validate_offset_commit(
     member_epoch: int,
     api_version: int,
     is_transactional: bool = False,
+    partitions: Mapping[uuid.UUID, Iterable[int]] | None = None,
 ) -> Errors:
     """OffsetCommit (and TxnOffsetCommit with ``is_transactional``) against a consumer group.
 
@@ -47,9 +51,27 @@ def validate_offset_commit(
     if not is_transactional and not classic and api_version < MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_PROTOCOL:
         return Errors.UNSUPPORTED_VERSION
     err = _epoch_error(member_epoch, member.member_epoch, classic)
+    if member_epoch > member.member_epoch:
+        partitions = None  # a future epoch is never valid
+    if err is not Errors.NONE and not classic and partitions and _assigned_since(member.assignment_epochs, partitions, member_epoch):
+        # KIP-1251: assignmentEpoch(partition) <= client epoch <= member epoch. A commit sent just
+        # before a heartbeat moved the member to a new epoch, for partitions it held all along, is
+        # no zombie (Kafka 4.3 accepts it; librdkafka's synchronous commit raises otherwise).
+        return Errors.NONE
     if err is Errors.STALE_MEMBER_EPOCH and is_transactional:
         return Errors.ILLEGAL_GENERATION
     return err
+
+
+def _assigned_since(
+    epochs: Mapping[uuid.UUID, Mapping[int, int]], partitions: Mapping[uuid.UUID, Iterable[int]], received: int
+) -> bool:
+    for topic_id, parts in partitions.items():
+        since = epochs.get(topic_id)
+        for p in parts:
+            if since is None or p not in since or since[p] > received:
+                return False
+    return True
 
 
 def validate_offset_fetch(group: ConsumerGroup | None, member_id: str | None, member_epoch: int) -> Errors:

@@ -70,6 +70,13 @@ def _own(group: ConsumerGroup, member_id: str, a: Assignment) -> None:
 def _set_assignment(group: ConsumerGroup, m: ConsumerGroupMember, v: CurrentMemberAssignmentValue | None) -> None:
     _release(group, m.member_id, m.assigned_partitions)
     _release(group, m.member_id, m.partitions_pending_revocation)
+    previous_epochs = m.assignment_epochs
+    m.assignment_epochs = {}
+    if v is not None:
+        for t, parts in v.assigned_partitions.items():
+            if parts:
+                since = previous_epochs.get(t, {})
+                m.assignment_epochs[t] = {p: since.get(p, v.member_epoch) for p in parts}
     if v is None:
         m.member_epoch = 0
         m.previous_member_epoch = 0

@@ -80,9 +80,12 @@ class ConsumerGroupCoordinator:
         return list_groups(self.state, states, types)
 
     def validate_offset_commit(
-        self, group_id: str, member_id: str, member_epoch: int, api_version: int, is_transactional: bool = False
+        self, group_id: str, member_id: str, member_epoch: int, api_version: int, is_transactional: bool = False,
+        partitions: Mapping[uuid.UUID, Iterable[int]] | None = None,
     ) -> Errors:
-        return validate_offset_commit(self.state.groups.get(group_id), member_id, member_epoch, api_version, is_transactional)
+        return validate_offset_commit(
+            self.state.groups.get(group_id), member_id, member_epoch, api_version, is_transactional, partitions
+        )
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> Errors:
         return validate_offset_fetch(self.state.groups.get(group_id), member_id, member_epoch)

@@ -44,6 +44,18 @@ def _partition_errors(topics: Any, error: int) -> list[tuple[str, list[tuple[int
     return [(t.name, [(p.partition_index, error) for p in t.partitions]) for t in topics]
 
 
+def _committed(msg: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The (topic name, partitions) an OffsetCommit / TxnOffsetCommit writes; None when it names
+    topics by id only (OffsetCommit v10+ without names): then only the exact epoch is accepted."""
+    out = []
+    for t in getattr(msg, "topics", None) or ():
+        name = getattr(t, "name", None)
+        if not name:
+            return None
+        out.append((name, tuple(p.partition_index for p in t.partitions)))
+    return tuple(out)
+
+
 class OffsetBridge:
     def __init__(self, layer: GroupLayer) -> None:
         self.layer = layer
@@ -59,6 +71,7 @@ class OffsetBridge:
             generation_id=msg.generation_id_or_member_epoch if version >= 1 else -1,
             group_instance_id=msg.group_instance_id if version >= 7 else None,
             api_version=version,
+            partitions=_committed(msg),
         )
         results = await self._commit(check, gc.OFFSET_COMMIT, version, msg)
         cls = gc.response_cls(gc.OFFSET_COMMIT)
@@ -84,6 +97,7 @@ class OffsetBridge:
             group_instance_id=msg.group_instance_id if version >= 3 else None,
             api_version=version,
             is_transactional=True,
+            partitions=_committed(msg),
         )
         results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg)
         cls = gc.response_cls(gc.TXN_OFFSET_COMMIT)

@@ -104,6 +104,8 @@ class OffsetCommitCheck:
     group_instance_id: str | None = None
     api_version: int = 9
     is_transactional: bool = False
+    # topic name -> partitions being committed (KIP-1251 validation); None when unknown
+    partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
 
 @dataclass(slots=True)

@@ -419,8 +419,19 @@ class GroupService:
     def validate_offset_commit(self, check: OffsetCommitCheck, now_ms: int) -> Errors:
         group = self._consumer_group(check.group_id)
         if group is not None:
+            partitions: dict[uuid.UUID, set[int]] | None = None
+            if check.partitions is not None:
+                topics = self.coordinator.state.topics
+                partitions = {}
+                for name, parts in check.partitions:
+                    meta = topics.get(name)
+                    if meta is None:
+                        partitions = None  # an unknown topic: only the exact epoch is valid
+                        break
+                    partitions.setdefault(meta.topic_id, set()).update(parts)
             return self.coordinator.validate_offset_commit(
-                check.group_id, check.member_id, check.generation_id, check.api_version, check.is_transactional
+                check.group_id, check.member_id, check.generation_id, check.api_version, check.is_transactional,
+                partitions,
             )
         return self.classic_groups.validate_offset_commit(
             check.group_id, check.member_id, check.generation_id, check.group_instance_id,
