@@ -167,13 +167,6 @@ def test_confluent_fleet_rolling_upgrade_and_downgrade(
     assert_rolling_upgrade(run, produced)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="gateway bug (intermittent, 2 of 4 runs; never on Kafka's coordinator): during the rolling "
-    "downgrade, a librdkafka classic member that rejoins the consumer group within milliseconds of its "
-    "predecessor's LeaveGroup leaves the group unsettled: one KIP-848 member holds no partition while "
-    "another holds two, for over 60 s",
-)
 def test_confluent_fleet_restarted_without_waiting_for_the_intermediate_rebalance(
     endpoint: Endpoint, new_run: Callable[..., RollingUpgrade]
 ) -> None:

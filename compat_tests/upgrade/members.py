@@ -76,7 +76,11 @@ class Member:
     def running(self) -> bool:
         if self.tool is not None:
             return self.tool.alive()
-        return self.confluent is not None and self.killed_at_ms is None and not self.confluent._stop.is_set()
+        c = self.confluent
+        if c is None or self.killed_at_ms is not None or c._stop.is_set():
+            return False
+        # A client whose poll thread died (its error is kept) is not running, whatever was asked of it.
+        return c.error is None and c._thread is not None and c._thread.is_alive()
 
     def owned(self) -> set[TP]:
         """What this incarnation holds right now, replaying its own assigned/revoked events."""
