@@ -56,6 +56,18 @@ def _committed(msg: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
     return tuple(out)
 
 
+def _commit_response(api_key: int, prefix: str, version: int, results: list[tuple[str, list[tuple[int, int]]]]) -> Any:
+    """An OffsetCommit / TxnOffsetCommit response (same shape, message-specific class names)."""
+    cls = gc.response_cls(api_key)
+    topic_cls = getattr(cls, f"{prefix}Topic")
+    partition_cls = getattr(topic_cls, f"{prefix}Partition")
+    topics = [
+        topic_cls(name=name, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts])
+        for name, parts in results
+    ]
+    return cls[version](topics=topics)
+
+
 class OffsetBridge:
     def __init__(self, layer: GroupLayer) -> None:
         self.layer = layer
@@ -74,18 +86,7 @@ class OffsetBridge:
             partitions=_committed(msg),
         )
         results = await self._commit(check, gc.OFFSET_COMMIT, version, msg)
-        cls = gc.response_cls(gc.OFFSET_COMMIT)
-        topics = [
-            cls.OffsetCommitResponseTopic(
-                name=name,
-                partitions=[
-                    cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(partition_index=p, error_code=e)
-                    for p, e in parts
-                ],
-            )
-            for name, parts in results
-        ]
-        return cls[version](topics=topics)
+        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results)
 
     async def txn_offset_commit(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
@@ -100,18 +101,7 @@ class OffsetBridge:
             partitions=_committed(msg),
         )
         results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg)
-        cls = gc.response_cls(gc.TXN_OFFSET_COMMIT)
-        topics = [
-            cls.TxnOffsetCommitResponseTopic(
-                name=name,
-                partitions=[
-                    cls.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(partition_index=p, error_code=e)
-                    for p, e in parts
-                ],
-            )
-            for name, parts in results
-        ]
-        return cls[version](topics=topics)
+        return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, results)
 
     async def _commit(
         self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any
