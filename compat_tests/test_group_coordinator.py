@@ -167,6 +167,8 @@ def test_confluent_consumer_protocol_group_coordinated_by_the_gateway(
             30,
             "offsets committed on the broker",
         )
+        # Consuming everything can finish while the second member is still reconciling: wait for Stable.
+        _wait(lambda: _describe(coordinator_gateway, group).group_state == "Stable", 30, "group stable", coordinator_gateway)
         described = _describe(coordinator_gateway, group)
         assert described.error_code == 0 and described.group_state == "Stable", described
         assert sorted(m.client_id for m in described.members) == ["c0", "c1"]
