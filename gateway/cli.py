@@ -1,4 +1,6 @@
-"""The ``groupgate`` command: serve, dev, kafka fetch (and rehearse, when the rehearsal package provides it)."""
+"""The ``groupgate`` command: serve, dev, kafka fetch (and rehearse, when the rehearsal package provides it).
+
+``kafka fetch`` also fetches Spark's Kafka connector when PySpark is installed (rehearsal/spark_kafka.py)."""
 
 from __future__ import annotations
 
@@ -182,6 +184,16 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
     for dist in kafka_dist.all_distributions():
         path = kafka_dist.fetch(dist, quiet=not args.verbose)
         print(f"{dist.name}: {path}", flush=True)
+    if importlib.util.find_spec("pyspark") is not None and importlib.util.find_spec("rehearsal.spark_kafka"):
+        # Spark's Kafka connector, for `groupgate rehearse report kafka://...`.
+        from rehearsal import spark_kafka
+
+        try:
+            jars = spark_kafka.connector_jars(quiet=not args.verbose)
+        except spark_kafka.ConnectorError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return 1
+        print(f"{spark_kafka.distribution().name}: {jars[0].parent}", flush=True)
     return 0
 
 

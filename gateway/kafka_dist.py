@@ -4,6 +4,8 @@ groupgate's development mode and its test harness run a real Apache Kafka broker
 (VerifiableProducer/VerifiableConsumer, the perf-test tools, older kafka-clients for legacy-client tests).
 The jars come from Maven Central, resolved by Maven itself (transitive runtime dependencies), into
 ``$GROUPGATE_CACHE`` (default ``~/.cache/groupgate``), one directory of jars per distribution.
+Other jar sets (Spark's Kafka connector for the rehearsal report, rehearsal/spark_kafka.py) are fetched
+the same way, with version pins (dependencyManagement) and artifacts left out that the host already has.
 
 The current release is pinned to the newest 4.x release whose broker *and* kafka-tools artifacts are both
 published; older releases serve as legacy clients.
@@ -27,10 +29,15 @@ SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"
 
 @dataclass(frozen=True, slots=True)
 class Distribution:
-    """One set of jars: a name, the Maven coordinates to resolve, and where they land."""
+    """One set of jars: a name, the Maven coordinates to resolve, and where they land.
+
+    managed: ``group:artifact:version`` pins for transitive dependencies (the version may be a Maven
+    range); exclude: artifactIds not copied (the host application ships its own)."""
 
     name: str
     artifacts: tuple[str, ...]
+    managed: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
 
     @property
     def libs(self) -> Path:
@@ -83,7 +90,7 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
   <artifactId>fetch-{name}</artifactId>
   <version>0</version>
   <packaging>pom</packaging>
-  <dependencies>
+{management}  <dependencies>
 {deps}
   </dependencies>
 </project>
@@ -92,6 +99,23 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
 _DEP = """    <dependency>
       <groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>
     </dependency>"""
+
+
+_MANAGEMENT = """  <dependencyManagement>
+  <dependencies>
+{deps}
+  </dependencies>
+  </dependencyManagement>
+"""
+
+
+def _deps(coordinates: tuple[str, ...]) -> str:
+    return "\n".join(_DEP.format(g=g, a=a, v=v) for g, a, v in (c.split(":") for c in coordinates))
+
+
+def pom(dist: Distribution) -> str:
+    management = _MANAGEMENT.format(deps=_deps(dist.managed)) if dist.managed else ""
+    return _POM.format(name=dist.name, management=management, deps=_deps(dist.artifacts))
 
 
 class FetchError(RuntimeError):
@@ -104,30 +128,31 @@ def fetch(dist: Distribution, *, quiet: bool = True) -> Path:
         return dist.libs
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise FetchError("Maven ('mvn') is needed to fetch Apache Kafka from Maven Central; install it")
-    deps = "\n".join(_DEP.format(g=g, a=a, v=v) for g, a, v in (c.split(":") for c in dist.artifacts))
+        raise FetchError(f"Maven ('mvn') is needed to fetch {dist.name} from Maven Central; install it")
     target = dist.libs
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as tmp:
-        pom = Path(tmp) / "pom.xml"
-        pom.write_text(_POM.format(name=dist.name, deps=deps))
+        pom_path = Path(tmp) / "pom.xml"
+        pom_path.write_text(pom(dist))
         cmd = [
             mvn,
             "-B",
             "-f",
-            str(pom),
+            str(pom_path),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={target}",
             "-DincludeScope=runtime",
         ]
+        if dist.exclude:
+            cmd.append("-DexcludeArtifactIds=" + ",".join(dist.exclude))
         if quiet:
             cmd.insert(1, "-q")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise FetchError(f"fetching {dist.name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    (dist.libs.parent / ".complete").write_text("\n".join(dist.artifacts) + "\n")
+    (dist.libs.parent / ".complete").write_text("\n".join((*dist.artifacts, *dist.managed)) + "\n")
     return dist.libs
 
 

@@ -94,7 +94,11 @@ def report_main(
     owned_session = SparkSession.getActiveSession() is None
     kafka = any(p.startswith(pipeline.KAFKA_SCHEME) for p in paths)
     say(f"starting Spark ({master or 'local[*]'}{', with the Kafka connector' if kafka else ''})")
-    spark = pipeline.spark_session(master, kafka=kafka)
+    try:
+        spark = pipeline.spark_session(master, kafka=kafka)
+    except pipeline.spark_kafka.ConnectorError as e:
+        echo(f"error: {e}")
+        return 2
     try:
         say("reading events")
         try:

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from rehearsal import spark_kafka
 from rehearsal.events import CLIENT_MIXES, EVENT_RANK, EventLogError, event_files
 from rehearsal.tables import CHANGE_EVENTS, PERCENTILES, TABLES, fleet_summary
 
@@ -56,21 +57,21 @@ _MEMBER_EVENTS = (
 _PARTITION_EVENTS = ("assignment_sent", "partitions_assigned", "partitions_revoked")
 
 
-def kafka_package(spark_version: str) -> str:
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"
-
-
 def spark_session(
     master: str | None = None, *, kafka: bool = False, conf: dict[str, str] | None = None
 ) -> SparkSession:
     """A session for the analysis; local[*] unless a master is given. kafka adds the Kafka connector.
 
     A session that is already active (an embedding application's, or a test's) is returned as it is:
-    its master and settings are its owner's choice, and the connector cannot be added to it."""
-    import pyspark
-
+    its master and settings are its owner's choice, and the connector cannot be added to it (with kafka,
+    a session without it is an error: spark_kafka.ConnectorError)."""
     active = SparkSession.getActiveSession()
     if active is not None:
+        if kafka and not spark_kafka.has_connector(active):
+            raise spark_kafka.ConnectorError(
+                "the active Spark session was started without Spark's Kafka connector: give it "
+                "spark.jars=<rehearsal.spark_kafka.connector_jars()> when it starts"
+            )
         return active
     master = master or "local[*]"
     builder = (
@@ -83,10 +84,12 @@ def spark_session(
     if master.startswith("local"):
         # Rehearsal logs are small next to Spark's default of 200 shuffle partitions for one machine.
         builder = builder.config("spark.sql.shuffle.partitions", "8")
+    conf = dict(conf or {})
     if kafka:
-        # Resolved from Maven Central by Spark (Ivy) when the session starts.
-        builder = builder.config("spark.jars.packages", kafka_package(pyspark.__version__))
-    for key, value in (conf or {}).items():
+        # The connector's jars, fetched with Maven into the cache once (rehearsal/spark_kafka.py).
+        jars = [str(p) for p in spark_kafka.connector_jars()]
+        conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *jars]))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
