@@ -39,6 +39,12 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classic-groups", choices=["native", "translate"], help="how JoinGroup groups are run")
     p.add_argument("--fsync", choices=["always", "interval", "never"], help="group state log durability")
     p.add_argument(
+        "--rebalance-events",
+        metavar="PATH",
+        help="append the group coordinator's rebalance events (JSON lines) to PATH (default: off)",
+    )
+    p.add_argument("--rebalance-run", metavar="ID", help="the run id of those events (default: gateway)")
+    p.add_argument(
         "--coordinator",
         choices=["on", "off"],
         help="off: pass every group API through to the upstream (no group coordinator in the gateway)",
@@ -65,6 +71,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "fsync": args.fsync,
         "enabled": None if args.coordinator is None else args.coordinator == "on",
         "state_dir": getattr(args, "coordinator_state_dir", None),
+        "rebalance_events": args.rebalance_events,
+        "rebalance_run": args.rebalance_run,
     }
     out["coordinator"] = {k: v for k, v in coordinator.items() if v is not None}
     return out

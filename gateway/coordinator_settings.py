@@ -44,6 +44,11 @@ class CoordinatorSettings(BaseModel):
     # the gateway); 0 disables the periodic check (a commit error still triggers one).
     upstream_check_s: float = Field(default=30.0, ge=0)
 
+    # Where the gateway appends its rebalance events (JSON lines, docs/rehearsal-events.md); None: off.
+    rebalance_events: str | None = None
+    # The ``run`` of those events: groups of different runs are analysed as distinct groups.
+    rebalance_run: str = Field(default="gateway", min_length=1)
+
     classic_groups: Literal["native", "translate"] = "native"
     migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = Field(
         default="bidirectional",

@@ -43,6 +43,7 @@ from translate.group_messages import (
     ListGroupsResponse,
 )
 from translate.group_service import GroupService
+from translate.rebalance_events import RebalanceEventDeriver
 
 from . import codec, frames
 from . import group_codec as gc
@@ -50,6 +51,7 @@ from .coordinator_settings import CoordinatorSettings
 from .logging import get_logger
 from .metadata_watch import MetadataWatch, TopicImage
 from .offsets import OffsetBridge
+from .rebalance_log import RebalanceEventLog
 from .state_log import FileStateLog, Record, StateLog
 from .upstream import UpstreamError
 from .upstream_client import UpstreamClient
@@ -77,6 +79,12 @@ class GroupLayer:
         self.service = GroupService(
             service_config, coordinator_config, new_member_id=lambda client_id: f"{client_id}-{uuid.uuid4()}"
         )
+        # Calls that change groups go through the event deriver when rebalance events are written.
+        self.events: RebalanceEventLog | None = None
+        self._calls: GroupService | RebalanceEventDeriver = self.service
+        if settings.rebalance_events:
+            self.events = RebalanceEventLog(settings.rebalance_events, settings.rebalance_run, self.service)
+            self._calls = self.events.deriver
         self._match_all = settings.managed_groups == ".*"
         self._managed = re2.compile(settings.managed_groups)
         self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
@@ -136,7 +144,7 @@ class GroupLayer:
             await self.watch.refresh()
         except UpstreamError as e:
             log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
-        self._apply(self.service.on_loaded(self._now()))
+        self._apply(self._calls.on_loaded(self._now()))
         self._spawn(self.watch.run_forever())
         if self.settings.upstream_check_s > 0:
             self._spawn(self._check_upstream_forever())
@@ -159,6 +167,8 @@ class GroupLayer:
             await self.state_log.sync()
             self.state_log.close()
             self.state_log = None
+        if self.events is not None:
+            self.events.close()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -183,7 +193,7 @@ class GroupLayer:
                 await self._ready.wait()
                 if topics:
                     await self.watch.ensure(topics)
-                result = self.service.handle(request, key, self._now())
+                result = self._calls.handle(request, key, self._now())
                 self._apply(result)
         except BaseException:
             self._waiting.pop(key, None)
@@ -247,7 +257,7 @@ class GroupLayer:
     def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
         try:
-            result = self.service.on_timer(key, self._now())
+            result = self._calls.on_timer(key, self._now())
         except Exception:
             log.exception("group timer failed", timer=list(key))
             return
@@ -256,7 +266,7 @@ class GroupLayer:
             self._spawn(self._release(result))
 
     def _on_topics(self, image: TopicImage) -> None:
-        result = self.service.on_metadata(image, self._now())
+        result = self._calls.on_metadata(image, self._now())
         self._apply(result)
         if result.responses or result.records:
             self._spawn(self._release(result))

@@ -284,25 +284,31 @@ class RebalanceEventDeriver:
             return _Snapshot(CONSUMER, frozenset(group.members), group.group_epoch, group.state() is GroupState.STABLE, False)
         return _NO_GROUP
 
-    def _name_of(self, topic_id: uuid.UUID) -> str | None:
+    def _name_of(self, topic_id: uuid.UUID, gid: str) -> str | None:
+        """The topic's name in the service's topic image, else in the group's own subscription metadata
+        (persisted with the group, so known right after a replay, before the image is loaded)."""
         name = self._names.get(topic_id)
         if name is None:
             topics = self.service.coordinator.state.topics
             if len(self._names) != len(topics):
                 self._names = {m.topic_id: n for n, m in topics.items()}
                 name = self._names.get(topic_id)
+        if name is None:
+            group = self.service.coordinator.group(gid)
+            if group is not None:
+                name = next((n for n, m in group.subscription_metadata.items() if m.topic_id == topic_id), None)
         return name
 
-    def _named(self, items: Iterable[TopicPartitions]) -> set[TP]:
+    def _named(self, items: Iterable[TopicPartitions], gid: str) -> set[TP]:
         out: set[TP] = set()
         for item in items:
-            name = self._name_of(item.topic_id)
+            name = self._name_of(item.topic_id, gid)
             if name is not None:
                 out.update((name, p) for p in item.partitions)
         return out
 
-    def _named_assignment(self, assignment: Assignment) -> set[TP]:
-        return self._named(TopicPartitions(t, sorted(p)) for t, p in assignment.items())
+    def _named_assignment(self, assignment: Assignment, gid: str) -> set[TP]:
+        return self._named((TopicPartitions(t, sorted(p)) for t, p in assignment.items()), gid)
 
     @staticmethod
     def _decoded(blob: bytes) -> set[TP] | None:
@@ -429,9 +435,10 @@ class RebalanceEventDeriver:
         gid, member_id = request.group_id, response.member_id
         member = self._join(gid, member_id, CONSUMER, response.member_epoch, request.instance_id)
         if request.topic_partitions is not None:
-            self._acknowledge(gid, member_id, member, self._named(request.topic_partitions), request.member_epoch)
+            owned = self._named(request.topic_partitions, gid)
+            self._acknowledge(gid, member_id, member, owned, request.member_epoch)
         if response.assignment is not None:
-            told = self._named(response.assignment)
+            told = self._named(response.assignment, gid)
             self._emit("assignment_sent", gid, member_id, CONSUMER, member_epoch=response.member_epoch, partitions=_tps(told))
 
     def _responses(self, result: GroupResult) -> None:
@@ -524,7 +531,7 @@ class RebalanceEventDeriver:
             assert group is not None
             for target in group.target_assignment.values():
                 assert partitions is not None
-                partitions |= self._named_assignment(target)
+                partitions |= self._named_assignment(target, gid)
         self._emit("group_stable", gid, None, after.type or CONSUMER, group_epoch=after.epoch,
                    partitions=None if partitions is None else _tps(partitions))
 
@@ -550,7 +557,9 @@ class RebalanceEventDeriver:
         for member_id, cm in consumer.members.items():
             protocol = CLASSIC if cm.uses_classic_protocol else CONSUMER
             known = group.members.setdefault(member_id, _Member(protocol, cm.member_epoch))
-            held = self._named_assignment(cm.assigned_partitions) | self._named_assignment(cm.partitions_pending_revocation)
+            held = self._named_assignment(cm.assigned_partitions, gid) | self._named_assignment(
+                cm.partitions_pending_revocation, gid
+            )
             if held:
                 self._acknowledge(gid, member_id, known, held, cm.member_epoch)
 

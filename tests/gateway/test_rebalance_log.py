@@ -1,0 +1,105 @@
+"""The gateway's rebalance event log (--rebalance-events): wire requests in, schema-valid JSON lines out."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gateway import group_codec as gc
+from gateway.cli import _flags, build_parser
+from gateway.config import load_config
+from gateway.groups import GroupLayer
+from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from rehearsal import oracle
+from rehearsal.events import read_events, validate_logs
+
+from ._groups_support import StubGateway, call
+from .test_groups_layer import settings
+
+
+async def _started(**kw: Any) -> GroupLayer:
+    layer = GroupLayer(StubGateway(), settings(**kw))  # type: ignore[arg-type]
+    layer.install()
+    await layer.start()
+    return layer
+
+
+async def _heartbeat(layer: GroupLayer, member: str, epoch: int, owned: list[int] | None, topic_id: uuid.UUID) -> Any:
+    tps = None if owned is None else [
+        ConsumerGroupHeartbeatRequest[1].TopicPartitions(topic_id=topic_id, partitions=owned)
+    ] if owned else []
+    req = ConsumerGroupHeartbeatRequest[1](
+        group_id="cg", member_id=member, member_epoch=epoch, rebalance_timeout_ms=5000,
+        subscribed_topic_names=["t"] if epoch == 0 else None, topic_partitions=tps,
+    )
+    return await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req)
+
+
+def test_the_options_reach_the_coordinator_settings(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["serve", "--upstream", "127.0.0.1:9093", "--rebalance-events", str(tmp_path / "e.jsonl"), "--rebalance-run", "r7"]
+    )
+    config = load_config(None, _flags(args), environ={})
+    assert config.coordinator.rebalance_events == str(tmp_path / "e.jsonl")
+    assert config.coordinator.rebalance_run == "r7"
+    default = load_config(None, _flags(build_parser().parse_args(["serve"])), environ={})
+    assert default.coordinator.rebalance_events is None and default.coordinator.rebalance_run == "gateway"
+
+
+async def test_off_by_default_the_service_is_called_directly() -> None:
+    layer = await _started()
+    try:
+        assert layer.events is None and layer._calls is layer.service
+    finally:
+        await layer.stop()
+
+
+async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_restart(tmp_path: Path) -> None:
+    log = tmp_path / "events" / "gateway.jsonl"
+    topic_id = uuid.uuid4()
+    kw = {"state_dir": str(tmp_path / "state"), "rebalance_events": str(log), "rebalance_run": "r1"}
+    layer = await _started(**kw)
+    try:
+        layer._on_topics({"t": (topic_id, 3)})
+        m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
+        r = await _heartbeat(layer, m1, 0, [], topic_id)
+        await _heartbeat(layer, m1, r.member_epoch, [0, 1, 2], topic_id)
+        r2 = await _heartbeat(layer, m2, 0, [], topic_id)
+        r = await _heartbeat(layer, m1, r.member_epoch, [0, 1, 2], topic_id)
+        kept = sorted(p for tp in r.assignment.topic_partitions for p in tp.partitions)
+        await _heartbeat(layer, m1, r.member_epoch, kept, topic_id)
+        r2 = await _heartbeat(layer, m2, r2.member_epoch, [], topic_id)
+        moved = sorted(p for tp in r2.assignment.topic_partitions for p in tp.partitions)
+        assert moved and sorted(kept + moved) == [0, 1, 2]
+        await _heartbeat(layer, m2, r2.member_epoch, moved, topic_id)
+    finally:
+        await layer.stop()
+    lines = log.read_text().splitlines()
+    # structlog wrote exactly the event: no level, timestamp or logger keys around it.
+    first = json.loads(lines[0])
+    assert first["run"] == "r1" and not {"level", "timestamp", "logger"} & first.keys()
+    assert validate_logs([log]) == []
+    events = list(read_events([log]))
+    assert [e.seq for e in events] == list(range(len(events)))
+    kinds = [(e.event, e.member) for e in events if e.event in ("partitions_assigned", "partitions_revoked")]
+    assert kinds == [("partitions_assigned", m1), ("partitions_revoked", m1), ("partitions_assigned", m2)]
+    metrics = oracle.compute(events)
+    assert metrics.double_ownership == []
+    assert {e.client_mix for e in events} == {"consumer"}
+
+    # A restart replays the group: the log goes on (seq, client_mix) and m1 keeps its partitions.
+    again = await _started(**kw)
+    try:
+        again._on_topics({"t": (topic_id, 3)})
+        await _heartbeat(again, m1, r.member_epoch, None, topic_id)
+    finally:
+        await again.stop()
+    assert validate_logs([log]) == []
+    after = list(read_events([log]))[len(events):]
+    assert after and [e.seq for e in after] == list(range(len(events), len(events) + len(after)))
+    restored = {e.member: sorted(p.partition for p in e.partitions) for e in after if e.event == "partitions_assigned"}
+    assert restored == {m1: kept, m2: moved}
+    assert not [e for e in after if e.event == "member_joined"]
+    assert oracle.compute(read_events([log])).double_ownership == []
