@@ -87,8 +87,8 @@ def test_report_from_a_kafka_topic_equals_the_oracle(
     assert code == 0, said
     topic = f"rehearsal-events-{uuid.uuid4().hex[:8]}"
     per_partition = produce(bootstrap, topic, sim)
-    # Keyed by group, the four groups' events spread over more than one partition: the read must keep
-    # each group's order without a global one.
+    # Keyed by group, the four groups' events spread over more than one partition (so more than one
+    # Spark partition): the report must bring each group's events together from there.
     assert len(per_partition) > 1, per_partition
 
     out = tmp_path / "report"
