@@ -239,6 +239,9 @@ class RebalanceEventDeriver:
         self._responses(result)
         for gid in gids:
             self._stable(gid, before[gid])
+            group = self.groups.get(gid)
+            if group is not None and not group.members and self._snapshot(gid).type is None:
+                del self.groups[gid]  # deleted; its client_mix stays fixed for the run
 
     def _after_timer(self, key: TimerKey, result: GroupResult, before: _Snapshot) -> None:
         kind, gid, member_id = key
@@ -491,7 +494,8 @@ class RebalanceEventDeriver:
         after = self._snapshot(gid)
         if after.type is None:
             return
-        if before.type is not None and before.type != after.type:
+        if before.type is not None and before.members and before.type != after.type:
+            # (An empty group of the other type is deleted and replaced, not converted.)
             self._emit("group_converted", gid, None, after.type, group_epoch=after.epoch,
                        from_type=before.type, to_type=after.type)
         same = before.type == after.type

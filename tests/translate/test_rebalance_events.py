@@ -16,6 +16,7 @@ from migration_harness import SESSION, TOPIC, Driver, assignment_bytes, identity
 from rehearsal import oracle
 from rehearsal.events import Event, parse_event
 from translate.errors import Errors
+from translate.group_messages import OffsetCommitCheck
 from translate.group_service import GroupService
 from translate.rebalance_events import RebalanceEventDeriver, mix_of_protocol
 
@@ -201,6 +202,15 @@ def test_conversion_both_ways_keeps_the_fleet_variant_of_the_group() -> None:
     assert of(d, "member_left", "m1")[0]["reason"] == "leave"
     assert {e["client_mix"] for e in d.events} == {"classic-cooperative"}
     assert {e["protocol"] for e in d.events if e.get("member") in (a, b)} == {"classic"}
+    check_log(d)
+
+
+def test_an_empty_classic_group_replaced_by_a_consumer_group_is_not_a_conversion() -> None:
+    d = EventDriver()
+    d.send(OffsetCommitCheck("g", "", -1, api_version=8))  # a simple group: Empty, no members
+    assert d.service.classic_groups.group("g") is not None and d.events == []
+    assert d.consumer("m1").error_code == 0
+    assert not of(d, "group_converted") and d.seen("member_joined") == [("member_joined", "m1")]
     check_log(d)
 
 
