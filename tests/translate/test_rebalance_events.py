@@ -13,6 +13,7 @@ import pytest
 import test_online_migration_case_study as case_study
 from migration_harness import SESSION, TOPIC, Driver, assignment_bytes, identity
 
+from coordinator.messages import ConsumerGroupHeartbeatRequest
 from rehearsal import oracle
 from rehearsal.events import Event, parse_event
 from translate.errors import Errors
@@ -298,3 +299,26 @@ def test_kip848_online_migration_case_study_has_no_double_ownership(
     assert (2 in c_revoked and 5 in c_revoked) is not cooperative  # eager C rejoins owning nothing
     check_log(d)
     assert of(d, "group_stable")[-1]["partitions"] == parts(*ALL)
+
+
+def test_a_failing_sink_never_costs_the_service_result() -> None:
+    d = Driver()
+    failures: list[Exception] = []
+
+    def broken(event: dict[str, Any]) -> None:
+        raise OSError("disk full")
+
+    deriver = RebalanceEventDeriver(d.service, broken, on_error=failures.append)
+    d.absorb(deriver.on_metadata({TOPIC: (d.service.coordinator.state.topics[TOPIC].topic_id, 6)}, d.now))
+    key = next(d.keys)
+    result = deriver.handle(
+        ConsumerGroupHeartbeatRequest("g", "m1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=[TOPIC],
+                                      topic_partitions=[]),
+        key, d.now,
+    )
+    assert result.response_to(key).error_code == 0 and result.records
+    assert [str(e) for e in failures] == ["disk full"] and deriver.failures == 1
+    strict = RebalanceEventDeriver(d.service, broken)
+    with pytest.raises(OSError):
+        strict.handle(ConsumerGroupHeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=1000,
+                                                    subscribed_topic_names=[TOPIC], topic_partitions=[]), 99, d.now)
