@@ -84,6 +84,9 @@ def spark_session(
     if master.startswith("local"):
         # Rehearsal logs are small next to Spark's default of 200 shuffle partitions for one machine.
         builder = builder.config("spark.sql.shuffle.partitions", "8")
+        # In local mode the driver runs every task, and Spark's default heap (1g) makes the cached event
+        # tables of a few million events spill to disk. A quarter of the machine's memory, at most 8g.
+        builder = builder.config("spark.driver.memory", _local_driver_memory())
     conf = dict(conf or {})
     if kafka:
         # The connector's jars, fetched with Maven into the cache once (rehearsal/spark_kafka.py).
@@ -94,6 +97,14 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _local_driver_memory() -> str:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "1g"
+    return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
 def _kafka_lines(spark: SparkSession, uri: str) -> DataFrame:
@@ -253,7 +264,19 @@ def _unavailability(existing: DataFrame, info: DataFrame, intervals: DataFrame) 
 
 
 def _double_ownership(intervals: DataFrame) -> DataFrame:
-    a, b = intervals.alias("a"), intervals.alias("b")
+    # Pairs are only looked for where one exists: sorted by start, an interval overlaps an earlier one
+    # exactly when it starts before the latest end so far. One window pass finds those partitions, so the
+    # pairwise self-join (quadratic in a partition's intervals) runs on violating partitions alone.
+    key = [*G, "topic", "partition"]
+    before = Window.partitionBy(*key).orderBy("start_ms", "end_ms").rowsBetween(Window.unboundedPreceding, -1)
+    violating = (
+        intervals.select(*key, (F.col("start_ms") < F.max("end_ms").over(before)).alias("overlaps"))
+        .filter("overlaps")
+        .select(*key)
+        .distinct()
+    )
+    suspects = intervals.join(violating, key, "left_semi")
+    a, b = suspects.alias("a"), suspects.alias("b")
     lo = F.greatest(F.col("a.start_ms"), F.col("b.start_ms"))
     hi = F.least(F.col("a.end_ms"), F.col("b.end_ms"))
     cond = [F.col(f"a.{c}") == F.col(f"b.{c}") for c in [*G, "topic", "partition"]]
