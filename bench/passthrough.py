@@ -116,6 +116,7 @@ class GatewayProc:
             "127.0.0.1:0",
             "--log-level",
             "warning",
+            "--ephemeral-state",
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None

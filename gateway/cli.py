@@ -71,6 +71,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "fsync": args.fsync,
         "enabled": None if args.coordinator is None else args.coordinator == "on",
         "state_dir": getattr(args, "coordinator_state_dir", None),
+        "ephemeral_state": True if getattr(args, "ephemeral_state", False) else None,
         "rebalance_events": args.rebalance_events,
         "rebalance_run": args.rebalance_run,
     }
@@ -127,6 +128,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = load_config(args.config, _flags(args))
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    c = config.coordinator
+    if c.enabled and c.state_dir is None and not c.ephemeral_state:
+        print(
+            "groupgate: the group coordinator needs somewhere to keep group state across restarts: give "
+            "--state-dir DIR (coordinator.state_dir), or --ephemeral-state (coordinator.ephemeral_state) to "
+            "keep it in memory only, so that every managed group rebalances from scratch after a restart",
+            file=sys.stderr,
+        )
         return 2
     setup_logging(config.log_format, config.log_level)
     try:
@@ -237,7 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--state-dir",
         dest="coordinator_state_dir",
-        help="group coordinator state log directory (default: group state in memory only)",
+        help="group coordinator state log directory (required with the coordinator on, unless --ephemeral-state)",
+    )
+    serve.add_argument(
+        "--ephemeral-state",
+        action="store_true",
+        help="keep group state in memory only: after a restart every managed group starts empty",
     )
     _add_gateway_flags(serve)
     serve.set_defaults(func=cmd_serve)

@@ -34,8 +34,12 @@ class CoordinatorSettings(BaseModel):
     enabled: bool = True
     # RE2 pattern (whole group id) of the groups the gateway coordinates; others pass through untouched.
     managed_groups: str = ".*"
-    # Where the group state log lives; None keeps group state in memory only (lost on restart).
+    # Where the group state log lives; None keeps group state in memory only (lost on restart), which
+    # `serve` accepts only with ephemeral_state.
     state_dir: str | None = None
+    # Run without a state_dir on purpose: after a restart every managed group starts empty and all its
+    # members rejoin (offsets are kept: they live in the cluster).
+    ephemeral_state: bool = False
     fsync: Literal["always", "interval", "never"] = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).

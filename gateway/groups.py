@@ -139,6 +139,7 @@ class GroupLayer:
                     replayed += 1
             log.info("group state replayed", state_dir=str(path), records=replayed)
         else:
+            # `serve` refuses to start like this unless asked to (ephemeral_state); `dev` runs so by default.
             log.warning("no coordinator state_dir: group state lives in memory and is lost on restart")
         try:
             await self.watch.refresh()

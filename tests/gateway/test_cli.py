@@ -28,9 +28,19 @@ def test_invalid_configuration_exits_2():
     assert out == "" and "invalid configuration" in err
 
 
+def test_serve_without_a_state_dir_refuses_to_start():
+    """Group state that vanishes on restart is a choice the operator makes, not a default."""
+    proc = _serve("--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert out == "" and "--state-dir DIR" in err and "--ephemeral-state" in err
+
+
 @pytest.mark.kafka
 def test_serve_prints_bootstrap_and_stops_on_sigterm(kafka_broker):
-    proc = _serve("--upstream", kafka_broker.bootstrap, "--listen", "127.0.0.1:0", "--log-format", "json")
+    proc = _serve(
+        "--upstream", kafka_broker.bootstrap, "--listen", "127.0.0.1:0", "--log-format", "json", "--ephemeral-state"
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
