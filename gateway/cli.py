@@ -96,6 +96,9 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if layer is not None and layer.events is not None:
+        # Log rotation: after the file was moved away, SIGHUP continues the event log in a new file.
+        loop.add_signal_handler(signal.SIGHUP, layer.events.reopen)
     print(f"bootstrap={gw.bootstrap}{extra_line}", flush=True)
     try:
         await stop.wait()

@@ -54,15 +54,28 @@ class RebalanceEventLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         first_seq, mixes = _existing(self.path, run)
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
-        self._logger: Any = structlog.wrap_logger(
-            structlog.WriteLogger(self._file), processors=[structlog.processors.JSONRenderer()]
-        )
+        self._file: IO[str] = self._open()
         self.written = 0
         self.deriver = RebalanceEventDeriver(
             service, self._write, run, first_seq=first_seq, client_mixes=mixes, on_error=self._failed
         )
         log.info("writing rebalance events", path=str(self.path), run=run, first_seq=first_seq)
+
+    def _open(self) -> IO[str]:
+        f = self.path.open("a", encoding="utf-8")
+        self._logger: Any = structlog.wrap_logger(
+            structlog.WriteLogger(f), processors=[structlog.processors.JSONRenderer()]
+        )
+        return f
+
+    def reopen(self) -> None:
+        """Continue in a new file at the same path (after logrotate moved the old one away; SIGHUP).
+
+        seq and the groups' client_mix carry on: the rotated files together are one log."""
+        old = self._file
+        self._file = self._open()
+        old.close()
+        log.info("rebalance event log reopened", path=str(self.path), written=self.written)
 
     def _write(self, event: dict[str, Any]) -> None:
         fields = dict(event)

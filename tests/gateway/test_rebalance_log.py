@@ -103,3 +103,30 @@ async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_resta
     assert restored == {m1: kept, m2: moved}
     assert not [e for e in after if e.event == "member_joined"]
     assert oracle.compute(read_events([log])).double_ownership == []
+
+
+async def test_reopen_continues_in_a_new_file_after_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.jsonl"
+    topic_id = uuid.uuid4()
+    layer = await _started(rebalance_events=str(log), rebalance_run="rot")
+    try:
+        layer._on_topics({"t": (topic_id, 2)})
+        m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
+        r = await _heartbeat(layer, m1, 0, [], topic_id)
+        await _heartbeat(layer, m1, r.member_epoch, [0, 1], topic_id)
+        rotated = tmp_path / "gateway.jsonl.1"
+        log.rename(rotated)  # what logrotate does before it signals the gateway
+        assert layer.events is not None
+        layer.events.reopen()
+        await _heartbeat(layer, m2, 0, [], topic_id)
+    finally:
+        await layer.stop()
+    before = [json.loads(x) for x in rotated.read_text().splitlines()]
+    after = [json.loads(x) for x in log.read_text().splitlines()]
+    assert before and after
+    assert any(e["event"] == "member_joined" and e["member"] == m2 for e in after)
+    assert not any(e.get("member") == m2 for e in before)
+    # One log in two files: seq goes on, and the group keeps its client_mix.
+    assert [e["seq"] for e in before + after] == list(range(len(before) + len(after)))
+    assert {e["client_mix"] for e in before + after} == {"consumer"}
+    assert validate_logs([rotated, log]) == []
