@@ -14,6 +14,7 @@ such input and recompute on the same stable group. "gg full" is groupgate withou
 
     .venv/bin/python bench/assignors.py            # the full grid (several minutes)
     .venv/bin/python bench/assignors.py --quick    # a small subset, under a minute
+    .venv/bin/python bench/assignors.py --only 'uniform-*-1000t-*-full'   # cases whose key matches
 
 The last line is machine readable: ``key=value`` pairs (ratios are groupgate / Kafka, lower is better).
 Timings are medians (and minimums) of repeated calls after a warm-up; nothing here asserts on them.
@@ -22,6 +23,7 @@ Timings are medians (and minimums) of repeated calls after a warm-up; nothing he
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import math
 import os
@@ -235,7 +237,10 @@ class JavaSide:
         self.proc.wait(timeout=60)
 
 
-def grid(quick: bool) -> list[Case]:
+def grid(quick: bool, only: list[str] | None = None) -> list[Case]:
+    """The cases to run; ``only`` keeps the full grid's cases whose key matches one of the patterns."""
+    if only:
+        return [c for c in grid(False) if any(fnmatch.fnmatchcase(c.key, p) for p in only)]
     if quick:
         return [
             Case("uniform", 1000, 50, 100, False, False),
@@ -315,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small subset, under a minute")
     parser.add_argument("--no-java", action="store_true", help="time groupgate only")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="PATTERN",
+        help="run the cases whose key (e.g. uniform-10000m-10ppm-1000t-hom-full) matches this glob; repeatable",
+    )
     args = parser.parse_args(argv)
     if not args.no_java and shutil.which("javac") is None:
         print("javac not found: install a JDK (17+) or pass --no-java", file=sys.stderr)
@@ -331,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="groupgate-bench-") as tmpdir:
             tmp = None if side is None else Path(tmpdir)
-            for case in grid(args.quick):
+            for case in grid(args.quick, args.only):
                 row = measure_groupgate(case, assignors, tmp, args.quick)
                 rows.append(row)
                 note = ""
