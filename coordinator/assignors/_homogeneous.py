@@ -17,9 +17,10 @@ Everything works on whole frozensets and ranges: no object per partition on the 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
-from operator import attrgetter
+from itertools import accumulate, compress, repeat
+from operator import attrgetter, ne
 
 from coordinator.assignors.api import Assignment, MemberSpec, TopicId
 
@@ -70,17 +71,20 @@ def assign_full(
     if not member_ids:
         return
     owned: list[Assignment] = [members[mid].assigned for mid in member_ids]
+    if not any(owned):
+        # Nobody holds anything: nothing to validate or trim, and the quotas follow from the order.
+        _fill_fresh(topic_ids, sizes, owned)
+        out.update(zip(member_ids, owned, strict=True))
+        return
     counts = [0] * len(member_ids)
     taken: dict[TopicId, set[int]] = {}
-    fresh = not any(owned)
-    if not fresh:
-        # A UUID-keyed dict costs a Python-level __hash__ call per key: built only when needed.
-        parts = dict(zip(topic_ids, sizes, strict=True))
-        if not _keep_valid(owned, counts, parts, taken, careful=False):
-            # Two members claim the same partition: redo with per-topic overlap checks.
-            owned = [members[mid].assigned for mid in member_ids]
-            taken.clear()
-            _keep_valid(owned, counts, parts, taken, careful=True)
+    # A UUID-keyed dict costs a Python-level __hash__ call per key: built only when needed.
+    parts = dict(zip(topic_ids, sizes, strict=True))
+    if not _keep_valid(owned, counts, parts, taken, careful=False):
+        # Two members claim the same partition: redo with per-topic overlap checks.
+        owned = [members[mid].assigned for mid in member_ids]
+        taken.clear()
+        _keep_valid(owned, counts, parts, taken, careful=True)
 
     total = sum(sizes)
     quotas = _quotas(member_ids, counts, total, True)
@@ -108,11 +112,7 @@ def assign_full(
         if free:
             ordered = sorted(free)
             pool.append((tid, ordered, len(ordered)))
-    if fresh:  # nobody held anything: the quotas are q + 1 for the first members, then q
-        q, extra = divmod(total, len(member_ids))
-        _fill_fresh(pool, owned, q, extra)
-    else:
-        _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
+    _fill(pool, [(i, quotas[i] - c) for i, c in enumerate(counts) if c < quotas[i]], owned)
     out.update(zip(member_ids, owned, strict=True))
 
 
@@ -307,20 +307,46 @@ def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment])
             owned[i] = add
 
 
+class _FullSets(dict[int, frozenset[int]]):
+    """Partition count -> the frozenset of all its partition numbers, built on first use and shared."""
+
+    def __missing__(self, n: int) -> frozenset[int]:
+        fs = self[n] = frozenset(first_numbers(n)[:n])
+        return fs
 
 
-def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None:
-    """``_fill`` for a group where nobody holds anything: members 0..extra-1 take q + 1, the rest q.
+def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[Assignment]) -> None:
+    """Fill ``owned`` (all empty) for a group where nobody holds anything.
 
-    Runs of members served from one topic are built in C: the slice is cut into ``need``-sized tuples
-    by zip() and each member's mapping comes from dict.fromkeys on a one-topic template (which reuses
-    the stored key hash instead of calling UUID.__hash__ per member).
+    With ``q, extra = divmod(total, n)`` members 0..extra-1 take q + 1 partitions and the rest q, each the
+    next ones in (topic, partition) order: the result of ``_fill`` with those quotas, built in bulk.
+    Three shapes are built without a Python step per partition or per topic:
+
+    - runs of members served from one topic: the topic's partitions cut into ``need``-sized tuples by
+      zip(), each member's mapping made by dict.fromkeys on a one-topic template (which reuses the stored
+      key hash instead of calling UUID.__hash__ per member);
+    - runs of members taking ``k`` whole topics each, from topics of one size: mappings zipped from
+      ``k``-tuples of topic ids and the shared frozenset of all of that size's partitions;
+    - a member across topics otherwise: one slice of topic ids, found by bisecting the topics' offsets.
+
+    Members whose quota is zero keep their (empty) mapping object.
     """
-    if not pool:
+    if 0 in sizes:
+        topic_ids = list(compress(topic_ids, sizes))
+        sizes = [n for n in sizes if n]
+    total = sum(sizes)
+    if not total:
         return
+    q, extra = divmod(total, len(owned))
+    seq = first_numbers(max(sizes))  # every topic's partitions are a prefix of it
+    fulls = _FullSets()
+    nt = len(topic_ids)
+    offsets: list[int] | None = None  # where each topic starts in (topic, partition) order
+    run_ends: list[int] | None = None  # where each run of topics of one size ends
     ti = 0
     pos = 0
-    tid, seq, length = pool[0]
+    tid = topic_ids[0]
+    length = sizes[0]
     template: dict[TopicId, None] | None = None
     i = 0
     for count, need in ((extra, q + 1), (len(owned) - extra, q)):
@@ -329,6 +355,29 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
             i = last
             continue
         while i < last:
+            fit = 0
+            if pos == 0 and need >= length and need % length == 0:
+                # Whole topics per member: as many members as the run of equal-sized topics allows.
+                k = need // length
+                if run_ends is None:
+                    run_ends = list(compress(range(1, nt), map(ne, sizes[1:], sizes)))
+                    run_ends.append(nt)
+                run_end = run_ends[bisect_right(run_ends, ti)]
+                fit = min(last - i, (run_end - ti) // k)
+                if fit:
+                    keys = topic_ids[ti : ti + fit * k]
+                    tuples = zip(keys) if k == 1 else zip(*([iter(keys)] * k), strict=False)
+                    owned[i : i + fit] = list(map(dict, map(zip, tuples, repeat(repeat(fulls[length])))))
+                    i += fit
+                    ti += fit * k
+                    if ti < nt:
+                        tid = topic_ids[ti]
+                        length = sizes[ti]
+                        template = None
+                    else:  # everything is handed out
+                        ti = nt - 1
+                        pos = length
+                    continue
             fit = min(last - i, (length - pos) // need)
             if fit > 1:
                 if template is None:
@@ -341,23 +390,25 @@ def _fill_fresh(pool: Pool, owned: list[Assignment], q: int, extra: int) -> None
                 owned[i] = {tid: frozenset(seq[pos : pos + need])}
                 i += 1
                 pos += need
-            else:  # one member across topics
-                add: dict[TopicId, frozenset[int]] = {}
-                rest = need
-                while rest:
-                    if pos == length:
-                        ti += 1
-                        pos = 0
-                        tid, seq, length = pool[ti]
-                        template = None
-                    end = min(pos + rest, length)
-                    add[tid] = frozenset(seq[pos:end])
-                    rest -= end - pos
-                    pos = end
-                owned[i] = add
+            else:  # one member across topics: ti, whole topics up to tb, then part of tb
+                if offsets is None:
+                    offsets = list(accumulate(sizes, initial=0))
+                end = offsets[ti] + pos + need
+                tb = bisect_left(offsets, end, ti + 1) - 1
+                values = [frozenset(seq[pos:length]) if pos else fulls[length]]
+                values += map(fulls.__getitem__, sizes[ti + 1 : tb])
+                rest = end - offsets[tb]
+                values.append(fulls[rest] if rest == sizes[tb] else frozenset(seq[:rest]))
+                owned[i] = dict(zip(topic_ids[ti : tb + 1], values, strict=True))
                 i += 1
-            if pos == length and ti + 1 < len(pool):
+                ti = tb
+                tid = topic_ids[tb]
+                length = sizes[tb]
+                pos = rest
+                template = None
+            if pos == length and ti + 1 < nt:
                 ti += 1
                 pos = 0
-                tid, seq, length = pool[ti]
+                tid = topic_ids[ti]
+                length = sizes[ti]
                 template = None
