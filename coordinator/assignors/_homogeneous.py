@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, chain, compress, cycle, repeat
 from operator import attrgetter, ne
 
 from coordinator.assignors.api import Assignment, MemberSpec, TopicId
@@ -319,15 +319,19 @@ def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[
     """Fill ``owned`` (all empty) for a group where nobody holds anything.
 
     With ``q, extra = divmod(total, n)`` members 0..extra-1 take q + 1 partitions and the rest q, each the
-    next ones in (topic, partition) order: the result of ``_fill`` with those quotas, built in bulk.
-    Three shapes are built without a Python step per partition or per topic:
+    next ones in (topic, partition) order: the result of ``_fill`` with those quotas.
+    The mappings are built in C-level loops, with no interpreter step per partition:
 
-    - runs of members served from one topic: the topic's partitions cut into ``need``-sized tuples by
-      zip(), each member's mapping made by dict.fromkeys on a one-topic template (which reuses the stored
-      key hash instead of calling UUID.__hash__ per member);
-    - runs of members taking ``k`` whole topics each, from topics of one size: mappings zipped from
-      ``k``-tuples of topic ids and the shared frozenset of all of that size's partitions;
-    - a member across topics otherwise: one slice of topic ids, found by bisecting the topics' offsets.
+    - members aligned on topic boundaries over a run of topics of one size: either ``k`` whole topics
+      per member (dict.fromkeys of ``k``-tuples of topic ids and the shared frozenset of all of that
+      size's partitions), or ``m`` members per topic (each topic cut the same way, so the cut
+      frozensets are built once and shared by every topic of the run; each mapping comes from
+      dict.fromkeys on a one-topic template, which reuses the stored key hash instead of calling
+      UUID.__hash__ per member);
+    - otherwise, runs of members served from one topic: its partitions cut into ``need``-sized tuples
+      by zip(), each mapping from the one-topic template;
+    - a member across topics otherwise (one interpreter step per such member): one slice of topic
+      ids, found by bisecting the topics' offsets.
 
     Members whose quota is zero keep their (empty) mapping object.
     """
@@ -340,6 +344,7 @@ def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[
     q, extra = divmod(total, len(owned))
     seq = first_numbers(max(sizes))  # every topic's partitions are a prefix of it
     fulls = _FullSets()
+    cut_cache: dict[tuple[int, int], list[frozenset[int]]] = {}  # (size, need) -> a topic cut up
     nt = len(topic_ids)
     offsets: list[int] | None = None  # where each topic starts in (topic, partition) order
     run_ends: list[int] | None = None  # where each run of topics of one size ends
@@ -355,21 +360,34 @@ def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[
             i = last
             continue
         while i < last:
-            fit = 0
-            if pos == 0 and need >= length and need % length == 0:
-                # Whole topics per member: as many members as the run of equal-sized topics allows.
-                k = need // length
+            if pos == 0 and (need % length == 0 or length % need == 0):
+                # Members aligned on topic boundaries: as many as the run of equal-sized topics allows.
                 if run_ends is None:
                     run_ends = list(compress(range(1, nt), map(ne, sizes[1:], sizes)))
                     run_ends.append(nt)
-                run_end = run_ends[bisect_right(run_ends, ti)]
-                fit = min(last - i, (run_end - ti) // k)
+                run = run_ends[bisect_right(run_ends, ti)] - ti
+                if need >= length:  # k whole topics per member
+                    k = need // length
+                    fit = min(last - i, run // k)
+                    used = fit * k
+                    if fit:
+                        keys = topic_ids[ti : ti + used]
+                        tuples = zip(keys) if k == 1 else zip(*([iter(keys)] * k), strict=False)
+                        owned[i : i + fit] = list(map(dict.fromkeys, tuples, repeat(fulls[length])))
+                else:  # m members per topic, cutting every topic the same way
+                    m = length // need
+                    used = min((last - i) // m, run)
+                    fit = used * m
+                    if used:
+                        cuts = cut_cache.get((length, need))
+                        if cuts is None:
+                            cuts = cut_cache[(length, need)] = list(chunked(seq[:length], need))
+                        templates = map(dict.fromkeys, zip(topic_ids[ti : ti + used]))
+                        per_member = chain.from_iterable(map(repeat, templates, repeat(m)))
+                        owned[i : i + fit] = list(map(dict.fromkeys, per_member, cycle(cuts)))
                 if fit:
-                    keys = topic_ids[ti : ti + fit * k]
-                    tuples = zip(keys) if k == 1 else zip(*([iter(keys)] * k), strict=False)
-                    owned[i : i + fit] = list(map(dict, map(zip, tuples, repeat(repeat(fulls[length])))))
                     i += fit
-                    ti += fit * k
+                    ti += used
                     if ti < nt:
                         tid = topic_ids[ti]
                         length = sizes[ti]
