@@ -62,18 +62,19 @@ def assign_full(
     topic_ids: Sequence[TopicId],
     sizes: Sequence[int],
     out: dict[str, Assignment],
+    shared: SharedSets | None = None,
 ) -> None:
     """Assign ``topic_ids`` (sorted by ``topic_order``, of ``sizes`` partitions) to ``member_ids`` (sorted).
 
     The current targets are validated: partitions of other topics, out of range, or already held by an
-    earlier member are dropped.
+    earlier member are dropped. ``shared`` lets the groups of one assignment share partition sets.
     """
     if not member_ids:
         return
     owned: list[Assignment] = [members[mid].assigned for mid in member_ids]
     if not any(owned):
         # Nobody holds anything: nothing to validate or trim, and the quotas follow from the order.
-        _fill_fresh(topic_ids, sizes, owned)
+        _fill_fresh(topic_ids, sizes, owned, shared if shared is not None else SharedSets())
         out.update(zip(member_ids, owned, strict=True))
         return
     counts = [0] * len(member_ids)
@@ -308,14 +309,30 @@ def _fill(pool: Pool, needs: Iterable[tuple[int, int]], owned: list[Assignment])
 
 
 class _FullSets(dict[int, frozenset[int]]):
-    """Partition count -> the frozenset of all its partition numbers, built on first use and shared."""
+    """Partition count -> the frozenset of all its partition numbers, built on first use."""
 
     def __missing__(self, n: int) -> frozenset[int]:
         fs = self[n] = frozenset(first_numbers(n)[:n])
         return fs
 
 
-def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[Assignment]) -> None:
+class SharedSets:
+    """Partition-number frozensets for one assignment, shared by every topic and member they fit.
+
+    Frozensets are immutable, so two members holding the same partition numbers (of different
+    topics) can hold the same object: built once instead of once per member.
+    """
+
+    __slots__ = ("cuts", "fulls")
+
+    def __init__(self) -> None:
+        self.fulls = _FullSets()  # partition count -> all its partitions
+        self.cuts: dict[tuple[int, int], list[frozenset[int]]] = {}  # (count, size) -> cut in order
+
+
+def _fill_fresh(
+    topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[Assignment], shared: SharedSets
+) -> None:
     """Fill ``owned`` (all empty) for a group where nobody holds anything.
 
     With ``q, extra = divmod(total, n)`` members 0..extra-1 take q + 1 partitions and the rest q, each the
@@ -325,7 +342,7 @@ def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[
     - members aligned on topic boundaries over a run of topics of one size: either ``k`` whole topics
       per member (dict.fromkeys of ``k``-tuples of topic ids and the shared frozenset of all of that
       size's partitions), or ``m`` members per topic (each topic cut the same way, so the cut
-      frozensets are built once and shared by every topic of the run; each mapping comes from
+      frozensets are built once and shared by every such topic, across groups too; each mapping comes from
       dict.fromkeys on a one-topic template, which reuses the stored key hash instead of calling
       UUID.__hash__ per member);
     - otherwise, runs of members served from one topic: its partitions cut into ``need``-sized tuples
@@ -343,8 +360,8 @@ def _fill_fresh(topic_ids: Sequence[TopicId], sizes: Sequence[int], owned: list[
         return
     q, extra = divmod(total, len(owned))
     seq = first_numbers(max(sizes))  # every topic's partitions are a prefix of it
-    fulls = _FullSets()
-    cut_cache: dict[tuple[int, int], list[frozenset[int]]] = {}  # (size, need) -> a topic cut up
+    fulls = shared.fulls
+    cut_cache = shared.cuts
     nt = len(topic_ids)
     offsets: list[int] | None = None  # where each topic starts in (topic, partition) order
     run_ends: list[int] | None = None  # where each run of topics of one size ends

@@ -13,6 +13,7 @@ complete) and overlapping subscriptions fall back to the full algorithm.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from operator import attrgetter
 
@@ -47,6 +48,7 @@ class UniformAssignor:
         if delta is not None and _incremental(members, groups, topics, delta, out):
             return out
         out.clear()
+        shared = _homogeneous.SharedSets()
         for subscribed, member_ids in groups:
             if not subscribed:
                 for mid in member_ids:
@@ -59,12 +61,13 @@ class UniformAssignor:
             else:
                 topic_ids = sorted(subscribed, key=topic_order)
                 sizes = [topics[t].num_partitions for t in topic_ids]
-            _homogeneous.assign_full(sorted(member_ids), members, topic_ids, sizes, out)
+            _homogeneous.assign_full(sorted(member_ids), members, topic_ids, sizes, out, shared)
         return out
 
 
 SubscriptionGroups = list[tuple[frozenset[TopicId], list[str]]]
 _META_ORDER = attrgetter("topic_id.int")  # the same order as topic_order, from TopicMetadata
+_SUBSCRIBED = attrgetter("subscribed_topic_ids")
 
 
 def _subscription_groups(
@@ -76,13 +79,11 @@ def _subscription_groups(
     if kind is SubscriptionType.HOMOGENEOUS:
         first = next(iter(members.values()))
         return [(_existing(first.subscribed_topic_ids, existing), list(members))]
-    by_sub: dict[frozenset[TopicId], list[str]] = {}
-    for mid, m in members.items():
-        group = by_sub.get(m.subscribed_topic_ids)
-        if group is None:
-            by_sub[m.subscribed_topic_ids] = [mid]
-        else:
-            group.append(mid)
+    # Grouped in C: one list per distinct subscription (in order of first appearance, frozensets keep
+    # their hash), then every member id appended to its list by map(), without a Python step per member.
+    subs = list(map(_SUBSCRIBED, members.values()))
+    by_sub: dict[frozenset[TopicId], list[str]] = {sub: [] for sub in dict.fromkeys(subs)}
+    deque(map(list.append, map(by_sub.__getitem__, subs), members), maxlen=0)
     groups: dict[frozenset[TopicId], list[str]] = {}
     for sub, mids in by_sub.items():
         groups.setdefault(_existing(sub, existing), []).extend(mids)
