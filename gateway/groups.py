@@ -140,7 +140,8 @@ class GroupLayer:
             log.info("group state replayed", state_dir=str(path), records=replayed)
         else:
             # `serve` refuses to start like this unless asked to (ephemeral_state); `dev` runs so by default.
-            log.warning("no coordinator state_dir: group state lives in memory and is lost on restart")
+            note = log.info if self.settings.ephemeral_state else log.warning
+            note("no coordinator state_dir: group state lives in memory and is lost on restart")
         try:
             await self.watch.refresh()
         except UpstreamError as e:
