@@ -34,23 +34,17 @@ What each event is derived from:
 - ``topic_metadata``: a consumer group's subscribed topics (its subscription metadata) when first seen
   or when their partition count changes.
 
-``client_mix`` cannot be known for sure by a coordinator; it is inferred from the group's state when
-the group's first event is written and then kept for the deriver's lifetime (``client_mixes`` seeds it,
-e.g. from an existing log of the same run, so it stays constant within ``(run, group)``):
+``client_mix`` cannot be known for sure by a coordinator: it is inferred from the group's state when
+its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
+rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
 
-- a classic group: ``classic-cooperative`` when the selected protocol (or, before one is selected, the
-  first member's preferred one) names a cooperative assignor (``cooperative`` in its name, as
-  ``cooperative-sticky``), else ``classic-eager``;
-- a consumer group without classic members: ``consumer``;
-- a consumer group with classic members: ``translate`` under ``classic_groups = translate``, else by
-  the classic members' preferred protocol as for a classic group (a fleet being upgraded).
+Cost: a call compares snapshots of its group, O(members), except a consumer group member's heartbeat
+that wrote no record (the hot path), which costs its acknowledgement alone.
 
-``ts_ms`` is the caller's ``now_ms`` (the gateway's wall clock); ``seq`` numbers the dicts from
-``first_seq`` in emission order; ``run`` is fixed at construction.
+``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
 
-After a restart (``on_loaded``) the members found in the replayed state are taken as known without a
-new ``member_joined``; each gets one ``partitions_assigned`` of what the coordinator holds for it (a
-partition it already owned in an appended log changes nothing in the analysis).
+After a restart (``on_loaded``) replayed members are known without a new ``member_joined``; each gets one
+``partitions_assigned`` of what the coordinator holds for it (a no-op for what it already owned).
 """
 
 from __future__ import annotations
@@ -161,6 +155,8 @@ class RebalanceEventDeriver:
         self._names: dict[uuid.UUID, str] = {}
         self._now = 0
         self._out: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
+        # Each consumer group's snapshot after the last call that derived its changes (handle's fast path).
+        self._last: dict[str, _Snapshot] = {}
 
     # ---- the wrapped calls -----------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> GroupResult:
@@ -169,13 +165,32 @@ class RebalanceEventDeriver:
         elif isinstance(request, DeleteGroupsRequest):
             gids = list(request.group_ids)
         else:
-            return self.service.handle(request, request_key, now_ms)  # reads and offset checks
+            result = self.service.handle(request, request_key, now_ms)  # reads and offset checks
+            if result.records:
+                self._last.clear()  # not expected of these; never trust a snapshot after a change
+            return result
         self._begin(now_ms)
-        before = {g: self._snapshot(g) for g in gids}
-        self._guarded(lambda: self._before_request(request, request_key))
-        result = self.service.handle(request, request_key, now_ms)
+        last = self._last.get(gids[0])
+        if isinstance(request, ConsumerGroupHeartbeatRequest) and request.member_epoch > 0 and last is not None:
+            # A member already in a consumer group. A consumer group changes only through records (its
+            # state is what replaying them gives), so a call that wrote none left membership, epochs and
+            # stability as they were: only the member's acknowledgement and what it was told remain.
+            result = self.service.handle(request, request_key, now_ms)
+            if not result.records and len(result.responses) <= 1:
+                self._guarded(lambda: self._steady_heartbeat(request, result.response_to(request_key), result))
+                return result
+            before = {gids[0]: last}
+        else:
+            before = {g: self._snapshot(g) for g in gids}
+            self._guarded(lambda: self._before_request(request, request_key))
+            result = self.service.handle(request, request_key, now_ms)
         self._guarded(lambda: self._after_request(request, request_key, result, gids, before))
         return result
+
+    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: GroupResult) -> None:
+        self._heartbeat_before(request, response)
+        self._heartbeat_after(request, response)
+        self._responses(result)  # (none expected: a parked response is released by a change, with records)
 
     def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult:
         before = self._snapshot(key[1])
@@ -187,7 +202,10 @@ class RebalanceEventDeriver:
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:
         current = {n: (m.topic_id, m.num_partitions) for n, m in self.service.coordinator.state.topics.items()}
         if dict(topics) == current:
-            return self.service.on_metadata(topics, now_ms)  # nothing changes
+            result = self.service.on_metadata(topics, now_ms)  # nothing changes
+            if result.records:
+                self._last.clear()
+            return result
         gids = self._all_groups()
         before = {g: self._snapshot(g) for g in gids}
         result = self.service.on_metadata(topics, now_ms)
@@ -242,6 +260,15 @@ class RebalanceEventDeriver:
             group = self.groups.get(gid)
             if group is not None and not group.members and self._snapshot(gid).type is None:
                 del self.groups[gid]  # deleted; its client_mix stays fixed for the run
+        self._remember_after(gids)
+
+    def _remember_after(self, gids: Iterable[str]) -> None:
+        for gid in gids:
+            after = self._snapshot(gid)
+            if after.type == CONSUMER:
+                self._last[gid] = after
+            else:
+                self._last.pop(gid, None)
 
     def _after_timer(self, key: TimerKey, result: GroupResult, before: _Snapshot) -> None:
         kind, gid, member_id = key
@@ -255,6 +282,7 @@ class RebalanceEventDeriver:
         self._group_changes(gid, before, f"{kind} timer")
         self._responses(result)
         self._stable(gid, before)
+        self._remember_after([gid])
 
     def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: GroupResult, cause: str) -> None:
         for gid in gids:
@@ -262,6 +290,7 @@ class RebalanceEventDeriver:
             self._group_changes(gid, before[gid], cause)
             self._stable(gid, before[gid])
         self._responses(result)
+        self._remember_after(gids)
 
     # ---- state views -----------------------------------------------------------------------------
     def _all_groups(self) -> list[str]:
