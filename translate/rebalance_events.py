@@ -38,8 +38,8 @@ What each event is derived from:
 its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
 rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
 
-Cost: a call compares snapshots of its group, O(members), except a consumer group member's heartbeat
-that wrote no record (the hot path), which costs its acknowledgement alone.
+Cost: a call compares snapshots of its group, O(members), except the hot paths: a consumer group member's
+heartbeat that wrote no record costs its acknowledgement alone, a classic group's Heartbeat nothing.
 
 ``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
 
@@ -155,8 +155,7 @@ class RebalanceEventDeriver:
         self._names: dict[uuid.UUID, str] = {}
         self._now = 0
         self._out: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
-        # Each consumer group's snapshot after the last call that derived its changes (handle's fast path).
-        self._last: dict[str, _Snapshot] = {}
+        self._last: dict[str, _Snapshot] = {}  # consumer groups after their last derived change (fast path)
 
     # ---- the wrapped calls -----------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> GroupResult:
@@ -169,12 +168,13 @@ class RebalanceEventDeriver:
             if result.records:
                 self._last.clear()  # not expected of these; never trust a snapshot after a change
             return result
+        if isinstance(request, HeartbeatRequest) and self._consumer(request.group_id) is None:
+            return self.service.handle(request, request_key, now_ms)  # classic: re-arms a timer, changes nothing
         self._begin(now_ms)
         last = self._last.get(gids[0])
         if isinstance(request, ConsumerGroupHeartbeatRequest) and request.member_epoch > 0 and last is not None:
-            # A member already in a consumer group. A consumer group changes only through records (its
-            # state is what replaying them gives), so a call that wrote none left membership, epochs and
-            # stability as they were: only the member's acknowledgement and what it was told remain.
+            # A consumer group changes only through records (its state is what replaying them gives): a call
+            # that wrote none left it as it was; only the member's acknowledgement and what it was told remain.
             result = self.service.handle(request, request_key, now_ms)
             if not result.records and len(result.responses) <= 1:
                 self._guarded(lambda: self._steady_heartbeat(request, result.response_to(request_key), result))
