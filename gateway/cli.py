@@ -34,6 +34,11 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", choices=["json", "console"])
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP here (default: off; port 0 = ephemeral)",
+    )
+    p.add_argument(
         "--managed-groups", help="RE2 pattern of the group ids the gateway coordinates (default: all, .*)"
     )
     p.add_argument("--classic-groups", choices=["native", "translate"], help="how JoinGroup groups are run")
@@ -62,6 +67,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "event_loop": args.event_loop,
         "log_format": args.log_format,
         "log_level": args.log_level,
+        "metrics_listen": args.metrics_listen,
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
@@ -89,9 +95,23 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
         layer = GroupLayer(gw, config.coordinator)
         layer.install()
-    await gw.start()
-    if layer is not None:
-        await layer.start()
+    admin = None
+    if config.metrics_listen is not None:
+        from .admin_http import AdminServer
+        from .metrics import Health
+
+        # Up before the gateway starts: /readyz answers 503 until start-up completes.
+        admin = AdminServer(Health(gw, layer))
+        host, port = await admin.start(*parse_host_port(config.metrics_listen))
+        log.info("metrics endpoint listening", metrics_listen=f"{host}:{port}")
+    try:
+        await gw.start()
+        if layer is not None:
+            await layer.start()
+    except BaseException:
+        if admin is not None:
+            await admin.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,6 +127,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await gw.stop()
         if layer is not None:
             await layer.stop()
+        if admin is not None:
+            await admin.stop()
     return 0
 
 
@@ -176,6 +198,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
         config = config.model_copy(update={"listen_port": 0, "broker_port_base": None})
     state = Path(args.state_dir) if args.state_dir else None
+    if state is None and config.coordinator.state_dir is None:
+        # dev keeps the broker's data in a temporary directory too: nothing is meant to outlive the run.
+        config = config.model_copy(
+            update={"coordinator": config.coordinator.model_copy(update={"ephemeral_state": True})}
+        )
     if state is not None and config.coordinator.state_dir is None:
         # The group state lives beside the embedded broker's data, so both survive a restart.
         config = config.model_copy(
