@@ -7,6 +7,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from virtual_timers import fire_due
+
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_messages import (
     HeartbeatRequest,
@@ -144,14 +146,12 @@ class Harness:
     def advance(self, ms: int) -> None:
         """Move the clock, firing due timers in deadline order."""
         target = self.now + ms
-        while True:
-            due = [(deadline, k) for k, deadline in self.timers.items() if deadline <= target]
-            if not due:
-                break
-            deadline, key = min(due, key=lambda item: (item[0], repr(item[1])))
-            del self.timers[key]
-            self.now = max(self.now, deadline)
-            self.absorb(self.coordinator.on_timer(key, self.now))
+
+        def fire(key: Any, at: int) -> None:
+            self.now = at
+            self.absorb(self.coordinator.on_timer(key, at))
+
+        fire_due(self.timers, self.now, target, fire)  # type: ignore[arg-type]
         self.now = target
 
     def advance_heartbeating(self, ms: int, members: list[str], generation: int) -> None:

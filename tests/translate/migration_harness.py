@@ -8,6 +8,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from virtual_timers import fire_due
+
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -104,14 +106,12 @@ class Driver:
 
     def advance(self, ms: int) -> None:
         target = self.now + ms
-        while True:
-            due = [(d, k) for k, d in self.timers.items() if d <= target]
-            if not due:
-                break
-            deadline, key = min(due, key=lambda item: (item[0], repr(item[1])))
-            del self.timers[key]
-            self.now = max(self.now, deadline)
-            self.absorb(self.service.on_timer(key, self.now))
+
+        def fire(key: Any, at: int) -> None:
+            self.now = at
+            self.absorb(self.service.on_timer(key, at))
+
+        fire_due(self.timers, self.now, target, fire)  # type: ignore[arg-type]
         self.now = target
 
     # ---- classic requests --------------------------------------------------------------------
