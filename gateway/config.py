@@ -67,6 +67,8 @@ class GatewayConfig(BaseModel):
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # HOST:PORT of the operators' HTTP endpoint (/metrics, /healthz, /readyz); None = off, port 0 = ephemeral.
+    metrics_listen: str | None = None
     # The group coordinator the gateway runs (docs/gateway.md, "The group coordinator").
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
 
@@ -75,6 +77,13 @@ class GatewayConfig(BaseModel):
     def _check_upstream(cls, v: str) -> str:
         for item in v.split(","):
             parse_host_port(item)
+        return v
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics_listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_host_port(v)
         return v
 
     @field_validator("broker_ports")

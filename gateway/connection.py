@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,9 @@ class ClientConnection(asyncio.Protocol):
         # Frames that arrived before the upstream connection was up (reading is paused meanwhile, but an
         # event loop may deliver what it had already read).
         self._backlog: list[bytes] = []
+        # Counting on the request path: the gateway's counter objects, looked up once.
+        self.metrics = m = gateway.metrics
+        self._forwarded = m.forwarded
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -102,6 +106,7 @@ class ClientConnection(asyncio.Protocol):
         self.peer = transport.get_extra_info("peername")
         set_nodelay(transport)
         self.gw.connections.add(self)
+        self.metrics.connections_total += 1
         # Nothing is read until the upstream connection exists, so requests never wait in two places.
         self.pause("connecting")
         self._spawn(self._connect_upstream())
@@ -128,12 +133,14 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as e:
                 errors.append(f"{host}:{port}: {e or type(e).__name__}")
+                self.metrics.upstream_connect_failures += 1
                 continue
             if self.closed:
                 assert link.transport is not None
                 link.transport.close()
                 return
             self.upstream = link
+            directory.upstream_ok()
             backlog, self._backlog = self._backlog, []
             for f in backlog:
                 if self.closed:
@@ -141,6 +148,8 @@ class ClientConnection(asyncio.Protocol):
                 self.on_request(f)
             self.resume("connecting")
             return
+        if targets:
+            directory.upstream_failed("; ".join(errors))
         log.warning(
             "upstream broker unreachable; closing client connection",
             peer=self.peer,
@@ -206,12 +215,14 @@ class ClientConnection(asyncio.Protocol):
     # --- requests --------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.metrics.bytes_received += len(data)
         try:
             received = self.buf.feed(data)
         except frames.FrameTooLarge as e:
             log.warning(
                 "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
             )
+            self.metrics.errors[-1] += 1
             self.close()
             return
         if self.upstream is None:
@@ -225,17 +236,20 @@ class ClientConnection(asyncio.Protocol):
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
             log.warning("request too short to hold a header; closing", peer=self.peer, size=len(frame) - 4)
+            self.metrics.errors[-1] += 1
             self.close()
             return
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
         rng = self.gw.directory.api_ranges.get(api_key)
         if rng is None:
+            self.metrics.errors[-1] += 1
             # Kafka closes the connection on an api key it does not know: there is no response format
             # (not even a header version) to answer in.
             log.warning("unknown api key; closing", peer=self.peer, api_key=api_key, api_version=version)
             self.close()
             return
         if not rng[0] <= version <= rng[1]:
+            self.metrics.errors[api_key] += 1
             self._unsupported(api_key, version, corr, rng[1])
             return
         handler = self.gw.local_handlers.get(api_key)
@@ -253,16 +267,19 @@ class ClientConnection(asyncio.Protocol):
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
                 log.warning("unparseable Produce request; closing", peer=self.peer, error=str(e))
+                self.metrics.errors[api_key] += 1
                 self.close()
                 return
             if acks == 0:
                 # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
+                self._forwarded[api_key] += 1
                 link.transport.write(frame)
                 return
         slot = Slot()
         self.pending.append(slot)
         link.inflight.append((corr, slot, api_key, version))
         link.transport.write(frame)
+        self._forwarded[api_key] += 1
         if len(self.pending) >= _MAX_PENDING:
             self.pause("pending")
 
@@ -290,10 +307,13 @@ class ClientConnection(asyncio.Protocol):
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
         except frames.FrameError as e:
             log.warning("unparseable request header; closing", peer=self.peer, error=str(e))
+            self.metrics.errors[api_key] += 1
             self.close()
             return
         slot = Slot()
         self.pending.append(slot)
+        metrics = self.metrics
+        arrived = time.perf_counter()
 
         async def run() -> None:
             try:
@@ -302,9 +322,12 @@ class ClientConnection(asyncio.Protocol):
                 raise
             except Exception:
                 log.exception("local handler failed; closing", peer=self.peer, api_key=api_key)
+                metrics.errors[api_key] += 1
                 self.close()
                 return
             slot.data = frames.frame(response)
+            metrics.local[api_key] += 1
+            metrics.latency(api_key).observe(time.perf_counter() - arrived)
             self._flush()
 
         self._spawn(run())
@@ -349,7 +372,11 @@ class ClientConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
+        sent = 0
         while pending and pending[0].data is not None:
-            transport.write(pending.popleft().data)  # type: ignore[arg-type]
+            data: bytes = pending.popleft().data  # type: ignore[assignment]
+            transport.write(data)
+            sent += len(data)
+        self.metrics.bytes_sent += sent
         if len(pending) < _LOW_PENDING:
             self.resume("pending")

@@ -50,6 +50,7 @@ from . import group_codec as gc
 from .coordinator_settings import CoordinatorSettings
 from .logging import get_logger
 from .metadata_watch import MetadataWatch, TopicImage
+from .metrics import GroupStats
 from .offsets import OffsetBridge
 from .rebalance_log import RebalanceEventLog
 from .state_log import FileStateLog, Record, StateLog
@@ -92,6 +93,7 @@ class GroupLayer:
         self.offsets = OffsetBridge(self)
         self.state_log: StateLog | None = None
         self.counters: collections.Counter[str] = collections.Counter()
+        self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
         self._ready = asyncio.Event()
         self._keys = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
@@ -122,6 +124,14 @@ class GroupLayer:
         for api_key in self._handlers:
             self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
         self.gw.directory.set_local_api(gc.LOCAL_API)
+
+    @property
+    def ready(self) -> bool:
+        """Group state replayed and the layer answering (``start`` done)."""
+        return self._ready.is_set()
+
+    def armed_timers(self) -> int:
+        return len(self._timers)
 
     def managed(self, group_id: str) -> bool:
         return self._match_all or self._managed.fullmatch(group_id) is not None
@@ -216,8 +226,10 @@ class GroupLayer:
 
     def _apply(self, result: GroupResult) -> None:
         """Append the records (made durable by ``_release``) and apply the timer changes."""
-        if result.records and self.state_log is not None:
-            self.state_log.append(Record(*encode_any_record(r)) for r in result.records)
+        if result.records:
+            self.stats.records(result.records)
+            if self.state_log is not None:
+                self.state_log.append(Record(*encode_any_record(r)) for r in result.records)
         if not result.timers:
             return
         loop = asyncio.get_running_loop()
@@ -259,7 +271,7 @@ class GroupLayer:
     def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
         try:
-            result = self._calls.on_timer(key, self._now())
+            result = self.stats.fire(self._calls, self.service, key, self._now())
         except Exception:
             log.exception("group timer failed", timer=list(key))
             return

@@ -117,6 +117,7 @@ class OffsetBridge:
         try:
             v = self.layer.client.version(api_key, wanted)
         except UpstreamError:
+            self.layer.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
         if api_key == gc.OFFSET_COMMIT:
             msg.generation_id_or_member_epoch = -1
@@ -128,6 +129,7 @@ class OffsetBridge:
             r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
+            self.layer.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
         out = [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
         errors = {e for _, parts in out for _, e in parts}

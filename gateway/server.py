@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
 from .logging import get_logger
+from .metrics import GatewayMetrics
 from .upstream import BrokerDirectory
 
 log = get_logger("gateway.server")
@@ -43,6 +44,7 @@ class Gateway:
         self.directory = BrokerDirectory(config, on_change=self._schedule_reconcile)
         self.directory.set_local_api(local_api or {})
         self.connections: set[ClientConnection] = set()
+        self.metrics = GatewayMetrics()
         self._bootstrap_server: asyncio.Server | None = None
         self._bootstrap_port = 0
         self._listeners: dict[int, asyncio.Server] = {}
@@ -57,6 +59,11 @@ class Gateway:
     @property
     def bootstrap(self) -> str:
         return f"{self.config.client_host()}:{self._bootstrap_port}"
+
+    @property
+    def serving(self) -> bool:
+        """Listeners are open (start() completed and stop() not called)."""
+        return self._started
 
     @property
     def broker_ports(self) -> dict[int, int]:

@@ -131,6 +131,10 @@ class FileStateLog:
         self._last_fsync = 0.0
         self._sync_lock = asyncio.Lock()
         self._truncated_tail = 0
+        # Since open, for /metrics (gateway/metrics.py).
+        self.bytes_appended = 0
+        self.fsyncs = 0
+        self.compactions = 0
         self._load()
         self._fh = open(self._active, "ab", buffering=0)  # noqa: SIM115 - lives as long as the log
 
@@ -161,6 +165,15 @@ class FileStateLog:
             self._file_bytes += valid
         self._active = segments[-1]
         self._synced = self._appended = 0
+
+    @property
+    def entries_appended(self) -> int:
+        return self._appended
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes in the segment files (live records and dead ones awaiting compaction)."""
+        return self._file_bytes
 
     @property
     def truncated_tail_bytes(self) -> int:
@@ -194,6 +207,7 @@ class FileStateLog:
         if buf:
             self._fh.write(buf)
             self._file_bytes += len(buf)
+            self.bytes_appended += len(buf)
 
     async def sync(self) -> None:
         """Return once every entry appended so far is durable under the configured policy."""
@@ -208,6 +222,7 @@ class FileStateLog:
             if self._synced >= target:
                 return  # a concurrent sync already covered us (group commit)
             await asyncio.get_running_loop().run_in_executor(None, os.fsync, self._fh.fileno())
+            self.fsyncs += 1
             self._synced = max(self._synced, target)
             self._last_fsync = time.monotonic()
         self._maybe_compact()
@@ -215,6 +230,7 @@ class FileStateLog:
     def sync_blocking(self) -> None:
         if self._synced < self._appended:
             os.fsync(self._fh.fileno())
+            self.fsyncs += 1
             self._synced = self._appended
 
     # -- compaction -----------------------------------------------------------------------------
@@ -246,6 +262,7 @@ class FileStateLog:
         _fsync_dir(self.dir)
         self._active = final
         self._file_bytes = size
+        self.compactions += 1
         self._fh = open(final, "ab", buffering=0)  # noqa: SIM115
 
     def close(self) -> None:

@@ -78,6 +78,10 @@ class BrokerDirectory:
         self.api_ranges: ApiRanges = {}
         self.cluster_id: str | None = None
         self._rr = itertools.count()
+        # Since when every attempt to reach the upstream failed (None: the last one succeeded).
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self.refresh_failures = 0
 
     # --- observation -----------------------------------------------------------------------------------
 
@@ -135,6 +139,21 @@ class BrokerDirectory:
         b = self.brokers.get(node_id)
         return None if b is None else (b.host, b.port)
 
+    # --- reachability (readiness) ----------------------------------------------------------------------
+
+    def upstream_ok(self) -> None:
+        self.failing_since = None
+
+    def upstream_failed(self, error: str) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self.last_error = error
+
+    def unreachable_for(self) -> float | None:
+        """Seconds since the upstream stopped answering, or None while it answers."""
+        since = self.failing_since
+        return None if since is None else time.monotonic() - since
+
     # --- refresh ---------------------------------------------------------------------------------------
 
     async def refresh(self) -> None:
@@ -161,10 +180,14 @@ class BrokerDirectory:
                 continue
             if av.error_code == 0:
                 self.observe_api_versions({a.api_key: (a.min_version, a.max_version) for a in av.api_keys})
+            self.upstream_ok()
             self.cluster_id = md.cluster_id
             self.observe([Broker(b.node_id, b.host, b.port, b.rack) for b in md.brokers])
             return
-        raise UpstreamError("no upstream broker answered: " + "; ".join(errors))
+        self.refresh_failures += 1
+        error = "no upstream broker answered: " + "; ".join(errors)
+        self.upstream_failed(error)
+        raise UpstreamError(error)
 
     async def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -6,6 +6,7 @@ from typing import Any
 
 from gateway import codec, frames
 from gateway.config import GatewayConfig
+from gateway.metrics import GatewayMetrics
 from gateway.upstream import BrokerDirectory
 
 HOME_NODE = 1
@@ -23,6 +24,10 @@ class StubGateway:
         self.directory = BrokerDirectory(self.config)
         self.local_handlers: dict[int, Any] = {}
         self.broker_ports = {HOME_NODE: HOME_ADDR[1]}
+        # What /metrics and /readyz read (gateway/metrics.py Health).
+        self.metrics = GatewayMetrics()
+        self.connections: set[Any] = set()
+        self.serving = True
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         return HOME_ADDR if node_id == HOME_NODE else None

@@ -1,0 +1,371 @@
+"""The gateway's metrics: counters bumped on the request paths, gauges read at scrape time, and the
+Prometheus text exposition (format 0.0.4) that ``GET /metrics`` serves (gateway/admin_http.py).
+
+The request paths only increment: a plain int attribute or ``dict[int, int]`` keyed by api key, no
+locks (one event loop), no label strings. Names, labels and escaping are produced when a scrape renders
+them. Gauges (open connections, groups by type and state, members by protocol) are computed from the
+live objects at scrape time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from coordinator.model import GroupState
+from coordinator.records import Record as ConsumerRecord
+from coordinator.records import RecordType
+from translate.classic_group import ClassicGroupState
+from translate.group_records import GroupMetadataRecord
+
+from . import codec
+
+if TYPE_CHECKING:
+    from coordinator.timers import TimerKey
+    from translate.group_config import GroupResult
+    from translate.group_service import GroupService
+
+    from .groups import GroupLayer
+    from .server import Gateway
+
+PREFIX = "groupgate_"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# A group request's arrival to its response release: from a heartbeat answered at once to a JoinGroup
+# parked for a whole rebalance (up to the rebalance timeout, minutes).
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0
+)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def api_name(api_key: int) -> str:
+    cls = codec.REQUESTS.get(api_key)
+    name = getattr(cls, "__name__", "")
+    return name.removesuffix("Request") if name.endswith("Request") else f"api_{api_key}"
+
+
+class Histogram:
+    """Observations in fixed buckets (upper bounds, seconds); cumulative counts only when rendered."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf only)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+
+class GatewayMetrics:
+    """The passthrough's counters; one per Gateway. Connections cache the dicts they bump."""
+
+    __slots__ = (
+        "bytes_received",
+        "bytes_sent",
+        "connections_total",
+        "errors",
+        "forwarded",
+        "local",
+        "local_latency",
+        "upstream_connect_failures",
+    )
+
+    def __init__(self) -> None:
+        self.connections_total = 0
+        self.bytes_received = 0  # from clients
+        self.bytes_sent = 0  # to clients
+        # api key -> requests; errors: api key, or -1 for an api key the gateway does not know
+        self.forwarded: defaultdict[int, int] = defaultdict(int)
+        self.local: defaultdict[int, int] = defaultdict(int)
+        self.errors: defaultdict[int, int] = defaultdict(int)
+        self.upstream_connect_failures = 0
+        # api key -> arrival of a locally answered request to its response (seconds)
+        self.local_latency: dict[int, Histogram] = {}
+
+    def latency(self, api_key: int) -> Histogram:
+        h = self.local_latency.get(api_key)
+        if h is None:
+            h = self.local_latency[api_key] = Histogram()
+        return h
+
+
+class GroupStats:
+    """What the group layer counts from its results: rebalances, members expired by timers."""
+
+    __slots__ = ("_classic_generation", "_consumer_epoch", "expired", "rebalances", "timers_fired")
+
+    def __init__(self) -> None:
+        self.rebalances = {"classic": 0, "consumer": 0}
+        self.expired = {"classic": 0, "consumer": 0}  # members removed by a timer, by group type
+        self.timers_fired: defaultdict[str, int] = defaultdict(int)  # timer kind -> fired
+        self._classic_generation: dict[str, int] = {}
+        self._consumer_epoch: dict[str, int] = {}
+
+    def records(self, records: Iterable[Any]) -> None:
+        """Count rebalances in a result's records: a new group epoch, a new classic generation."""
+        for r in records:
+            if isinstance(r, ConsumerRecord):
+                if r.type is not RecordType.GROUP_METADATA:
+                    continue
+                if r.value is None:
+                    self._consumer_epoch.pop(r.group_id, None)
+                elif self._consumer_epoch.get(r.group_id) != r.value.epoch:  # type: ignore[union-attr]
+                    self._consumer_epoch[r.group_id] = r.value.epoch  # type: ignore[union-attr]
+                    self.rebalances["consumer"] += 1
+            elif isinstance(r, GroupMetadataRecord):
+                if r.value is None:
+                    self._classic_generation.pop(r.group_id, None)
+                elif r.value.generation > 0 and self._classic_generation.get(r.group_id) != r.value.generation:
+                    self._classic_generation[r.group_id] = r.value.generation
+                    self.rebalances["classic"] += 1
+
+    def fire(self, calls: Any, service: GroupService, key: TimerKey, now_ms: int) -> GroupResult:
+        """Run one timer through ``calls.on_timer``, counting the members it removed."""
+        self.timers_fired[key[0]] += 1
+        gid = key[1]
+        before, group_type = _member_count(service, gid)
+        result: GroupResult = calls.on_timer(key, now_ms)
+        if before:
+            after, _ = _member_count(service, gid)
+            if after < before:
+                self.expired[group_type] += before - after
+        return result
+
+
+def _member_count(service: GroupService, gid: str) -> tuple[int, str]:
+    classic = service.classic_groups.groups.get(gid)
+    if classic is not None:
+        return len(classic.members), "classic"
+    consumer = service.coordinator.state.groups.get(gid)
+    if consumer is not None:
+        return len(consumer.members), "consumer"
+    return 0, "consumer"
+
+
+# --- exposition ---------------------------------------------------------------------------------------
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value))
+
+
+def _labels(labels: Labels) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+
+
+class Exposition:
+    """Builds the text of one scrape: each family's HELP and TYPE, then its samples."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> None:
+        full = PREFIX + name
+        self._lines.append(f"# HELP {full} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}")
+        self._lines.append(f"# TYPE {full} {kind}")
+        for labels, value in samples:
+            self._lines.append(f"{full}{_labels(labels)} {_number(value)}")
+
+    def gauge(self, name: str, help_text: str, value: float) -> None:
+        self.family(name, "gauge", help_text, [((), value)])
+
+    def counter(self, name: str, help_text: str, value: float) -> None:
+        self.family(name, "counter", help_text, [((), value)])
+
+    def histogram(self, name: str, help_text: str, series: Iterable[tuple[Labels, Histogram]]) -> None:
+        full = PREFIX + name
+        self._lines.append(f"# HELP {full} {help_text}")
+        self._lines.append(f"# TYPE {full} histogram")
+        for labels, h in series:
+            cumulative = 0
+            for bound, n in zip((*h.bounds, math.inf), h.counts, strict=True):
+                cumulative += n
+                le = (*labels, ("le", _number(bound)))
+                self._lines.append(f"{full}_bucket{_labels(le)} {cumulative}")
+            self._lines.append(f"{full}_sum{_labels(labels)} {_number(h.sum)}")
+            self._lines.append(f"{full}_count{_labels(labels)} {h.count}")
+
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+
+# --- what a scrape reports ----------------------------------------------------------------------------
+
+
+class Health:
+    """Liveness, readiness and the metrics of one gateway process (and its group layer, if any)."""
+
+    def __init__(self, gw: Gateway, layer: GroupLayer | None = None) -> None:
+        self.gw = gw
+        self.layer = layer
+        self.started_at = time.time()
+
+    def not_ready(self) -> list[str]:
+        """Why the gateway does not serve yet (empty: ready)."""
+        reasons: list[str] = []
+        gw, layer = self.gw, self.layer
+        down = gw.directory.unreachable_for()
+        if down is not None and down > gw.config.upstream_connect_timeout_s:
+            reasons.append(f"upstream unreachable for {down:.0f}s: {gw.directory.last_error}")
+        if not gw.serving:
+            reasons.append("listeners not open yet")
+        if layer is not None:
+            if not layer.ready:
+                reasons.append("group state not replayed yet")
+            elif not layer.watch.loaded:
+                reasons.append("topic metadata not fetched yet")
+        return reasons
+
+    def render(self) -> str:
+        out = Exposition()
+        self._gateway(out)
+        if self.layer is not None:
+            self._groups(out, self.layer)
+        return out.text()
+
+    def _gateway(self, out: Exposition) -> None:
+        gw, m = self.gw, self.gw.metrics
+        out.gauge("ready", "1 when /readyz answers 200 (serving), else 0", 0 if self.not_ready() else 1)
+        out.gauge("start_time_seconds", "Process start time, seconds since the epoch", self.started_at)
+        out.gauge("client_connections", "Client connections open now", len(gw.connections))
+        out.counter("client_connections_total", "Client connections accepted", m.connections_total)
+        out.counter("client_received_bytes_total", "Bytes received from clients", m.bytes_received)
+        out.counter("client_sent_bytes_total", "Bytes sent to clients", m.bytes_sent)
+        out.family(
+            "requests_total",
+            "counter",
+            "Client requests by api and outcome: forwarded upstream, answered locally, or error",
+            _requests(m),
+        )
+        out.gauge("upstream_brokers", "Upstream brokers known from metadata", len(gw.directory.brokers))
+        out.gauge(
+            "upstream_reachable",
+            "0 while every recent attempt to reach the upstream failed, else 1",
+            0 if gw.directory.unreachable_for() is not None else 1,
+        )
+        out.counter(
+            "upstream_connect_failures_total",
+            "Failed attempts to open a client's upstream connection",
+            m.upstream_connect_failures,
+        )
+        out.counter(
+            "upstream_metadata_failures_total",
+            "Upstream metadata refreshes that reached no broker",
+            gw.directory.refresh_failures,
+        )
+        out.histogram(
+            "local_request_duration_seconds",
+            "Time from a locally answered (group) request's arrival to its response release",
+            [((("api", api_name(k)),), h) for k, h in sorted(m.local_latency.items())]
+        )
+
+    def _groups(self, out: Exposition, layer: GroupLayer) -> None:
+        service, stats = layer.service, layer.stats
+        # Every series from the first scrape on, at 0 until something counts.
+        groups = dict.fromkeys(_GROUP_SERIES, 0)
+        members = dict.fromkeys((("classic", "classic"), ("consumer", "classic"), ("consumer", "consumer")), 0)
+        for cg in service.classic_groups.groups.values():
+            if layer.managed(cg.group_id):
+                groups["classic", cg.state.value] += 1
+                members["classic", "classic"] += len(cg.members)
+        for g in service.coordinator.state.groups.values():
+            if not layer.managed(g.group_id):
+                continue
+            groups["consumer", g.state().value] += 1
+            classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
+            members["consumer", "classic"] += classic
+            members["consumer", "consumer"] += len(g.members) - classic
+        out.family(
+            "groups",
+            "gauge",
+            "Managed groups by type (classic, consumer) and state",
+            [((("type", t), ("state", s)), n) for (t, s), n in sorted(groups.items())]
+        )
+        out.family(
+            "group_members",
+            "gauge",
+            "Members of managed groups by group type and the protocol the member speaks",
+            [((("group_type", t), ("protocol", p)), n) for (t, p), n in sorted(members.items())]
+        )
+        out.family(
+            "group_rebalances_total",
+            "counter",
+            "Rebalances started: consumer group epoch bumps, classic group generations",
+            [((("type", t),), n) for t, n in sorted(stats.rebalances.items())]
+        )
+        out.family(
+            "group_members_expired_total",
+            "counter",
+            "Members removed by a timer (session expiry, rebalance or join/sync deadline), by group type",
+            [((("type", t),), n) for t, n in sorted(stats.expired.items())]
+        )
+        out.family(
+            "group_timers_fired_total",
+            "counter",
+            "Group coordinator timers fired, by kind",
+            [((("kind", k),), n) for k, n in sorted(stats.timers_fired.items())]
+        )
+        out.gauge("group_timers", "Group coordinator timers armed now", layer.armed_timers())
+        c = layer.counters
+        out.family(
+            "offset_commits_total",
+            "counter",
+            "Offset commits of managed groups: accepted (written upstream), rejected (fenced by the group "
+            "state), failed (the upstream could not take it)",
+            [
+                ((("outcome", "accepted"),), c["commits"]),
+                ((("outcome", "rejected"),), c["commits_fenced"]),
+                ((("outcome", "failed"),), c["commits_failed"]),
+            ],
+        )
+        out.family(
+            "group_layer_events_total",
+            "counter",
+            "Group layer events: invalid or failed requests, state log failures, clients bypassing the gateway",
+            _events(c),
+        )
+        log = layer.state_log
+        appended = getattr(log, "entries_appended", 0)
+        out.counter("state_log_appends_total", "Records appended to the group state log", appended)
+        out.counter("state_log_appended_bytes_total", "Bytes appended to the group state log", getattr(log, "bytes_appended", 0))
+        out.counter("state_log_fsyncs_total", "fsync calls of the group state log", getattr(log, "fsyncs", 0))
+        out.counter("state_log_compactions_total", "Compactions of the group state log", getattr(log, "compactions", 0))
+        out.gauge("state_log_bytes", "Size of the group state log's segments", getattr(log, "file_bytes", 0))
+
+
+_GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]
+_EVENTS = ("invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected")
+
+
+def _events(counters: Any) -> Iterator[tuple[Labels, float]]:
+    for name in _EVENTS:
+        yield (("event", name),), counters[name]
+
+
+def _requests(m: GatewayMetrics) -> Iterator[tuple[Labels, float]]:
+    for outcome, table in (("forwarded", m.forwarded), ("local", m.local), ("error", m.errors)):
+        for key in sorted(table):
+            yield (("api", "unknown" if key < 0 else api_name(key)), ("outcome", outcome)), table[key]
+
