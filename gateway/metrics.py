@@ -41,6 +41,7 @@ LATENCY_BUCKETS_S = (
 )
 
 Labels = tuple[tuple[str, str], ...]
+API_SLOTS = max(codec.REQUESTS) + 1
 
 
 def api_name(api_key: int) -> str:
@@ -84,9 +85,11 @@ class GatewayMetrics:
         self.connections_total = 0
         self.bytes_received = 0  # from clients
         self.bytes_sent = 0  # to clients
-        # api key -> requests; errors: api key, or -1 for an api key the gateway does not know
-        self.forwarded: defaultdict[int, int] = defaultdict(int)
-        self.local: defaultdict[int, int] = defaultdict(int)
+        # Requests by api key: lists indexed by the key (an api key reaches them only once it is known to
+        # the codec, so it is in range), cheaper to bump than a dict. errors: by api key, -1 for a frame
+        # whose api key the gateway cannot read or does not know.
+        self.forwarded = [0] * API_SLOTS
+        self.local = [0] * API_SLOTS
         self.errors: defaultdict[int, int] = defaultdict(int)
         self.upstream_connect_failures = 0
         # api key -> arrival of a locally answered request to its response (seconds)
@@ -365,7 +368,10 @@ def _events(counters: Any) -> Iterator[tuple[Labels, float]]:
 
 
 def _requests(m: GatewayMetrics) -> Iterator[tuple[Labels, float]]:
-    for outcome, table in (("forwarded", m.forwarded), ("local", m.local), ("error", m.errors)):
-        for key in sorted(table):
-            yield (("api", "unknown" if key < 0 else api_name(key)), ("outcome", outcome)), table[key]
+    for outcome, table in (("forwarded", dict(enumerate(m.forwarded))), ("local", dict(enumerate(m.local)))):
+        for key, n in table.items():
+            if n:
+                yield (("api", api_name(key)), ("outcome", outcome)), n
+    for key in sorted(m.errors):
+        yield (("api", "unknown" if key < 0 else api_name(key)), ("outcome", "error")), m.errors[key]
 
