@@ -17,6 +17,7 @@ from gateway.config import GatewayConfig
 from gateway.connection import ClientConnection, UpstreamLink
 from gateway.groups import GroupLayer
 from gateway.metrics import Health
+from gateway.rewrite import Broker
 from gateway.server import Gateway
 from gateway.upstream import UpstreamError
 
@@ -198,6 +199,21 @@ async def test_requests_bytes_and_local_latency_are_counted_on_the_connection() 
     total = [v for n, ls, v in latency if n.endswith("_sum")]
     assert count == [1] and total[0] >= 0.01
     assert m["groupgate_ready"].value() == 0  # never started
+
+
+async def test_only_a_cluster_wide_failure_counts_as_the_upstream_being_unreachable() -> None:
+    gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=0, upstream_connect_timeout_s=0.3))
+    gw.directory.brokers = {1: Broker(1, "127.0.0.1", 1, None)}  # a broker that refuses connections
+    one_broker = ClientConnection(gw, 1)
+    one_broker.transport = FakeTransport()  # type: ignore[assignment]
+    await one_broker._connect_upstream()
+    assert one_broker.closed and gw.directory.unreachable_for() is None
+    assert gw.metrics.upstream_connect_failures == 1
+    bootstrap = ClientConnection(gw, None)  # tries every known broker and the configured bootstrap list
+    bootstrap.transport = FakeTransport()  # type: ignore[assignment]
+    await bootstrap._connect_upstream()
+    assert bootstrap.closed and gw.directory.unreachable_for() is not None
+    assert gw.metrics.upstream_connect_failures == 2  # 127.0.0.1:1 is both the broker and the bootstrap
 
 
 async def test_readyz_is_503_until_start_up_completes_and_healthz_answers_throughout() -> None:
