@@ -352,19 +352,27 @@ def _fill_fresh(
 
     Members whose quota is zero keep their (empty) mapping object.
     """
-    if 0 in sizes:
-        topic_ids = list(compress(topic_ids, sizes))
-        sizes = [n for n in sizes if n]
-    total = sum(sizes)
-    if not total:
+    if not sizes:
         return
+    run_ends: list[int] | None = None  # where each run of topics of one size ends
+    if sizes.count(sizes[0]) == len(sizes):  # one size (the common case): an identity scan in C
+        if not sizes[0]:
+            return
+        run_ends = [len(sizes)]
+        total = sizes[0] * len(sizes)
+        largest = sizes[0]
+    else:
+        if 0 in sizes:
+            topic_ids = list(compress(topic_ids, sizes))
+            sizes = [n for n in sizes if n]
+        total = sum(sizes)
+        largest = max(sizes)
     q, extra = divmod(total, len(owned))
-    seq = first_numbers(max(sizes))  # every topic's partitions are a prefix of it
+    seq = first_numbers(largest)  # every topic's partitions are a prefix of it
     fulls = shared.fulls
     cut_cache = shared.cuts
     nt = len(topic_ids)
     offsets: list[int] | None = None  # where each topic starts in (topic, partition) order
-    run_ends: list[int] | None = None  # where each run of topics of one size ends
     ti = 0
     pos = 0
     tid = topic_ids[0]

@@ -55,9 +55,13 @@ class UniformAssignor:
                     out[mid] = _empty(members[mid])
                 continue
             if len(subscribed) == len(topics):  # every topic: no lookup (and UUID hash) per topic
-                metas = sorted(topics.values(), key=_META_ORDER)
-                topic_ids = [t.topic_id for t in metas]
-                sizes = [t.num_partitions for t in metas]
+                sizes = [t.num_partitions for t in topics.values()]
+                if sizes.count(sizes[0]) == len(sizes):  # one size for all: only the ids need sorting
+                    topic_ids = sorted(topics, key=topic_order)
+                else:
+                    metas = sorted(topics.values(), key=_META_ORDER)
+                    topic_ids = [t.topic_id for t in metas]
+                    sizes = [t.num_partitions for t in metas]
             else:
                 topic_ids = sorted(subscribed, key=topic_order)
                 sizes = [topics[t].num_partitions for t in topic_ids]
