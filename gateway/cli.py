@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from .config import GatewayConfig, load_config, parse_host_port
 from .logging import get_logger, setup_logging
+from .tls import check as check_tls
 
 log = get_logger("gateway.cli")
 
@@ -37,6 +38,11 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
         "--metrics-listen",
         metavar="HOST:PORT",
         help="serve /metrics (Prometheus), /healthz and /readyz over HTTP here (default: off; port 0 = ephemeral)",
+    )
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS on every listener with this certificate chain")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument(
+        "--tls-client-ca", metavar="PEM", help="require client certificates signed by these CAs (mutual TLS)"
     )
     p.add_argument(
         "--managed-groups", help="RE2 pattern of the group ids the gateway coordinates (default: all, .*)"
@@ -68,6 +74,14 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "log_format": args.log_format,
         "log_level": args.log_level,
         "metrics_listen": args.metrics_listen,
+        "listener_tls_cert": args.tls_cert,
+        "listener_tls_key": args.tls_key,
+        "listener_tls_client_ca": args.tls_client_ca,
+        "upstream_tls": True if getattr(args, "upstream_tls", False) else None,
+        "upstream_tls_ca": getattr(args, "upstream_tls_ca", None),
+        "upstream_tls_cert": getattr(args, "upstream_tls_cert", None),
+        "upstream_tls_key": getattr(args, "upstream_tls_key", None),
+        "upstream_tls_check_hostname": False if getattr(args, "upstream_tls_no_check_hostname", False) else None,
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
@@ -151,6 +165,7 @@ def _use_event_loop(config: GatewayConfig) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _flags(args))
+        check_tls(config)
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -190,6 +205,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         flags["listen_host"], flags["listen_port"] = "127.0.0.1", 9092
     try:
         config = load_config(args.config, flags)
+        check_tls(config)
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -278,6 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir",
         dest="coordinator_state_dir",
         help="group coordinator state log directory (required with the coordinator on, unless --ephemeral-state)",
+    )
+    serve.add_argument("--upstream-tls", action="store_true", help="connect to the upstream brokers over TLS")
+    serve.add_argument("--upstream-tls-ca", metavar="PEM", help="CA bundle for the brokers (default: system trust)")
+    serve.add_argument("--upstream-tls-cert", metavar="PEM", help="client certificate for the brokers (mutual TLS)")
+    serve.add_argument("--upstream-tls-key", metavar="PEM", help="the private key of --upstream-tls-cert")
+    serve.add_argument(
+        "--upstream-tls-no-check-hostname",
+        action="store_true",
+        help="verify the brokers' certificate chain but not that it names the broker's host",
     )
     serve.add_argument(
         "--ephemeral-state",

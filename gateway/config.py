@@ -69,6 +69,17 @@ class GatewayConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # HOST:PORT of the operators' HTTP endpoint (/metrics, /healthz, /readyz); None = off, port 0 = ephemeral.
     metrics_listen: str | None = None
+    # TLS on every client listener (docs/gateway.md, "TLS"): PEM certificate chain and private key. A CA
+    # bundle in listener_tls_client_ca makes client certificates mandatory (mutual TLS).
+    listener_tls_cert: str | None = None
+    listener_tls_key: str | None = None
+    listener_tls_client_ca: str | None = None
+    # TLS to the upstream brokers: CA bundle (None = the system trust store), optional client certificate.
+    upstream_tls: bool = False
+    upstream_tls_ca: str | None = None
+    upstream_tls_cert: str | None = None
+    upstream_tls_key: str | None = None
+    upstream_tls_check_hostname: bool = True
     # The group coordinator the gateway runs (docs/gateway.md, "The group coordinator").
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
 
@@ -97,6 +108,23 @@ class GatewayConfig(BaseModel):
                 raise ValueError(f"broker_ports: nodes {seen[port]} and {node} both map to port {port}")
             seen[port] = node
         return v
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> GatewayConfig:
+        # Only the shape here; the files themselves are loaded by tls.check() when the gateway starts.
+        for cert, key in (
+            ("listener_tls_cert", "listener_tls_key"),
+            ("upstream_tls_cert", "upstream_tls_key"),
+        ):
+            if (getattr(self, cert) is None) != (getattr(self, key) is None):
+                raise ValueError(f"{cert} and {key} go together: set both or neither")
+        if self.listener_tls_client_ca is not None and self.listener_tls_cert is None:
+            raise ValueError("listener_tls_client_ca needs listener_tls_cert and listener_tls_key")
+        if not self.upstream_tls:
+            extra = [n for n in ("upstream_tls_ca", "upstream_tls_cert") if getattr(self, n) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} set but upstream_tls is off")
+        return self
 
     @model_validator(mode="after")
     def _check_range(self) -> GatewayConfig:

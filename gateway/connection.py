@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, frames, rewrite
 from .logging import get_logger
+from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
 
 if TYPE_CHECKING:
@@ -128,11 +129,13 @@ class ClientConnection(asyncio.Protocol):
         for host, port in targets:
             try:
                 _, link = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamLink(self), host, port),
+                    loop.create_connection(
+                        lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
+                    ),
                     self.gw.config.upstream_connect_timeout_s,
                 )
             except (OSError, TimeoutError) as e:
-                errors.append(f"{host}:{port}: {e or type(e).__name__}")
+                errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
                 self.metrics.upstream_connect_failures += 1
                 continue
             if self.closed:

@@ -9,7 +9,7 @@ and close once a broker has been gone longer than the grace period.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +18,7 @@ from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
 from .logging import get_logger
 from .metrics import GatewayMetrics
+from .tls import TlsAcceptor, server_context
 from .upstream import BrokerDirectory
 
 log = get_logger("gateway.server")
@@ -45,6 +46,9 @@ class Gateway:
         self.directory.set_local_api(local_api or {})
         self.connections: set[ClientConnection] = set()
         self.metrics = GatewayMetrics()
+        # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
+        tls = server_context(config)
+        self._tls = None if tls is None else TlsAcceptor(tls)
         self._bootstrap_server: asyncio.Server | None = None
         self._bootstrap_port = 0
         self._listeners: dict[int, asyncio.Server] = {}
@@ -119,13 +123,19 @@ class Gateway:
 
     async def _open_bootstrap(self) -> int:
         self._bootstrap_server = await asyncio.get_running_loop().create_server(
-            lambda: ClientConnection(self, None),
+            self._client_factory(None),
             self.config.listen_host,
             self.config.listen_port,
             reuse_address=True,
         )
         self._bootstrap_port = int(self._bootstrap_server.sockets[0].getsockname()[1])
         return self._bootstrap_port
+
+    def _client_factory(self, node: int | None) -> Callable[[], asyncio.Protocol]:
+        def factory() -> asyncio.Protocol:
+            return ClientConnection(self, node)
+
+        return factory if self._tls is None else self._tls.wrap(factory)
 
     async def _close_listeners(self) -> None:
         servers = [s for s in [self._bootstrap_server, *self._listeners.values()] if s is not None]
@@ -140,6 +150,8 @@ class Gateway:
     async def stop(self) -> None:
         for t in list(self._tasks):
             t.cancel()
+        if self._tls is not None:
+            self._tls.close()
         for c in list(self.connections):
             c.close()
         await self._close_listeners()
@@ -181,12 +193,9 @@ class Gateway:
                     continue
                 port = port or self._ports.get(node, 0)
 
-                def factory(node: int = node) -> ClientConnection:
-                    return ClientConnection(self, node)
-
                 try:
                     server = await loop.create_server(
-                        factory, self.config.listen_host, port, reuse_address=True
+                        self._client_factory(node), self.config.listen_host, port, reuse_address=True
                     )
                 except OSError as e:
                     log.error("cannot open broker listener", node_id=node, port=port, error=str(e))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from . import codec, frames
 from .config import GatewayConfig
 from .logging import get_logger
 from .rewrite import ApiRanges, Broker, gateway_api_ranges
+from .tls import connect_kwargs, note_upstream_failure, upstream_context
 
 log = get_logger("gateway.upstream")
 
@@ -44,11 +46,19 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         pass
 
 
-async def request_once(host: str, port: int, api_key: int, version: int, msg: Any, timeout_s: float) -> Any:
-    """Open a connection, send one request, decode its response, close."""
+async def request_once(
+    host: str,
+    port: int,
+    api_key: int,
+    version: int,
+    msg: Any,
+    timeout_s: float,
+    tls: ssl.SSLContext | None = None,
+) -> Any:
+    """Open a connection (TLS when ``tls`` is given), send one request, decode its response, close."""
 
     async def go() -> Any:
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, port, **connect_kwargs(tls, host))
         try:
             msg.with_header(correlation_id=1, client_id=_CLIENT_ID)
             writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
@@ -64,6 +74,7 @@ async def request_once(host: str, port: int, api_key: int, version: int, msg: An
     try:
         return await asyncio.wait_for(go(), timeout_s)
     except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+        note_upstream_failure(tls, host, port, e)
         raise UpstreamError(f"{host}:{port}: {type(e).__name__}: {e}") from e
 
 
@@ -71,6 +82,8 @@ class BrokerDirectory:
     def __init__(self, config: GatewayConfig, on_change: Callable[[], None] | None = None) -> None:
         self.config = config
         self.on_change = on_change
+        # The client TLS context of every upstream connection (None: the brokers speak plaintext).
+        self.tls = upstream_context(config)
         self.brokers: dict[int, Broker] = {}
         self.absent_since: dict[int, float] = {}
         self.upstream_api: dict[int, tuple[int, int]] = {}
@@ -171,9 +184,16 @@ class BrokerDirectory:
                         client_software_name="groupgate", client_software_version="0.1.0"
                     ),
                     timeout,
+                    self.tls,
                 )
                 md = await request_once(
-                    host, port, codec.METADATA, _METADATA_V, MetadataRequest[_METADATA_V](topics=[]), timeout
+                    host,
+                    port,
+                    codec.METADATA,
+                    _METADATA_V,
+                    MetadataRequest[_METADATA_V](topics=[]),
+                    timeout,
+                    self.tls,
                 )
             except UpstreamError as e:
                 errors.append(str(e))

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import codec, frames
 from .logging import get_logger
+from .tls import connect_kwargs, note_upstream_failure
 from .upstream import BrokerDirectory, UpstreamError, set_nodelay
 
 log = get_logger("gateway.upstream_client")
@@ -111,8 +112,10 @@ class UpstreamClient:
         fut: asyncio.Future[_Link] = asyncio.get_running_loop().create_future()
         self._connecting[addr] = fut
         try:
+            tls = self.directory.tls
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*addr), self.directory.config.upstream_connect_timeout_s
+                asyncio.open_connection(*addr, **connect_kwargs(tls, addr[0])),
+                self.directory.config.upstream_connect_timeout_s,
             )
             set_nodelay(writer.transport)
             link = _Link(reader, writer)
@@ -120,6 +123,7 @@ class UpstreamClient:
             fut.set_result(link)
             return link
         except (OSError, TimeoutError) as e:
+            note_upstream_failure(self.directory.tls, addr[0], addr[1], e)
             err = UpstreamError(f"{addr[0]}:{addr[1]}: {type(e).__name__}: {e}")
             fut.set_exception(err)
             fut.exception()  # retrieved: nobody else may be waiting
