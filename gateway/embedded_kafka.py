@@ -61,6 +61,17 @@ BASE_CONFIG: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class BrokerTls:
+    """An extra SSL listener for the broker, from PEM files (Kafka 2.7+ reads PEM key stores)."""
+
+    # One PEM file: the broker's private key (PKCS#8, unencrypted) followed by its certificate chain.
+    keystore: str
+    # PEM CA bundle the broker trusts client certificates from; with require_client_cert it demands one.
+    truststore: str | None = None
+    require_client_cert: bool = False
+
+
 @dataclass
 class EmbeddedKafka:
     """One broker process. Use as a context manager, or call start()/stop()."""
@@ -72,12 +83,20 @@ class EmbeddedKafka:
     overrides: Mapping[str, str] = field(default_factory=dict)
     heap: str = "512m"
     version: str = kafka_dist.CURRENT_KAFKA
+    # An additional SSL listener on ssl_port (0 = a free port), beside the PLAINTEXT one (None = none).
+    tls: BrokerTls | None = None
+    ssl_port: int = 0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.tls is not None, "no SSL listener configured"
+        return f"{self.host}:{self.ssl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -95,6 +114,16 @@ class EmbeddedKafka:
                 "log.dirs": str(self.data_dir / "logs"),
             }
         )
+        if self.tls is not None:
+            cfg["listeners"] += f",SSL://{self.host}:{self.ssl_port}"
+            cfg["advertised.listeners"] += f",SSL://{self.host}:{self.ssl_port}"
+            cfg["listener.security.protocol.map"] += ",SSL:SSL"
+            cfg["ssl.keystore.type"] = "PEM"
+            cfg["ssl.keystore.location"] = self.tls.keystore
+            if self.tls.truststore is not None:
+                cfg["ssl.truststore.type"] = "PEM"
+                cfg["ssl.truststore.location"] = self.tls.truststore
+            cfg["ssl.client.auth"] = "required" if self.tls.require_client_cert else "none"
         cfg.update(self.overrides)
         return cfg
 
@@ -107,6 +136,8 @@ class EmbeddedKafka:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port(self.host)
         self.controller_port = self.controller_port or free_port(self.host)
+        if self.tls is not None:
+            self.ssl_port = self.ssl_port or free_port(self.host)
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
         java = java_binary()
