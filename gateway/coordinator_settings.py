@@ -47,6 +47,9 @@ class CoordinatorSettings(BaseModel):
     # How often managed groups are checked for members on the upstream coordinator (clients that bypass
     # the gateway); 0 disables the periodic check (a commit error still triggers one).
     upstream_check_s: float = Field(default=30.0, ge=0)
+    # A member id a client presents for a managed group and the gateway does not know is one the client
+    # left on the upstream coordinator (a group taken over while live): remove it there (gateway/adoption.py).
+    leave_abandoned_upstream_members: bool = True
 
     # Where the gateway appends its rebalance events (JSON lines, docs/rehearsal-events.md); None: off.
     rebalance_events: str | None = None

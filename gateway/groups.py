@@ -47,6 +47,7 @@ from translate.rebalance_events import RebalanceEventDeriver
 
 from . import codec, frames
 from . import group_codec as gc
+from .adoption import UpstreamLeaver
 from .coordinator_settings import CoordinatorSettings
 from .logging import get_logger
 from .metadata_watch import MetadataWatch, TopicImage
@@ -91,6 +92,7 @@ class GroupLayer:
         self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
         self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
         self.offsets = OffsetBridge(self)
+        self.adoption = UpstreamLeaver(self)
         self.state_log: StateLog | None = None
         self.counters: collections.Counter[str] = collections.Counter()
         self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
@@ -375,6 +377,7 @@ class GroupLayer:
         decode, encode = _CLASSIC[api_key]
         request = decode(msg, version, header.client_id or "", self.client_host(conn))
         body = await self.call(request.group_id, request)
+        self.adoption.after_classic(request, body)
         return encode(body, version)
 
     async def _consumer_group_heartbeat(

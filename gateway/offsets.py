@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 log = get_logger("gateway.offsets")
 
 COORDINATOR_NOT_AVAILABLE = 15
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
 GROUP_ID_NOT_FOUND = 69
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 # Upstream answers to a simple commit that only a group with live upstream members gives.
@@ -109,6 +112,15 @@ class OffsetBridge:
         gid = check.group_id
         reply: OffsetCheckResponse = await self.layer.call(gid, check)
         error = int(reply.error_code)
+        if error in (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION) and check.member_id and not self._known(gid):
+            # A member of a group the gateway has never seen: one the cluster coordinated before the
+            # group became managed here (docs/operations.md, "Adopting a live group"). Kafka answers
+            # GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before); classic clients take the former
+            # as a fatal commit error. UNKNOWN_MEMBER_ID makes them drop the old id and join here.
+            self.layer.counters["commits_unknown_group"] += 1
+            error = UNKNOWN_MEMBER_ID
+        if error == UNKNOWN_MEMBER_ID:
+            self.layer.adoption.abandoned(gid, check.member_id)
         if error != 0:
             self.layer.counters["commits_fenced"] += 1
             return _partition_errors(msg.topics, error)
@@ -140,8 +152,17 @@ class OffsetBridge:
                 errors=sorted(errors),
             )
             self.layer.bypass_suspected(gid, "commit refused by the upstream coordinator")
+            if self.layer.service.classic_groups.group(gid) is not None:
+                # The committer IS a member of the gateway's group; telling it UNKNOWN_MEMBER_ID would
+                # make it drop that membership (which the group then waits a session timeout for).
+                # REBALANCE_IN_PROGRESS keeps its id: it rejoins and commits again (gateway/adoption.py).
+                out = [(t, [(p, REBALANCE_IN_PROGRESS if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, ps in out]
         self.layer.counters["commits"] += 1
         return out
+
+    def _known(self, group_id: str) -> bool:
+        service = self.layer.service
+        return service.classic_groups.group(group_id) is not None or group_id in service.coordinator.state.groups
 
     # --- fetches ---------------------------------------------------------------------------------------
 

@@ -216,6 +216,43 @@ async def test_zombie_offset_commit_is_fenced_locally() -> None:
         await layer.stop()
 
 
+@pytest.mark.parametrize("version", [2, 8, 9])
+async def test_a_member_of_a_group_the_gateway_never_saw_is_told_to_rejoin(version: int) -> None:
+    """Adoption (docs/operations.md): a classic member of the cluster's coordinator commits to the gateway,
+    which has no such group. Kafka would answer GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before),
+    which classic clients do not take as "rejoin"; the gateway says UNKNOWN_MEMBER_ID, and tries to
+    remove the abandoned member from the upstream coordinator once."""
+    layer = await started()
+    try:
+        cls = OffsetCommitRequest
+        part = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)
+        kw: dict[str, Any] = {"group_id": "adopted", "member_id": "consumer-1-upstream", "generation_id_or_member_epoch": 4}
+        if version >= 7:
+            kw["group_instance_id"] = None
+        commit = cls[version](**kw, topics=[cls.OffsetCommitRequestTopic(name="t", partitions=[part])])
+        for _ in range(2):
+            out = await call(layer, gc.OFFSET_COMMIT, version, commit)
+            assert out.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID
+        # Nothing was created or written: the group is still unknown to the gateway.
+        assert "adopted" not in layer.service.classic_groups.groups
+        assert layer.counters["commits"] == 0 and layer.counters["commits_unknown_group"] == 2
+        assert list(layer.adoption._seen) == [("adopted", "consumer-1-upstream")]
+    finally:
+        await layer.stop()
+
+
+async def test_an_unknown_member_id_in_a_heartbeat_is_left_upstream_unless_switched_off() -> None:
+    for enabled in (True, False):
+        layer = await started(leave_abandoned_upstream_members=enabled)
+        try:
+            hb = HeartbeatRequest[4](group_id="adopted", generation_id=3, member_id="m-upstream", group_instance_id=None)
+            out = await call(layer, gc.HEARTBEAT, 4, hb)
+            assert out.error_code == UNKNOWN_MEMBER_ID
+            assert list(layer.adoption._seen) == ([("adopted", "m-upstream")] if enabled else [])
+        finally:
+            await layer.stop()
+
+
 async def test_undecodable_group_requests_get_an_error_not_a_closed_connection() -> None:
     layer = await started()
     try:

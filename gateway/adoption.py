@@ -1,0 +1,85 @@
+"""Taking over groups that the cluster coordinated: members the clients abandoned upstream are removed there.
+
+When a live group becomes managed (docs/operations.md, "Adopting a live group"), its clients keep
+talking to the same coordinator address, now answered by the gateway. Their first group request
+names a member id of the cluster's coordinator; the gateway does not know it and answers
+UNKNOWN_MEMBER_ID, and the client joins the gateway's group with a new id. The old member still
+exists on the cluster's coordinator until its session times out there, and while it does the cluster
+refuses the gateway's simple commits (a group with members accepts no commit without a generation):
+no offset reaches the cluster, and a client that is told UNKNOWN_MEMBER_ID for its commit drops its
+brand-new membership of the gateway's group, which then waits a session timeout for it.
+
+A member id that a client presents to the gateway, and the gateway does not know, is one that client
+has left behind: nothing else will ever heartbeat for it. So the gateway removes exactly those ids
+from the cluster's coordinator (LeaveGroup v3+, KIP-345's member identities), which empties the
+upstream group at once instead of after a session timeout. Members that clients hold on the cluster
+directly (clients that bypass the gateway) never present their ids here and are left alone.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+from . import codec
+from . import group_codec as gc
+from .logging import get_logger
+from .upstream import UpstreamError
+
+if TYPE_CHECKING:
+    from .groups import GroupLayer
+
+log = get_logger("gateway.adoption")
+
+UNKNOWN_MEMBER_ID = 25
+_REMEMBERED = 4096  # member ids already handled (each client presents its old id a few times)
+
+
+class UpstreamLeaver:
+    def __init__(self, layer: GroupLayer) -> None:
+        self.layer = layer
+        self._seen: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    def after_classic(self, request: object, body: object) -> None:
+        """After a classic group request: an UNKNOWN_MEMBER_ID answer to a named member id."""
+        member_id = getattr(request, "member_id", "")
+        if getattr(body, "error_code", 0) == UNKNOWN_MEMBER_ID and isinstance(member_id, str):
+            self.abandoned(str(getattr(request, "group_id", "")), member_id)
+
+    def abandoned(self, group_id: str, member_id: str) -> None:
+        """``member_id`` was presented for the managed group ``group_id`` and is unknown to the gateway."""
+        if not member_id or not self.layer.settings.leave_abandoned_upstream_members:
+            return
+        key = (group_id, member_id)
+        if key in self._seen:
+            return
+        self._seen[key] = None
+        if len(self._seen) > _REMEMBERED:
+            self._seen.popitem(last=False)
+        self.layer._spawn(self._leave(group_id, member_id))
+
+    async def _leave(self, group_id: str, member_id: str) -> None:
+        client = self.layer.client
+        try:
+            version = client.version(gc.LEAVE_GROUP, 5)
+            if version < 3:
+                return  # no member identities before v3: nothing safe to send
+            cls = codec.REQUESTS[gc.LEAVE_GROUP][version]
+            identity = {"member_id": member_id, "group_instance_id": None}
+            if version >= 5:
+                identity["reason"] = "the group is coordinated by groupgate now"
+            req = cls(group_id=group_id, members=[cls.MemberIdentity(**identity)])
+            r = await client.to_coordinator(group_id, gc.LEAVE_GROUP, version, req, lambda r: r.error_code)
+        except (TimeoutError, UpstreamError) as e:
+            log.info("could not remove an abandoned member upstream", group_id=group_id, member_id=member_id, error=str(e))
+            return
+        errors = [m.error_code for m in r.members] or [r.error_code]
+        if r.error_code == 0 and errors == [0]:
+            self.layer.counters["upstream_members_removed"] += 1
+            log.warning(
+                "removed a member the client left on the upstream coordinator",
+                group_id=group_id,
+                member_id=member_id,
+            )
+        elif errors != [UNKNOWN_MEMBER_ID]:
+            log.info("upstream LeaveGroup refused", group_id=group_id, member_id=member_id, errors=errors)
