@@ -130,6 +130,10 @@ class ConfluentConsumer(_ThreadedConsumer):
     topics: Sequence[str] = ()
     group_protocol: str = "classic"
     config: dict[str, Any] = field(default_factory=dict)
+    # True: a failed commit is recorded in ``commit_errors`` and polling goes on, as an application that
+    # handles CommitFailed does (the next poll rejoins); False: it ends the consumer with the error.
+    tolerate_commit_errors: bool = False
+    commit_errors: list[str] = field(default_factory=list)
 
     def _conf(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -176,7 +180,12 @@ class ConfluentConsumer(_ThreadedConsumer):
                     self.log.consumed(self.name, topic, partition, offset, msg.value())
                     good = True
                 if good:
-                    consumer.commit(asynchronous=False)
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except confluent_kafka.KafkaException as exc:
+                        if not self.tolerate_commit_errors:
+                            raise
+                        self.commit_errors.append(exc.args[0].name() if exc.args else repr(exc))
             self.log.owned(self.name, "stopped", ())
         finally:
             consumer.close()
