@@ -346,7 +346,8 @@ class Health:
         out.family(
             "group_layer_events_total",
             "counter",
-            "Group layer events: invalid or failed requests, state log failures, clients bypassing the gateway",
+            "Group layer events: invalid or failed requests, state log failures, clients bypassing the gateway, "
+            "members of adopted groups removed upstream",
             _events(c),
         )
         log = layer.state_log
@@ -359,7 +360,10 @@ class Health:
 
 
 _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]
-_EVENTS = ("invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected")
+_EVENTS = (
+    "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
+    "upstream_members_removed", "commits_unknown_group",
+)
 
 
 def _events(counters: Any) -> Iterator[tuple[Labels, float]]:
