@@ -262,6 +262,10 @@ def test_a_live_classic_group_moves_onto_the_gateway_coordinator(
         assert stale_error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), stale_error
         assert _committed(kafka.bootstrap, group, topic).get(0, -1) > 0, "the stale commit must not land"
 
+        # Read before the way back: once unmanaged, the gateway's copy of the group expires by its timers.
+        expired = [e for e in _events(tmp_path / "events.jsonl") if e.get("event") == "timer_expired"
+                   and e.get("kind") == "classic-heartbeat"]
+
         # Step 3, the way back: the group is unmanaged again and returns to the cluster's coordinator.
         gw.extra_args[gw.extra_args.index("--managed-groups") + 1] = "none-.*"
         gw.restart(hard=False)
@@ -302,8 +306,6 @@ def test_a_live_classic_group_moves_onto_the_gateway_coordinator(
     # The members the clients left on the cluster's coordinator were removed there by the gateway, so no
     # member of the gateway's group was abandoned and expired by its session timer.
     assert "removed a member the client left on the upstream coordinator" in gw.tail(400)
-    expired = [e for e in _events(tmp_path / "events.jsonl") if e.get("event") == "timer_expired"
-               and e.get("kind") == "classic-heartbeat"]
     assert not expired, expired
     first = watch.first_change_after(t0)
     assert first is not None
