@@ -18,6 +18,7 @@ import socket
 import ssl
 import struct
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,7 +55,9 @@ def _serve(upstream: str, args: list[str], log_dir: Path) -> GatewayProcess:
 def tls_gateway(
     request: pytest.FixtureRequest, kafka: ProcessBackend, pki: Pki, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    args = ["--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--event-loop", request.param]
+    metrics = f"127.0.0.1:{free_port_block(1)}"
+    args = ["--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--event-loop", request.param,
+            "--metrics-listen", metrics]  # fmt: skip
     gw = _serve(kafka.bootstrap, args, tmp_path_factory.mktemp("gw")).start()
     try:
         yield gw
@@ -201,6 +204,15 @@ def test_confluent_kafka_produces_and_consumes_in_a_group_over_tls(
     _confluent_round_trip(tls_gateway.bootstrap, topic, f"tls-ck-{uuid.uuid4().hex[:8]}", conf)
 
 
+def _tls_failures_metric(gw: GatewayProcess) -> float:
+    """groupgate_client_tls_handshake_failures_total from the gateway's /metrics."""
+    metrics = gw.extra_args[gw.extra_args.index("--metrics-listen") + 1]
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("groupgate_client_tls_handshake_failures_total ")]
+    return float(line.split()[1])
+
+
 def test_a_plaintext_client_is_turned_away_and_the_gateway_keeps_serving(
     tls_gateway: GatewayProcess, pki: Pki, make_topic: Callable[..., str]
 ) -> None:
@@ -212,6 +224,7 @@ def test_a_plaintext_client_is_turned_away_and_the_gateway_keeps_serving(
     log = _wait_for_log(tls_gateway, "TLS handshake with a client failed")
     assert "127.0.0.1" in log.split("TLS handshake with a client failed", 1)[1].splitlines()[0]
     assert tls_gateway.alive()
+    assert _tls_failures_metric(tls_gateway) >= 1
     # A TLS client right after it is served as usual.
     topic = make_topic(1)
     producer = KafkaProducer(bootstrap_servers=tls_gateway.bootstrap, **_ssl_kw(pki))

@@ -256,6 +256,12 @@ class Health:
         out.counter("client_connections_total", "Client connections accepted", m.connections_total)
         out.counter("client_received_bytes_total", "Bytes received from clients", m.bytes_received)
         out.counter("client_sent_bytes_total", "Bytes sent to clients", m.bytes_sent)
+        if gw.tls_handshake_failures is not None:
+            out.counter(
+                "client_tls_handshake_failures_total",
+                "Client connections closed because their TLS handshake failed or timed out",
+                gw.tls_handshake_failures,
+            )
         out.family(
             "requests_total",
             "counter",

@@ -70,6 +70,11 @@ class Gateway:
         return self._started
 
     @property
+    def tls_handshake_failures(self) -> int | None:
+        """Client TLS handshakes that failed or timed out; None when the listeners are plaintext."""
+        return None if self._tls is None else self._tls.handshake_failures
+
+    @property
     def broker_ports(self) -> dict[int, int]:
         return {n: self._ports[n] for n in self._listeners}
 
