@@ -28,6 +28,7 @@ class StubGateway:
         self.metrics = GatewayMetrics()
         self.connections: set[Any] = set()
         self.serving = True
+        self.tls_handshake_failures: int | None = None  # plaintext listeners
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         return HOME_ADDR if node_id == HOME_NODE else None
