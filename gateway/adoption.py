@@ -14,12 +14,22 @@ has left behind: nothing else will ever heartbeat for it. So the gateway removes
 from the cluster's coordinator (LeaveGroup v3+, KIP-345's member identities), which empties the
 upstream group at once instead of after a session timeout. Members that clients hold on the cluster
 directly (clients that bypass the gateway) never present their ids here and are left alone.
+
+KIP-848 members do the same with ConsumerGroupHeartbeat: after the move a member heartbeats with its
+epoch (> 0) for a group the gateway does not hold. Kafka answers GROUP_ID_NOT_FOUND there (a group is
+only created by epoch 0), and the Java consumer takes that as fatal; UNKNOWN_MEMBER_ID makes it give up
+its partitions and join again with epoch 0 (keeping its own member id, KIP-1082). So, for managed groups
+and with the setting on, the gateway answers UNKNOWN_MEMBER_ID and removes the member upstream with a
+ConsumerGroupHeartbeat leave sent on its behalf, once per id. The leave carries epoch -1 even for a
+static member (with its instance id): -2 would be a temporary leave, and the cluster would keep the
+member, its partitions and its refusal of the gateway's simple commits until the session timeout.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from . import codec
 from . import group_codec as gc
@@ -27,11 +37,16 @@ from .logging import get_logger
 from .upstream import UpstreamError
 
 if TYPE_CHECKING:
+    from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+
     from .groups import GroupLayer
 
 log = get_logger("gateway.adoption")
 
 UNKNOWN_MEMBER_ID = 25
+GROUP_ID_NOT_FOUND = 69
+LEAVE_EPOCH = -1  # a member that leaves for good, static or not (-2 is a static member's temporary leave)
+_REASON = "the group is coordinated by groupgate now"
 _REMEMBERED = 4096  # member ids already handled (each client presents its old id a few times)
 
 
@@ -46,7 +61,19 @@ class UpstreamLeaver:
         if getattr(body, "error_code", 0) == UNKNOWN_MEMBER_ID and isinstance(member_id, str):
             self.abandoned(str(getattr(request, "group_id", "")), member_id)
 
-    def abandoned(self, group_id: str, member_id: str) -> None:
+    def after_consumer(self, request: ConsumerGroupHeartbeatRequest, body: ConsumerGroupHeartbeatResponse) -> Any:
+        """After a ConsumerGroupHeartbeat: a member (epoch > 0) of a group or member id the gateway lacks."""
+        if request.member_epoch <= 0 or not request.member_id or not self.layer.settings.leave_abandoned_upstream_members:
+            return body
+        if body.error_code == GROUP_ID_NOT_FOUND:
+            body = dataclasses.replace(
+                body, error_code=UNKNOWN_MEMBER_ID, error_message=f"member {request.member_id} is unknown here: join again"
+            )
+        if body.error_code == UNKNOWN_MEMBER_ID:
+            self.abandoned(request.group_id, request.member_id, consumer=True, instance_id=request.instance_id)
+        return body
+
+    def abandoned(self, group_id: str, member_id: str, consumer: bool = False, instance_id: str | None = None) -> None:
         """``member_id`` was presented for the managed group ``group_id`` and is unknown to the gateway."""
         if not member_id or not self.layer.settings.leave_abandoned_upstream_members:
             return
@@ -56,7 +83,32 @@ class UpstreamLeaver:
         self._seen[key] = None
         if len(self._seen) > _REMEMBERED:
             self._seen.popitem(last=False)
-        self.layer._spawn(self._leave(group_id, member_id))
+        self.layer._spawn(self._leave_consumer(group_id, member_id, instance_id) if consumer else self._leave(group_id, member_id))
+
+    async def _leave_consumer(self, group_id: str, member_id: str, instance_id: str | None) -> None:
+        """A ConsumerGroupHeartbeat leave for the member, sent to the upstream coordinator on its behalf."""
+        client = self.layer.client
+        try:
+            if not client.supports(gc.CONSUMER_GROUP_HEARTBEAT):
+                return  # the cluster has no KIP-848 coordinator: the member cannot be there
+            version = client.version(gc.CONSUMER_GROUP_HEARTBEAT, 1)
+            cls = codec.REQUESTS[gc.CONSUMER_GROUP_HEARTBEAT][version]
+            req = cls(group_id=group_id, member_id=member_id, member_epoch=LEAVE_EPOCH, instance_id=instance_id)
+            r = await client.to_coordinator(group_id, gc.CONSUMER_GROUP_HEARTBEAT, version, req, lambda r: r.error_code)
+        except (TimeoutError, UpstreamError) as e:
+            log.info("could not remove an abandoned member upstream", group_id=group_id, member_id=member_id, error=str(e))
+            return
+        if r.error_code == 0:
+            self.layer.counters["upstream_members_removed"] += 1
+            log.warning(
+                "removed a member the client left on the upstream coordinator",
+                group_id=group_id,
+                member_id=member_id,
+                protocol="consumer",
+            )
+        elif r.error_code not in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
+            log.info("upstream ConsumerGroupHeartbeat leave refused", group_id=group_id, member_id=member_id,
+                     error=r.error_code)
 
     async def _leave(self, group_id: str, member_id: str) -> None:
         client = self.layer.client
@@ -67,7 +119,7 @@ class UpstreamLeaver:
             cls = codec.REQUESTS[gc.LEAVE_GROUP][version]
             identity = {"member_id": member_id, "group_instance_id": None}
             if version >= 5:
-                identity["reason"] = "the group is coordinated by groupgate now"
+                identity["reason"] = _REASON
             req = cls(group_id=group_id, members=[cls.MemberIdentity(**identity)])
             r = await client.to_coordinator(group_id, gc.LEAVE_GROUP, version, req, lambda r: r.error_code)
         except (TimeoutError, UpstreamError) as e:

@@ -385,7 +385,7 @@ class GroupLayer:
     ) -> Any:
         request = gc.consumer_group_heartbeat_request(msg, version, header.client_id or "", self.client_host(conn))
         topics = request.subscribed_topic_names or ()
-        body = await self.call(request.group_id, request, topics)
+        body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics))
         return gc.consumer_group_heartbeat_response(body, version)
 
     async def _consumer_group_describe(

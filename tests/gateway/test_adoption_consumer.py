@@ -1,0 +1,148 @@
+"""Adopting a live KIP-848 group (gateway/adoption.py): heartbeats of members the gateway does not know."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway import codec
+from gateway import group_codec as gc
+from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+
+from ._groups_support import call
+from .test_groups_layer import started
+
+UNKNOWN_MEMBER_ID = 25
+GROUP_ID_NOT_FOUND = 69
+
+
+class RecordingUpstream:
+    """Stands in for the layer's upstream client: records what is sent to a group's coordinator."""
+
+    def __init__(self, answer: int = 0, kip848: bool = True) -> None:
+        self.answer, self.kip848 = answer, kip848
+        self.sent: list[tuple[str, int, int, Any]] = []
+        self.replaced: Any = None
+
+    def close(self) -> None:
+        self.replaced.close()
+
+    def supports(self, api_key: int) -> bool:
+        return self.kip848 or api_key != gc.CONSUMER_GROUP_HEARTBEAT
+
+    def version(self, api_key: int, wanted: int) -> int:
+        return wanted
+
+    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
+        self.sent.append((group_id, api_key, version, msg))
+        return codec.RESPONSES[api_key][version](
+            throttle_time_ms=0, error_code=self.answer, error_message=None, member_id=None, member_epoch=-1,
+            heartbeat_interval_ms=0, assignment=None,
+        )
+
+
+def heartbeat(version: int, group: str, member: str, epoch: int, instance_id: str | None = None) -> Any:
+    kw: dict[str, Any] = {"subscribed_topic_regex": None} if version >= 1 else {}
+    return ConsumerGroupHeartbeatRequest[version](
+        group_id=group, member_id=member, member_epoch=epoch, instance_id=instance_id, rack_id=None,
+        rebalance_timeout_ms=-1 if epoch else 30000, subscribed_topic_names=None if epoch else ["t"],
+        server_assignor=None, topic_partitions=None if epoch else [], **kw,
+    )
+
+
+async def settle(layer: Any) -> None:
+    """Let the layer's spawned tasks (the upstream leaves) run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def with_upstream(upstream: RecordingUpstream, **kw: Any) -> Any:
+    layer = await started(**kw)
+    upstream.replaced, layer.client = layer.client, upstream
+    return layer
+
+
+@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("instance_id", [None, "static-1"])
+async def test_a_member_of_a_group_the_gateway_never_saw_is_told_to_rejoin_and_left_upstream(
+    version: int, instance_id: str | None
+) -> None:
+    upstream = RecordingUpstream()
+    layer = await with_upstream(upstream)
+    try:
+        for _ in range(3):  # the client heartbeats a few times before it acts on the answer
+            out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, version, heartbeat(version, "adopted", "m-1", 7, instance_id))
+            assert out.error_code == UNKNOWN_MEMBER_ID, out
+        await settle(layer)
+        # One leave, for that member, sent to the cluster's coordinator of the group (in the highest
+        # version both speak, whatever the client's).
+        assert [(g, k, v) for g, k, v, _ in upstream.sent] == [("adopted", gc.CONSUMER_GROUP_HEARTBEAT, 1)]
+        leave = upstream.sent[0][3]
+        assert (leave.group_id, leave.member_id, leave.member_epoch, leave.instance_id) == ("adopted", "m-1", -1, instance_id)
+        assert layer.counters["upstream_members_removed"] == 1
+        # The client joins again with epoch 0 and its own member id (KIP-1082): the gateway takes it.
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, version, heartbeat(version, "adopted", "m-1", 0, instance_id))
+        assert out.error_code == 0 and out.member_id == "m-1" and out.member_epoch > 0, out
+        assert len(upstream.sent) == 1
+    finally:
+        await layer.stop()
+
+
+async def test_an_unknown_member_of_a_known_group_is_left_upstream_too() -> None:
+    upstream = RecordingUpstream(answer=UNKNOWN_MEMBER_ID)  # the cluster no longer has it either: no harm
+    layer = await with_upstream(upstream)
+    try:
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "known", "m-new", 0))
+        assert out.error_code == 0
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "known", "m-old", 4))
+        assert out.error_code == UNKNOWN_MEMBER_ID
+        await settle(layer)
+        assert [(m.member_id, m.member_epoch) for *_, m in upstream.sent] == [("m-old", -1)]
+        assert layer.counters["upstream_members_removed"] == 0
+    finally:
+        await layer.stop()
+
+
+async def test_without_adoption_the_answer_is_kafkas_and_nothing_goes_upstream() -> None:
+    upstream = RecordingUpstream()
+    layer = await with_upstream(upstream, leave_abandoned_upstream_members=False)
+    try:
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "adopted", "m-1", 7))
+        assert out.error_code == GROUP_ID_NOT_FOUND
+        await settle(layer)
+        assert upstream.sent == []
+    finally:
+        await layer.stop()
+
+
+async def test_joins_and_leaves_are_not_taken_for_abandoned_members() -> None:
+    """Epoch 0 and the leave epochs get the same answers with adoption on as with it off (Kafka's)."""
+    answers: dict[bool, list[int]] = {}
+    for enabled in (True, False):
+        upstream = RecordingUpstream()
+        layer = await with_upstream(upstream, leave_abandoned_upstream_members=enabled)
+        try:
+            out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "fresh", "m-1", 0))
+            answers[enabled] = [out.error_code]
+            for group, epoch in [("other", -1), ("other", -2), ("fresh", -1)]:
+                out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, group, "m-9", epoch, "i-9"))
+                answers[enabled].append(out.error_code)
+            await settle(layer)
+            assert upstream.sent == []
+        finally:
+            await layer.stop()
+    assert answers[True] == answers[False] and answers[True][0] == 0, answers
+
+
+async def test_a_cluster_without_kip848_gets_no_leave() -> None:
+    upstream = RecordingUpstream(kip848=False)
+    layer = await with_upstream(upstream)
+    try:
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "adopted", "m-1", 3))
+        assert out.error_code == UNKNOWN_MEMBER_ID
+        await settle(layer)
+        assert upstream.sent == []
+    finally:
+        await layer.stop()
