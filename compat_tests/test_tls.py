@@ -150,7 +150,10 @@ def _confluent_round_trip(bootstrap: str, topic: str, group: str, conf: dict[str
         committed = consumer.committed(consumer.assignment(), timeout=30)
     finally:
         consumer.close()
-    assert sum(tp.offset for tp in committed) == N
+    # A partition that received no record has no committed offset (OFFSET_INVALID, -1001): the producer's
+    # sticky partitioner may put every record in one partition.
+    valid = [tp.offset for tp in committed if tp.offset >= 0]
+    assert valid and sum(valid) == N, committed
 
 
 def _api_versions_request() -> bytes:
