@@ -31,6 +31,8 @@ import collections
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from coordinator.errors import Errors
+
 from . import codec
 from . import group_codec as gc
 from .logging import get_logger
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.adoption")
 
-UNKNOWN_MEMBER_ID = 25
-GROUP_ID_NOT_FOUND = 69
+UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
+GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 LEAVE_EPOCH = -1  # a member that leaves for good, static or not (-2 is a static member's temporary leave)
 _REASON = "the group is coordinated by groupgate now"
 _REMEMBERED = 4096  # member ids already handled (each client presents its old id a few times)
@@ -53,7 +55,10 @@ _REMEMBERED = 4096  # member ids already handled (each client presents its old i
 class UpstreamLeaver:
     def __init__(self, layer: GroupLayer) -> None:
         self.layer = layer
-        self._seen: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        # (group, member id) -> the kinds of leave already sent for it (True: ConsumerGroupHeartbeat, False:
+        # LeaveGroup). Per kind: a commit cannot tell a KIP-848 member from a classic one, so the classic leave
+        # it triggers must not stop the KIP-848 leave the member's heartbeat asks for later.
+        self._seen: collections.OrderedDict[tuple[str, str], set[bool]] = collections.OrderedDict()
 
     def after_classic(self, request: object, body: object) -> None:
         """After a classic group request: an UNKNOWN_MEMBER_ID answer to a named member id."""
@@ -78,9 +83,10 @@ class UpstreamLeaver:
         if not member_id or not self.layer.settings.leave_abandoned_upstream_members:
             return
         key = (group_id, member_id)
-        if key in self._seen:
+        sent = self._seen.setdefault(key, set())
+        if consumer in sent:
             return
-        self._seen[key] = None
+        sent.add(consumer)
         if len(self._seen) > _REMEMBERED:
             self._seen.popitem(last=False)
         self.layer._spawn(self._leave_consumer(group_id, member_id, instance_id) if consumer else self._leave(group_id, member_id))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from coordinator.errors import Errors
 from coordinator.model import subscribed_topic_names
 from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
@@ -32,15 +33,19 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.offsets")
 
-COORDINATOR_NOT_AVAILABLE = 15
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-GROUP_ID_NOT_FOUND = 69
+COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
+ILLEGAL_GENERATION = Errors.ILLEGAL_GENERATION
+UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
+REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
+GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 # Upstream answers to a simple commit that only a group with live upstream members gives.
-_MEMBERSHIP_ERRORS = frozenset({22, 25, 27, 82, 110, 113})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-# REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
+_MEMBERSHIP_ERRORS = frozenset(
+    {
+        Errors.ILLEGAL_GENERATION, Errors.UNKNOWN_MEMBER_ID, Errors.REBALANCE_IN_PROGRESS, Errors.FENCED_INSTANCE_ID,
+        Errors.FENCED_MEMBER_EPOCH, Errors.STALE_MEMBER_EPOCH,
+    }
+)  # fmt: skip
 
 
 def _partition_errors(topics: Any, error: int) -> list[tuple[str, list[tuple[int, int]]]]:

@@ -37,6 +37,8 @@ class RecordingUpstream:
 
     async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
         self.sent.append((group_id, api_key, version, msg))
+        if api_key == gc.LEAVE_GROUP:
+            return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=self.answer, members=[])
         return codec.RESPONSES[api_key][version](
             throttle_time_ms=0, error_code=self.answer, error_message=None, member_id=None, member_epoch=-1,
             heartbeat_interval_ms=0, assignment=None,
@@ -144,5 +146,28 @@ async def test_a_cluster_without_kip848_gets_no_leave() -> None:
         assert out.error_code == UNKNOWN_MEMBER_ID
         await settle(layer)
         assert upstream.sent == []
+    finally:
+        await layer.stop()
+
+
+async def test_a_classic_leave_from_a_commit_does_not_stop_the_kip848_leave() -> None:
+    """A commit cannot tell a KIP-848 member from a classic one: the LeaveGroup it triggers first must not
+    count as the ConsumerGroupHeartbeat leave the member's heartbeat asks for afterwards."""
+    upstream = RecordingUpstream()
+    layer = await with_upstream(upstream)
+    try:
+        layer.adoption.abandoned("adopted", "m-1")  # what an unknown member's OffsetCommit triggers
+        await settle(layer)
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "adopted", "m-1", 7))
+        assert out.error_code == UNKNOWN_MEMBER_ID
+        await settle(layer)
+        assert [(g, k) for g, k, _, _ in upstream.sent] == [
+            ("adopted", gc.LEAVE_GROUP), ("adopted", gc.CONSUMER_GROUP_HEARTBEAT),
+        ]
+        # Each kind once: more commits and heartbeats of the same id send nothing more.
+        layer.adoption.abandoned("adopted", "m-1")
+        await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "adopted", "m-1", 7))
+        await settle(layer)
+        assert len(upstream.sent) == 2
     finally:
         await layer.stop()
