@@ -97,8 +97,8 @@ class ClientConnection(asyncio.Protocol):
         # event loop may deliver what it had already read).
         self._backlog: list[bytes] = []
         # Counting on the request path: the gateway's counter objects, looked up once.
-        self.metrics = m = gateway.metrics
-        self._forwarded = m.forwarded
+        self.metrics = gateway.metrics
+        self._forwarded = gateway.metrics.forwarded
 
     # --- lifecycle -------------------------------------------------------------------------------------
 

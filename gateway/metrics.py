@@ -184,10 +184,14 @@ class Exposition:
     def __init__(self) -> None:
         self._lines: list[str] = []
 
-    def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> None:
+    def _head(self, name: str, kind: str, help_text: str) -> str:
         full = PREFIX + name
         self._lines.append(f"# HELP {full} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}")
         self._lines.append(f"# TYPE {full} {kind}")
+        return full
+
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> None:
+        full = self._head(name, kind, help_text)
         for labels, value in samples:
             self._lines.append(f"{full}{_labels(labels)} {_number(value)}")
 
@@ -198,9 +202,7 @@ class Exposition:
         self.family(name, "counter", help_text, [((), value)])
 
     def histogram(self, name: str, help_text: str, series: Iterable[tuple[Labels, Histogram]]) -> None:
-        full = PREFIX + name
-        self._lines.append(f"# HELP {full} {help_text}")
-        self._lines.append(f"# TYPE {full} histogram")
+        full = self._head(name, "histogram", help_text)
         for labels, h in series:
             cumulative = 0
             for bound, n in zip((*h.bounds, math.inf), h.counts, strict=True):
@@ -378,8 +380,8 @@ def _events(counters: Any) -> Iterator[tuple[Labels, float]]:
 
 
 def _requests(m: GatewayMetrics) -> Iterator[tuple[Labels, float]]:
-    for outcome, table in (("forwarded", dict(enumerate(m.forwarded))), ("local", dict(enumerate(m.local)))):
-        for key, n in table.items():
+    for outcome, table in (("forwarded", m.forwarded), ("local", m.local)):
+        for key, n in enumerate(table):
             if n:
                 yield (("api", api_name(key)), ("outcome", outcome)), n
     for key in sorted(m.errors):
