@@ -249,22 +249,23 @@ class RebalanceEventDeriver:
     ) -> None:
         if isinstance(request, ConsumerGroupHeartbeatRequest):
             self._heartbeat_before(request, result.response_to(request_key))
+        after = {gid: self._snapshot(gid) for gid in gids}  # the service does not change until we return
         for gid in gids:
-            self._departures(gid, self._departure_reason(request))
-            self._group_changes(gid, before[gid], type(request).__name__)
+            self._departures(gid, after[gid], self._departure_reason(request))
+            self._group_changes(gid, before[gid], after[gid], type(request).__name__)
         if isinstance(request, ConsumerGroupHeartbeatRequest):
             self._heartbeat_after(request, result.response_to(request_key))
         self._responses(result)
         for gid in gids:
-            self._stable(gid, before[gid])
+            self._stable(gid, before[gid], after[gid])
             group = self.groups.get(gid)
-            if group is not None and not group.members and self._snapshot(gid).type is None:
+            if group is not None and not group.members and after[gid].type is None:
                 del self.groups[gid]  # deleted; its client_mix stays fixed for the run
-        self._remember_after(gids)
+        self._remember_after(gids, after)
 
-    def _remember_after(self, gids: Iterable[str]) -> None:
+    def _remember_after(self, gids: Iterable[str], afters: Mapping[str, _Snapshot]) -> None:
         for gid in gids:
-            after = self._snapshot(gid)
+            after = afters[gid]
             if after.type == CONSUMER:
                 self._last[gid] = after
             else:
@@ -272,25 +273,27 @@ class RebalanceEventDeriver:
 
     def _after_timer(self, key: TimerKey, result: GroupResult, before: _Snapshot) -> None:
         kind, gid, member_id = key
-        if not (result.records or result.responses or self._snapshot(gid) != before):
+        after = self._snapshot(gid)
+        if not (result.records or result.responses or after != before):
             return  # a stale timer: nothing happened
         known = self.groups.get(gid)
         member = known.members.get(member_id) if known is not None and member_id else None
         protocol = member.protocol if member is not None else (before.type or CONSUMER)
         self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
-        self._departures(gid, ("member_fenced", kind))
-        self._group_changes(gid, before, f"{kind} timer")
+        self._departures(gid, after, ("member_fenced", kind))
+        self._group_changes(gid, before, after, f"{kind} timer")
         self._responses(result)
-        self._stable(gid, before)
-        self._remember_after([gid])
+        self._stable(gid, before, after)
+        self._remember_after([gid], {gid: after})
 
     def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: GroupResult, cause: str) -> None:
+        after = {gid: self._snapshot(gid) for gid in gids}
         for gid in gids:
-            self._departures(gid, ("member_fenced", cause))
-            self._group_changes(gid, before[gid], cause)
-            self._stable(gid, before[gid])
+            self._departures(gid, after[gid], ("member_fenced", cause))
+            self._group_changes(gid, before[gid], after[gid], cause)
+            self._stable(gid, before[gid], after[gid])
         self._responses(result)
-        self._remember_after(gids)
+        self._remember_after(gids, after)
 
     # ---- state views -----------------------------------------------------------------------------
     def _all_groups(self) -> list[str]:
@@ -511,16 +514,14 @@ class RebalanceEventDeriver:
             return "member_left", "group deleted"
         return "member_fenced", "removed"
 
-    def _departures(self, gid: str, how: tuple[str, str]) -> None:
+    def _departures(self, gid: str, after: _Snapshot, how: tuple[str, str]) -> None:
         group = self.groups.get(gid)
         if group is None or not group.members:
             return
-        present = self._snapshot(gid).members
-        for member_id in [m for m in group.members if m not in present]:
+        for member_id in [m for m in group.members if m not in after.members]:
             self._gone(gid, member_id, *how)
 
-    def _group_changes(self, gid: str, before: _Snapshot, cause: str) -> None:
-        after = self._snapshot(gid)
+    def _group_changes(self, gid: str, before: _Snapshot, after: _Snapshot, cause: str) -> None:
         if after.type is None:
             return
         if before.type is not None and before.members and before.type != after.type:
@@ -543,8 +544,7 @@ class RebalanceEventDeriver:
                     declared[name] = meta.num_partitions
                     self._emit("topic_metadata", gid, None, CONSUMER, topic=name, num_partitions=meta.num_partitions)
 
-    def _stable(self, gid: str, before: _Snapshot) -> None:
-        after = self._snapshot(gid)
+    def _stable(self, gid: str, before: _Snapshot, after: _Snapshot) -> None:
         if not after.stable or (before.stable and before.type == after.type and before.epoch == after.epoch):
             return
         partitions: set[TP] | None = set()

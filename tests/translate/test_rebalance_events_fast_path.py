@@ -23,7 +23,7 @@ TOPICS = {"orders": (TOPIC_ID, 12)}
 
 
 class _GeneralOnly(RebalanceEventDeriver):
-    def _remember_after(self, gids: Any) -> None:  # never a remembered "before": no fast path
+    def _remember_after(self, gids: Any, afters: Any) -> None:  # never a remembered "before": no fast path
         self._last.clear()
 
 
