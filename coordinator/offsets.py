@@ -51,9 +51,8 @@ def validate_offset_commit(
     if not is_transactional and not classic and api_version < MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_PROTOCOL:
         return Errors.UNSUPPORTED_VERSION
     err = _epoch_error(member_epoch, member.member_epoch, classic)
-    if member_epoch > member.member_epoch:
-        partitions = None  # a future epoch is never valid
-    if err is not Errors.NONE and not classic and partitions and _assigned_since(member.assignment_epochs, partitions, member_epoch):
+    older = member_epoch < member.member_epoch  # (a future epoch is never valid)
+    if older and not classic and partitions and _assigned_since(member.assignment_epochs, partitions, member_epoch):
         # KIP-1251: assignmentEpoch(partition) <= client epoch <= member epoch. A commit sent just
         # before a heartbeat moved the member to a new epoch, for partitions it held all along, is
         # no zombie (Kafka 4.3 accepts it; librdkafka's synchronous commit raises otherwise).

@@ -72,11 +72,6 @@ def _set_assignment(group: ConsumerGroup, m: ConsumerGroupMember, v: CurrentMemb
     _release(group, m.member_id, m.partitions_pending_revocation)
     previous_epochs = m.assignment_epochs
     m.assignment_epochs = {}
-    if v is not None:
-        for t, parts in v.assigned_partitions.items():
-            if parts:
-                since = previous_epochs.get(t, {})
-                m.assignment_epochs[t] = {p: since.get(p, v.member_epoch) for p in parts}
     if v is None:
         m.member_epoch = 0
         m.previous_member_epoch = 0
@@ -84,6 +79,16 @@ def _set_assignment(group: ConsumerGroup, m: ConsumerGroupMember, v: CurrentMemb
         m.assigned_partitions = EMPTY_ASSIGNMENT
         m.partitions_pending_revocation = EMPTY_ASSIGNMENT
         return
+    for t, parts in v.assigned_partitions.items():
+        if not parts:
+            continue
+        since = previous_epochs.get(t)
+        if since is None:
+            m.assignment_epochs[t] = dict.fromkeys(parts, v.member_epoch)
+        elif since.keys() == parts:
+            m.assignment_epochs[t] = since  # unchanged partitions keep the epochs they were assigned at
+        else:
+            m.assignment_epochs[t] = {p: since.get(p, v.member_epoch) for p in parts}
     m.member_epoch = v.member_epoch
     m.previous_member_epoch = v.previous_member_epoch
     m.state = v.state
