@@ -23,7 +23,7 @@ from gateway.upstream import UpstreamError
 
 from . import _exposition
 from ._groups_support import StubGateway, call
-from .test_groups_layer import _join_consumer_member, settings
+from .test_groups_layer import _join_consumer_member, settings, started
 
 
 async def http(addr: tuple[str, int], raw: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -56,9 +56,7 @@ async def scrape(addr: tuple[str, int]) -> dict[str, _exposition.Family]:
 
 
 async def layer_with_endpoint(**kw: Any) -> tuple[GroupLayer, AdminServer, tuple[str, int]]:
-    layer = GroupLayer(StubGateway(), settings(**kw))  # type: ignore[arg-type]
-    layer.install()
-    await layer.start()
+    layer = await started(**kw)
     admin = AdminServer(Health(layer.gw, layer))
     addr = await admin.start("127.0.0.1", 0)
     return layer, admin, addr

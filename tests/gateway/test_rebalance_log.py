@@ -15,15 +15,8 @@ from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
 from rehearsal import oracle
 from rehearsal.events import read_events, validate_logs
 
-from ._groups_support import StubGateway, call
-from .test_groups_layer import settings
-
-
-async def _started(**kw: Any) -> GroupLayer:
-    layer = GroupLayer(StubGateway(), settings(**kw))  # type: ignore[arg-type]
-    layer.install()
-    await layer.start()
-    return layer
+from ._groups_support import call
+from .test_groups_layer import started
 
 
 async def _heartbeat(layer: GroupLayer, member: str, epoch: int, owned: list[int] | None, topic_id: uuid.UUID) -> Any:
@@ -49,7 +42,7 @@ def test_the_options_reach_the_coordinator_settings(tmp_path: Path) -> None:
 
 
 async def test_off_by_default_the_service_is_called_directly() -> None:
-    layer = await _started()
+    layer = await started()
     try:
         assert layer.events is None and layer._calls is layer.service
     finally:
@@ -60,7 +53,7 @@ async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_resta
     log = tmp_path / "events" / "gateway.jsonl"
     topic_id = uuid.uuid4()
     kw = {"state_dir": str(tmp_path / "state"), "rebalance_events": str(log), "rebalance_run": "r1"}
-    layer = await _started(**kw)
+    layer = await started(**kw)
     try:
         layer._on_topics({"t": (topic_id, 3)})
         m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
@@ -90,7 +83,7 @@ async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_resta
     assert {e.client_mix for e in events} == {"consumer"}
 
     # A restart replays the group: the log goes on (seq, client_mix) and m1 keeps its partitions.
-    again = await _started(**kw)
+    again = await started(**kw)
     try:
         again._on_topics({"t": (topic_id, 3)})
         await _heartbeat(again, m1, r.member_epoch, None, topic_id)
@@ -108,7 +101,7 @@ async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_resta
 async def test_reopen_continues_in_a_new_file_after_rotation(tmp_path: Path) -> None:
     log = tmp_path / "gateway.jsonl"
     topic_id = uuid.uuid4()
-    layer = await _started(rebalance_events=str(log), rebalance_run="rot")
+    layer = await started(rebalance_events=str(log), rebalance_run="rot")
     try:
         layer._on_topics({"t": (topic_id, 2)})
         m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())

@@ -100,9 +100,7 @@ def test_serve_exits_2_on_a_key_that_does_not_match(pki: Pki, capsys: pytest.Cap
     assert "invalid configuration" in err and "the key does not match the certificate" in err
 
 
-def test_serve_exits_2_on_a_ca_file_that_is_not_pem(
-    pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_serve_exits_2_on_a_ca_file_that_is_not_pem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
     code, err = _serve(capsys, "--upstream-tls", "--upstream-tls-ca", str(junk))

@@ -319,6 +319,6 @@ def test_a_failing_sink_never_costs_the_service_result() -> None:
     assert result.response_to(key).error_code == 0 and result.records
     assert [str(e) for e in failures] == ["disk full"] and deriver.failures == 1
     strict = RebalanceEventDeriver(d.service, broken)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="disk full"):
         strict.handle(ConsumerGroupHeartbeatRequest("g", "m2", 0, rebalance_timeout_ms=1000,
                                                     subscribed_topic_names=[TOPIC], topic_partitions=[]), 99, d.now)
