@@ -22,6 +22,13 @@ MIX_COLOURS = {
     "translate": "#1f77b4",
     "consumer": "#2ca02c",
 }
+# How the verdict names each mix: what an operator compares, in words.
+MIX_LABELS = {
+    "classic-eager": "classic eager",
+    "classic-cooperative": "classic cooperative",
+    "translate": "translate mode",
+    "consumer": "new protocol",
+}
 MEMBER_COLOURS = (
     "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac",
     "#e15759", "#ff9da7",
@@ -116,6 +123,51 @@ def _mix_table(mixes: Mapping[str, Any]) -> str:
         "groups never stable",
     ]  # fmt: skip
     return _table(headers, rows, "mixes")
+
+
+def _share(m: Mapping[str, Any]) -> float | None:
+    return m.get("unavailability_ratio")
+
+
+def _verdict(mixes: Mapping[str, Any]) -> str:
+    """The comparison a rehearsal exists for, first: each mix's share of partition time without an owner,
+    one bar per mix on a common scale, and a sentence naming the least and the most affected."""
+    measured = [mix for mix in CLIENT_MIXES if mix in mixes and _share(mixes[mix]) is not None]
+    if not measured:
+        return "<p>No client mix has partitions with a measured window.</p>"
+    least = min(measured, key=lambda mix: (_share(mixes[mix]), CLIENT_MIXES.index(mix)))
+    most = max(measured, key=lambda mix: (_share(mixes[mix]), -CLIENT_MIXES.index(mix)))
+    lo, hi = _share(mixes[least]) or 0.0, _share(mixes[most]) or 0.0
+    if len(measured) == 1 or hi == lo:
+        sentence = (f"Partitions went without an owner for <b>{lo:.2%}</b> of their time"
+                    + (f" under every measured mix ({', '.join(MIX_LABELS[m] for m in measured)})." if len(measured) > 1
+                       else f" under {MIX_LABELS[least]}, the only mix in these logs."))  # fmt: skip
+    else:
+        times = f" ({hi / lo:.2f} times as much)" if lo > 0 else ""
+        sentence = (f"Partitions went without an owner for <b>{lo:.2%}</b> of their time under <b>{MIX_LABELS[least]}</b>, "
+                    f"the least, and for <b>{hi:.2%}</b> under <b>{MIX_LABELS[most]}</b>, the most{times}.")  # fmt: skip
+    w, row_h, left, right = 1060, 30, 150, 530
+    top = hi or 1.0
+    parts = [f'<svg class="verdict" width="{w}" height="{row_h * len(CLIENT_MIXES) + 10}" role="img">']
+    for i, mix in enumerate(CLIENT_MIXES):
+        y = 5 + i * row_h
+        parts.append(f'<text x="{left - 8}" y="{y + 17}" text-anchor="end">{MIX_LABELS[mix]}</text>')
+        m = mixes.get(mix)
+        share = None if m is None else _share(m)
+        if share is None:
+            parts.append(f'<text x="{left}" y="{y + 17}">no data</text>')
+            continue
+        bw = (w - left - right) * share / top
+        parts.append(f'<rect x="{left}" y="{y + 3}" width="{max(bw, 0.5):.1f}" height="{row_h - 8}" '
+                     f'fill="{MIX_COLOURS[mix]}"><title>{_e(mix)}: {share:.2%}</title></rect>')  # fmt: skip
+        mark = " (least)" if mix == least and hi != lo else " (most)" if mix == most and hi != lo else ""
+        parts.append(
+            f'<text x="{left + bw + 6:.1f}" y="{y + 17}"><tspan font-weight="bold">{share:.2%}</tspan>{mark} · '
+            f'p50 {_num(m["unavailability_ms"]["p50"], 0)} ms, p99 {_num(m["unavailability_ms"]["p99"], 0)} ms · '
+            f'{_num(m["rebalances_per_member"]["mean"], 1)} rebalances / member</text>'
+        )
+    parts.append("</svg>")
+    return f'<p class="verdict-text">{sentence}</p>' + "".join(parts)
 
 
 def _bar_chart(mixes: Mapping[str, Any]) -> str:
@@ -271,6 +323,7 @@ svg text{font-size:11px;fill:#333}.small{font-size:9px}.grid{stroke:#eee}
 .dot{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px;border-radius:2px}
 span.dot.double{border:2px solid #b00;background:none}span.dot.unowned{background:#fbd5d0}
 .hists{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px}
+.verdict-text{font-size:16px}svg.verdict text{font-size:13px}
 .figures{display:grid;grid-template-columns:repeat(4,auto);gap:4px 24px;font-size:14px}
 """
 
@@ -296,6 +349,9 @@ def render(data: ReportInput) -> str:
         "<h1>groupgate rehearsal report</h1>",
         '<div class="figures">' + "".join(f"<div>{_e(k)}</div><div><b>{_num(v)}</b></div>" for k, v in figures)
         + "</div>",
+        '<h2 id="verdict">Partition unavailability: classic eager, classic cooperative, translate, new protocol</h2>',
+        "<p>Share of partition time without an owner, per client mix (the whole window of each group).</p>",
+        _verdict(mixes),
         '<h2 id="client-mixes">Client mixes side by side</h2>',
         "<p>Per-partition time without an owner within its group's window (ms), by fleet variant.</p>",
         _mix_table(mixes),

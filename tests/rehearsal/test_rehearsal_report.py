@@ -76,3 +76,40 @@ def test_documented_example_lines_are_valid() -> None:
     assert len(lines) >= 5
     evs = [E.parse_event(ln, str(DOC), i) for i, ln in enumerate(lines, 1)]
     assert {ev.event for ev in evs} >= {"partitions_assigned", "partitions_revoked", "group_stable"}
+
+
+def _mix(share: float | None, p50: int = 1, mean_rebalances: float = 1.0) -> dict[str, object]:
+    return {
+        "unavailability_ratio": share,
+        "unavailability_ms": {"p50": p50, "p90": p50, "p99": p50, "max": p50, "mean": p50},
+        "rebalances_per_member": {"mean": mean_rebalances},
+    }
+
+
+def test_verdict_names_the_least_and_the_most_unavailable_mix() -> None:
+    mixes = {"classic-eager": _mix(0.20), "classic-cooperative": _mix(0.08), "translate": _mix(0.05),
+             "consumer": _mix(0.10)}  # fmt: skip
+    html = report._verdict(mixes)
+    assert "<b>5.00%</b> of their time under <b>translate mode</b>, the least" in html
+    assert "<b>20.00%</b> under <b>classic eager</b>, the most (4.00 times as much)" in html
+    # One bar per mix, in the fixed order, each as long as its share on a common scale.
+    widths = [float(w) for w in re.findall(r'<rect x="\d+" y="[0-9.]+" width="([0-9.]+)"', html)]
+    assert len(widths) == 4
+    assert widths[0] == max(widths)
+    assert [round(w / widths[0], 3) for w in widths] == [1.0, 0.4, 0.25, 0.5]
+    labels = re.findall(r'text-anchor="end">([a-z ]+)</text>', html)
+    assert labels == ["classic eager", "classic cooperative", "translate mode", "new protocol"]
+
+
+def test_verdict_with_missing_or_equal_mixes() -> None:
+    only = report._verdict({"consumer": _mix(0.1), "translate": _mix(None)})
+    assert "under new protocol, the only mix in these logs" in only
+    assert only.count("no data") == 3  # classic eager, classic cooperative, and translate without a window
+    tie = report._verdict({"consumer": _mix(0.1), "translate": _mix(0.1)})
+    assert "under every measured mix (translate mode, new protocol)" in tie and "(least)" not in tie
+    assert "No client mix" in report._verdict({})
+
+
+def test_the_verdict_comes_before_the_details() -> None:
+    html = report.render(report.from_oracle(metrics()))
+    assert html.index('id="verdict"') < html.index('id="client-mixes"') < html.index('id="timeline"')
