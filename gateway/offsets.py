@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = get_logger("gateway.offsets")
 
 COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
+COORDINATOR_LOAD_IN_PROGRESS = Errors.COORDINATOR_LOAD_IN_PROGRESS
 ILLEGAL_GENERATION = Errors.ILLEGAL_GENERATION
 UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
 REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
@@ -157,13 +158,28 @@ class OffsetBridge:
                 errors=sorted(errors),
             )
             self.layer.bypass_suspected(gid, "commit refused by the upstream coordinator")
-            if self.layer.service.classic_groups.group(gid) is not None:
-                # The committer IS a member of the gateway's group; telling it UNKNOWN_MEMBER_ID would
-                # make it drop that membership (which the group then waits a session timeout for).
-                # REBALANCE_IN_PROGRESS keeps its id: it rejoins and commits again (gateway/adoption.py).
-                out = [(t, [(p, REBALANCE_IN_PROGRESS if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, ps in out]
+            held = self._refused_upstream_error(gid)
+            if held is not None:
+                out = [(t, [(p, held if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, ps in out]
         self.layer.counters["commits"] += 1
         return out
+
+    def _refused_upstream_error(self, group_id: str) -> int | None:
+        """What a member of the gateway's own group is told when the cluster refused its commit because
+        the cluster's group still has members (an adoption under way, or a client bypassing the gateway).
+
+        The committer passed the gateway's own check, so it IS a member: the upstream's UNKNOWN_MEMBER_ID
+        would make it drop that membership or fail the commit for good. A classic group's member is told
+        REBALANCE_IN_PROGRESS (it keeps its id, rejoins and commits again); a consumer group's member,
+        KIP-848 or classic, COORDINATOR_LOAD_IN_PROGRESS, which the Java clients retry within the same
+        commitSync and librdkafka retries, until the gateway has removed the cluster's old members
+        (gateway/adoption.py). None: a group the gateway does not hold (the upstream's answer stands)."""
+        service = self.layer.service
+        if service.classic_groups.group(group_id) is not None:
+            return REBALANCE_IN_PROGRESS
+        if group_id in service.coordinator.state.groups:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        return None
 
     def _known(self, group_id: str) -> bool:
         service = self.layer.service

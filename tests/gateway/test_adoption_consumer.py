@@ -6,16 +6,21 @@ import asyncio
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
 from gateway import codec
 from gateway import group_codec as gc
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.upstream import UpstreamError
 
 from ._groups_support import call
 from .test_groups_layer import started
 
 UNKNOWN_MEMBER_ID = 25
 GROUP_ID_NOT_FOUND = 69
+COORDINATOR_LOAD_IN_PROGRESS = 14
+REBALANCE_IN_PROGRESS = 27
 
 
 class RecordingUpstream:
@@ -39,6 +44,18 @@ class RecordingUpstream:
         self.sent.append((group_id, api_key, version, msg))
         if api_key == gc.LEAVE_GROUP:
             return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=self.answer, members=[])
+        if api_key in (gc.DESCRIBE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE):
+            raise UpstreamError("the cluster's group is not described in these tests")
+        if api_key == gc.OFFSET_COMMIT:
+            cls = codec.RESPONSES[api_key][version]
+            topics = [
+                cls.OffsetCommitResponseTopic(name=t.name, partitions=[
+                    cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=self.answer,
+                    ) for p in t.partitions
+                ]) for t in msg.topics
+            ]  # fmt: skip
+            return cls(throttle_time_ms=0, topics=topics)
         return codec.RESPONSES[api_key][version](
             throttle_time_ms=0, error_code=self.answer, error_message=None, member_id=None, member_epoch=-1,
             heartbeat_interval_ms=0, assignment=None,
@@ -169,5 +186,53 @@ async def test_a_classic_leave_from_a_commit_does_not_stop_the_kip848_leave() ->
         await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "adopted", "m-1", 7))
         await settle(layer)
         assert len(upstream.sent) == 2
+    finally:
+        await layer.stop()
+
+
+def _commit(group: str, member: str, generation: int) -> Any:
+    cls = OffsetCommitRequest
+    part = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)
+    return cls[9](
+        group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+        topics=[cls.OffsetCommitRequestTopic(name="t", partitions=[part])],
+    )
+
+
+async def test_a_commit_the_cluster_refuses_keeps_the_gateways_members() -> None:
+    """The cluster refuses a written-through commit while its group still has old members (an adoption
+    under way): the committer is a member of the gateway's group, so it is never told UNKNOWN_MEMBER_ID,
+    which would make it drop a membership it has, but an error it retries or rejoins on."""
+    upstream = RecordingUpstream(answer=UNKNOWN_MEMBER_ID)
+    layer = await with_upstream(upstream)
+    try:
+        out = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "kip848", "m-1", 0))
+        assert out.error_code == 0
+        got = await call(layer, gc.OFFSET_COMMIT, 9, _commit("kip848", "m-1", out.member_epoch))
+        assert got.topics[0].partitions[0].error_code == COORDINATOR_LOAD_IN_PROGRESS
+
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        join = await call(layer, gc.JOIN_GROUP, 4, JoinGroupRequest[4](
+            group_id="classic", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))  # fmt: skip
+        if join.error_code == 79:  # MEMBER_ID_REQUIRED: v4 joins twice
+            join = await call(layer, gc.JOIN_GROUP, 4, JoinGroupRequest[4](
+                group_id="classic", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=join.member_id,
+                protocol_type="consumer", protocols=protocols,
+            ))  # fmt: skip
+        assert join.error_code == 0
+        sync = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+            group_id="classic", generation_id=join.generation_id, member_id=join.member_id, assignments=[],
+        ))  # fmt: skip
+        assert sync.error_code == 0
+        got = await call(layer, gc.OFFSET_COMMIT, 9, _commit("classic", join.member_id, join.generation_id))
+        assert got.topics[0].partitions[0].error_code == REBALANCE_IN_PROGRESS
+        # Both were written through as simple commits, and each refusal started a check of the cluster's group.
+        commits = [m for _, k, _, m in upstream.sent if k == gc.OFFSET_COMMIT]
+        assert len(commits) == 2 and all((m.member_id, m.generation_id_or_member_epoch) == ("", -1) for m in commits)
+        await settle(layer)
+        assert layer.counters["bypass_suspected"] == 2
+        assert [k for _, k, _, _ in upstream.sent].count(gc.DESCRIBE_GROUPS) == 2
     finally:
         await layer.stop()
