@@ -16,6 +16,7 @@ from rehearsal import events as E
 from rehearsal import oracle
 from rehearsal.cli import report_main, simulate_main
 from rehearsal.fleet import CLIENT_MIXES, MANIFEST
+from rehearsal.report import MIX_LABELS
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -55,6 +56,12 @@ def test_rolling_upgrade_fleet_report_compares_the_four_mixes(tmp_path: Path) ->
     for mix in CLIENT_MIXES:
         assert re.search(rf"</span>{mix}</td>", table), mix
     assert "no data" not in table
+    # The verdict names the mixes with the smallest and the largest unavailable share of this fleet.
+    shares = {mix: f["unavailability_ratio"] for mix, f in summary["client_mixes"].items()}
+    least, most = min(shares, key=shares.__getitem__), max(shares, key=shares.__getitem__)
+    verdict = html.split('id="verdict"', 1)[1].split('id="client-mixes"', 1)[0]
+    assert f"<b>{shares[least]:.2%}</b> of their time under <b>{MIX_LABELS[least]}</b>, the least" in verdict
+    assert f"<b>{shares[most]:.2%}</b> under <b>{MIX_LABELS[most]}</b>, the most" in verdict
     for table_dir in ("ownership_intervals", "partition_unavailability", "group_summary"):
         assert any((tmp_path / "report" / table_dir).glob("*.parquet")), table_dir
 
