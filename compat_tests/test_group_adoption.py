@@ -173,6 +173,32 @@ def _consumed(tools: list[JavaTool], log: EventLog) -> set[tuple[str, int, int]]
     return seen
 
 
+def _wait_committed(
+    broker: str, group: str, topic: str, produced: list[ProducedRecord], tools: list[JavaTool], log: EventLog,
+    commit_errors: list[str], what: str, gw: GatewayProcess,
+) -> None:
+    """Wait until the cluster holds, for every partition, an offset past the last produced record; a
+    timeout says which partitions lag, who consumed their last records and which commits failed."""
+    high = {p: max((r.offset for r in produced if r.partition == p), default=-1) for p in range(PARTITIONS)}
+    try:
+        _wait(lambda: all(_committed(broker, group, topic).get(p, -1) > high[p] for p in range(PARTITIONS)), 60, what)
+    except AssertionError as e:
+        committed = _committed(broker, group, topic)
+        lagging = {p: (committed.get(p), high[p]) for p in range(PARTITIONS) if committed.get(p, -1) <= high[p]}
+        last = {p: sorted({r.consumer for r in log.records if r.partition == p and r.offset == high[p]}) for p in lagging}
+        java = {
+            f"java-{id(t):x}": sorted({r.partition.partition for e in t.of_type(RecordsConsumed) for r in e.ranges
+                                       if r.partition.partition in lagging
+                                       and r.min_offset <= high[r.partition.partition] <= r.max_offset})
+            for t in tools
+        }  # fmt: skip
+        raise AssertionError(
+            f"{e}\nlagging partitions (committed, last produced): {lagging}; last record consumed by "
+            f"librdkafka consumers {last}, Java consumers {java}; librdkafka commit errors {commit_errors}; "
+            f"Java commit errors {sorted(set(_failed_commits(tools, 0)))}\n--- gateway log tail:\n{gw.tail(40)}"
+        ) from None
+
+
 def _events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -243,13 +269,8 @@ def test_a_live_classic_group_moves_onto_the_gateway_coordinator(
         _wait(lambda: len(producer.of_type(ProducerSendSuccess)) > mark + 200, 30, "more records acknowledged", gw)
         after_move = _produced(producer)
         _wait(lambda: _covers(tools, log, after_move), 60, "records consumed after the move", gw)
-        high = {p: max((r.offset for r in after_move if r.partition == p), default=-1) for p in range(PARTITIONS)}
-        _wait(
-            lambda: all(_committed(kafka.bootstrap, group, topic).get(p, -1) > high[p] for p in range(PARTITIONS)),
-            60,
-            "commits after the move on the broker",
-            gw,
-        )
+        _wait_committed(kafka.bootstrap, group, topic, after_move, tools, log, confluent.commit_errors,
+                        "commits after the move on the broker", gw)
         # The cluster's coordinator no longer holds members; the gateway's does.
         _wait(lambda: not _describe(kafka.bootstrap, group).members, 30, "no members left on the broker", gw)
         upstream_members = len(_describe(kafka.bootstrap, group).members)
@@ -280,13 +301,8 @@ def test_a_live_classic_group_moves_onto_the_gateway_coordinator(
         _wait(lambda: len(producer.of_type(ProducerSendSuccess)) > mark + 200, 30, "records acknowledged after", gw)
         producer.stop()
         produced = _produced(producer)
-        high = {p: max((r.offset for r in produced if r.partition == p), default=-1) for p in range(PARTITIONS)}
-        _wait(
-            lambda: all(_committed(kafka.bootstrap, group, topic).get(p, -1) > high[p] for p in range(PARTITIONS)),
-            60,
-            "commits on the broker after the way back",
-            gw,
-        )
+        _wait_committed(kafka.bootstrap, group, topic, produced, tools, log, confluent.commit_errors,
+                        "commits on the broker after the way back", gw)
         _wait(lambda: _covers(tools, log, produced), 60, "every record consumed", gw)
         alive = [t.alive() for t in tools]
     finally:

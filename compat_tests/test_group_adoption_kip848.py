@@ -38,6 +38,7 @@ from compat_tests.test_group_adoption import (
     _failed_commits,
     _produced,
     _wait,
+    _wait_committed,
 )
 from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
@@ -133,13 +134,8 @@ def test_a_live_kip848_group_moves_onto_the_gateway_coordinator(
         producer.stop()
         produced = _produced(producer)
         _wait(lambda: _covers(tools, log, produced), 60, "every record consumed", gw)
-        high = {p: max((r.offset for r in produced if r.partition == p), default=-1) for p in range(PARTITIONS)}
-        _wait(
-            lambda: all(_committed(kafka.bootstrap, group, topic).get(p, -1) > high[p] for p in range(PARTITIONS)),
-            60,
-            "commits after the move on the broker",
-            gw,
-        )
+        _wait_committed(kafka.bootstrap, group, topic, produced, tools, log, confluent.commit_errors,
+                        "commits after the move on the broker", gw)
         here = _describe(gw.bootstrap, group)
         upstream = _describe(kafka.bootstrap, group)
         alive = [t.alive() for t in tools]

@@ -131,7 +131,9 @@ class ConfluentConsumer(_ThreadedConsumer):
     group_protocol: str = "classic"
     config: dict[str, Any] = field(default_factory=dict)
     # True: a failed commit is recorded in ``commit_errors`` and polling goes on, as an application that
-    # handles CommitFailed does (the next poll rejoins); False: it ends the consumer with the error.
+    # handles CommitFailed does (the next poll rejoins), and the commit is tried again on the next loop even
+    # if no record came (what auto-commit does: the positions it failed to commit are still to commit);
+    # False: it ends the consumer with the error.
     tolerate_commit_errors: bool = False
     commit_errors: list[str] = field(default_factory=list)
 
@@ -165,10 +167,11 @@ class ConfluentConsumer(_ThreadedConsumer):
             self.log.owned(self.name, "lost", tps(parts))
 
         consumer.subscribe(list(self.topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        retry_commit = False
         try:
             while not self._stop.is_set():
                 batch = consumer.consume(num_messages=500, timeout=POLL_S)
-                good = False
+                good = retry_commit
                 for msg in batch:
                     err = msg.error()
                     if err is not None:
@@ -180,12 +183,17 @@ class ConfluentConsumer(_ThreadedConsumer):
                     self.log.consumed(self.name, topic, partition, offset, msg.value())
                     good = True
                 if good:
+                    retry_commit = False
                     try:
                         consumer.commit(asynchronous=False)
                     except confluent_kafka.KafkaException as exc:
+                        code = exc.args[0].code() if exc.args else None
+                        if code == confluent_kafka.KafkaError._NO_OFFSET:  # nothing new since the last commit
+                            continue
                         if not self.tolerate_commit_errors:
                             raise
                         self.commit_errors.append(exc.args[0].name() if exc.args else repr(exc))
+                        retry_commit = True
             self.log.owned(self.name, "stopped", ())
         finally:
             consumer.close()
