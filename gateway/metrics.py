@@ -370,7 +370,7 @@ class Health:
 _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
-    "upstream_members_removed", "commits_unknown_group",
+    "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
 )
 
 

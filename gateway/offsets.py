@@ -251,8 +251,16 @@ class OffsetBridge:
         """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) from upstream."""
         if self.layer.managed(gid) and member_id is not None:
             reply: OffsetCheckResponse = await self.layer.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
-            if int(reply.error_code) != 0:
-                return int(reply.error_code), []
+            error = int(reply.error_code)
+            if error in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND) and self.layer.settings.leave_abandoned_upstream_members:
+                # A member id the gateway does not know, typically one the client still holds from the
+                # cluster's coordinator right after its group became managed here (docs/operations.md,
+                # "Adopting a live group"). The Java consumer fails poll() for good on an OffsetFetch
+                # answered UNKNOWN_MEMBER_ID; a fetch changes nothing, so it is answered as one without
+                # a member, and the client's next heartbeat moves it to the gateway's group.
+                self.layer.counters["fetches_unknown_member"] += 1
+            elif error != 0:
+                return error, []
         client = self.layer.client
         try:
             v = client.version(gc.OFFSET_FETCH, 9)

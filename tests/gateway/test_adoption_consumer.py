@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
 from gateway import codec
@@ -21,6 +21,7 @@ UNKNOWN_MEMBER_ID = 25
 GROUP_ID_NOT_FOUND = 69
 COORDINATOR_LOAD_IN_PROGRESS = 14
 REBALANCE_IN_PROGRESS = 27
+STALE_MEMBER_EPOCH = 113
 
 
 class RecordingUpstream:
@@ -46,6 +47,18 @@ class RecordingUpstream:
             return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=self.answer, members=[])
         if api_key in (gc.DESCRIBE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE):
             raise UpstreamError("the cluster's group is not described in these tests")
+        if api_key == gc.OFFSET_FETCH:  # v8+: every asked partition at offset 42
+            cls = codec.RESPONSES[api_key][version]
+            g = cls.OffsetFetchResponseGroup
+            t = g.OffsetFetchResponseTopics
+            groups = [g(group_id=rg.group_id, error_code=0, topics=[
+                t(name=rt.name, partitions=[
+                    t.OffsetFetchResponsePartitions(partition_index=p, committed_offset=42, committed_leader_epoch=-1,
+                                                     metadata="", error_code=0)
+                    for p in rt.partition_indexes
+                ]) for rt in rg.topics
+            ]) for rg in msg.groups]  # fmt: skip
+            return cls(throttle_time_ms=0, groups=groups)
         if api_key == gc.OFFSET_COMMIT:
             cls = codec.RESPONSES[api_key][version]
             topics = [
@@ -234,5 +247,49 @@ async def test_a_commit_the_cluster_refuses_keeps_the_gateways_members() -> None
         await settle(layer)
         assert layer.counters["bypass_suspected"] == 2
         assert [k for _, k, _, _ in upstream.sent].count(gc.DESCRIBE_GROUPS) == 2
+    finally:
+        await layer.stop()
+
+
+def _fetch(group: str, member: str, epoch: int) -> Any:
+    cls = OffsetFetchRequest
+    g = cls.OffsetFetchRequestGroup
+    return cls[9](
+        groups=[g(group_id=group, member_id=member, member_epoch=epoch,
+                  topics=[g.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])],
+        require_stable=True,
+    )  # fmt: skip
+
+
+def _fetched(out: Any) -> tuple[int, list[tuple[int, int, int]]]:
+    (g,) = out.groups
+    return g.error_code, [(p.partition_index, p.committed_offset, p.error_code) for t in g.topics for p in t.partitions]
+
+
+@pytest.mark.parametrize("adopting", [True, False])
+async def test_an_offset_fetch_of_an_unknown_member_is_answered_while_adopting(adopting: bool) -> None:
+    """Right after a group becomes managed, a KIP-848 client fetches offsets with its member id of the
+    cluster's group; the Java consumer fails poll() for good on UNKNOWN_MEMBER_ID there. A fetch changes
+    nothing: while adopting it is answered with the offsets. A known member's stale epoch is still refused."""
+    upstream = RecordingUpstream()
+    layer = await with_upstream(upstream, leave_abandoned_upstream_members=adopting)
+    try:
+        joined = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(1, "g", "m-new", 0))
+        assert joined.error_code == 0
+        got = _fetched(await call(layer, gc.OFFSET_FETCH, 9, _fetch("g", "m-old", 5)))
+        if adopting:
+            assert got == (0, [(0, 42, 0)])
+            assert layer.counters["fetches_unknown_member"] == 1
+        else:
+            assert got == (UNKNOWN_MEMBER_ID, [])
+            assert layer.counters["fetches_unknown_member"] == 0
+        got = _fetched(await call(layer, gc.OFFSET_FETCH, 9, _fetch("g", "m-new", joined.member_epoch + 1)))
+        assert got == (STALE_MEMBER_EPOCH, [])
+        got = _fetched(await call(layer, gc.OFFSET_FETCH, 9, _fetch("g", "m-new", joined.member_epoch)))
+        assert got == (0, [(0, 42, 0)])
+        # The upstream was asked without a member: it never sees the gateway's members.
+        fetches = [m for _, k, _, m in upstream.sent if k == gc.OFFSET_FETCH]
+        assert len(fetches) == (2 if adopting else 1)
+        assert all((f.groups[0].member_id, f.groups[0].member_epoch) == (None, -1) for f in fetches)
     finally:
         await layer.stop()
