@@ -174,12 +174,9 @@ class OffsetBridge:
         KIP-848 or classic, COORDINATOR_LOAD_IN_PROGRESS, which the Java clients retry within the same
         commitSync and librdkafka retries, until the gateway has removed the cluster's old members
         (gateway/adoption.py). None: a group the gateway does not hold (the upstream's answer stands)."""
-        service = self.layer.service
-        if service.classic_groups.group(group_id) is not None:
+        if self.layer.service.classic_groups.group(group_id) is not None:
             return REBALANCE_IN_PROGRESS
-        if group_id in service.coordinator.state.groups:
-            return COORDINATOR_LOAD_IN_PROGRESS
-        return None
+        return COORDINATOR_LOAD_IN_PROGRESS if self._known(group_id) else None
 
     def _known(self, group_id: str) -> bool:
         service = self.layer.service
