@@ -1,7 +1,8 @@
 """Which message classes the gateway can decode, and small helpers around kafka-python's codec.
 
 Only the few APIs that must be rewritten are ever decoded (Metadata, FindCoordinator, DescribeCluster,
-ApiVersions, and whatever the group layer answers itself); all others pass through as opaque bytes.
+ApiVersions, ShareFetch/ShareAcknowledge responses, and whatever the group layer answers or routes
+itself); all others pass through as opaque bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import kafka.protocol.producer  # noqa: F401 - imported so their message classes
 from kafka.protocol.api_message import ApiMessage
 
 from . import frames
-from .protocol import messages as _ours  # noqa: F401 - registers api keys 68 and 69
+from .protocol import messages as _ours  # noqa: F401 - registers api keys 68, 69, 76-79, 88-92
 
 API_VERSIONS = 18
 PRODUCE = 0
@@ -23,6 +24,16 @@ FETCH = 1
 METADATA = 3
 FIND_COORDINATOR = 10
 DESCRIBE_CLUSTER = 60
+# KIP-932 share groups and KIP-1071 streams groups: routed to the cluster's coordinators and leaders.
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+STREAMS_GROUP_HEARTBEAT = 88
+STREAMS_GROUP_DESCRIBE = 89
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 
 UNSUPPORTED_VERSION = 35
 COORDINATOR_NOT_AVAILABLE = 15

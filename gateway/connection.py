@@ -41,7 +41,16 @@ _LOW_PENDING = 256
 # (response header + body, without the size prefix).
 LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
 
-_REWRITTEN = frozenset({codec.METADATA, codec.FIND_COORDINATOR, codec.DESCRIBE_CLUSTER, codec.API_VERSIONS})
+_REWRITTEN = frozenset(
+    {
+        codec.METADATA,
+        codec.FIND_COORDINATOR,
+        codec.DESCRIBE_CLUSTER,
+        codec.API_VERSIONS,
+        codec.SHARE_FETCH,
+        codec.SHARE_ACKNOWLEDGE,
+    }
+)
 
 
 class Slot:

@@ -56,7 +56,7 @@ from .offsets import OffsetBridge
 from .rebalance_log import RebalanceEventLog
 from .state_log import FileStateLog, Record, StateLog
 from .upstream import UpstreamError
-from .upstream_client import UpstreamClient
+from .upstream_client import CoordinatorMoved, UpstreamClient
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
@@ -67,6 +67,27 @@ log = get_logger("gateway.groups")
 UNKNOWN_SERVER_ERROR = -1
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_ID_NOT_FOUND = 69
+
+# Share groups (KIP-932) and streams groups (KIP-1071) are coordinated by the cluster. FindCoordinator
+# does not say which group type a client wants, so a managed id's client reaches the gateway's home node
+# with these requests too: each is sent on the gateway's own link to the group's upstream coordinator.
+# Requests naming one group are forwarded as the client's bytes (client id and all), the answer returned
+# as the upstream's bytes under the client's correlation id.
+ROUTED_ONE: dict[int, str | None] = {
+    codec.SHARE_GROUP_HEARTBEAT: "share",
+    codec.STREAMS_GROUP_HEARTBEAT: "streams",
+    codec.ALTER_SHARE_GROUP_OFFSETS: "share",
+    codec.DELETE_SHARE_GROUP_OFFSETS: "share",
+}
+# Requests naming several groups are split per group (each may have another coordinator) and merged.
+ROUTED_MANY = frozenset({codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE, codec.DESCRIBE_SHARE_GROUP_OFFSETS})
+# Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
+# its member epoch, which only the cluster's coordinator can check).
+_OFFSET_APIS = frozenset({gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE})
+# The group types the cluster coordinates on its own (ListGroups v5 TypesFilter values).
+FOREIGN_TYPES = ("share", "streams")
+# How long "the cluster has no share/streams group of that id" is believed before asking again.
+_NOT_FOREIGN_TTL_S = 10.0
 
 Handler = Callable[["ClientConnection", frames.RequestHeader, Any, int], Awaitable[Any]]
 
@@ -102,6 +123,9 @@ class GroupLayer:
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # group id -> "share" / "streams": groups the cluster coordinates, seen in answers it gave.
+        self.foreign: dict[str, str] = {}
+        self._not_foreign: dict[str, float] = {}  # group id -> monotonic time the cluster said so
         self._handlers: dict[int, Handler] = {
             gc.FIND_COORDINATOR: self._find_coordinator,
             gc.JOIN_GROUP: self._classic,
@@ -118,6 +142,8 @@ class GroupLayer:
             gc.OFFSET_FETCH: self.offsets.offset_fetch,
             gc.OFFSET_DELETE: self.offsets.offset_delete,
         }
+        for api_key in (*ROUTED_ONE, *ROUTED_MANY):
+            self._handlers[api_key] = self._route_many
 
     # --- wiring ----------------------------------------------------------------------------------------
 
@@ -310,6 +336,12 @@ class GroupLayer:
             self.counters["invalid_requests"] += 1
             return _error_payload(api_key, version, header.correlation_id, codec.INVALID_REQUEST)
         try:
+            if api_key in ROUTED_ONE:
+                return await self._route_one(header, payload, msg.group_id, ROUTED_ONE[api_key])
+            if api_key in _OFFSET_APIS:
+                ids = _group_ids(api_key, version, msg)
+                if len(ids) == 1 and self.foreign.get(ids[0]) is not None:
+                    return await self._route_one(header, payload, ids[0], None)
             body = await self._handlers[api_key](conn, header, msg, version)
             return codec.encode_response(api_key, version, header.correlation_id, body)
         except asyncio.CancelledError:
@@ -370,11 +402,106 @@ class GroupLayer:
                 out[k] = (k, node, addr[0], addr[1], 0, None)
         return out
 
+    # --- share and streams groups: the cluster's coordinator -------------------------------------------
+
+    def has_state(self, group_id: str) -> bool:
+        """Whether the gateway coordinates this group now (it holds its state)."""
+        return group_id in self.service.classic_groups.groups or group_id in self.service.coordinator.state.groups
+
+    async def _route_one(
+        self, header: frames.RequestHeader, payload: bytes, group_id: str, kind: str | None
+    ) -> bytes:
+        """One group's request, forwarded as it is to the group's upstream coordinator."""
+        api_key, version, corr = header.api_key, header.api_version, header.correlation_id
+
+        def error_of(answer: bytes) -> int:
+            return _response_error(api_key, version, answer)
+
+        try:
+            answer = await self.client.to_coordinator(group_id, api_key, version, bytes(payload), error_of)
+        except CoordinatorMoved as e:
+            return _error_payload(api_key, version, corr, e.error_code)
+        except UpstreamError as e:
+            log.warning("upstream coordinator unreachable", group_id=group_id, api_key=api_key, error=str(e))
+            return _error_payload(api_key, version, corr, COORDINATOR_NOT_AVAILABLE)
+        if kind is not None and error_of(answer) == 0:
+            self._note_foreign(group_id, kind)
+        self.counters["routed_requests"] += 1
+        return corr.to_bytes(4, "big", signed=True) + answer[4:]
+
+    async def _route_many(
+        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
+    ) -> Any:
+        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: one request per group to
+        its upstream coordinator, the answers merged in the order asked."""
+        api_key = header.api_key
+        req_cls = codec.REQUESTS[api_key][version]
+        resp_cls = codec.RESPONSES[api_key][version]
+        if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+            asked = [(g.group_id, g) for g in msg.groups]
+        else:
+            asked = [(g, g) for g in msg.group_ids]
+        kind = "streams" if api_key == codec.STREAMS_GROUP_DESCRIBE else "share"
+        out = []
+        for gid, item in asked:
+            if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+                one = req_cls(groups=[item])
+            else:
+                one = req_cls(group_ids=[gid], include_authorized_operations=msg.include_authorized_operations)
+            try:
+                r = await self.client.to_coordinator(gid, api_key, version, one, lambda r: r.groups[0].error_code)
+                g = r.groups[0]
+            except UpstreamError as e:
+                error = e.error_code if isinstance(e, CoordinatorMoved) else COORDINATOR_NOT_AVAILABLE
+                g = resp_cls.Groups(group_id=gid, error_code=error, error_message=str(e))
+            if g.error_code == 0 and api_key != codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+                self._note_foreign(gid, kind)
+            out.append(g)
+        self.counters["routed_requests"] += 1
+        return resp_cls(groups=out)
+
+    def _note_foreign(self, group_id: str, kind: str) -> None:
+        self.foreign[group_id] = kind
+        self._not_foreign.pop(group_id, None)
+
+    async def _is_foreign(self, group_id: str) -> bool:
+        """Whether the cluster holds a share or streams group of this id (which the gateway does not)."""
+        if self.has_state(group_id):
+            return False
+        if group_id in self.foreign:
+            return True
+        since = self._not_foreign.get(group_id)
+        if since is not None and time.monotonic() - since < _NOT_FOREIGN_TTL_S:
+            return False
+        try:
+            v = self.client.version(gc.LIST_GROUPS, 5)
+            if v < 5:
+                return False  # a cluster without ListGroups v5 has no share or streams groups either
+            req = codec.REQUESTS[gc.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
+            r = await self.client.to_coordinator(group_id, gc.LIST_GROUPS, v, req, lambda r: r.error_code)
+        except UpstreamError as e:
+            log.info("upstream group type lookup failed", group_id=group_id, error=str(e))
+            return False
+        for g in r.groups:
+            if g.group_type in FOREIGN_TYPES:
+                self.foreign[g.group_id] = g.group_type
+        if group_id in self.foreign:
+            return True
+        if len(self._not_foreign) > 10_000:
+            self._not_foreign.clear()
+        self._not_foreign[group_id] = time.monotonic()
+        return False
+
     # --- group protocols -------------------------------------------------------------------------------
 
     async def _classic(self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int) -> Any:
         api_key = header.api_key
         decode, encode = _CLASSIC[api_key]
+        if api_key == gc.JOIN_GROUP and await self._is_foreign(msg.group_id):
+            # Kafka: the id belongs to a share or streams group, not a classic one (GroupIdNotFoundException).
+            return gc.response(
+                api_key, version, error_code=GROUP_ID_NOT_FOUND, member_id=msg.member_id, generation_id=-1
+            )
         request = decode(msg, version, header.client_id or "", self.client_host(conn))
         body = await self.call(request.group_id, request)
         self.adoption.after_classic(request, body)
@@ -383,6 +510,15 @@ class GroupLayer:
     async def _consumer_group_heartbeat(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
     ) -> Any:
+        if msg.member_epoch == 0 and await self._is_foreign(msg.group_id):
+            # Kafka: "Group ... is not a consumer group." when the id is a share or streams group's.
+            return gc.response(
+                gc.CONSUMER_GROUP_HEARTBEAT,
+                version,
+                error_code=GROUP_ID_NOT_FOUND,
+                error_message=f"Group {msg.group_id} is not a consumer group.",
+                member_epoch=-1,
+            )
         request = gc.consumer_group_heartbeat_request(msg, version, header.client_id or "", self.client_host(conn))
         topics = request.subscribed_topic_names or ()
         body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics))
@@ -392,7 +528,8 @@ class GroupLayer:
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
     ) -> Any:
         ids = list(msg.group_ids)
-        local = [g for g in ids if self.managed(g)]
+        await self._ready.wait()
+        local = [g for g in ids if self.managed(g) and self.has_state(g)]
         found: dict[str, Any] = {}
         if local:
             await self._ready.wait()
@@ -411,7 +548,10 @@ class GroupLayer:
     ) -> Any:
         ids = list(msg.groups)
         found: dict[str, Any] = {}
-        local = [g for g in ids if self.managed(g)]
+        await self._ready.wait()
+        # A managed id the gateway holds no state for may still be a group of the cluster (offsets-only,
+        # share, streams): the cluster describes it, as it would without the gateway.
+        local = [g for g in ids if self.managed(g) and self.has_state(g)]
         if local:
             await self._ready.wait()
             request = gc.describe_groups_request(msg, version)
@@ -424,6 +564,8 @@ class GroupLayer:
         for g in ids:
             if g not in found:
                 found[g] = await self._forward_describe(gc.DESCRIBE_GROUPS, g, version)
+                if self.managed(g):
+                    _as_offsets_only(found[g])
         return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
 
     async def _forward_describe(self, api_key: int, group_id: str, version: int) -> Any:
@@ -445,28 +587,33 @@ class GroupLayer:
             return gc.described_classic_group(DescribedClassicGroup(group_id, COORDINATOR_NOT_AVAILABLE, str(e)))
 
     async def _list_groups(self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int) -> Any:
+        """The gateway's own groups merged with the cluster's: every group the cluster holds and the gateway
+        does not (offsets-only groups, share and streams groups, unmanaged groups) is listed as the cluster
+        lists it, so nothing that has offsets or members disappears from tools and lag exporters."""
         request = gc.list_groups_request(msg, version)
         listed: list[Any] = []
-        local_ids: set[str] = set()
-        # Admin clients ask every broker and concatenate: list the managed groups on one listener only.
+        await self._ready.wait()
+        # Admin clients ask every broker and concatenate: list the gateway's groups on one listener only.
         if conn.node_id is None or conn.node_id == self.home_node():
-            await self._ready.wait()
             result = self.service.handle(request, 0, self._now())
             await self._durable()
             reply: ListGroupsResponse = result.responses[0].body
-            for g in reply.groups:
-                if self.managed(g.group_id):
-                    listed.append(gc.listed_group(g))
-                    local_ids.add(g.group_id)
+            listed.extend(gc.listed_group(g) for g in reply.groups if self.managed(g.group_id))
         error = 0
         try:
             v = self.client.version(gc.LIST_GROUPS, version)
             up = await self.client.send_any(gc.LIST_GROUPS, v, msg, node_id=conn.node_id)
             error = up.error_code
-            # Groups the gateway coordinates are reported by it; the upstream only holds their offsets.
-            listed.extend(g for g in up.groups if g.group_id not in local_ids and not self.managed(g.group_id))
+            for g in up.groups:
+                if self.managed(g.group_id) and self.has_state(g.group_id):
+                    continue  # the gateway's view of it is listed above; the cluster only holds its offsets
+                if version >= 5 and g.group_type in FOREIGN_TYPES:
+                    self._note_foreign(g.group_id, g.group_type)
+                if self.managed(g.group_id):
+                    _as_offsets_only(g)
+                listed.append(g)
         except UpstreamError as e:
-            log.warning("upstream ListGroups failed; listing managed groups only", error=str(e))
+            log.warning("upstream ListGroups failed; listing the gateway's groups only", error=str(e))
         return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
 
     async def _delete_groups(
@@ -544,6 +691,16 @@ class GroupLayer:
                 log.info("group coordinator counters", **dict(self.counters))
 
 
+def _as_offsets_only(g: Any) -> None:
+    """A managed id's classic group as the cluster holds it when only the gateway's simple commits made it
+    (no protocol type): shown as Kafka shows a consumer group whose members have all left, protocol type
+    "consumer", so consumer-group tools list and describe it with its offsets."""
+    if getattr(g, "error_code", 0) != 0 or g.protocol_type:
+        return
+    if getattr(g, "group_state", "") in ("Empty", "") and getattr(g, "group_type", "") in ("classic", ""):
+        g.protocol_type = "consumer"
+
+
 class DescribedGroupStub:
     __slots__ = ("error_code", "group_id", "message")
 
@@ -584,11 +741,30 @@ def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:
         return list(msg.groups)
     if api_key == gc.DELETE_GROUPS:
         return list(msg.groups_names)
-    if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+    if api_key in (gc.CONSUMER_GROUP_DESCRIBE, codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE):
         return list(msg.group_ids)
+    if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+        return [g.group_id for g in msg.groups]
     if api_key == gc.OFFSET_FETCH and version >= 8:
         return [g.group_id for g in msg.groups]
     return [msg.group_id]
+
+
+def _response_error(api_key: int, version: int, payload: bytes) -> int:
+    """The error code that tells whether a forwarded request reached the group's coordinator."""
+    try:
+        _, r = codec.decode_response(api_key, version, payload)
+    except Exception:  # noqa: BLE001 - an answer the gateway cannot read is the client's to judge
+        return 0
+    if getattr(r, "error_code", 0):
+        return int(r.error_code)
+    if api_key == gc.OFFSET_FETCH and version >= 8 and r.groups:
+        return int(r.groups[0].error_code)
+    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
+        for t in r.topics:
+            for p in t.partitions:
+                return int(p.error_code)
+    return 0
 
 
 def _error_payload(api_key: int, version: int, correlation_id: int, error: int) -> bytes:

@@ -1,6 +1,7 @@
 """Response rewriting: no upstream broker address may ever reach a client.
 
-Metadata, FindCoordinator and DescribeCluster responses carry broker host:port pairs; each is replaced
+Metadata, FindCoordinator, DescribeCluster, ShareFetch and ShareAcknowledge responses carry broker
+host:port pairs; each is replaced
 by the gateway address of that node id's listener (port-per-broker), and a broker the gateway cannot
 serve is left out (or, for a coordinator, reported as COORDINATOR_NOT_AVAILABLE so the client retries).
 ApiVersions is narrowed to what the gateway proxies correctly (see ``gateway_api_ranges``).
@@ -23,6 +24,28 @@ ApiRanges = dict[int, tuple[int, int]]
 # Produce v10+ and Fetch v16+ carry NodeEndpoints for leader changes (KIP-951), DescribeQuorum v2+ carries
 # the controllers' listener endpoints (KIP-853). Advertising only the versions below keeps them away.
 VERSION_CAPS: dict[int, int] = {codec.PRODUCE: 9, codec.FETCH: 15, 55: 1}
+# Versions below these are not decoded: the share APIs' v0 was an early-access format of Kafka 4.0 that
+# 4.1 replaced with v1 (KIP-932); a 4.0 cluster's share groups stay hidden rather than misread.
+VERSION_FLOORS: dict[int, int] = {
+    codec.SHARE_GROUP_HEARTBEAT: 1,
+    codec.SHARE_GROUP_DESCRIBE: 1,
+    codec.SHARE_FETCH: 1,
+    codec.SHARE_ACKNOWLEDGE: 1,
+}
+
+# A feature level is only worth advertising when the client-facing APIs it enables are offered: a client
+# that sees share.version (KIP-932) or streams.version (KIP-1071) finalized uses those APIs.
+FEATURE_APIS: dict[str, frozenset[int]] = {
+    "share.version": frozenset(
+        {
+            codec.SHARE_GROUP_HEARTBEAT,
+            codec.SHARE_GROUP_DESCRIBE,
+            codec.SHARE_FETCH,
+            codec.SHARE_ACKNOWLEDGE,
+        }
+    ),
+    "streams.version": frozenset({codec.STREAMS_GROUP_HEARTBEAT, codec.STREAMS_GROUP_DESCRIBE}),
+}
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,7 +129,7 @@ def gateway_api_ranges(
     """The versions the gateway offers: upstream ranges narrowed to what it proxies correctly.
 
     An API the codec does not know is dropped (its response might carry addresses we cannot see),
-    decoded APIs are capped at the codec's max version, VERSION_CAPS applies, and ``local`` (APIs the
+    decoded APIs are capped at the codec's max version, VERSION_CAPS and VERSION_FLOORS apply, and ``local`` (APIs the
     gateway answers itself) replaces upstream ranges.
     """
     out: ApiRanges = {}
@@ -114,6 +137,7 @@ def gateway_api_ranges(
         if not codec.known(key):
             continue
         hi = min(hi, codec.codec_max_version(key), VERSION_CAPS.get(key, hi))
+        lo = max(lo, VERSION_FLOORS.get(key, lo))
         if hi >= lo:
             out[key] = (lo, hi)
     out.update(local)
@@ -130,6 +154,11 @@ def rewrite_api_versions(payload: bytes, version: int, local: Mapping[int, tuple
         return Rewritten(head + codec.encode_body(msg, 0))
     ranges = gateway_api_ranges(upstream, local)
     msg.api_keys = [_api_version(k, lo, hi) for k, (lo, hi) in sorted(ranges.items())]
+    if version >= 3:
+        missing = {name for name, keys in FEATURE_APIS.items() if not keys <= ranges.keys()}
+        if missing:
+            msg.supported_features = [f for f in msg.supported_features if f.name not in missing]
+            msg.finalized_features = [f for f in msg.finalized_features if f.name not in missing]
     return Rewritten(head + codec.encode_body(msg, version), api_ranges=ranges)
 
 
@@ -150,8 +179,32 @@ def api_versions_unsupported(correlation_id: int, max_version: int) -> bytes:
     return codec.encode_response(codec.API_VERSIONS, 0, correlation_id, msg)
 
 
+def rewrite_node_endpoints(api_key: int) -> Callable[[bytes, int, AddressOf], Rewritten]:
+    """ShareFetch / ShareAcknowledge (KIP-932): the new leaders of partitions answered with
+    NOT_LEADER_OR_FOLLOWER, as NodeEndpoints. A leader the gateway cannot serve is left out (the client
+    then refreshes its metadata, which says the same)."""
+
+    def rewrite(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
+        head, msg = codec.decode_response(api_key, version, payload)
+        if not msg.node_endpoints:
+            return Rewritten(payload)
+        kept = []
+        for n in msg.node_endpoints:
+            addr = addr_of(n.node_id)
+            if addr is None:
+                continue
+            n.host, n.port = addr
+            kept.append(n)
+        msg.node_endpoints = kept
+        return Rewritten(head + codec.encode_body(msg, version))
+
+    return rewrite
+
+
 REWRITERS: dict[int, Callable[[bytes, int, AddressOf], Rewritten]] = {
     codec.METADATA: rewrite_metadata,
     codec.FIND_COORDINATOR: rewrite_find_coordinator,
     codec.DESCRIBE_CLUSTER: rewrite_describe_cluster,
+    codec.SHARE_FETCH: rewrite_node_endpoints(codec.SHARE_FETCH),
+    codec.SHARE_ACKNOWLEDGE: rewrite_node_endpoints(codec.SHARE_ACKNOWLEDGE),
 }

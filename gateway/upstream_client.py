@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +27,15 @@ NOT_COORDINATOR = 16
 COORDINATOR_NOT_AVAILABLE = 15
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS})
+RAW = -1  # a request forwarded as the client's bytes, answered with the upstream's bytes
+_CORR = struct.Struct(">i")
 
 
 class _Link:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        # correlation id -> (future, api key, version); api key RAW: the future gets the payload undecoded
         self.waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self.corr = itertools.count(1)
         self.closed = False
@@ -50,6 +54,9 @@ class _Link:
                 fut, api_key, version = entry
                 if fut.done():
                     continue
+                if api_key == RAW:
+                    fut.set_result(payload)
+                    continue
                 try:
                     fut.set_result(codec.decode_response(api_key, version, payload)[1])
                 except Exception as e:  # noqa: BLE001 - an undecodable answer fails that request only
@@ -67,6 +74,16 @@ class _Link:
         self.waiting[corr] = (fut, api_key, version)
         msg.with_header(correlation_id=corr, client_id=_CLIENT_ID)
         self.writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
+        return fut
+
+    def send_raw(self, payload: bytes) -> asyncio.Future[bytes]:
+        """A client's request (header + body, no size prefix) under a correlation id of this link."""
+        if self.closed:
+            raise UpstreamError("upstream connection closed")
+        corr = next(self.corr)
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.waiting[corr] = (fut, RAW, 0)
+        self.writer.write(frames.frame(payload[:4] + _CORR.pack(corr) + payload[8:]))
         return fut
 
     def close(self, error: Exception | None = None) -> None:
@@ -139,6 +156,15 @@ class UpstreamClient:
             link.close(UpstreamError("request timed out"))
             raise UpstreamError(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
 
+    async def send_raw(self, addr: tuple[str, int], payload: bytes) -> bytes:
+        """Forward a client's request payload; the response payload, with the link's correlation id."""
+        link = await self._link(addr)
+        try:
+            return await asyncio.wait_for(link.send_raw(payload), self.timeout_s())
+        except TimeoutError as e:
+            link.close(UpstreamError("request timed out"))
+            raise UpstreamError(f"{addr[0]}:{addr[1]}: forwarded request timed out") from e
+
     async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
         """To broker ``node_id`` when given and known, else to any live broker."""
         targets = []
@@ -183,12 +209,18 @@ class UpstreamClient:
         error_of: Callable[[Any], int],
         attempts: int = 5,
     ) -> Any:
-        """Send to the group's upstream coordinator, looking it up again while it moves."""
+        """Send to the group's upstream coordinator, looking it up again while it moves.
+
+        ``msg`` is a message object, or the bytes of a client's request (header + body) to forward as
+        they are (the answer is then the response payload, still under this link's correlation id)."""
         last: Exception | None = None
         for attempt in range(attempts):
             try:
                 addr = await self.coordinator(group_id)
-                r = await self.send(addr, api_key, version, msg)
+                if isinstance(msg, bytes):
+                    r = await self.send_raw(addr, msg)
+                else:
+                    r = await self.send(addr, api_key, version, msg)
             except CoordinatorMoved as e:
                 last = e
             except UpstreamError as e:

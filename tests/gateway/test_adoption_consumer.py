@@ -42,7 +42,8 @@ class RecordingUpstream:
         return wanted
 
     async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
-        self.sent.append((group_id, api_key, version, msg))
+        if api_key != gc.LIST_GROUPS:  # the join's group-type lookup is not what these tests count
+            self.sent.append((group_id, api_key, version, msg))
         if api_key == gc.LEAVE_GROUP:
             return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=self.answer, members=[])
         if api_key in (gc.DESCRIBE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE):
@@ -59,6 +60,8 @@ class RecordingUpstream:
                 ]) for rt in rg.topics
             ]) for rg in msg.groups]  # fmt: skip
             return cls(throttle_time_ms=0, groups=groups)
+        if api_key == gc.LIST_GROUPS:  # the cluster has no share or streams groups
+            return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=[])
         if api_key == gc.OFFSET_COMMIT:
             cls = codec.RESPONSES[api_key][version]
             topics = [

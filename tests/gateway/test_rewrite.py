@@ -148,8 +148,66 @@ def test_api_versions_are_capped(version):
     assert got[1] == (4, 15)  # Fetch v16+ likewise
     assert got[55] == (0, 1)  # DescribeQuorum v2+ carries controller endpoints
     assert got[3] == (0, 13) and got[10] == (0, 6) and got[68] == (0, 1)
-    assert 78 not in got and 9999 not in got  # APIs the codec cannot see into are not offered
+    assert got[78] == (1, 1)  # ShareFetch: v0 was 4.0's early access, not decoded (KIP-932)
+    assert 9999 not in got  # APIs the codec cannot see into are not offered
     assert out.api_ranges == got
+
+
+def _features_payload(ranges: dict[int, tuple[int, int]]) -> bytes:
+    AV = ApiVersionsResponse.ApiVersion
+    cls = ApiVersionsResponse[3]
+    names = ("share.version", "streams.version", "group.version")
+    msg = cls(
+        error_code=0,
+        api_keys=[AV(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ranges.items()],
+        supported_features=[cls.SupportedFeatureKey(name=n, min_version=0, max_version=1) for n in names],
+        finalized_features_epoch=5,
+        finalized_features=[
+            cls.FinalizedFeatureKey(name=n, min_version_level=1, max_version_level=1) for n in names
+        ],
+    )
+    return codec.encode_response(codec.API_VERSIONS, 3, 9, msg)
+
+
+SHARE_AND_STREAMS = {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 88: (0, 0), 89: (0, 0), 90: (0, 1)}
+
+
+def test_share_and_streams_apis_and_their_features_pass_through():
+    out = rewrite.rewrite_api_versions(_features_payload({18: (0, 4), **SHARE_AND_STREAMS}), 3, {})
+    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
+    assert all(got[k] == r for k, r in SHARE_AND_STREAMS.items())
+    assert {f.name for f in msg.finalized_features} == {"share.version", "streams.version", "group.version"}
+
+
+def test_features_whose_apis_are_not_offered_are_not_advertised():
+    # A 4.0 cluster: share APIs only at the early-access v0, no streams APIs at all.
+    ranges = {18: (0, 4), 76: (0, 0), 77: (0, 0), 78: (0, 0), 79: (0, 0)}
+    out = rewrite.rewrite_api_versions(_features_payload(ranges), 3, {})
+    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    assert {a.api_key for a in msg.api_keys} == {18}
+    assert {f.name for f in msg.finalized_features} == {"group.version"}
+    assert {f.name for f in msg.supported_features} == {"group.version"}
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(78, 1), (78, 2), (79, 1), (79, 2)])
+def test_share_fetch_and_acknowledge_node_endpoints_are_rewritten(api_key, version):
+    cls = codec.RESPONSES[api_key][version]
+    ep = cls.NodeEndpoints
+    msg = cls(
+        error_code=0,
+        responses=[],
+        node_endpoints=[
+            ep(node_id=1, host="broker-1.internal", port=9092, rack="r1"),
+            ep(node_id=7, host="broker-7.internal", port=9092, rack=None),
+        ],
+    )
+    payload = codec.encode_response(api_key, version, 5, msg)
+    out = rewrite.REWRITERS[api_key](payload, version, lambda n: ("127.0.0.1", 19001) if n == 1 else None)
+    _, got = codec.decode_response(api_key, version, out.payload)
+    # The served leader at the gateway's address; one the gateway does not serve is left out.
+    assert [(n.node_id, n.host, n.port, n.rack) for n in got.node_endpoints] == [(1, "127.0.0.1", 19001, "r1")]
+    assert b"internal" not in out.payload
 
 
 def test_api_versions_local_apis_override_upstream():
