@@ -1,0 +1,253 @@
+"""Groups the cluster holds and the gateway does not coordinate: offsets-only groups, share groups
+(KIP-932) and streams groups (KIP-1071), with Kafka 4.3.1's own tools and clients.
+
+Every scenario runs against the broker directly and through the gateway, and the outcomes must match:
+what ``kafka-consumer-groups``, ``kafka-share-groups`` and ``kafka-streams-groups`` print (coordinator
+addresses aside, which the gateway rewrites by design), what the share consumer receives, what a Streams
+application with ``group.protocol=streams`` processes and commits.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from compat_tests.harness.admin import admin
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.clients import produce_confluent, values
+from compat_tests.harness.java import JavaTool
+from gateway import kafka_dist
+from gateway.embedded_kafka import java_binary
+
+pytestmark = pytest.mark.kafka
+
+RELEASE = kafka_dist.CURRENT_KAFKA
+TOOL_TIMEOUT_S = 60.0
+STREAMS_APP = Path(__file__).parent / "java" / "StreamsApp.java"
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _tool(main_class: str, *args: str, timeout_s: float = TOOL_TIMEOUT_S) -> list[str]:
+    """Run one of Kafka's command-line tools to completion; its stdout lines."""
+    tool = JavaTool(RELEASE, main_class, list(args)).start()
+    try:
+        tool.wait(timeout_s)
+    finally:
+        tool.stop()
+    return tool.lines
+
+
+def _normalised(lines: list[str], group: str) -> list[str]:
+    """A tool's table with the group id and the coordinator's address (rewritten by the gateway) masked."""
+    out = []
+    for line in lines:
+        line = re.sub(r"\S+:\d+\s+\(\d+\)", "<coordinator>", line)
+        out.append(" ".join(line.replace(group, "<group>").split()))
+    return out
+
+
+def _consume_and_stop(bootstrap: str, topic: str, group: str, n: int) -> None:
+    """A classic consumer that reads ``n`` records, commits them and leaves (its group: offsets only)."""
+    c = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.subscribe([topic])
+        got = 0
+        for _ in range(120):
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+                if got == n:
+                    break
+        assert got == n, f"consumed {got} of {n} records"
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    a = admin(bootstrap)
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
+    result = a.list_consumer_group_offsets([req])[group].result(TOOL_TIMEOUT_S)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def _targets(kafka: ProcessBackend, gateway: Any) -> list[tuple[str, str]]:
+    return [("broker", kafka.bootstrap), ("gateway", gateway.bootstrap)]
+
+
+# --- offsets-only groups -------------------------------------------------------------------------------
+
+
+def test_offsets_only_groups_are_listed_and_described_as_the_broker_does(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    topic = make_topic(1)
+    produce_confluent(kafka.bootstrap, topic, values("r", 20))
+    # One group committed on the cluster itself (as before the gateway), one through the gateway; both
+    # consumers stopped after committing 12 of the 20 records.
+    before = names("before-gateway")
+    _consume_and_stop(kafka.bootstrap, topic, before, 12)
+    through = names("through-gateway")
+    _consume_and_stop(module_gateway.bootstrap, topic, through, 12)
+
+    cg = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+    def views(bootstrap: str, group: str) -> tuple[list[str], list[str]]:
+        offsets = _normalised(_tool(cg, "--bootstrap-server", bootstrap, "--describe", "--group", group), group)
+        state = _normalised(
+            _tool(cg, "--bootstrap-server", bootstrap, "--describe", "--group", group, "--state"), group
+        )
+        return offsets, state
+
+    reference = views(kafka.bootstrap, before)
+    # Kafka's answer for a stopped consumer's group: no members, its offsets and lag (8 records).
+    assert any(r.split()[:6] == ["<group>", topic, "0", "12", "20", "8"] for r in reference[0]), reference
+    assert any("Empty" in r.split() for r in reference[1]), reference
+
+    # The group the gateway never saw, asked through the gateway: the same answer.
+    assert views(module_gateway.bootstrap, before) == reference
+    # The gateway's own group once its consumer stopped: the same answer as Kafka's for the other.
+    assert views(module_gateway.bootstrap, through) == reference
+    for _, bootstrap in _targets(kafka, module_gateway):
+        listed = _tool(cg, "--bootstrap-server", bootstrap, "--list")
+        assert before in listed and through in listed, (bootstrap, listed)
+
+    if getattr(module_gateway, "direct", False):
+        return
+    # A gateway that lost its state (ephemeral here) holds nothing for ``through``: the cluster's offsets
+    # still make it an Empty consumer group, listed and described as before.
+    module_gateway.restart()
+    assert views(module_gateway.bootstrap, through) == reference
+    assert through in _tool(cg, "--bootstrap-server", module_gateway.bootstrap, "--list")
+
+
+# --- share groups (KIP-932) ------------------------------------------------------------------------------
+
+
+def _share_from_earliest(bootstrap: str, group: str) -> None:
+    """share.auto.offset.reset=earliest for the group (share groups start at the end by default)."""
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    client = admin(bootstrap)  # kept alive until the futures are answered
+    for fut in client.incremental_alter_configs([resource]).values():
+        fut.result(TOOL_TIMEOUT_S)
+
+
+def test_share_consumer_and_share_groups_tool_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    topic = make_topic(2)
+    produced = {v.decode() for v in values("s", 20)}
+    produce_confluent(kafka.bootstrap, topic, [v.encode() for v in sorted(produced)])
+    sg = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+    groups = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        group = groups[label] = names(f"share-{label}")
+        _share_from_earliest(kafka.bootstrap, group)
+        got = _tool(
+            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+            "--max-messages", "20", "--timeout-ms", "30000",
+        )  # fmt: skip
+        assert {line for line in got if line in produced} == produced, (label, got[-5:])
+
+    described = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        listed = _tool(sg, "--bootstrap-server", bootstrap, "--list")
+        assert set(groups.values()) <= set(listed), (label, listed)
+        described[label] = [
+            _normalised(_tool(sg, "--bootstrap-server", bootstrap, "--describe", "--group", g, *extra), g)
+            for g in groups.values()
+            for extra in ((), ("--state",), ("--members",))
+        ]
+    assert described["gateway"] == described["broker"]
+    assert any("Empty" in row.split() for row in described["broker"][1]), described["broker"]
+
+
+# --- streams groups (KIP-1071) ---------------------------------------------------------------------------
+
+
+@dataclass
+class StreamsApp(JavaTool):
+    """tests' StreamsApp.java on Kafka Streams' classpath (the JDK compiles the one source file)."""
+
+    def command(self) -> list[str]:
+        dist = kafka_dist.streams(RELEASE)
+        kafka_dist.fetch(dist)
+        return [
+            java_binary(),
+            "-Xmx256m",
+            "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            dist.classpath(),
+            str(STREAMS_APP),
+            *self.args,
+        ]
+
+
+def _processed(app: JavaTool) -> int:
+    counts = [int(line.split()[1]) for line in app.lines if line.startswith("PROCESSED ")]
+    return max(counts, default=0)
+
+
+def test_streams_app_with_the_streams_protocol_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    source = make_topic(2)
+    produce_confluent(kafka.bootstrap, source, values("w", 20))
+    sgc = "org.apache.kafka.tools.streams.StreamsGroupCommand"
+    apps = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        app_id = apps[label] = names(f"app-{label}")
+        sink = make_topic(2)
+        with tempfile.TemporaryDirectory(prefix="groupgate-streams-") as state_dir:
+            app = StreamsApp(RELEASE, "StreamsApp", [bootstrap, app_id, source, sink, state_dir, "streams"])
+            with app:
+                app.wait_for(lambda t: "STATE RUNNING" in t.lines, 90.0, "RUNNING")
+                app.wait_for(lambda t: _processed(t) >= 20, 60.0, "20 records processed")
+                # Streams commits every 200 ms (commit.interval.ms) on the group's coordinator.
+                app.wait_for(
+                    lambda t: sum(_committed(kafka.bootstrap, app_id, source, 2).values()) == 20,
+                    30.0,
+                    "offsets committed",
+                )
+                # Through either address, the committed offsets of the streams group read the same.
+                assert _committed(bootstrap, app_id, source, 2) == _committed(kafka.bootstrap, app_id, source, 2)
+                described_live = _normalised(
+                    _tool(sgc, "--bootstrap-server", bootstrap, "--describe", "--group", app_id, "--state"), app_id
+                )
+                assert any("Stable" in row.split() for row in described_live), (label, described_live)
+        assert _processed(app) == 20, (label, app.lines[-5:])
+
+    described = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        assert set(apps.values()) <= set(_tool(sgc, "--bootstrap-server", bootstrap, "--list")), label
+        described[label] = [
+            _normalised(_tool(sgc, "--bootstrap-server", bootstrap, "--describe", "--group", g, "--state"), g)
+            for g in apps.values()
+        ]
+    assert described["gateway"] == described["broker"]
