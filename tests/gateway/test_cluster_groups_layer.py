@@ -1,0 +1,174 @@
+"""Groups the cluster holds: the group layer's merge of ListGroups / DescribeGroups with the cluster's,
+and its routing of share (KIP-932) and streams (KIP-1071) group requests to the cluster's coordinator.
+
+The upstream is a recording stand-in for the layer's UpstreamClient (the real broker is in
+compat_tests/test_cluster_groups.py); everything else is the real layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer.group import JoinGroupRequest
+
+from gateway import codec
+from gateway import group_codec as gc
+from gateway.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+)
+from gateway.upstream import UpstreamError
+
+from ._groups_support import StubConnection, call
+from .test_groups_layer import started
+
+GROUP_ID_NOT_FOUND = 69
+NOT_COORDINATOR = 16
+
+
+def _listed(group_id: str, protocol_type: str, state: str, group_type: str) -> Any:
+    cls = codec.RESPONSES[gc.LIST_GROUPS][5]
+    return cls.ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=group_type)
+
+
+class Cluster:
+    """The layer's client towards a cluster holding ``groups`` (ListGroups v5 entries)."""
+
+    def __init__(self, groups: list[Any]) -> None:
+        self.groups = groups
+        self.sent: list[tuple[str, int, Any]] = []
+        self.moved_once: set[str] = set()
+
+    def install(self, layer: Any) -> None:
+        layer.client.version = lambda api_key, wanted: wanted
+        layer.client.supports = lambda api_key: True
+        layer.client.send_any = self.send_any
+        layer.client.to_coordinator = self.to_coordinator
+
+    async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
+        assert api_key == gc.LIST_GROUPS
+        types = set(msg.types_filter) if version >= 5 else set()
+        groups = [g for g in self.groups if not types or g.group_type in types]
+        return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=groups)
+
+    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
+        self.sent.append((group_id, api_key, msg))
+        if api_key == gc.LIST_GROUPS:
+            return await self.send_any(api_key, version, msg)
+        if api_key == gc.DESCRIBE_GROUPS:
+            cls = codec.RESPONSES[api_key][version]
+            known = {g.group_id: g for g in self.groups}
+            out = []
+            for gid in msg.groups:
+                g = known.get(gid)
+                state, ptype = ("Dead", "") if g is None else (g.group_state, g.protocol_type)
+                out.append(cls.DescribedGroup(
+                    error_code=0, group_id=gid, group_state=state, protocol_type=ptype, protocol_data="",
+                    members=[],
+                ))  # fmt: skip
+            return cls(throttle_time_ms=0, groups=out)
+        if api_key == codec.SHARE_GROUP_DESCRIBE:
+            cls = codec.RESPONSES[api_key][version]
+            (gid,) = msg.group_ids
+            return cls(groups=[cls.Groups(group_id=gid, error_code=0, group_state="Stable", group_epoch=len(gid))])
+        if api_key == codec.SHARE_GROUP_HEARTBEAT:
+            # Forwarded as the client's bytes; answered as the upstream's bytes under the link's id.
+            assert isinstance(msg, bytes)
+            cls = codec.RESPONSES[api_key][version]
+            answer = cls(error_code=0, member_id="m-1", member_epoch=1, heartbeat_interval_ms=5000, assignment=None)
+            return codec.encode_response(api_key, version, 99, answer)
+        raise UpstreamError(f"unexpected api {api_key}")
+
+
+async def test_list_groups_merges_the_clusters_groups_the_gateway_does_not_hold() -> None:
+    layer = await started()
+    cluster = Cluster(
+        [
+            _listed("offsets-only", "", "Empty", "classic"),  # made by simple commits alone
+            _listed("stopped-app", "consumer", "Empty", "classic"),
+            _listed("orders-share", "share", "Stable", "share"),
+            _listed("orders-app", "streams", "Empty", "streams"),
+            _listed("live", "", "Empty", "classic"),  # the gateway holds this one: its view wins
+        ]
+    )
+    cluster.install(layer)
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id="live", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))  # fmt: skip
+        got = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
+        rows = sorted((g.group_id, g.protocol_type, g.group_state, g.group_type) for g in got.groups)
+        assert rows == [
+            ("live", "consumer", "CompletingRebalance", "classic"),
+            ("offsets-only", "consumer", "Empty", "classic"),
+            ("orders-app", "streams", "Empty", "streams"),
+            ("orders-share", "share", "Stable", "share"),
+            ("stopped-app", "consumer", "Empty", "classic"),
+        ]
+        # The v5 types filter reaches the cluster: only its share groups come back.
+        only_share = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=["share"]))
+        assert [g.group_id for g in only_share.groups] == ["orders-share"]
+        # Another listener lists the cluster's groups of that broker, never the gateway's own twice.
+        other = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]), StubConnection(2))
+        assert "live" not in {g.group_id for g in other.groups}
+        assert layer.foreign == {"orders-share": "share", "orders-app": "streams"}
+    finally:
+        await layer.stop()
+
+
+async def test_a_managed_id_without_gateway_state_is_described_by_the_cluster() -> None:
+    layer = await started()
+    Cluster([_listed("offsets-only", "", "Empty", "classic")]).install(layer)
+    try:
+        got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+            groups=["offsets-only", "never-existed"], include_authorized_operations=False,
+        ))  # fmt: skip
+        by_id = {g.group_id: (g.error_code, g.group_state, g.protocol_type) for g in got.groups}
+        # Empty with protocol type "consumer", as Kafka shows a consumer group whose members all left;
+        # an id the cluster does not know either is Dead, as Kafka answers DescribeGroups v5.
+        assert by_id == {"offsets-only": (0, "Empty", "consumer"), "never-existed": (0, "Dead", "")}
+    finally:
+        await layer.stop()
+
+
+async def test_share_heartbeat_goes_to_the_clusters_coordinator_and_claims_the_id() -> None:
+    layer = await started()
+    cluster = Cluster([])
+    cluster.install(layer)
+    try:
+        hb = ShareGroupHeartbeatRequest[1](
+            group_id="orders-share", member_id="m-1", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]
+        )
+        got = await call(layer, codec.SHARE_GROUP_HEARTBEAT, 1, hb)  # asserts the client's correlation id
+        assert (got.error_code, got.member_id, got.member_epoch) == (0, "m-1", 1)
+        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-share", codec.SHARE_GROUP_HEARTBEAT)]
+        assert layer.foreign["orders-share"] == "share"
+        assert not layer.has_state("orders-share")
+        # A consumer-protocol member joining under the share group's id: Kafka's GROUP_ID_NOT_FOUND.
+        join = ConsumerGroupHeartbeatRequest[1](
+            group_id="orders-share", member_id="c-1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=["t"], subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=[],
+        )  # fmt: skip
+        refused = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        assert refused.error_code == GROUP_ID_NOT_FOUND
+        assert not layer.has_state("orders-share")
+    finally:
+        await layer.stop()
+
+
+async def test_share_group_describe_is_split_per_group_and_merged_in_order() -> None:
+    layer = await started()
+    cluster = Cluster([])
+    cluster.install(layer)
+    try:
+        req = ShareGroupDescribeRequest[1](group_ids=["bb", "a", "ccc"], include_authorized_operations=False)
+        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        assert [(g.group_id, g.group_epoch) for g in got.groups] == [("bb", 2), ("a", 1), ("ccc", 3)]
+        assert [list(m.group_ids) for _, _, m in cluster.sent] == [["bb"], ["a"], ["ccc"]]
+    finally:
+        await layer.stop()
