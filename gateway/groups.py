@@ -340,7 +340,9 @@ class GroupLayer:
                 return await self._route_one(header, payload, msg.group_id, ROUTED_ONE[api_key])
             if api_key in _OFFSET_APIS:
                 ids = _group_ids(api_key, version, msg)
-                if len(ids) == 1 and self.foreign.get(ids[0]) is not None:
+                if len(ids) == 1 and (
+                    ids[0] in self.foreign or (_names_member(api_key, version, msg) and await self._is_foreign(ids[0]))
+                ):
                     return await self._route_one(header, payload, ids[0], None)
             body = await self._handlers[api_key](conn, header, msg, version)
             return codec.encode_response(api_key, version, header.correlation_id, body)
@@ -748,6 +750,16 @@ def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:
     if api_key == gc.OFFSET_FETCH and version >= 8:
         return [g.group_id for g in msg.groups]
     return [msg.group_id]
+
+
+def _names_member(api_key: int, version: int, msg: Any) -> bool:
+    """Whether an offset request comes from a group member (not a simple commit or an admin read): only
+    then may the group be a streams group the gateway has not seen yet."""
+    if api_key == gc.OFFSET_FETCH:
+        return version >= 9 and bool(msg.groups) and bool(msg.groups[0].member_id)
+    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
+        return bool(getattr(msg, "member_id", ""))
+    return False
 
 
 def _response_error(api_key: int, version: int, payload: bytes) -> int:

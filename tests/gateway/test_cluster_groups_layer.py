@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.consumer.group import JoinGroupRequest
 
 from gateway import codec
@@ -78,6 +79,11 @@ class Cluster:
             assert isinstance(msg, bytes)
             cls = codec.RESPONSES[api_key][version]
             answer = cls(error_code=0, member_id="m-1", member_epoch=1, heartbeat_interval_ms=5000, assignment=None)
+            return codec.encode_response(api_key, version, 99, answer)
+        if api_key == gc.OFFSET_COMMIT and isinstance(msg, bytes):
+            cls = codec.RESPONSES[api_key][version]
+            part = cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(partition_index=0, error_code=0)
+            answer = cls(topics=[cls.OffsetCommitResponseTopic(name="in", partitions=[part])])
             return codec.encode_response(api_key, version, 99, answer)
         raise UpstreamError(f"unexpected api {api_key}")
 
@@ -170,5 +176,28 @@ async def test_share_group_describe_is_split_per_group_and_merged_in_order() -> 
         got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
         assert [(g.group_id, g.group_epoch) for g in got.groups] == [("bb", 2), ("a", 1), ("ccc", 3)]
         assert [list(m.group_ids) for _, _, m in cluster.sent] == [["bb"], ["a"], ["ccc"]]
+    finally:
+        await layer.stop()
+
+
+async def test_a_streams_members_commit_goes_to_the_clusters_coordinator_even_before_its_heartbeat() -> None:
+    # A gateway that just restarted: the streams application's commit arrives before its next heartbeat.
+    layer = await started()
+    cluster = Cluster([_listed("orders-app", "streams", "Stable", "streams")])
+    cluster.install(layer)
+    try:
+        t = OffsetCommitRequest[9].OffsetCommitRequestTopic
+        commit = OffsetCommitRequest[9](
+            group_id="orders-app", generation_id_or_member_epoch=7, member_id="streams-member",
+            group_instance_id=None, topics=[t(name="in", partitions=[t.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=20, committed_leader_epoch=-1, committed_metadata="",
+            )])],
+        )  # fmt: skip
+        got = await call(layer, gc.OFFSET_COMMIT, 9, commit)
+        assert [p.error_code for p in got.topics[0].partitions] == [0]
+        # Looked up once (ListGroups with the share/streams filter), then forwarded as the client sent it.
+        assert [k for _, k, _ in cluster.sent] == [gc.LIST_GROUPS, gc.OFFSET_COMMIT]
+        assert isinstance(cluster.sent[1][2], bytes)
+        assert layer.foreign["orders-app"] == "streams" and not layer.has_state("orders-app")
     finally:
         await layer.stop()
