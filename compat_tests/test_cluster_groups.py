@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,16 @@ import confluent_kafka
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from compat_tests.harness.admin import admin
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.java import JavaTool
+from compat_tests.harness.probe import roundtrip
 from gateway import kafka_dist
 from gateway.embedded_kafka import java_binary
+from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 pytestmark = pytest.mark.kafka
 
@@ -99,6 +103,21 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[
     req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
     result = a.list_consumer_group_offsets([req])[group].result(TOOL_TIMEOUT_S)
     return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def _join_answers(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
+    """The error codes of a ConsumerGroupHeartbeat join and of a classic JoinGroup for ``group``."""
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+    heartbeat = roundtrip(bootstrap, ConsumerGroupHeartbeatRequest[1](
+        group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30000, subscribed_topic_names=[topic], subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[],
+    ), ConsumerGroupHeartbeatResponse, 1)  # fmt: skip
+    join = roundtrip(bootstrap, JoinGroupRequest[9](
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        group_instance_id=None, protocol_type="consumer", protocols=protocols, reason=None,
+    ), JoinGroupResponse, 9)  # fmt: skip
+    return int(heartbeat.error_code), int(join.error_code)
 
 
 def _targets(kafka: ProcessBackend, gateway: Any) -> list[tuple[str, str]]:
@@ -190,6 +209,13 @@ def test_share_consumer_and_share_groups_tool_through_the_gateway(
     for rows in described["broker"].values():
         assert any("Empty" in row.split() for row in rows), rows
         assert any(row.split()[:2] == ["<group>", topic] for row in rows), rows
+
+    # A consumer-protocol or classic member joining under a share group's id: refused alike.
+    refusals = {
+        label: _join_answers(bootstrap, groups["broker"], topic) for label, bootstrap in _targets(kafka, module_gateway)
+    }
+    assert refusals["gateway"] == refusals["broker"], refusals
+    assert refusals["broker"][0] != 0 and refusals["broker"][1] != 0, refusals
 
 
 # --- streams groups (KIP-1071) ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
+from coordinator.errors import Errors
 from coordinator.timers import ScheduleTimer, TimerKey
 from translate.group_config import GroupResult, encode_any_record
 from translate.group_messages import (
@@ -67,6 +68,7 @@ log = get_logger("gateway.groups")
 UNKNOWN_SERVER_ERROR = -1
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_ID_NOT_FOUND = 69
+INCONSISTENT_GROUP_PROTOCOL = Errors.INCONSISTENT_GROUP_PROTOCOL
 
 # Share groups (KIP-932) and streams groups (KIP-1071) are coordinated by the cluster. FindCoordinator
 # does not say which group type a client wants, so a managed id's client reaches the gateway's home node
@@ -340,8 +342,13 @@ class GroupLayer:
                 return await self._route_one(header, payload, msg.group_id, ROUTED_ONE[api_key])
             if api_key in _OFFSET_APIS:
                 ids = _group_ids(api_key, version, msg)
-                if len(ids) == 1 and (
-                    ids[0] in self.foreign or (_names_member(api_key, version, msg) and await self._is_foreign(ids[0]))
+                if (
+                    len(ids) == 1
+                    and not self.has_state(ids[0])
+                    and (
+                        ids[0] in self.foreign
+                        or (_names_member(api_key, version, msg) and await self._is_foreign(ids[0]))
+                    )
                 ):
                     return await self._route_one(header, payload, ids[0], None)
             body = await self._handlers[api_key](conn, header, msg, version)
@@ -475,34 +482,63 @@ class GroupLayer:
         since = self._not_foreign.get(group_id)
         if since is not None and time.monotonic() - since < _NOT_FOREIGN_TTL_S:
             return False
+        return await self._cluster_group(group_id) is not None
+
+    async def _join_refused(self, group_id: str) -> bool:
+        """Whether Kafka would refuse a consumer or classic member joining ``group_id``: Kafka 4.3.1 keeps a
+        share group's id for it, and a streams group's while the streams group has members (an Empty one
+        gives way to the joining group)."""
+        if self.has_state(group_id):
+            return False
+        kind = self.foreign.get(group_id)
+        if kind == "share":
+            return True
+        since = self._not_foreign.get(group_id)
+        if kind is None and since is not None and time.monotonic() - since < _NOT_FOREIGN_TTL_S:
+            return False
+        found = await self._cluster_group(group_id)  # a streams group's state now, not as last seen
+        if found is None:
+            return False
+        kind, state = found
+        if kind == "streams" and state == "Empty":
+            self.foreign.pop(group_id, None)  # the joining group takes the id over, here as in Kafka
+            return False
+        return True
+
+    async def _cluster_group(self, group_id: str) -> tuple[str, str] | None:
+        """(type, state) of the cluster's share or streams group of this id, asked of its coordinator
+        (ListGroups v5 filtered on those types); None when it has none."""
         try:
             v = self.client.version(gc.LIST_GROUPS, 5)
             if v < 5:
-                return False  # a cluster without ListGroups v5 has no share or streams groups either
+                return None  # a cluster without ListGroups v5 has no share or streams groups either
             req = codec.REQUESTS[gc.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
             r = await self.client.to_coordinator(group_id, gc.LIST_GROUPS, v, req, lambda r: r.error_code)
         except UpstreamError as e:
             log.info("upstream group type lookup failed", group_id=group_id, error=str(e))
-            return False
+            return None
+        found = None
         for g in r.groups:
             if g.group_type in FOREIGN_TYPES:
                 self.foreign[g.group_id] = g.group_type
-        if group_id in self.foreign:
-            return True
-        if len(self._not_foreign) > 10_000:
-            self._not_foreign.clear()
-        self._not_foreign[group_id] = time.monotonic()
-        return False
+                if g.group_id == group_id:
+                    found = (str(g.group_type), str(g.group_state))
+        if found is None:
+            self.foreign.pop(group_id, None)
+            if len(self._not_foreign) > 10_000:
+                self._not_foreign.clear()
+            self._not_foreign[group_id] = time.monotonic()
+        return found
 
     # --- group protocols -------------------------------------------------------------------------------
 
     async def _classic(self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int) -> Any:
         api_key = header.api_key
         decode, encode = _CLASSIC[api_key]
-        if api_key == gc.JOIN_GROUP and await self._is_foreign(msg.group_id):
-            # Kafka: the id belongs to a share or streams group, not a classic one (GroupIdNotFoundException).
+        if api_key == gc.JOIN_GROUP and await self._join_refused(msg.group_id):
+            # Kafka 4.3.1 answers a classic join of a share or streams group's id so.
             return gc.response(
-                api_key, version, error_code=GROUP_ID_NOT_FOUND, member_id=msg.member_id, generation_id=-1
+                api_key, version, error_code=INCONSISTENT_GROUP_PROTOCOL, member_id=msg.member_id, generation_id=-1
             )
         request = decode(msg, version, header.client_id or "", self.client_host(conn))
         body = await self.call(request.group_id, request)
@@ -512,7 +548,7 @@ class GroupLayer:
     async def _consumer_group_heartbeat(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
     ) -> Any:
-        if msg.member_epoch == 0 and await self._is_foreign(msg.group_id):
+        if msg.member_epoch == 0 and await self._join_refused(msg.group_id):
             # Kafka: "Group ... is not a consumer group." when the id is a share or streams group's.
             return gc.response(
                 gc.CONSUMER_GROUP_HEARTBEAT,

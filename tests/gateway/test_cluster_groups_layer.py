@@ -27,6 +27,7 @@ from .test_groups_layer import started
 
 GROUP_ID_NOT_FOUND = 69
 NOT_COORDINATOR = 16
+INCONSISTENT_GROUP_PROTOCOL = 23
 
 
 def _listed(group_id: str, protocol_type: str, state: str, group_type: str) -> Any:
@@ -49,7 +50,8 @@ class Cluster:
         layer.client.to_coordinator = self.to_coordinator
 
     async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
-        assert api_key == gc.LIST_GROUPS
+        if api_key != gc.LIST_GROUPS:
+            raise UpstreamError("only ListGroups is answered here")  # e.g. topic metadata: not needed
         types = set(msg.types_filter) if version >= 5 else set()
         groups = [g for g in self.groups if not types or g.group_type in types]
         return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=groups)
@@ -162,6 +164,13 @@ async def test_share_heartbeat_goes_to_the_clusters_coordinator_and_claims_the_i
         )  # fmt: skip
         refused = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
         assert refused.error_code == GROUP_ID_NOT_FOUND
+        # A classic member: INCONSISTENT_GROUP_PROTOCOL, as Kafka 4.3.1 answers.
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        classic = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](
+            group_id="orders-share", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            group_instance_id=None, protocol_type="consumer", protocols=protocols,
+        ))  # fmt: skip
+        assert classic.error_code == INCONSISTENT_GROUP_PROTOCOL
         assert not layer.has_state("orders-share")
     finally:
         await layer.stop()
@@ -199,5 +208,29 @@ async def test_a_streams_members_commit_goes_to_the_clusters_coordinator_even_be
         assert [k for _, k, _ in cluster.sent] == [gc.LIST_GROUPS, gc.OFFSET_COMMIT]
         assert isinstance(cluster.sent[1][2], bytes)
         assert layer.foreign["orders-app"] == "streams" and not layer.has_state("orders-app")
+    finally:
+        await layer.stop()
+
+
+async def test_a_streams_groups_id_is_refused_while_it_has_members_and_given_up_when_empty() -> None:
+    layer = await started()
+    cluster = Cluster([_listed("orders-app", "streams", "Stable", "streams")])
+    cluster.install(layer)
+    join = ConsumerGroupHeartbeatRequest[1](
+        group_id="orders-app", member_id="c-1", member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30000, subscribed_topic_names=["t"], subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[],
+    )  # fmt: skip
+    try:
+        refused = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        assert (refused.error_code, refused.error_message) == (
+            GROUP_ID_NOT_FOUND,
+            "Group orders-app is not a consumer group.",
+        )
+        # The application stopped: Kafka 4.3.1 lets a consumer group take the Empty streams group's id.
+        cluster.groups = [_listed("orders-app", "streams", "Empty", "streams")]
+        joined = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        assert joined.error_code == 0 and joined.member_epoch > 0
+        assert layer.has_state("orders-app") and "orders-app" not in layer.foreign
     finally:
         await layer.stop()
