@@ -579,6 +579,8 @@ class GroupLayer:
         for g in ids:
             if g not in found:
                 found[g] = await self._forward_describe(gc.CONSUMER_GROUP_DESCRIBE, g, version)
+                if self.managed(g):
+                    _consumer_as_offsets_only(found[g])
         return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
 
     async def _describe_groups(
@@ -603,7 +605,7 @@ class GroupLayer:
             if g not in found:
                 found[g] = await self._forward_describe(gc.DESCRIBE_GROUPS, g, version)
                 if self.managed(g):
-                    _as_offsets_only(found[g])
+                    _classic_as_offsets_only(found[g])
         return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
 
     async def _forward_describe(self, api_key: int, group_id: str, version: int) -> Any:
@@ -648,7 +650,7 @@ class GroupLayer:
                 if version >= 5 and g.group_type in FOREIGN_TYPES:
                     self._note_foreign(g.group_id, g.group_type)
                 if self.managed(g.group_id):
-                    _as_offsets_only(g)
+                    _listed_as_offsets_only(g, version)
                 listed.append(g)
         except UpstreamError as e:
             log.warning("upstream ListGroups failed; listing the gateway's groups only", error=str(e))
@@ -729,14 +731,37 @@ class GroupLayer:
                 log.info("group coordinator counters", **dict(self.counters))
 
 
-def _as_offsets_only(g: Any) -> None:
-    """A managed id's classic group as the cluster holds it when only the gateway's simple commits made it
-    (no protocol type): shown as Kafka shows a consumer group whose members have all left, protocol type
-    "consumer", so consumer-group tools list and describe it with its offsets."""
-    if getattr(g, "error_code", 0) != 0 or g.protocol_type:
+# A managed id the gateway holds no state for, as the cluster holds it: its offsets, and perhaps members
+# that clients left on the cluster's coordinator before the gateway took the id over (adoption removes
+# them; they are not the group's members any more). Kafka shows a group whose consumers have all left as
+# Empty with protocol type "consumer": so does the gateway, also where only its own simple commits made
+# the group upstream (no protocol type). Share and streams groups are shown as the cluster shows them.
+
+
+def _classic_as_offsets_only(g: Any) -> None:
+    """A DescribeGroups entry (v0-5: a non-classic or unknown group is Dead there)."""
+    if g.error_code != 0 or g.group_state == "Dead":
         return
-    if getattr(g, "group_state", "") in ("Empty", "") and getattr(g, "group_type", "") in ("classic", ""):
-        g.protocol_type = "consumer"
+    g.group_state = "Empty"
+    g.protocol_type = g.protocol_type or "consumer"
+    g.protocol_data = ""
+    g.members = []
+
+
+def _consumer_as_offsets_only(g: Any) -> None:
+    """A ConsumerGroupDescribe entry."""
+    if g.error_code == 0 and g.members:
+        g.group_state = "Empty"
+        g.members = []
+
+
+def _listed_as_offsets_only(g: Any, version: int) -> None:
+    """A ListGroups entry (state from v4, type from v5)."""
+    if version >= 5 and g.group_type not in ("classic", "consumer"):
+        return
+    if version >= 4 and g.group_state != "Dead":
+        g.group_state = "Empty"
+    g.protocol_type = g.protocol_type or "consumer"
 
 
 class DescribedGroupStub:

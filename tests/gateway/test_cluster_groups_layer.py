@@ -64,12 +64,17 @@ class Cluster:
             cls = codec.RESPONSES[api_key][version]
             known = {g.group_id: g for g in self.groups}
             out = []
+            member = cls.DescribedGroup.DescribedGroupMember
             for gid in msg.groups:
                 g = known.get(gid)
                 state, ptype = ("Dead", "") if g is None else (g.group_state, g.protocol_type)
+                members = [] if state in ("Dead", "Empty") else [member(
+                    member_id="left-behind", group_instance_id=None, client_id="c", client_host="/h",
+                    member_metadata=b"", member_assignment=b"",
+                )]  # fmt: skip
                 out.append(cls.DescribedGroup(
-                    error_code=0, group_id=gid, group_state=state, protocol_type=ptype, protocol_data="",
-                    members=[],
+                    error_code=0, group_id=gid, group_state=state, protocol_type=ptype, protocol_data="range",
+                    members=members,
                 ))  # fmt: skip
             return cls(throttle_time_ms=0, groups=out)
         if api_key == codec.SHARE_GROUP_DESCRIBE:
@@ -130,15 +135,30 @@ async def test_list_groups_merges_the_clusters_groups_the_gateway_does_not_hold(
 
 async def test_a_managed_id_without_gateway_state_is_described_by_the_cluster() -> None:
     layer = await started()
-    Cluster([_listed("offsets-only", "", "Empty", "classic")]).install(layer)
+    Cluster(
+        [
+            _listed("offsets-only", "", "Empty", "classic"),
+            _listed("being-adopted", "consumer", "Stable", "classic"),  # members left on the cluster
+        ]
+    ).install(layer)
     try:
         got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
-            groups=["offsets-only", "never-existed"], include_authorized_operations=False,
+            groups=["offsets-only", "never-existed", "being-adopted"], include_authorized_operations=False,
         ))  # fmt: skip
-        by_id = {g.group_id: (g.error_code, g.group_state, g.protocol_type) for g in got.groups}
-        # Empty with protocol type "consumer", as Kafka shows a consumer group whose members all left;
-        # an id the cluster does not know either is Dead, as Kafka answers DescribeGroups v5.
-        assert by_id == {"offsets-only": (0, "Empty", "consumer"), "never-existed": (0, "Dead", "")}
+        by_id = {g.group_id: (g.error_code, g.group_state, g.protocol_type, len(g.members)) for g in got.groups}
+        # Empty with protocol type "consumer", as Kafka shows a consumer group whose members all left (the
+        # cluster's members of a managed id are not the group's); an id the cluster does not know either
+        # is Dead, as Kafka answers DescribeGroups v5.
+        assert by_id == {
+            "offsets-only": (0, "Empty", "consumer", 0),
+            "never-existed": (0, "Dead", "", 0),
+            "being-adopted": (0, "Empty", "consumer", 0),
+        }
+        listed = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
+        assert sorted((g.group_id, g.group_state) for g in listed.groups) == [
+            ("being-adopted", "Empty"),
+            ("offsets-only", "Empty"),
+        ]
     finally:
         await layer.stop()
 
