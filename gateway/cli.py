@@ -186,6 +186,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     setup_logging(config.log_format, config.log_level)
+    # A file size limit (ulimit -f) must fail the state log's write (EFBIG), which it survives like a
+    # full disk, instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         log.info("event loop", loop=_use_event_loop(config))
         return asyncio.run(_serve(config))
