@@ -118,6 +118,7 @@ class GroupLayer:
         self.unloaded: str | None = None
         self._reload_task: asyncio.Task[None] | None = None
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read the log
+        self._log_totals = (0, 0, 0)  # bytes appended, fsyncs, compactions of the logs closed by an unload
         self._handlers: dict[int, Handler] = {
             gc.FIND_COORDINATOR: self._find_coordinator,
             gc.JOIN_GROUP: self._classic,
@@ -167,6 +168,8 @@ class GroupLayer:
         assert self.settings.state_dir is not None
         path = Path(self.settings.state_dir)
         self.state_log = FileStateLog(path, fsync=self.settings.fsync, fsync_interval_ms=self.settings.fsync_interval_ms)
+        # /metrics counters run on across re-reads of the log (they are "since the process started").
+        self.state_log.bytes_appended, self.state_log.fsyncs, self.state_log.compactions = self._log_totals
         replayed = 0
         for rec in self.state_log.replay():
             if self.service.replay_bytes(rec.key, rec.value):
@@ -377,9 +380,7 @@ class GroupLayer:
                 fut.set_exception(gone)
                 fut.exception()  # retrieved here: its caller may already be gone
         self._waiting.clear()
-        if self.state_log is not None:
-            self.state_log.close()
-            self.state_log = None
+        self._close_state_log()
         log.error(
             "group state log write failed: managed groups unloaded (answered NOT_COORDINATOR) until the log "
             "is re-read",
@@ -409,13 +410,19 @@ class GroupLayer:
             log.info("managed groups reloaded from the state log", attempt=attempt, groups=self._group_count())
             return
 
+    def _close_state_log(self) -> None:
+        log_ = self.state_log
+        if isinstance(log_, FileStateLog):
+            self._log_totals = (log_.bytes_appended, log_.fsyncs, log_.compactions)
+        if log_ is not None:
+            log_.close()
+            self.state_log = None
+
     def _discard_loaded(self) -> None:
         for h in self._timers.values():
             h.cancel()
         self._timers.clear()
-        if self.state_log is not None:
-            self.state_log.close()
-            self.state_log = None
+        self._close_state_log()
 
     async def _reload(self) -> None:
         """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded."""

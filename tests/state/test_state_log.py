@@ -402,3 +402,18 @@ def test_state_verify_and_repair_commands(tmp_path: Path, capsys: pytest.Capture
     assert f"kept: {seg.name}: 299 entries" in out and "latest value of 299 keys" in out
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 0
     assert main(["state", "verify", "--state-dir", str(tmp_path / "nope")]) == 2
+
+
+def test_an_unreadable_manifest_is_refused_and_repair_rewrites_it(tmp_path: Path) -> None:
+    import gateway.state_log as mod
+
+    log = FileStateLog(tmp_path)
+    log.append([Record(b"a", b"1")])
+    log.close()
+    (tmp_path / mod.MANIFEST).write_bytes(b"{not json")
+    with pytest.raises(StateLogCorrupt) as err:
+        FileStateLog(tmp_path)
+    assert err.value.path == tmp_path / mod.MANIFEST
+    assert not mod.verify(tmp_path).loadable
+    mod.repair(tmp_path)
+    assert _live(FileStateLog(tmp_path)) == {b"a": b"1"}
