@@ -24,6 +24,14 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import produce_confluent, values
@@ -47,6 +55,8 @@ SESSION_MS = 4000
 CONFIG = f"""
 [coordinator]
 upstream_check_s = 0
+initial_rebalance_delay_ms = 0
+min_session_timeout_ms = 1000
 "group.consumer.min.session.timeout.ms" = 1000
 "group.consumer.session.timeout.ms" = {SESSION_MS}
 "group.consumer.min.heartbeat.interval.ms" = 200
@@ -72,6 +82,30 @@ def _heartbeat(address: str, group: str, member: str, epoch: int, topic: str | N
         topic_partitions=[] if epoch == 0 else None,
     )
     return roundtrip(address, req, ConsumerGroupHeartbeatResponse, 1)
+
+
+def _classic_join(address: str, group: str) -> tuple[int, str, int]:
+    """JoinGroup then SyncGroup of a one-member classic group: (error, member id, generation).
+
+    The group's record is written by the leader's SyncGroup (as in Kafka); the join alone writes nothing."""
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+    j = roundtrip(address, JoinGroupRequest[3](
+        group_id=group, session_timeout_ms=SESSION_MS, rebalance_timeout_ms=10000, member_id="",
+        protocol_type="consumer", protocols=protocols,
+    ), JoinGroupResponse, 3)
+    if j.error_code != 0:
+        return j.error_code, "", -1
+    assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=j.member_id, assignment=b"")]
+    s = roundtrip(address, SyncGroupRequest[2](
+        group_id=group, generation_id=j.generation_id, member_id=j.member_id, assignments=assignments,
+    ), SyncGroupResponse, 2)
+    return s.error_code, j.member_id, j.generation_id
+
+
+def _classic_members(address: str, groups: list[str]) -> dict[str, set[str]]:
+    d = roundtrip(address, DescribeGroupsRequest[5](groups=groups), DescribeGroupsResponse, 5)
+    assert all(g.error_code == 0 for g in d.groups), d
+    return {g.group_id: {m.member_id for m in g.members} for g in d.groups}
 
 
 def _describe(address: str, groups: list[str]) -> Any:
@@ -201,19 +235,34 @@ def test_a_full_disk_refuses_joins_cleanly_and_the_gateway_recovers_when_space_r
             assert r.error_code in RETRIABLE, f"join answered {r.error_code}, not a retriable coordinator error"
         return int(r.error_code)
 
+    classic = [f"fs-{names('classic')}" for _ in range(4)]
+    classic_acked: dict[str, dict[str, int]] = {g: {} for g in classic}
+
+    def classic_join(group: str) -> int:
+        error, member, generation = _classic_join(address, group)
+        if error == 0:
+            classic_acked[group][member] = generation
+        else:
+            assert error in RETRIABLE, f"classic join answered {error}, not a retriable coordinator error"
+        return int(error)
+
     for g in groups[:3]:
         assert join(g) == 0
+    for g in classic[:2]:
+        assert classic_join(g) == 0
 
     disk.fill(gw)
     # The log file's last page may still take a join or two; then writes fail. Every answer is either
     # a success (its records are durable) or retriable; never an error that leaves a member behind.
-    answers = [join(g) for g in groups for _ in range(4)]
+    answers = [classic_join(g) for g in classic[2:]] + [join(g) for g in groups for _ in range(4)]
     refused = sum(1 for a in answers if a != 0)
     assert refused >= len(answers) // 2, f"the full disk refused only {refused} of {len(answers)} joins"
     assert answers[-1] != 0
     # Not served from memory: what it holds may include changes that are not durable (the gateway
     # re-reads the log after a backoff, and the next write fails again while the disk is full).
     assert {g.error_code for g in _describe(address, groups)} == {NOT_COORDINATOR}
+    d = roundtrip(address, DescribeGroupsRequest[5](groups=classic), DescribeGroupsResponse, 5)
+    assert {g.error_code for g in d.groups} == {NOT_COORDINATOR}
     # Everyone else is still served: data traffic and a group the gateway does not manage.
     produced = produce_confluent(gw.bootstrap, topic, values("during", 5))
     assert len(produced) == 5
@@ -235,15 +284,26 @@ def test_a_full_disk_refuses_joins_cleanly_and_the_gateway_recovers_when_space_r
         for m, epoch in ms.items():
             r = _heartbeat(address, g, m, epoch, None)
             assert r.error_code == 0, f"acknowledged member {m} of {g} lost: {r.error_code}"
+    for g, ms in classic_acked.items():
+        for m, generation in ms.items():
+            hb = HeartbeatRequest[2](group_id=g, generation_id=generation, member_id=m)
+            r = roundtrip(address, hb, HeartbeatResponse, 2)
+            assert r.error_code == 0, f"acknowledged classic member {m} of {g} lost: {r.error_code}"
     assert _members(address, groups) == {g: set(ms) for g, ms in acked.items()}
+    # The refused classic joins are not in memory either: only members whose SyncGroup was answered.
+    assert _classic_members(address, classic) == {g: set(ms) for g, ms in classic_acked.items()}
 
     # Timers are armed again: members that stop heartbeating expire (none lives on in memory only).
-    _wait(lambda: not any(_members(address, groups).values()), SESSION_MS / 1000 * 3, "silent members to expire", gw)
+    _wait(
+        lambda: not any(_members(address, groups).values()) and not any(_classic_members(address, classic).values()),
+        SESSION_MS / 1000 * 3, "silent members to expire", gw,
+    )
 
     gw.restart(hard=True)  # the log loads and replays cleanly
     report = verify(disk.state)
     assert report.loadable and not [d for d in report.damage if d.kind != "torn tail"], report.damage
-    assert not any(_members(address, groups).values())  # the expirations were durable: nobody comes back
+    # The expirations were durable: nobody comes back.
+    assert not any(_members(address, groups).values()) and not any(_classic_members(address, classic).values())
 
 
 # -- a flipped bit in the middle of the log -------------------------------------------------------
