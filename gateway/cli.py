@@ -115,6 +115,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
         layer = GroupLayer(gw, config.coordinator)
         layer.install()
+        layer.open_state()  # before any listener or upstream connection: a damaged log is reported first
     admin = None
     if config.metrics_listen is not None:
         from .admin_http import AdminServer

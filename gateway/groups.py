@@ -177,10 +177,17 @@ class GroupLayer:
         log.info("group state replayed", state_dir=str(path), records=replayed)
         return replayed
 
+    def open_state(self) -> None:
+        """Read the state log (no network): a damaged log stops the start-up before anything else.
+
+        Raises StateLogCorrupt naming the file and offset. ``start`` does it when not done before."""
+        if self.settings.state_dir is not None and self.state_log is None:
+            self._open_state_log()
+
     async def start(self) -> None:
         """Replay the state log, load topic metadata, re-arm timers, then serve."""
         if self.settings.state_dir is not None:
-            self._open_state_log()
+            self.open_state()
         else:
             # `serve` refuses to start like this unless asked to (ephemeral_state); `dev` runs so by default.
             note = log.info if self.settings.ephemeral_state else log.warning

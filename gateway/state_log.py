@@ -219,7 +219,9 @@ def scan_segment(path: Path, data: bytes, *, sealed: bool, keep_going: bool) -> 
             out.damage.append(Damage(path, kind, pos, size, reason, 1 if kind == "torn tail" else None))
             break
         entries = None
-        if pos + _HEAD.size <= nxt:
+        if end == nxt:
+            entries = 1  # its length leads exactly to the next valid entry: only its contents are damaged
+        elif pos + _HEAD.size <= nxt:
             # One entry whose length field alone is damaged: its checksum covers the bytes up to the next entry.
             (crc,) = struct.unpack_from(">I", view, pos + 4)
             if zlib.crc32(view[pos + _HEAD.size : nxt]) == crc:
@@ -569,6 +571,8 @@ class FileStateLog:
 
     # -- compaction -----------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
+        if self._fsyncing or self._failed is not None or self._closing:
+            return  # another sync's fsync still runs on the active segment: a later sync compacts
         dead = self._file_bytes - self._live_bytes
         if self._file_bytes >= max(self.compact_min_bytes, self._compact_at) and dead * 2 > self._file_bytes:
             self.compact()

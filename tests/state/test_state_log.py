@@ -417,3 +417,12 @@ def test_an_unreadable_manifest_is_refused_and_repair_rewrites_it(tmp_path: Path
     assert not mod.verify(tmp_path).loadable
     mod.repair(tmp_path)
     assert _live(FileStateLog(tmp_path)) == {b"a": b"1"}
+
+
+def test_a_flipped_bit_in_an_entrys_contents_is_one_entry_lost(tmp_path: Path) -> None:
+    import gateway.state_log as mod
+
+    seg, offsets = _log_with(tmp_path, _entries(50))
+    _flip(seg, offsets[20] + 12, 0x04)  # inside the body: the checksum no longer matches, the length does
+    (d,) = mod.verify(tmp_path).damage
+    assert (d.kind, d.offset, d.end, d.entries) == ("corrupt", offsets[20], offsets[21], 1)
