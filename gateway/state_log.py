@@ -105,7 +105,7 @@ def encode_entry(record: Record) -> bytes:
     return _HEAD.pack(len(body), zlib.crc32(body)) + body
 
 
-def _decode_body(body: bytes) -> Record:
+def _decode_body(body: bytes | memoryview) -> Record:
     (klen,) = _LEN.unpack_from(body, 0)
     if klen < 0:
         raise ValueError("negative key length")
@@ -130,7 +130,7 @@ def _entry_at(data: bytes | memoryview, pos: int) -> tuple[Record | None, int, s
         return None, -1, f"entry length {length} runs past the end of the file ({size} bytes)"
     if length < _MIN_BODY:
         return None, end, f"entry length {length} is shorter than any entry"
-    body = bytes(data[pos + _HEAD.size : end])
+    body = data[pos + _HEAD.size : end]
     if zlib.crc32(body) != crc:
         return None, end, "checksum mismatch"
     try:
@@ -147,7 +147,7 @@ def _next_valid(data: bytes | memoryview, start: int) -> int | None:
         length, crc = unpack(data, q)
         if length < _MIN_BODY or q + _HEAD.size + length > size:
             continue  # cheap rejections first: most offsets fail here
-        body = bytes(data[q + _HEAD.size : q + _HEAD.size + length])
+        body = data[q + _HEAD.size : q + _HEAD.size + length]
         if zlib.crc32(body) != crc:
             continue
         try:

@@ -426,3 +426,23 @@ def test_a_flipped_bit_in_an_entrys_contents_is_one_entry_lost(tmp_path: Path) -
     _flip(seg, offsets[20] + 12, 0x04)  # inside the body: the checksum no longer matches, the length does
     (d,) = mod.verify(tmp_path).damage
     assert (d.kind, d.offset, d.end, d.entries) == ("corrupt", offsets[20], offsets[21], 1)
+
+
+def test_the_reported_case_a_bit_in_entry_37337_of_74674_no_longer_truncates_the_log(tmp_path: Path) -> None:
+    """The reported failure at its size: a 4.67 MB log cut to about half by one flipped length bit."""
+    import gateway.state_log as mod
+
+    records = [Record(f"group-{i % 84:03d}/member-{i:06d}".encode(), bytes(20 + i % 7)) for i in range(74674)]
+    seg, offsets = _log_with(tmp_path, records)
+    size = seg.stat().st_size
+    assert 4_500_000 < size < 4_800_000
+    victim = offsets[37336]  # entry 37,337, counting from 1
+    _flip(seg, victim + 1, 0x01)  # one bit of the length field: it now runs past the end of the file
+    with pytest.raises(StateLogCorrupt) as err:
+        FileStateLog(tmp_path)
+    assert (err.value.path, err.value.offset) == (seg, victim)
+    assert seg.stat().st_size == size  # not cut to 2.49 MB
+    result = mod.repair(tmp_path)
+    assert [(d.offset, d.end, d.entries) for d in result.before.damage] == [(victim, offsets[37337], 1)]
+    assert result.kept_entries == 74673
+    assert len(_live(FileStateLog(tmp_path))) == 74673
