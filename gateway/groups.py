@@ -388,15 +388,16 @@ class GroupLayer:
                 fut.exception()  # retrieved here: its caller may already be gone
         self._waiting.clear()
         self._close_state_log()
-        log.error(
-            "group state log write failed: managed groups unloaded (answered NOT_COORDINATOR) until the log "
-            "is re-read",
-            error=self.unloaded, waiting_requests=waiting, state_dir=self.settings.state_dir,
-        )
         if self._reload_task is None or self._reload_task.done():  # else: failed while reloading
             self._reload_task = asyncio.get_running_loop().create_task(self._reload_forever())
             self._tasks.add(self._reload_task)
             self._reload_task.add_done_callback(self._tasks.discard)
+        _say(
+            log.error,
+            "group state log write failed: managed groups unloaded (answered NOT_COORDINATOR) until the log "
+            "is re-read",
+            error=self.unloaded, waiting_requests=waiting, state_dir=self.settings.state_dir,
+        )
 
     async def _reload_forever(self) -> None:
         delay, longest = self.reload_backoff_s
@@ -410,11 +411,11 @@ class GroupLayer:
                 raise
             except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
                 # Reading works on a full disk; the probe write or the first append decides.
-                log.warning("group state not reloaded yet", attempt=attempt, error=str(e), retry_in_s=min(delay * 2, longest))
                 self._discard_loaded()
                 delay = min(delay * 2, longest)
+                _say(log.warning, "group state not reloaded yet", attempt=attempt, error=str(e), retry_in_s=delay)
                 continue
-            log.info("managed groups reloaded from the state log", attempt=attempt, groups=self._group_count())
+            _say(log.info, "managed groups reloaded from the state log", attempt=attempt, groups=self._group_count())
             return
 
     def _close_state_log(self) -> None:
@@ -776,6 +777,12 @@ def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:
     if api_key == gc.OFFSET_FETCH and version >= 8:
         return [g.group_id for g in msg.groups]
     return [msg.group_id]
+
+
+def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log on the unload/reload path, where the log's own file may sit on the full disk."""
+    with contextlib.suppress(OSError):
+        emit(event, **fields)
 
 
 def _unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any) -> bytes:
