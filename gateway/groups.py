@@ -806,6 +806,11 @@ def _unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any)
             cls(group_id=g, error_code=NOT_COORDINATOR, error_message="group state is being re-read")
             for g in msg.group_ids
         ])
+    elif api_key == gc.OFFSET_FETCH and version >= 8:
+        gcls = gc.response_cls(api_key).OffsetFetchResponseGroup
+        body = gc.response(api_key, version, groups=[
+            gcls(group_id=g.group_id, error_code=NOT_COORDINATOR, topics=[]) for g in msg.groups
+        ])
     elif api_key == gc.DELETE_GROUPS:
         body = gc.delete_groups_response(
             DeleteGroupsResponse([DeletableGroupResult(g, NOT_COORDINATOR) for g in msg.groups_names]), version

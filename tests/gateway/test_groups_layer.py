@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -401,6 +401,12 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
             ])],
         ))
         assert [p.error_code for t in oc.topics for p in t.partitions] == [NOT_COORDINATOR]
+        of = await call(layer, gc.OFFSET_FETCH, 8, OffsetFetchRequest[8](groups=[
+            OffsetFetchRequest[8].OffsetFetchRequestGroup(group_id="kept", topics=None)
+        ], require_stable=False))
+        assert [(g.group_id, g.error_code) for g in of.groups] == [("kept", NOT_COORDINATOR)]
+        of = await call(layer, gc.OFFSET_FETCH, 6, OffsetFetchRequest[6](group_id="kept", topics=None))
+        assert of.error_code == NOT_COORDINATOR
 
         monkeypatch.undo()  # the disk works again: the layer re-reads the log by itself
         for _ in range(100):
