@@ -251,6 +251,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
     except KeyboardInterrupt:
         return 0
+    except StateLogCorrupt as e:
+        print(f"groupgate: {e}", file=sys.stderr, flush=True)
+        return EXIT_STATE_CORRUPT
     finally:
         if state is None:
             kafka.cleanup()
