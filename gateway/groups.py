@@ -786,7 +786,14 @@ def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
 
 
 def _unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any) -> bytes:
-    """NOT_COORDINATOR where the response carries it: top level, per group or per partition."""
+    """NOT_COORDINATOR where the response carries it: top level, per group or per partition.
+
+    ListGroups, which every broker answers for its own groups, says COORDINATOR_NOT_AVAILABLE, which
+    admin clients retry (NOT_COORDINATOR there would fail the listing)."""
+    if api_key == gc.LIST_GROUPS:
+        payload = codec.error_response(api_key, version, correlation_id, COORDINATOR_NOT_AVAILABLE)
+        if payload is not None:
+            return payload
     payload = codec.error_response(api_key, version, correlation_id, NOT_COORDINATOR)
     if payload is not None:
         return payload

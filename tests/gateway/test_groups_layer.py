@@ -407,6 +407,8 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert [(g.group_id, g.error_code) for g in of.groups] == [("kept", NOT_COORDINATOR)]
         of = await call(layer, gc.OFFSET_FETCH, 6, OffsetFetchRequest[6](group_id="kept", topics=None))
         assert of.error_code == NOT_COORDINATOR
+        lg = await call(layer, gc.LIST_GROUPS, 4, ListGroupsRequest[4](states_filter=[]))
+        assert lg.error_code == COORDINATOR_NOT_AVAILABLE  # retried by admin clients, not a failed listing
 
         monkeypatch.undo()  # the disk works again: the layer re-reads the log by itself
         for _ in range(100):
