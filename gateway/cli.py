@@ -295,7 +295,8 @@ def cmd_state_repair(args: argparse.Namespace) -> int:
     try:
         result = state_log.repair(args.state_dir)
     except (OSError, state_log.StateLogCorrupt) as e:
-        print(f"groupgate: repair failed, nothing was changed past this point: {e}", file=sys.stderr)
+        # The damaged segments are only set aside after the new segment and manifest are in place.
+        print(f"groupgate: repair failed (the damaged segments are still in place; run it again): {e}", file=sys.stderr)
         return 1
     before = result.before
     if result.new_segment is None:
