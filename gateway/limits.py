@@ -64,11 +64,12 @@ def connection_cap(max_connections: int, nofile: int | None) -> int:
     return max(1, min(max_connections, (nofile - reserved) // 2))
 
 
-class _RateLimitedWarning:
+class _RateLimitedLog:
     """One log line per interval: the first event logs at once, later ones are counted into the next."""
 
-    def __init__(self, event: str) -> None:
+    def __init__(self, event: str, level: str = "warning") -> None:
         self.event = event
+        self._emit = getattr(log, level)
         self._last = -float("inf")
         self._suppressed = 0
 
@@ -77,7 +78,7 @@ class _RateLimitedWarning:
         if now - self._last < WARN_INTERVAL_S:
             self._suppressed += 1
             return
-        log.warning(self.event, suppressed_since_last=self._suppressed, **fields)
+        self._emit(self.event, suppressed_since_last=self._suppressed, **fields)
         self._last = now
         self._suppressed = 0
 
@@ -99,10 +100,12 @@ class ConnectionLimits:
         partial = config.partial_request_timeout_ms
         self.idle_s: float | None = idle / 1000 if idle > 0 else None
         self.partial_s: float | None = partial / 1000 if partial > 0 else None
-        self._refused_warning = _RateLimitedWarning(
-            "connection refused: max.connections reached; closing it at once"
+        self._refused_warning = _RateLimitedLog("connection refused: max.connections reached; closing it at once")
+        self._accept_warning = _RateLimitedLog("cannot accept connections: out of descriptors or memory")
+        self._budget_info = _RateLimitedLog(
+            "request memory budget reached; reading paused for connections without a request in progress",
+            level="info",
         )
-        self._accept_warning = _RateLimitedWarning("cannot accept connections: out of descriptors or memory")
 
     # --- admission -------------------------------------------------------------------------------------
 
@@ -143,6 +146,11 @@ class ConnectionLimits:
         budget = self.budget
         if budget is None:
             return
+        if conn.reserved and conn in self.muted:
+            # Read one more chunk after it was muted (the loop had it already) and now holds a frame in
+            # progress: like every holder it must be read to the end, or the budget might never drain.
+            self.muted.discard(conn)
+            conn.resume("memory")
         if self.exhausted:
             if self.reserved < budget:
                 self._unmute()
@@ -168,8 +176,7 @@ class ConnectionLimits:
             if c.reserved == 0 and not c.closed:
                 c.pause("memory")
                 muted.add(c)
-        log.info(
-            "request memory budget reached; reading paused for connections without a request in progress",
+        self._budget_info(
             reserved_bytes=self.reserved,
             queued_max_request_bytes=self.budget,
             muted=len(muted),
