@@ -4,11 +4,13 @@ the partial-request timeout; the admin endpoint under idle connections; the limi
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import struct
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka import KafkaProducer
@@ -21,6 +23,7 @@ from gateway.embedded_kafka import EmbeddedKafka
 from gateway.limits import connection_cap
 from gateway.metrics import Health
 from gateway.runner import GatewayThread
+from gateway.server import Gateway
 
 from . import wire
 from ._groups_support import StubGateway
@@ -187,3 +190,19 @@ def test_kafka_names_are_accepted() -> None:
     assert (config.queued_max_request_bytes, config.max_connections, config.connections_max_idle_ms) == (1024, 7, 5)
     default = GatewayConfig()
     assert default.connections_max_idle_ms == 600_000  # Kafka's default
+
+
+async def test_failed_accepts_are_counted_instead_of_reported_one_by_one() -> None:
+    """asyncio reports every failed accept (EMFILE...) to the loop's exception handler, with a traceback,
+    up to 100 times per wake-up; the gateway takes those over and passes everything else on."""
+    loop = asyncio.get_running_loop()
+    passed_on: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: passed_on.append(context))
+    gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=0))
+    gw._install_accept_error_handler()
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    for _ in range(100):
+        loop.call_exception_handler({"message": "socket.accept() out of system resource", "exception": emfile})
+    loop.call_exception_handler({"message": "something else", "exception": ValueError("x")})
+    assert gw.metrics.accept_errors == 100
+    assert [c["message"] for c in passed_on] == ["something else"]
