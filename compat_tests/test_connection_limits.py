@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import confluent_kafka
+from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
@@ -340,3 +341,39 @@ def test_descriptor_limit_refuses_cleanly_and_stays_ready(kafka, tmp_path):
     assert log.count("max.connections reached") == 1
     assert "Traceback" not in log
     assert "upstream broker unreachable" not in log
+
+
+def test_a_client_that_never_reads_local_answers_is_held_back(kafka, tmp_path):
+    """Answers the gateway makes itself (the group coordinator's) do not wait on the upstream: only the
+    client's own write buffer can hold back a client that sends and never reads."""
+    with _serve(kafka, tmp_path, {}) as gw:
+        baseline = gw.rss()
+        # DescribeGroups of 2,000 groups with long ids: ~0.8 MB asked, ~0.9 MB answered, each time.
+        msg = DescribeGroupsRequest[5](groups=[f"{i:05d}" + "g" * 395 for i in range(2000)], include_authorized_operations=False)
+        msg.with_header(correlation_id=1, client_id="no-reader")
+        raw = bytes(msg.encode(version=5, header=True, framed=True))
+        sock = socket.create_connection(_addr(gw.bootstrap), timeout=10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_WRITE)
+        requests = 0
+        pending = b""
+        # Until 200 are sent, or the gateway has taken nothing for 1.5 s (it stopped reading).
+        deadline = time.monotonic() + 20
+        stalled_at = time.monotonic() + 1.5
+        while requests < 200 and time.monotonic() < min(deadline, stalled_at):
+            if not pending:
+                pending, requests = raw, requests + 1
+            if sel.select(0.1):
+                pending = pending[sock.send(pending) :]
+                stalled_at = time.monotonic() + 1.5
+        sel.close()
+        time.sleep(1)
+        held = gw.rss()
+        status, _ = gw.get("/readyz")
+        sock.close()
+        gw.wait_connections(0)
+    print(f"RSS MB: baseline {baseline / MB:.0f}, held {held / MB:.0f}; requests sent {requests}")
+    assert status == 200
+    assert held < baseline + 100 * MB
