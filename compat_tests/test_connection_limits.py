@@ -238,11 +238,11 @@ def test_closed_connections_give_their_memory_back(kafka, tmp_path, make_topic, 
 
 
 def test_request_memory_budget_bounds_what_partial_frames_hold(kafka, tmp_path, make_topic, names):
-    """With queued.max.request.bytes at 256 MiB, 12 frames of 100 MB: three reserve their size and are
+    """With queued.max.request.bytes at 256 MiB, 9 frames of 100 MB: three reserve their size and are
     read, the rest are muted until those go (here: the partial-request timeout closes them)."""
     topic = make_topic(1)
-    clients = 12
-    settings = {"queued.max.request.bytes": 256 * MiB, "partial_request_timeout_ms": 2000}
+    clients = 9
+    settings = {"queued.max.request.bytes": 256 * MiB, "partial_request_timeout_ms": 1500}
     with _serve(kafka, tmp_path, settings) as gw:
         _produce_and_consume(gw.bootstrap, topic, names("warmup"))
         baseline = gw.rss()
