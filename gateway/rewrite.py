@@ -153,15 +153,18 @@ def narrowed_apis(
     """(kind, reason) for every upstream API range the gateway offers less of than the cluster (the APIs
     in ``local`` are answered by the gateway itself: their ranges are its own, not a narrowing)."""
     out = []
-    for key, (lo, hi) in sorted(upstream.items()):
+    withheld = []
+    for key, (_lo, hi) in sorted(upstream.items()):
         if key in local:
             continue
         got = ranges.get(key)
         if got is None:
-            out.append((f"api {key}", f"cluster offers v{lo}-{hi}; withheld: the gateway cannot read its responses"))
+            withheld.append(str(key))
         elif got[1] < hi:
             why = "its responses carry broker endpoints" if key in VERSION_CAPS else "the gateway's codec stops there"
             out.append((f"api {key}", f"cluster offers up to v{hi}; advertised up to v{got[1]}: {why}"))
+    if withheld:
+        out.append(("apis withheld", f"api keys {', '.join(withheld)}: the gateway cannot read their responses"))
     return out
 
 
