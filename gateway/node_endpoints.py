@@ -43,7 +43,14 @@ def carries_endpoints(api_key: int, version: int) -> bool:
 # --- walking ----------------------------------------------------------------------------------------------
 
 
-def _skip_tagged(buf: memoryview, pos: int) -> int:
+# The walk runs over every Produce/Fetch response: uvarints below 128 (empty tagged fields, short arrays
+# and strings) are read inline, the general decoder only for longer ones (e.g. a record batch's length).
+Buf = bytes | memoryview
+
+
+def _skip_tagged(buf: Buf, pos: int) -> int:
+    if buf[pos] == 0:
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
@@ -52,24 +59,31 @@ def _skip_tagged(buf: memoryview, pos: int) -> int:
     return pos
 
 
-def _skip_compact_bytes(buf: memoryview, pos: int) -> int:
+def _uvarint(buf: Buf, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    return read_uvarint(buf, pos)
+
+
+def _skip_compact_bytes(buf: Buf, pos: int) -> int:
     # Compact (nullable) string / bytes / records: uvarint length + 1 (0 = null), then the bytes.
-    n, pos = read_uvarint(buf, pos)
-    return pos + max(n - 1, 0)
+    n, pos = _uvarint(buf, pos)
+    return pos + n - 1 if n else pos
 
 
-def _array_len(buf: memoryview, pos: int) -> tuple[int, int]:
-    n, pos = read_uvarint(buf, pos)
-    return max(n - 1, 0), pos
+def _array_len(buf: Buf, pos: int) -> tuple[int, int]:
+    n, pos = _uvarint(buf, pos)
+    return (n - 1 if n else 0), pos
 
 
-def _produce_body_end(buf: memoryview, pos: int, version: int) -> int:
+def _produce_body_end(buf: Buf, pos: int, version: int) -> int:
     topics, pos = _array_len(buf, pos)
     for _ in range(topics):
         pos = pos + 16 if version >= 13 else _skip_compact_bytes(buf, pos)  # TopicId / Name
         parts, pos = _array_len(buf, pos)
         for _ in range(parts):
-            pos += 4 + 2 + 8 + 8 + 8  # Index, ErrorCode, BaseOffset, LogAppendTimeMs, LogStartOffset
+            pos += 30  # Index, ErrorCode, BaseOffset, LogAppendTimeMs, LogStartOffset
             errors, pos = _array_len(buf, pos)  # RecordErrors
             for _ in range(errors):
                 pos = _skip_compact_bytes(buf, pos + 4)  # BatchIndex, BatchIndexErrorMessage
@@ -80,19 +94,18 @@ def _produce_body_end(buf: memoryview, pos: int, version: int) -> int:
     return pos + 4  # ThrottleTimeMs
 
 
-def _fetch_body_end(buf: memoryview, pos: int, version: int) -> int:
-    pos += 4 + 2 + 4  # ThrottleTimeMs, ErrorCode, SessionId
+def _fetch_body_end(buf: Buf, pos: int, version: int) -> int:
+    pos += 10  # ThrottleTimeMs, ErrorCode, SessionId
     topics, pos = _array_len(buf, pos)
     for _ in range(topics):
         pos += 16  # TopicId (v13+)
         parts, pos = _array_len(buf, pos)
         for _ in range(parts):
-            pos += 4 + 2 + 8 + 8 + 8  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
+            pos += 30  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
             aborted, pos = _array_len(buf, pos)  # AbortedTransactions (nullable: 0 = null)
             for _ in range(aborted):
-                pos = _skip_tagged(buf, pos + 8 + 8)  # ProducerId, FirstOffset
-            pos += 4  # PreferredReadReplica
-            pos = _skip_compact_bytes(buf, pos)  # Records: skipped by their length, never read
+                pos = _skip_tagged(buf, pos + 16)  # ProducerId, FirstOffset
+            pos = _skip_compact_bytes(buf, pos + 4)  # PreferredReadReplica, then Records (never read)
             pos = _skip_tagged(buf, pos)  # DivergingEpoch, CurrentLeader, SnapshotId
         pos = _skip_tagged(buf, pos)
     return pos
@@ -100,7 +113,7 @@ def _fetch_body_end(buf: memoryview, pos: int, version: int) -> int:
 
 def find_tagged_fields(api_key: int, version: int, payload: bytes | memoryview, body_offset: int) -> int:
     """Where the top-level tagged fields of a Produce/Fetch response body start (offset into ``payload``)."""
-    buf = memoryview(payload)
+    buf = payload
     if api_key == PRODUCE:
         pos = _produce_body_end(buf, body_offset, version)
     elif api_key == FETCH:
@@ -184,8 +197,7 @@ def rewrite_frame(api_key: int, version: int, frame: bytes, addr_of: AddressOf) 
     fields = _read_tagged(memoryview(frame)[start:])
     if not any(tag == NODE_ENDPOINTS_TAG for tag, _ in fields):
         return None
-    out = bytearray(frame[:start])
-    out += write_uvarint(len(fields))
+    out: list[bytes | memoryview] = [b"", memoryview(frame)[4:start], write_uvarint(len(fields))]
     for tag, value in fields:
         if tag == NODE_ENDPOINTS_TAG:
             kept = []
@@ -194,8 +206,6 @@ def rewrite_frame(api_key: int, version: int, frame: bytes, addr_of: AddressOf) 
                 if addr is not None:
                     kept.append((node_id, addr[0], addr[1], rack, tagged))
             value = memoryview(encode_node_endpoints(kept))
-        out += write_uvarint(tag)
-        out += write_uvarint(len(value))
-        out += value
-    _INT32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+        out += [write_uvarint(tag), write_uvarint(len(value)), value]
+    out[0] = _INT32.pack(sum(len(part) for part in out))
+    return b"".join(out)  # the one copy of the body, only for a response that had endpoints
