@@ -136,3 +136,78 @@ def test_versions_before_kip_951_carry_no_endpoints() -> None:
     assert not node_endpoints.carries_endpoints(codec.FETCH, 15)
     assert node_endpoints.carries_endpoints(codec.FETCH, 16)
     assert not node_endpoints.carries_endpoints(codec.METADATA, 13)
+
+
+# --- on the connection ----------------------------------------------------------------------------------
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+
+def _connection():
+    from gateway.config import GatewayConfig
+    from gateway.connection import ClientConnection, UpstreamLink
+    from gateway.rewrite import Broker
+    from gateway.server import Gateway
+
+    gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=19000))
+    gw.directory.brokers = {1: Broker(1, UPSTREAM_HOST, 9093, None)}
+    gw.directory.api_ranges = {codec.PRODUCE: (3, 13), codec.FETCH: (4, 18)}
+    conn = ClientConnection(gw, None)
+    client, upstream = _Transport(), _Transport()
+    conn.transport = client
+    link = UpstreamLink(conn)
+    link.transport = upstream
+    conn.upstream = link
+    return gw, conn, client
+
+
+def _fetch_request(corr: int) -> bytes:
+    # Forwarded without being read: the header is all the gateway looks at.
+    return frames.frame(bytes.fromhex("0001 0012") + corr.to_bytes(4, "big") + b"\xff\xff\x00")
+
+
+def test_the_connection_passes_fetch_responses_without_endpoints_as_the_same_bytes() -> None:
+    _, conn, client = _connection()
+    conn.data_received(_fetch_request(1234))
+    frame = _frame(codec.FETCH, 18, _fetch(18, None))
+    conn.upstream.data_received(frame)
+    assert client.written[0] is frame  # not rebuilt, not copied
+
+
+def test_the_connection_rewrites_endpoints_to_its_own_addresses() -> None:
+    gw, conn, client = _connection()
+    conn.data_received(_fetch_request(1234))
+    conn.upstream.data_received(
+        _frame(codec.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None), (7, UPSTREAM_HOST, 9099, None)]))
+    )
+    host, port = gw.addr_of(1)
+    assert client.written == [_frame(codec.FETCH, 18, _fetch(18, [(1, host, port, None)]))]
+    assert not client.closed
+
+
+def test_the_connection_closes_on_a_response_it_cannot_walk() -> None:
+    _, conn, client = _connection()
+    conn.data_received(_fetch_request(1234))
+    frame = _frame(codec.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None)]))
+    broken = frames.frame(frame[4:-12])  # a whole frame, but its body stops short
+    conn.upstream.data_received(broken)
+    assert client.written == [] and client.closed
