@@ -262,3 +262,19 @@ def test_the_narrowing_names_capped_and_withheld_apis():
     assert "api 55" in kinds and "broker endpoints" in kinds["api 55"]
     assert "78" in kinds["apis withheld"] and "9999" in kinds["apis withheld"]
     assert "api 0" not in kinds and "api 1" not in kinds and "api 68" not in kinds
+
+
+def test_each_narrowing_is_logged_once_with_its_reason():
+    from structlog.testing import capture_logs
+
+    from gateway.config import GatewayConfig
+    from gateway.upstream import BrokerDirectory
+
+    directory = BrokerDirectory(GatewayConfig(upstream="127.0.0.1:1", listen_port=0))
+    out = rewrite.rewrite_api_versions(_with_features(3, {**TXN_APIS, 0: (3, 11)}, CLUSTER_FEATURES), 3, {})
+    with capture_logs() as logs:
+        for _ in range(3):  # every client's ApiVersions is narrowed the same way
+            directory.note_narrowed(out.narrowed)
+    lines = [(e["kind"], e["reason"]) for e in logs if e["event"] == "advertising less than the cluster offers"]
+    assert lines == out.narrowed and len({k for k, _ in lines}) == len(lines)
+    assert any(k == "feature transaction.version" and "api 0 v12+" in r for k, r in lines)
