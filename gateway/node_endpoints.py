@@ -9,7 +9,7 @@ Produce and Fetch responses are the bulk of all traffic, and a Fetch response ca
 nothing is decoded or copied unless endpoints are present: ``find_tagged_fields`` walks the response's
 structure (lengths only, record batches skipped by their size) to the top-level tagged fields, which are
 the last bytes of the body. Only when tag 0 is among them is that tail decoded and rebuilt; the bytes
-before it are kept as they are. Every function is pure: payload bytes in, payload bytes out.
+before it are kept as they are. Every function is pure: frame bytes in, frame bytes (or None) out.
 
 The layouts are those of Kafka's ProduceResponse v10-13 and FetchResponse v16-18 (flexible versions:
 compact strings and arrays with length + 1, tagged fields after each struct's fields).
@@ -113,14 +113,13 @@ def _fetch_body_end(buf: Buf, pos: int, version: int) -> int:
 
 def find_tagged_fields(api_key: int, version: int, payload: bytes | memoryview, body_offset: int) -> int:
     """Where the top-level tagged fields of a Produce/Fetch response body start (offset into ``payload``)."""
-    buf = payload
     if api_key == PRODUCE:
-        pos = _produce_body_end(buf, body_offset, version)
+        pos = _produce_body_end(payload, body_offset, version)
     elif api_key == FETCH:
-        pos = _fetch_body_end(buf, body_offset, version)
+        pos = _fetch_body_end(payload, body_offset, version)
     else:
         raise ValueError(f"api key {api_key} carries no node endpoints")
-    if pos >= len(buf):
+    if pos >= len(payload):
         raise FrameError(f"api {api_key} v{version} response truncated before its tagged fields")
     return pos
 
