@@ -7,8 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
+from pydantic import ValidationError
 
 from gateway import group_codec as gc
 from gateway.coordinator_settings import CoordinatorSettings
@@ -89,3 +91,20 @@ async def test_an_empty_group_is_deleted_after_the_retention_and_does_not_come_b
         assert set(again.service.classic_groups.groups) == {"live"}
     finally:
         await again.stop()
+
+
+def test_the_retention_settings_take_kafkas_names_and_defaults() -> None:
+    service, _ = CoordinatorSettings().service_configs()
+    assert service.offsets_retention_ms == 10080 * 60_000  # offsets.retention.minutes: 7 days
+    assert CoordinatorSettings().offsets_retention_check_interval_ms == 600_000
+    s = CoordinatorSettings.model_validate(
+        {"offsets.retention.minutes": 0.1, "offsets.retention.check.interval.ms": 500}
+    )
+    assert s.service_configs()[0].offsets_retention_ms == 6_000
+    assert s.offsets_retention_check_interval_ms == 500
+
+
+def test_a_retention_or_interval_that_is_not_positive_is_refused() -> None:
+    for bad in ({"offsets.retention.minutes": 0}, {"offsets.retention.check.interval.ms": 0}):
+        with pytest.raises(ValidationError):
+            CoordinatorSettings.model_validate(bad)
