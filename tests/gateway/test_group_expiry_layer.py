@@ -30,7 +30,7 @@ async def started(state_dir: Path, **kw: Any) -> GroupLayer:
             "min_session_timeout_ms": 200,
             "upstream_check_s": 0,
             "state_dir": str(state_dir),
-            "offsets.retention.minutes": 0.005,  # 300 ms
+            "offsets.retention.minutes": 0.02,  # 1.2 s
             "offsets.retention.check.interval.ms": 50,
             **kw,
         }
@@ -69,7 +69,7 @@ async def test_an_empty_group_is_deleted_after_the_retention_and_does_not_come_b
         await join(layer, "live")
         r = await call(layer, gc.LEAVE_GROUP, 1, LeaveGroupRequest[1](group_id="gone", member_id=gone))
         assert r.error_code == 0 and await state(layer, "gone") == "Empty"
-        for _ in range(100):
+        for _ in range(200):
             if await state(layer, "gone") == "Dead":
                 break
             await asyncio.sleep(0.05)
