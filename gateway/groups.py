@@ -357,16 +357,16 @@ class GroupLayer:
             except Exception:
                 log.exception("expiring empty groups failed; trying again at the next check")
 
-    def expire_empty_groups(self) -> GroupResult:
-        before = len(self.service.classic_groups.groups) + len(self.service.coordinator.state.groups)
+    def expire_empty_groups(self) -> None:
+        if self.unloaded is not None:
+            return  # the reloaded groups are checked at the next interval
+        before = self._group_count()
         result = self._calls.expire_empty_groups(self._now())
-        self._apply(result)
-        if result.responses or result.records:
-            expired = before - len(self.service.classic_groups.groups) - len(self.service.coordinator.state.groups)
+        if result.records:
+            expired = before - self._group_count()
             self.counters["groups_expired"] += expired
             log.info("expired empty groups", groups=expired, records=len(result.records))
-            self._spawn(self._release(result))
-        return result
+        self._apply_in_background(result)
 
     def _on_topics(self, image: TopicImage) -> None:
         if self.unloaded is not None:
