@@ -143,7 +143,7 @@ class ConsumerGroup:
     partition_owners: dict[uuid.UUID, dict[int, str]] = field(default_factory=dict)
     delta: PendingDelta = field(default_factory=PendingDelta)
     # When the group last became empty (record 3); -1 while it has members or when not recorded.
-    # offsets.retention.minutes after it, the group is deleted (expired_groups).
+    # offsets.retention.minutes after it, the group is deleted (expire_empty_groups).
     empty_since_ms: int = -1
     # Set when the group was deleted; a DEAD group is dropped from the coordinator's map.
     dead: bool = False

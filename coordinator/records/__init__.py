@@ -39,7 +39,7 @@ class RecordType(enum.IntEnum):
 class GroupMetadataValue:
     epoch: int
     # When the group last became empty (ms), -1 while it has members or when unknown. groupgate's own
-    # tagged field (EMPTY_SINCE_TAG): Kafka expires an empty consumer group once its offsets expired,
+    # tagged field (tag 1000 in the schema): Kafka expires an empty consumer group once its offsets expired,
     # which it learns from their commit timestamps; groupgate's offsets live in the cluster, so the
     # group record carries the time instead (offsets.retention.minutes, docs/operations.md).
     empty_since_ms: int = -1
