@@ -13,13 +13,14 @@ Both sides are asyncio Protocols: no task per frame, frames are forwarded as the
 from __future__ import annotations
 
 import asyncio
+import errno
 import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from . import codec, frames, rewrite
+from . import codec, frames, node_endpoints, rewrite
 from .logging import get_logger
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 log = get_logger("gateway.connection")
 
 _HEAD = struct.Struct(">hhi")
+# Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
+_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
 # Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
 _UPSTREAM_FRAME_LIMIT = 2**31 - 1
@@ -51,6 +54,8 @@ _REWRITTEN = frozenset(
         codec.SHARE_ACKNOWLEDGE,
     }
 )
+# Produce v10+ / Fetch v16+: responses that may carry leader endpoints (KIP-951), walked without decoding.
+_ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
 
 
 class Slot:
@@ -108,12 +113,23 @@ class ClientConnection(asyncio.Protocol):
         # Counting on the request path: the gateway's counter objects, looked up once.
         self.metrics = gateway.metrics
         self._forwarded = gateway.metrics.forwarded
+        # Limits (gateway/limits.py): the declared size of the request frame being read, reserved in the
+        # gateway's request memory budget; traffic seen since the last idle sweep; the sweep's marks.
+        self.limits = gateway.limits
+        self.reserved = 0
+        self.active = True
+        self.idle_since = 0.0
+        self.last_write_buffer = 0
+        self.partial_seq = -1
+        self.partial_since = 0.0
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
+        if not self.limits.admit(self):
+            return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
@@ -135,6 +151,7 @@ class ClientConnection(asyncio.Protocol):
             targets = [] if addr is None else [addr]
         loop = asyncio.get_running_loop()
         errors = []
+        exhausted = False
         for host, port in targets:
             try:
                 _, link = await asyncio.wait_for(
@@ -145,7 +162,10 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as e:
                 errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
-                self.metrics.upstream_connect_failures += 1
+                if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
+                    exhausted = True  # our own descriptors ran out: says nothing about the cluster
+                else:
+                    self.metrics.upstream_connect_failures += 1
                 continue
             if self.closed:
                 assert link.transport is not None
@@ -160,7 +180,7 @@ class ClientConnection(asyncio.Protocol):
                 self.on_request(f)
             self.resume("connecting")
             return
-        if targets and self.node_id is None:
+        if targets and self.node_id is None and not exhausted:
             # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
             # listener's connection) is not: clients of the others are still served.
             directory.upstream_failed("; ".join(errors))
@@ -183,6 +203,19 @@ class ClientConnection(asyncio.Protocol):
         for t in list(self.tasks):
             t.cancel()
         self.gw.connections.discard(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop everything a closed connection holds, so its memory goes back at once rather than when
+        the garbage collector reaches the client <-> upstream link cycle."""
+        self.limits.release(self)
+        self.buf.clear()
+        self._backlog = []
+        self.pending.clear()
+        link, self.upstream = self.upstream, None  # the link's transport still reports its close to us
+        if link is not None:
+            link.inflight.clear()
+            link.buf.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.buf.buffered and not self.closed:
@@ -218,11 +251,14 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:
-        # The client does not read its responses: stop reading upstream responses for it.
+        # The client does not read its responses (its write buffer is over the high-water mark): stop
+        # reading upstream responses for it, and its further requests, whose answers would pile up too.
+        self.pause("client-backpressure")
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.resume("client-backpressure")
         if self.upstream is not None and self.upstream.transport is not None and not self.closed:
             self.upstream.transport.resume_reading()
 
@@ -230,8 +266,10 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.metrics.bytes_received += len(data)
+        self.active = True
+        buf = self.buf
         try:
-            received = self.buf.feed(data)
+            received = buf.feed(data)
         except frames.FrameTooLarge as e:
             log.warning(
                 "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
@@ -239,6 +277,12 @@ class ClientConnection(asyncio.Protocol):
             self.metrics.errors[-1] += 1
             self.close()
             return
+        reserved = buf.reserved
+        if reserved != self.reserved:
+            # A frame spans reads: its declared size counts against queued.max.request.bytes until done.
+            delta = reserved - self.reserved
+            self.reserved = reserved
+            self.limits.reserve(self, delta)
         if self.upstream is None:
             self._backlog.extend(received)  # answered in order once the upstream connection is up
             return
@@ -359,7 +403,22 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         _, slot, api_key, version = link.inflight.popleft()
-        if api_key in _REWRITTEN:
+        first = _ENDPOINTS_FROM.get(api_key)
+        if first is not None and version >= first:
+            try:
+                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.gw.addr_of)
+            except Exception:
+                log.exception(
+                    "cannot read leader endpoints of a response; closing",
+                    peer=self.peer,
+                    api_key=api_key,
+                    api_version=version,
+                )
+                self.close()
+                return
+            if rewritten is not None:
+                frame = rewritten
+        elif api_key in _REWRITTEN:
             try:
                 frame = frames.frame(self._rewrite(api_key, version, frame[4:]))
             except Exception:
@@ -375,7 +434,9 @@ class ClientConnection(asyncio.Protocol):
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
         directory = self.gw.directory
         if api_key == codec.API_VERSIONS:
-            return rewrite.rewrite_api_versions(payload, version, directory.local_api).payload
+            result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
+            directory.note_narrowed(result.narrowed)
+            return result.payload
         result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
         if result.brokers is not None:
             directory.observe(result.brokers)
