@@ -63,23 +63,30 @@ def main() -> int:
         ))
         elapsed = time.monotonic() - started
         alive = gw.alive()
+        broker_alive = kafka.broker is not None and kafka.broker.alive()
         rss_after = fuzz.rss_kb(gw.pid)
         live.stop_producing()
-        missing, committed = live.settle(120.0) if alive else (live.missing(), {})
+        missing, committed = live.settle(120.0) if alive and broker_alive else (live.missing(), {})
         ends = live.end_offsets()
         short = {g: {p: (c.get(p), e) for p, e in ends.items() if c.get(p, -1) < e} for g, c in committed.items()}
-        direct = {g: live.committed(kafka.bootstrap, g) for g in live.groups}
+        direct = {g: live.committed(kafka.bootstrap, g) for g in live.groups} if broker_alive else {}
+        produced, produce_errors = live.produced, live.produce_errors
         consumer_errors = live.stop()
+        live = None
         tracebacks = fuzz.traceback_signatures(gw.log_path.read_text(errors="replace"))
 
         print(f"seed={args.seed} connections={args.connections} seconds={elapsed:.0f} "
               f"frames_per_s={stats.frames / elapsed:.0f}")
         print(f"mutations and evil values: {dict(sorted(fz.op_counts.items()))}")
         print(stats.line())
-        print(f"live: produced={len(live.produced)} produce_errors={live.produce_errors[:3]} "
+        if not broker_alive:
+            print("the BROKER died during the run (not the gateway); live figures are void. Its log ends:")
+            assert kafka.broker is not None
+            print("\n".join(kafka.broker.log_path.read_text(errors="replace").splitlines()[-15:]))
+        print(f"live: produced={len(produced)} produce_errors={produce_errors[:3]} "
               f"missing={missing} committed_short={short} consumer_errors={consumer_errors}")
         print(f"committed offsets through the gateway == on the broker: "
-              f"{all(committed.get(g) == direct[g] for g in direct)}")
+              f"{bool(direct) and all(committed.get(g) == direct[g] for g in direct)}")
         for sig, n in tracebacks.most_common():
             print(f"traceback x{n}: {sig}")
         for ex in stats.silent_examples:
@@ -91,15 +98,18 @@ def main() -> int:
         print(
             f"frames={stats.frames} answers={stats.answers} closes={stats.closes} crashes={int(not alive)} "
             f"silent={stats.silent} misanswered={stats.misanswered} tracebacks={sum(tracebacks.values())} "
-            f"rss_before_kb={rss_before} rss_after_kb={rss_after} records_produced={len(live.produced)} "
+            f"broker_died={int(not broker_alive)} "
+            f"rss_before_kb={rss_before} rss_after_kb={rss_after} records_produced={len(produced)} "
             f"records_lost={lost} commits_short={sum(len(v) for v in short.values())}"
         )
         return 0
     finally:
-        if live is not None:
-            live.stop()
-        gw.stop()
-        kafka.stop()
+        try:
+            if live is not None:
+                live.stop()
+        finally:
+            gw.stop()
+            kafka.stop()
 
 
 if __name__ == "__main__":

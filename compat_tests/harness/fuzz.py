@@ -26,6 +26,7 @@ import string
 import struct
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,18 @@ class Names:
     groups: list[str]
     members: list[str]
     topics: list[str]
+    # Generations and member epochs the gateway handed out (learned from answers), so that follow-up
+    # requests (SyncGroup, Heartbeat, OffsetCommit, ConsumerGroupHeartbeat) reach past the first check.
+    generations: list[int] = field(default_factory=lambda: [-1, 0, 1])
+
+    def learn(self, member_id: str | None, generation: int | None) -> None:
+        for pool, value in ((self.members, member_id), (self.generations, generation)):
+            if value is None or value in pool:
+                continue
+            if len(pool) < _POOL_MAX:
+                pool.append(value)  # type: ignore[arg-type]
+            else:
+                pool[_POOL_KEEP + zlib.crc32(repr(value).encode()) % (_POOL_MAX - _POOL_KEEP)] = value  # type: ignore[index]
 
     @classmethod
     def for_run(cls, tag: str) -> Names:
@@ -116,6 +129,9 @@ class Names:
             topics=["", f"fuzz-{tag}-t0", f"fuzz-{tag}-t1"],
         )
 
+
+_POOL_MAX = 24
+_POOL_KEEP = 3  # the fixed first entries of a pool stay
 
 # Fields whose value a server waits on (JoinGroup rebalance timeout, Fetch max wait, ...): kept short, so a
 # request that is right to wait is answered within the fuzzer's silence timeout.
@@ -145,6 +161,8 @@ class RequestFuzzer:
             return r.choice([-1, 0, 1, 10, 100, 500, 1000, 6000])
         if _COUNT_FIELD.match(name):
             return r.choice([-2, -1, 0, 1, 2, 3])
+        if name in ("GenerationId", "MemberEpoch", "GenerationIdOrMemberEpoch"):
+            return r.choice(self.names.generations) if r.random() < 0.8 else r.randint(lo, hi)
         if "Partition" in name or name in ("Index", "BrokerId", "NodeId", "LeaderId", "ReplicaId"):
             return max(lo, min(hi, r.choice([-1, 0, 0, 1, 2, 1000, r.randint(lo, hi)])))
         choice = r.random()
@@ -326,6 +344,22 @@ class RequestFuzzer:
             return self.size_lie(payload)
         return _I32.pack(len(payload)) + payload
 
+    def learn(self, request: Expect, payload: bytes) -> None:
+        """Take member ids and generations from JoinGroup and ConsumerGroupHeartbeat answers."""
+        if len(request.frame) < 8:
+            return
+        api_key, version = _I16.unpack_from(request.frame, 4)[0], _I16.unpack_from(request.frame, 6)[0]
+        if api_key not in _LEARN_FROM:
+            return
+        try:
+            _, msg = codec.decode_response(api_key, version, payload)
+        except Exception:  # noqa: BLE001 - an answer the codec cannot read teaches nothing
+            return
+        if getattr(msg, "error_code", 1) != 0 and api_key != _JOIN_GROUP:
+            return
+        generation = getattr(msg, "generation_id", None) if api_key == _JOIN_GROUP else msg.member_epoch
+        self.names.learn(msg.member_id or None, generation)
+
     # Byte mutations -----------------------------------------------------------------------------------
 
     def mutate(self, payload: bytes) -> bytes:
@@ -375,6 +409,8 @@ class RequestFuzzer:
         return _I32.pack(lie) + payload
 
 
+_JOIN_GROUP = 11
+_LEARN_FROM = frozenset({_JOIN_GROUP, 68})  # JoinGroup (also MEMBER_ID_REQUIRED), ConsumerGroupHeartbeat
 _BATCH_CACHE: list[bytes] = []
 
 
@@ -586,11 +622,9 @@ async def _batch(
                 if corr == sentinel and not queue:
                     return not (half_close or model.broken)
                 if queue and queue[0].correlation_id == corr:
-                    queue.pop(0)
+                    fuzzer.learn(queue.pop(0), payload)
                     stats.answers += 1
                     continue
-                # Tolerate answers to frames the fuzzer thought silent (acks=0 read differently) only if
-                # they match the next expected id after skipping them.
                 stats.misanswered += 1
                 if len(stats.misanswered_examples) < _EXAMPLES:
                     stats.misanswered_examples.append(
@@ -793,6 +827,8 @@ class LiveGroups:
             md = c.list_topics(self.topic, timeout=10)
             parts = [confluent_kafka.TopicPartition(self.topic, p) for p in md.topics[self.topic].partitions]
             return {tp.partition: tp.offset for tp in c.committed(parts, timeout=10)}
+        except confluent_kafka.KafkaException:
+            return {}  # unreadable now: settle() tries again until its deadline
         finally:
             c.close()
 
