@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--connections", type=int, default=8)
-    ap.add_argument("--silence-s", type=float, default=15.0, help="a batch unanswered and open this long is silent")
+    ap.add_argument("--silence-s", type=float, default=20.0, help="a batch unanswered and open this long is silent")
     args = ap.parse_args()
 
     kafka = ProcessBackend()
@@ -89,6 +89,8 @@ def main() -> int:
               f"{bool(direct) and all(committed.get(g) == direct[g] for g in direct)}")
         for sig, n in tracebacks.most_common():
             print(f"traceback x{n}: {sig}")
+        for seconds, what in stats.slowest:
+            print(f"slow batch: {seconds}s for frames (api key/version) {what}")
         for ex in stats.silent_examples:
             print(f"silent batch: {fuzz.hexdump_frames(ex)}")
         for ex in stats.misanswered_examples:
