@@ -98,7 +98,8 @@ def main() -> int:
         print(f"gateway log: {gw.log_path}")
         lost = sum(missing.values())
         print(
-            f"frames={stats.frames} answers={stats.answers} closes={stats.closes} crashes={int(not alive)} "
+            f"generated={stats.generated} frames={stats.frames} answers={stats.answers} closes={stats.closes} "
+            f"crashes={int(not alive)} "
             f"silent={stats.silent} misanswered={stats.misanswered} tracebacks={sum(tracebacks.values())} "
             f"broker_died={int(not broker_alive)} "
             f"rss_before_kb={rss_before} rss_after_kb={rss_after} records_produced={len(produced)} "

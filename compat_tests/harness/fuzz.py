@@ -535,6 +535,7 @@ def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 @dataclass
 class FuzzStats:
+    generated: int = 0  # fuzzed frames written (a size lie can merge, split or swallow some)
     frames: int = 0  # complete fuzzed frames the server received (sentinels not counted)
     answers: int = 0  # responses to fuzzed frames
     closes: int = 0  # batches that ended with the server closing the connection
@@ -560,7 +561,7 @@ class FuzzStats:
         del self.slowest[_EXAMPLES:]
 
     def line(self) -> str:
-        return (f"frames={self.frames} answers={self.answers} closes={self.closes} batches={self.batches} "
+        return (f"generated={self.generated} frames={self.frames} answers={self.answers} closes={self.closes} batches={self.batches} "
                 f"connections={self.connections} silent={self.silent} misanswered={self.misanswered} "
                 f"crashed={int(self.crashed)}")
 
@@ -618,6 +619,7 @@ async def _batch(
     if not half_close and not model.broken:
         data += sentinel_frame(sentinel)
         model.feed(sentinel_frame(sentinel))
+    stats.generated += n
     stats.frames += len(expects)
     stats.batches += 1
     try:
