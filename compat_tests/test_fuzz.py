@@ -26,7 +26,7 @@ from compat_tests.harness.probe import metadata_endpoints
 pytestmark = pytest.mark.kafka
 
 SEED = 20261125
-FRAMES = 6000
+FRAMES = 5000
 CONNECTIONS = 6
 SILENCE_S = 20.0  # longer than any wait a fuzzed request may rightly cause (JoinGroup: 3 s delay + 6 s)
 
