@@ -119,7 +119,8 @@ class Names:
             if len(pool) < _POOL_MAX:
                 pool.append(value)  # type: ignore[arg-type]
             else:
-                pool[_POOL_KEEP + zlib.crc32(repr(value).encode()) % (_POOL_MAX - _POOL_KEEP)] = value  # type: ignore[index]
+                slot = _POOL_KEEP + zlib.crc32(repr(value).encode()) % (_POOL_MAX - _POOL_KEEP)
+                pool[slot] = value  # type: ignore[index]
 
     @classmethod
     def for_run(cls, tag: str) -> Names:
