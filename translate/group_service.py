@@ -432,7 +432,7 @@ class GroupService:
                     partitions.setdefault(meta.topic_id, set()).update(parts)
             return self.coordinator.validate_offset_commit(
                 check.group_id, check.member_id, check.generation_id, check.api_version, check.is_transactional,
-                partitions,
+                partitions, check.group_instance_id,
             )
         return self.classic_groups.validate_offset_commit(
             check.group_id, check.member_id, check.generation_id, check.group_instance_id,
