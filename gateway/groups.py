@@ -491,6 +491,12 @@ class GroupLayer:
             return True
         if self._match_all and api_key != gc.FIND_COORDINATOR:
             return True
+        upstream = self.gw.directory.upstream_api.get(api_key)
+        if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
+            # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
+            # upstream would refuse a newer one for a group it coordinates: the handler speaks the
+            # upstream's version for it.
+            return True
         try:
             header, msg = codec.decode_request(api_key, version, frame[4:])
         except Exception:  # noqa: BLE001 - the handler answers it with an error code
@@ -783,6 +789,11 @@ _CLASSIC: dict[int, tuple[Callable[..., Any], Callable[[Any, int], Any]]] = {
     gc.HEARTBEAT: (gc.heartbeat_request, gc.heartbeat_response),
     gc.LEAVE_GROUP: (gc.leave_group_request, gc.leave_group_response),
 }
+
+
+# Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
+# upstream speaks (topic ids turned into names where the upstream's version has only names).
+_TRANSLATED_FOR_ANY_GROUP = frozenset({gc.DESCRIBE_GROUPS, gc.OFFSET_FETCH, gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT})
 
 
 def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:
