@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, frames, node_endpoints, rewrite
 from .logging import get_logger
+from .refusals import client_id_of
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
 
@@ -294,11 +295,21 @@ class ClientConnection(asyncio.Protocol):
             self.metrics.errors[-1] += 1
             # Kafka closes the connection on an api key it does not know: there is no response format
             # (not even a header version) to answer in.
-            log.warning("unknown api key; closing", peer=self.peer, api_key=api_key, api_version=version)
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unknown-api-key:{api_key}",
+                "an api key the gateway does not carry (not offered by the upstream, or its responses cannot "
+                "be rewritten); connection closed as Kafka does",
+                api_key=api_key, api_version=version,
+            )
             self.close()
             return
         if not rng[0] <= version <= rng[1]:
             self.metrics.errors[api_key] += 1
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
+                f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
+                api_key=api_key, api_version=version,
+            )
             self._unsupported(api_key, version, corr, rng[1])
             return
         handler = self.gw.local_handlers.get(api_key)
@@ -338,7 +349,8 @@ class ClientConnection(asyncio.Protocol):
         else:
             payload = codec.error_response(api_key, version, corr, codec.UNSUPPORTED_VERSION)
         if payload is None:
-            log.warning(
+            # Already logged (once per client) as a refusal; this is the per-request detail.
+            log.debug(
                 "unsupported version without a top-level error code; closing",
                 peer=self.peer,
                 api_key=api_key,
@@ -346,7 +358,6 @@ class ClientConnection(asyncio.Protocol):
             )
             self.close()
             return
-        log.info("unsupported version answered", peer=self.peer, api_key=api_key, api_version=version)
         self.pending.append(Slot(frames.frame(payload)))
         self._flush()
 

@@ -508,8 +508,8 @@ class GroupLayer:
         try:
             _, msg = codec.decode_request(api_key, version, payload)
         except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
-            log.warning("undecodable group request", api_key=api_key, api_version=version, error=str(e))
             self.counters["invalid_requests"] += 1
+            self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
             return _error_payload(api_key, version, header.correlation_id, codec.INVALID_REQUEST)
         try:
             if self.unloaded is not None and api_key != gc.FIND_COORDINATOR:
@@ -529,6 +529,12 @@ class GroupLayer:
     def _check_loaded(self) -> None:
         if self.unloaded is not None:
             raise GroupsUnloaded(self.unloaded)
+
+    def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
+        """A request this layer refuses: logged once per client and kind (gateway/refusals.py)."""
+        refusals = getattr(self.gw, "refusals", None)
+        if refusals is not None:
+            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason)
 
     @staticmethod
     def client_host(conn: ClientConnection) -> str:

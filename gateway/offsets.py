@@ -139,7 +139,7 @@ class OffsetBridge:
             api_version=version,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg) if msg.topics or not unknown else []
+        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg, conn, header) if msg.topics or not unknown else []
         return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results + unknown)
 
     async def txn_offset_commit(
@@ -154,10 +154,13 @@ class OffsetBridge:
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg)
+        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, conn, header)
         return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, results)
 
-    async def _commit(self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any) -> CommitResults:
+    async def _commit(
+        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any,
+        conn: ClientConnection | None = None, header: frames.RequestHeader | None = None,
+    ) -> CommitResults:
         gid = check.group_id
         if not self.layer.managed(gid):
             # A group the gateway does not coordinate, here only because the client's version is newer
@@ -176,6 +179,8 @@ class OffsetBridge:
             self.layer.adoption.abandoned(gid, check.member_id)
         if error != 0:
             self.layer.counters["commits_fenced"] += 1
+            if conn is not None:
+                self.layer.refused(conn, header, f"{_API_NAMES[api_key]}-refused:{_error_name(error)}", _refusal_reason(check, error))
             return _partition_errors(msg.topics, error)
         # A simple commit upstream: the members exist only in the gateway's coordinator.
         wanted = min(version, gc.LOCAL_API[api_key][1])
@@ -463,6 +468,35 @@ class OffsetBridge:
         except UpstreamError as e:
             log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))
             return COORDINATOR_NOT_AVAILABLE
+
+
+_API_NAMES = {gc.OFFSET_COMMIT: "offset-commit", gc.TXN_OFFSET_COMMIT: "txn-offset-commit"}
+
+
+def _error_name(error: int) -> str:
+    try:
+        return Errors(error).name
+    except ValueError:
+        return str(error)
+
+
+def _refusal_reason(check: OffsetCommitCheck, error: int) -> str:
+    """Why the gateway's coordinator refused a commit, in words an operator can act on."""
+    who = f"member {check.member_id!r} of group {check.group_id!r} at generation/epoch {check.generation_id}"
+    if error in (ILLEGAL_GENERATION, Errors.STALE_MEMBER_EPOCH):
+        return (
+            f"{who}: not the member's current epoch, nor (KIP-1251) an older one at which it already held "
+            "every committed partition"
+        )
+    if error == UNKNOWN_MEMBER_ID:
+        return f"{who}: no such member in the gateway's group"
+    if error == Errors.FENCED_INSTANCE_ID:
+        return f"{who}: instance id {check.group_instance_id!r} belongs to another member"
+    if error == REBALANCE_IN_PROGRESS:
+        return f"{who}: the group is between JoinGroup and SyncGroup"
+    if error == Errors.UNSUPPORTED_VERSION:
+        return f"{who}: consumer-protocol members commit with OffsetCommit v9 or later (this was v{check.api_version})"
+    return f"{who}: {_error_name(error)}"
 
 
 def _first_partition_error(r: Any) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from structlog.testing import capture_logs
 
 from gateway import frames
 from gateway import group_codec as gc
@@ -44,7 +45,14 @@ async def test_offset_commit_v10_is_validated_by_topic_id_and_answered_by_topic_
         r = await _join_consumer_member(layer, "z10", "t", member)
         assert r.error_code == 0
         # Partition 0 was assigned at the member's epoch: one below it is a zombie's.
-        out = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
+        with capture_logs() as logs:
+            out = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
+            again = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
+        assert again.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH
+        # The refusal is logged once for this client, with the reason.
+        refused = [e for e in logs if e["event"] == "request refused"]
+        assert [(e["kind"], e["client_id"]) for e in refused] == [("offset-commit-refused:STALE_MEMBER_EPOCH", "app")]
+        assert "KIP-1251" in refused[0]["reason"] and "z10" in refused[0]["reason"]
         assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.topics] == [
             (tid, [(0, STALE_MEMBER_EPOCH)])
         ]
