@@ -207,6 +207,7 @@ class GroupLayer:
             "group coordinator ready",
             managed_groups=self.settings.managed_groups,
             classic_groups=self.settings.classic_groups,
+            **{"group.initial.rebalance.delay.ms": self.settings.initial_rebalance_delay_ms},
             groups=len(self.service.classic_groups.groups) + len(self.service.coordinator.state.groups),
         )
 
