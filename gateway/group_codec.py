@@ -64,8 +64,8 @@ CONSUMER_GROUP_DESCRIBE = 69
 # Kafka 4.3.1's (docs/gateway.md lists them side by side); the minima reach further back where the
 # gateway still speaks versions Kafka 4 dropped (OffsetCommit v0-1, OffsetFetch v0). Newest additions:
 # OffsetCommit / OffsetFetch v10 name topics by id (KIP-848), DescribeGroups v6 answers an unknown
-# group GROUP_ID_NOT_FOUND with a message (KIP-1043), TxnOffsetCommit v5 marks a client that takes
-# TRANSACTION_ABORTABLE (KIP-890; the upstream's answer is passed on).
+# group GROUP_ID_NOT_FOUND with a message (KIP-1043), TxnOffsetCommit v5 also adds the offsets to a
+# V2 transaction (KIP-890 part 2), which the upstream does: commits are written through at the client's version.
 LOCAL_API: dict[int, tuple[int, int]] = {
     FIND_COORDINATOR: (0, 6),
     OFFSET_COMMIT: (0, 10),
