@@ -158,7 +158,12 @@ class GroupService:
             return self.consumer_group_heartbeat(request, request_key, now_ms)
         out = GroupResult()
         if isinstance(request, ConsumerGroupDescribeRequest):
-            body: object = ConsumerGroupDescribeResponse(self.coordinator.describe(request.group_ids))
+            described = self.coordinator.describe(request.group_ids)
+            for d in described:
+                classic = self.classic_groups.group(d.group_id)
+                if d.error_code == Errors.GROUP_ID_NOT_FOUND and classic is not None and not classic.is_in(ClassicGroupState.DEAD):
+                    d.error_message = f"Group {d.group_id} is not a consumer group."  # Kafka 4.3's text
+            body: object = ConsumerGroupDescribeResponse(described)
         elif isinstance(request, DescribeGroupsRequest):
             body = DescribeGroupsResponse(describe_groups(self, request))
         elif isinstance(request, ListGroupsRequest):
