@@ -171,7 +171,10 @@ class GroupService:
         elif isinstance(request, DeleteGroupsRequest):
             body = self._delete_groups(out, request, now_ms)
         elif isinstance(request, OffsetCommitCheck):
-            body = OffsetCheckResponse(self.validate_offset_commit(request, now_ms))
+            error = self.validate_offset_commit(request, now_ms)
+            if error == Errors.NONE and not request.is_transactional and request.member_id:
+                out.take(self.classic_groups.offset_committed(request.group_id, request.member_id, now_ms))
+            body = OffsetCheckResponse(error)
         elif isinstance(request, OffsetFetchCheck):
             body = OffsetCheckResponse(self.validate_offset_fetch(request))
         else:
