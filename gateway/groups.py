@@ -800,7 +800,12 @@ _CLASSIC: dict[int, tuple[Callable[..., Any], Callable[[Any, int], Any]]] = {
 
 # Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
 # upstream speaks (topic ids turned into names where the upstream's version has only names).
-_TRANSLATED_FOR_ANY_GROUP = frozenset({gc.DESCRIBE_GROUPS, gc.OFFSET_FETCH, gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT})
+_TRANSLATED_FOR_ANY_GROUP = frozenset(
+    {
+        gc.FIND_COORDINATOR, gc.DESCRIBE_GROUPS, gc.DELETE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE, gc.OFFSET_FETCH,
+        gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT,
+    }
+)  # fmt: skip
 
 
 def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
 from structlog.testing import capture_logs
 
 from gateway import frames
@@ -115,6 +116,10 @@ def test_a_version_the_upstream_lacks_is_claimed_for_unmanaged_groups_too() -> N
     stub.directory.observe_api_versions({gc.DESCRIBE_GROUPS: (0, 5)})
     assert layer.claims(frame(req, 6), gc.DESCRIBE_GROUPS, 6)  # answered here, asked upstream at v5
     assert not layer.claims(frame(req, 5), gc.DESCRIBE_GROUPS, 5)
+    # A transactional id's FindCoordinator v6 on an upstream that stops at v4 is asked upstream at v3.
+    txn = FindCoordinatorRequest[6](key_type=1, coordinator_keys=["tx"])
+    stub.directory.observe_api_versions({gc.FIND_COORDINATOR: (0, 4)})
+    assert layer.claims(frame(txn, 6), gc.FIND_COORDINATOR, 6) and not layer.claims(frame(txn, 4), gc.FIND_COORDINATOR, 4)
 
 
 def test_local_api_covers_every_group_api_and_the_codec_speaks_each_version() -> None:
