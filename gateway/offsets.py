@@ -180,7 +180,9 @@ class OffsetBridge:
         if error != 0:
             self.layer.counters["commits_fenced"] += 1
             if conn is not None:
-                self.layer.refused(conn, header, f"{_API_NAMES[api_key]}-refused:{_error_name(error)}", _refusal_reason(check, error))
+                classic = self.layer.service.classic_groups.group(gid) is not None
+                kind = f"{_API_NAMES[api_key]}-refused:{_error_name(error)}"
+                self.layer.refused(conn, header, kind, _refusal_reason(check, error, classic))
             return _partition_errors(msg.topics, error)
         # A simple commit upstream: the members exist only in the gateway's coordinator.
         wanted = min(version, gc.LOCAL_API[api_key][1])
@@ -480,9 +482,11 @@ def _error_name(error: int) -> str:
         return str(error)
 
 
-def _refusal_reason(check: OffsetCommitCheck, error: int) -> str:
+def _refusal_reason(check: OffsetCommitCheck, error: int, classic_group: bool) -> str:
     """Why the gateway's coordinator refused a commit, in words an operator can act on."""
     who = f"member {check.member_id!r} of group {check.group_id!r} at generation/epoch {check.generation_id}"
+    if error == ILLEGAL_GENERATION and classic_group:
+        return f"{who}: not the classic group's current generation"
     if error in (ILLEGAL_GENERATION, Errors.STALE_MEMBER_EPOCH):
         return (
             f"{who}: not the member's current epoch, nor (KIP-1251) an older one at which it already held "
