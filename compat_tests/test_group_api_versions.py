@@ -72,10 +72,13 @@ def test_each_refusal_is_logged_once_per_client_and_kind(kafka, tmp_path: Path) 
             _send(gw.bootstrap, _request(codec.FETCH, 16, "app-a"), answered=True)  # above what it offers
             _send(gw.bootstrap, _request(9999, 0, "app-a"), answered=False)  # an api key nobody knows
         _send(gw.bootstrap, _request(codec.FETCH, 16, "app-b"), answered=True)
-        got = _refusals(gw.log_path, want=3)
+        for _ in range(2):
+            _send(gw.bootstrap, struct.pack(">i", 3) + b"abc", answered=False)  # too short for a header
+        got = _refusals(gw.log_path, want=4)
         time.sleep(0.5)  # anything logged late would show now
         got = _refusals(gw.log_path)
-    assert sorted((e["client_id"], e["kind"]) for e in got) == [
+    assert sorted((e["client_id"] or "", e["kind"]) for e in got) == [
+        ("", "frame-too-short"),
         ("app-a", "unknown-api-key:9999"),
         ("app-a", f"unsupported-version:{codec.FETCH}"),
         ("app-b", f"unsupported-version:{codec.FETCH}"),

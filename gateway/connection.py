@@ -263,8 +263,10 @@ class ClientConnection(asyncio.Protocol):
         try:
             received = buf.feed(data)
         except frames.FrameTooLarge as e:
-            log.warning(
-                "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-large",
+                f"a request frame of {e.size} bytes is over max_frame_bytes ({e.limit}); connection closed",
+                size=e.size, limit=e.limit,
             )
             self.metrics.errors[-1] += 1
             self.close()
@@ -285,7 +287,11 @@ class ClientConnection(asyncio.Protocol):
 
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
-            log.warning("request too short to hold a header; closing", peer=self.peer, size=len(frame) - 4)
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-short",
+                f"a request of {len(frame) - 4} bytes cannot hold a request header; connection closed",
+                size=len(frame) - 4,
+            )
             self.metrics.errors[-1] += 1
             self.close()
             return
@@ -326,7 +332,11 @@ class ClientConnection(asyncio.Protocol):
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
-                log.warning("unparseable Produce request; closing", peer=self.peer, error=str(e))
+                self.gw.refusals.note(
+                    self.peer, client_id_of(frame), "unparseable-produce",
+                    f"Produce v{version} request whose acks cannot be read ({e}); connection closed",
+                    api_key=api_key, api_version=version,
+                )
                 self.metrics.errors[api_key] += 1
                 self.close()
                 return
@@ -366,7 +376,11 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
         except frames.FrameError as e:
-            log.warning("unparseable request header; closing", peer=self.peer, error=str(e))
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
+                f"v{version} request header does not parse ({e}); connection closed",
+                api_key=api_key, api_version=version,
+            )
             self.metrics.errors[api_key] += 1
             self.close()
             return
