@@ -296,16 +296,16 @@ class OffsetBridge:
             names = await self._topic_names(wanted) if wanted else {}
         groups = []
         for g in msg.groups:
-            topics: list[tuple[str, list[int]]] | None = None
+            wanted_topics: list[tuple[str, list[int]]] | None = None
             unknown: list[tuple[str, list[tuple[int, int, int, str | None, int]]]] = []
             unknown_ids: dict[str, uuid.UUID] = {}
             if g.topics is not None:
-                topics = []
+                wanted_topics = []
                 for t in g.topics:
                     if not by_id:
-                        topics.append((t.name, list(t.partition_indexes)))
+                        wanted_topics.append((t.name, list(t.partition_indexes)))
                     elif t.topic_id in names:
-                        topics.append((names[t.topic_id], list(t.partition_indexes)))
+                        wanted_topics.append((names[t.topic_id], list(t.partition_indexes)))
                     else:
                         # A topic id nobody knows: UNKNOWN_TOPIC_ID per partition, as Kafka answers.
                         key = f"\0{t.topic_id}"
@@ -313,10 +313,10 @@ class OffsetBridge:
                         unknown.append((key, [(p, -1, -1, "", UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
             member_id = g.member_id if version >= 9 else None
             epoch = g.member_epoch if version >= 9 else -1
-            if topics == [] and unknown:
+            if wanted_topics == [] and unknown:
                 err, got = 0, []
             else:
-                err, got = await self._fetch_group(g.group_id, member_id, epoch, topics, msg.require_stable)
+                err, got = await self._fetch_group(g.group_id, member_id, epoch, wanted_topics, msg.require_stable)
             ids = self._topic_ids() if by_id else {}
             if by_id:
                 # Answered with ids: a topic whose id the gateway cannot tell (deleted since) is left out.
