@@ -16,6 +16,10 @@ from gateway.group_codec import LOCAL_API
 
 from .harness.probe import roundtrip, split_address
 
+# DescribeQuorum v2 is above what the gateway offers (KIP-853 controller endpoints) and has a top-level
+# error code, so it is answered UNSUPPORTED_VERSION on an open connection.
+DESCRIBE_QUORUM = 55
+
 
 def _ranges(bootstrap: str) -> dict[int, tuple[int, int]]:
     req = ApiVersionsRequest[3](client_software_name="compat", client_software_version="1")
@@ -45,7 +49,7 @@ def _send(bootstrap: str, frame: bytes, answered: bool) -> None:
         if answered:
             (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
             payload = sock.recv(size, socket.MSG_WAITALL)
-            _, msg = codec.decode_response(codec.FETCH, 16, payload)
+            _, msg = codec.decode_response(DESCRIBE_QUORUM, 2, payload)
             assert msg.error_code == codec.UNSUPPORTED_VERSION
         else:
             assert sock.recv(1) == b""  # closed, as Kafka closes on an api key it does not know
@@ -69,9 +73,9 @@ def test_each_refusal_is_logged_once_per_client_and_kind(kafka, tmp_path: Path) 
 
     with GatewayProcess(kafka.bootstrap, extra_args=["--log-format", "json"], log_dir=tmp_path) as gw:
         for _ in range(3):
-            _send(gw.bootstrap, _request(codec.FETCH, 16, "app-a"), answered=True)  # above what it offers
+            _send(gw.bootstrap, _request(DESCRIBE_QUORUM, 2, "app-a"), answered=True)  # above what it offers
             _send(gw.bootstrap, _request(9999, 0, "app-a"), answered=False)  # an api key nobody knows
-        _send(gw.bootstrap, _request(codec.FETCH, 16, "app-b"), answered=True)
+        _send(gw.bootstrap, _request(DESCRIBE_QUORUM, 2, "app-b"), answered=True)
         for _ in range(2):
             _send(gw.bootstrap, struct.pack(">i", 3) + b"abc", answered=False)  # too short for a header
         got = _refusals(gw.log_path, want=4)
@@ -80,7 +84,7 @@ def test_each_refusal_is_logged_once_per_client_and_kind(kafka, tmp_path: Path) 
     assert sorted((e["client_id"] or "", e["kind"]) for e in got) == [
         ("", "frame-too-short"),
         ("app-a", "unknown-api-key:9999"),
-        ("app-a", f"unsupported-version:{codec.FETCH}"),
-        ("app-b", f"unsupported-version:{codec.FETCH}"),
+        ("app-a", f"unsupported-version:{DESCRIBE_QUORUM}"),
+        ("app-b", f"unsupported-version:{DESCRIBE_QUORUM}"),
     ]
     assert all(e["reason"] and e["peer"] == "127.0.0.1" for e in got)
