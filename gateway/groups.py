@@ -832,7 +832,9 @@ class GroupLayer:
         for g in ids:
             if g not in found or (self.managed(g) and not self.has_state(g)):
                 up = await self._forward_describe(gc.DESCRIBE_GROUPS, g, version)
-                if g not in found or up.error_code == 0:
+                # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
+                # share or streams group); the gateway's when the cluster could not be asked.
+                if g not in found or up.error_code != COORDINATOR_NOT_AVAILABLE:
                     found[g] = up
                 if self.managed(g):
                     _classic_as_offsets_only(found[g])
@@ -970,7 +972,7 @@ class GroupLayer:
 
 
 def _classic_as_offsets_only(g: Any) -> None:
-    """A DescribeGroups entry (v0-5: a non-classic or unknown group is Dead there)."""
+    """A DescribeGroups entry (a non-classic or unknown group is Dead at v0-5, an error at v6)."""
     if g.error_code != 0 or g.group_state == "Dead":
         return
     g.group_state = "Empty"
