@@ -210,6 +210,17 @@ def test_share_consumer_and_share_groups_tool_through_the_gateway(
         assert any("Empty" in row.split() for row in rows), rows
         assert any(row.split()[:2] == ["<group>", topic] for row in rows), rows
 
+    # AlterShareGroupOffsets and DeleteShareGroupOffsets (one group each, forwarded to its coordinator).
+    changed = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        g = groups[label]
+        reset = _tool(sg, "--bootstrap-server", bootstrap, "--reset-offsets", "--group", g, "--topic", topic,
+                      "--to-earliest", "--execute")  # fmt: skip
+        deleted = _tool(sg, "--bootstrap-server", bootstrap, "--delete-offsets", "--group", g, "--topic", topic)
+        changed[label] = _normalised(reset, g) + _normalised(deleted, g)
+    assert changed["gateway"] == changed["broker"]
+    assert any(row.split()[:3] == ["<group>", topic, "0"] for row in changed["broker"]), changed["broker"]
+
     # A consumer-protocol or classic member joining under a share group's id: refused alike.
     refusals = {
         label: _join_answers(bootstrap, groups["broker"], topic) for label, bootstrap in _targets(kafka, module_gateway)
