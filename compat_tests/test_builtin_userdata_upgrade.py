@@ -27,10 +27,10 @@ from compat_tests.harness.names import unique
 from compat_tests.harness.probe import roundtrip
 from compat_tests.upgrade import endpoints, group_probe
 from compat_tests.upgrade.checks import assert_rolling_upgrade
-from compat_tests.upgrade.members import MemberSpec
+from compat_tests.upgrade.members import MemberSpec, Timeouts
 from compat_tests.upgrade.scenario import RollingUpgrade
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
-from translate.embedded import decode_assignment
+from translate.embedded import decode_assignment, decode_subscription
 from translate.errors import Errors
 
 pytestmark = pytest.mark.kafka
@@ -91,13 +91,24 @@ def new_run(runs: list[RollingUpgrade], broker: ProcessBackend, bootstrap: str, 
     return run
 
 
-def assignment_user_data(bootstrap: str, group: str) -> dict[str, bytes | None]:
-    """Each classic member's assignment userData, as the coordinator stores it (DescribeGroups v5)."""
+def _described(bootstrap: str, group: str) -> Any:
     req = DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False)
     resp = roundtrip(group_probe.coordinator(bootstrap, group), req, DescribeGroupsResponse, 5)
     (g,) = resp.groups
     assert g.error_code == 0, g
+    return g
+
+
+def assignment_user_data(bootstrap: str, group: str) -> dict[str, bytes | None]:
+    """Each classic member's assignment userData, as the coordinator stores it (DescribeGroups v5)."""
+    g = _described(bootstrap, group)
     return {m.member_id: decode_assignment(bytes(m.member_assignment)).user_data for m in g.members}
+
+
+def subscription_user_data(bootstrap: str, group: str) -> dict[str, bytes | None]:
+    """Each classic member's subscription userData (its metadata for the group's protocol)."""
+    g = _described(bootstrap, group)
+    return {m.member_id: decode_subscription(bytes(m.member_metadata)).user_data for m in g.members}
 
 
 def kip848_join(bootstrap: str, group: str, topic: str) -> Any:
@@ -111,6 +122,12 @@ def kip848_join(bootstrap: str, group: str, topic: str) -> Any:
         subscribed_topic_names=[topic],
         topic_partitions=[],
     )
+    return roundtrip(group_probe.coordinator(bootstrap, group), req, ConsumerGroupHeartbeatResponse, 0)
+
+
+def kip848_leave(bootstrap: str, group: str, member_id: str) -> Any:
+    leave_v0: Any = ConsumerGroupHeartbeatRequest[0]  # type: ignore[misc]
+    req = leave_v0(group_id=group, member_id=member_id, member_epoch=-1)
     return roundtrip(group_probe.coordinator(bootstrap, group), req, ConsumerGroupHeartbeatResponse, 0)
 
 
@@ -171,3 +188,43 @@ def test_librdkafka_cooperative_sticky_fleet_in_its_first_generation_upgrades_on
         run.close()
         assert_exclusive_ownership(run.log)
     assert outcomes == [("consumer", FLEET + 1)] * 2
+
+
+JAVA_STICKY = MemberSpec("java", "classic", "4.3.1", "org.apache.kafka.clients.consumer.StickyAssignor")
+
+
+def test_java_sticky_fleet_writes_no_assignment_userdata_and_upgrades_on_both(
+    broker: ProcessBackend, gateway: GatewayProcess, runs: list[RollingUpgrade], tmp_path: Path
+) -> None:
+    """Java's StickyAssignor writes userData in the subscription only; Kafka checks assignments, so
+    both coordinators convert the group (a KIP-848 join is accepted, and its leave turns it back)."""
+    outcomes = []
+    for where, bootstrap in (("kafka", broker.bootstrap), ("gateway", gateway.bootstrap)):
+        log_dir = tmp_path / where
+        log_dir.mkdir(parents=True, exist_ok=True)
+        run = RollingUpgrade(
+            bootstrap,
+            create_topic(broker.bootstrap, unique("userdata-topic"), PARTITIONS),
+            unique("userdata-group"),
+            [JAVA_STICKY] * FLEET,
+            [JAVA_STICKY] * FLEET,
+            partitions=PARTITIONS,
+            log_dir=log_dir,
+            timeouts=Timeouts(),
+        )
+        runs.append(run)
+        run.start_fleet()
+        started = now_ms()
+        run.stop_slot(0)
+        run.settle("slot 0 stopped", started)
+        subscriptions = subscription_user_data(bootstrap, run.group)
+        assert len(subscriptions) == FLEET - 1 and all(subscriptions.values()), f"{where}: {subscriptions}"
+        assignments = assignment_user_data(bootstrap, run.group)
+        assert not any(assignments.values()), f"{where}: {assignments}"
+        joined = kip848_join(bootstrap, run.group, run.topic)
+        converted = group_probe.list_group(bootstrap, run.group)[0]
+        left = kip848_leave(bootstrap, run.group, joined.member_id) if joined.error_code == 0 else None
+        outcomes.append((joined.error_code, converted, left.error_code if left is not None else None))
+        run.close()
+        assert_exclusive_ownership(run.log)
+    assert outcomes == [(Errors.NONE, "consumer", Errors.NONE)] * 2
