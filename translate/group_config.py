@@ -53,10 +53,15 @@ class GroupServiceConfig:
     # assignments carry a built-in sticky assignor's copy of the subscription userData, which Kafka
     # refuses (KAFKA-18134); False refuses them as Kafka does.
     convert_builtin_sticky_userdata: bool = True
+    # offsets.retention.minutes (Kafka's default: 7 days), in ms: how long a group may stay Empty
+    # before expire_empty_groups deletes it.
+    offsets_retention_ms: int = 10080 * 60_000
 
     def __post_init__(self) -> None:
         self.migration_policy = MigrationPolicy.parse(self.migration_policy)
         self.classic_groups = ClassicGroupsMode.parse(self.classic_groups)
+        if self.offsets_retention_ms <= 0:
+            raise ValueError("offsets retention must be positive")
 
     @property
     def policy(self) -> MigrationPolicy:
