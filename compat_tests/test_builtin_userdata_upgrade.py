@@ -27,7 +27,7 @@ from compat_tests.harness.names import unique
 from compat_tests.harness.probe import roundtrip
 from compat_tests.upgrade import endpoints, group_probe
 from compat_tests.upgrade.checks import assert_rolling_upgrade
-from compat_tests.upgrade.members import MemberSpec, Timeouts
+from compat_tests.upgrade.members import MemberSpec
 from compat_tests.upgrade.scenario import RollingUpgrade
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from translate.embedded import decode_assignment, decode_subscription
@@ -225,7 +225,6 @@ def test_java_sticky_fleet_writes_no_assignment_userdata_and_upgrades_on_both(
             [JAVA_STICKY] * FLEET,
             partitions=PARTITIONS,
             log_dir=log_dir,
-            timeouts=Timeouts(),
         )
         runs.append(run)
         run.start_fleet()
