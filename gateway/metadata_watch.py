@@ -42,6 +42,7 @@ class MetadataWatch:
         self.loaded = False
         self._inflight: asyncio.Future[None] | None = None
         self._missing_checked: dict[str, float] = {}
+        self._refreshed_at = float("-inf")  # time.monotonic() of the last completed refresh
 
     async def fetch(self) -> TopicImage:
         version = self.client.version(codec.METADATA, _WANTED_VERSION)
@@ -67,6 +68,7 @@ class MetadataWatch:
             changed = image != self.topics or not self.loaded
             self.topics = image
             self.loaded = True
+            self._refreshed_at = time.monotonic()
             if changed:
                 self.on_change(image)
             fut.set_result(None)
@@ -88,9 +90,18 @@ class MetadataWatch:
             out.append(n)
         return out
 
-    async def ensure(self, names: Iterable[str]) -> None:
-        """Refresh first when a named topic is unknown (at most once a second per unknown name)."""
+    async def ensure(self, names: Iterable[str], regex: bool = False) -> None:
+        """Refresh first when a named topic is unknown (at most once a second per unknown name).
+
+        ``regex``: the request subscribes by pattern, which may match a topic the image lacks but
+        cannot name it: refresh the whole image unless it is less than a second old."""
         missing = self.missing(names)
+        if regex and time.monotonic() - self._refreshed_at >= _MISSING_RETRY_S:
+            try:
+                await self.refresh()
+            except UpstreamError as e:
+                log.warning("on-demand metadata refresh failed", error=str(e))
+            missing = self.missing(missing)
         if not missing:
             return
         try:

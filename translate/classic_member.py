@@ -59,6 +59,20 @@ from translate.result import Schedule as _schedule
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
 CLASSIC_MEMBER_SYNC_TIMER = "classic-member-sync"
 
+# A classic consumer's ``partition.assignment.strategy`` (its preferred protocol name) -> the
+# server assignor that gives the same kind of assignment. range is range (KIP-848's server range
+# assignor splits each topic the same way); sticky and cooperative-sticky ask for balance with
+# stickiness, which is uniform. roundrobin has no server equivalent (nothing deals partitions out
+# one by one across all topics): uniform is the closest (balanced counts; it is sticky where
+# roundrobin is not). Any other name (a custom client-side assignor) is not mapped: the group's
+# default assignor applies.
+STRATEGY_ASSIGNORS = {
+    "range": "range",
+    "sticky": "uniform",
+    "cooperative-sticky": "uniform",
+    "roundrobin": "uniform",
+}
+
 
 class ClassicMemberTranslator:
     def __init__(
@@ -66,10 +80,15 @@ class ClassicMemberTranslator:
         coordinator: ConsumerGroupCoordinator,
         new_member_id: Callable[[str], str],
         config: ClassicGroupConfig | None = None,
+        translate: bool = False,
     ) -> None:
         self.coordinator = coordinator
         self.new_member_id = new_member_id
         self.config = config or ClassicGroupConfig()
+        # ``classic_groups = translate``: the group exists for its classic members, so their
+        # client-side strategies choose its server assignor. In a group being migrated (native
+        # mode) classic members choose none, as in Kafka.
+        self.translate = translate
         self.deadlines: dict[tuple[str, str, str], int] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
@@ -129,7 +148,7 @@ class ClassicMemberTranslator:
             subscribed_topic_names=frozenset(subscription.topics),
             subscribed_topic_regex=None,
             rebalance_timeout_ms=rebalance_timeout,
-            server_assignor=None,  # classic members never choose a server assignor
+            server_assignor=self.server_assignor(request),
             classic_metadata=ClassicMemberMetadata(
                 request.session_timeout_ms, tuple((p.name, p.metadata) for p in request.protocols)
             ),
@@ -156,6 +175,15 @@ class ClassicMemberTranslator:
                 members=[],
             ),
         )
+
+    def server_assignor(self, request: JoinGroupRequest) -> str | None:
+        """The server assignor standing in for the member's preferred client-side strategy, when one
+        matches and is configured (``group.consumer.assignors``); the group's assignor is then
+        chosen among its members' as KIP-848 does (the one most members ask for)."""
+        if not self.translate or not request.protocols:
+            return None
+        name = STRATEGY_ASSIGNORS.get(request.protocols[0].name)
+        return name if name is not None and name in self.coordinator.state.config.assignors else None
 
     def _lookup(
         self, group: ConsumerGroup, requested_id: str, member_id: str, instance_id: str | None

@@ -134,7 +134,9 @@ class GroupService:
         ids = new_member_id or _counting_member_ids()
         self.coordinator = ConsumerGroupCoordinator(coordinator_config)
         self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
-        self.classic_members = ClassicMemberTranslator(self.coordinator, ids, self.config.classic)
+        self.classic_members = ClassicMemberTranslator(
+            self.coordinator, ids, self.config.classic, translate=self.config.mode is ClassicGroupsMode.TRANSLATE
+        )
         self.converter = GroupConverter(
             self.coordinator,
             self.classic_groups,
