@@ -58,6 +58,24 @@ from translate.result import Schedule as _schedule
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
 CLASSIC_MEMBER_SYNC_TIMER = "classic-member-sync"
+# A translated group without members holds its first joins (group.initial.rebalance.delay.ms).
+CLASSIC_MEMBER_GATHER_TIMER = "classic-member-gather"
+
+
+@dataclasses.dataclass(slots=True)
+class _Gathering:
+    deadline_ms: int  # when the parked joins are answered
+    limit_ms: int  # newcomers extend the deadline up to here (the first joiner's rebalance timeout)
+    parked: list[tuple[JoinGroupRequest, RequestKey]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Admitted:
+    request: JoinGroupRequest
+    request_key: RequestKey
+    member_id: str
+    owned: Assignment
+    rebalance_timeout_ms: int
 
 # A classic consumer's ``partition.assignment.strategy`` (its preferred protocol name) -> the
 # server assignor that gives the same kind of assignment. range is range (KIP-848's server range
@@ -90,10 +108,13 @@ class ClassicMemberTranslator:
         # mode) classic members choose none, as in Kafka.
         self.translate = translate
         self.deadlines: dict[tuple[str, str, str], int] = {}
+        self.gatherings: dict[str, _Gathering] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
         out = Result()
+        if self._gather(out, request, request_key, now_ms):
+            return out
         try:
             self._join(out, request, request_key, now_ms)
         except ApiError as exc:
@@ -101,12 +122,22 @@ class ClassicMemberTranslator:
         return out
 
     def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+        admitted = self._admit(out, request, key, now_ms)
+        if admitted is not None:
+            self._answer(out, admitted, now_ms)
+
+    @staticmethod
+    def _rebalance_timeout(request: JoinGroupRequest) -> int:
+        if request.api_version == 0 or request.rebalance_timeout_ms < 0:
+            return request.session_timeout_ms
+        return request.rebalance_timeout_ms
+
+    def _admit(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> _Admitted | None:
+        """Validate the join and write the member (its subscription); None when already answered."""
         config = self.config
         if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
             raise ApiError(Errors.INVALID_SESSION_TIMEOUT)
-        rebalance_timeout = request.rebalance_timeout_ms
-        if request.api_version == 0 or rebalance_timeout < 0:
-            rebalance_timeout = request.session_timeout_ms
+        rebalance_timeout = self._rebalance_timeout(request)
         group = self.coordinator.group(request.group_id)
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND)
@@ -117,7 +148,7 @@ class ClassicMemberTranslator:
             if instance_id is None and request.api_version >= MEMBER_ID_REQUIRED_VERSION:
                 # KIP-394, as for classic groups; nothing is persisted or remembered.
                 out.respond(key, join_error(Errors.MEMBER_ID_REQUIRED, member_id))
-                return
+                return None
 
         existing, replaced = self._lookup(group, request.member_id, member_id, instance_id)
         if existing is None and replaced is None:
@@ -154,14 +185,24 @@ class ClassicMemberTranslator:
             ),
         )
         self.coordinator.upsert_member(tx, group.group_id, updated, now_ms)
-        owned = self._owned_partitions(subscription.owned_partitions)
-        member = self.coordinator.reconcile_member(tx, group.group_id, member_id, owned, now_ms)
-        tx.schedule(session_key(group.group_id, member_id), now_ms + request.session_timeout_ms)
         self._take_tx(out, tx)
-        self._cancel(out, timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member_id))
-        self._schedule(out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group.group_id, member_id), now_ms + rebalance_timeout)
+        owned = self._owned_partitions(subscription.owned_partitions)
+        return _Admitted(request, key, member_id, owned, rebalance_timeout)
+
+    def _answer(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+        """Reconcile an admitted member against the (possibly new) target and answer its join."""
+        request, member_id = admitted.request, admitted.member_id
+        group_id = request.group_id
+        tx = self.coordinator.begin()
+        member = self.coordinator.reconcile_member(tx, group_id, member_id, admitted.owned, now_ms)
+        tx.schedule(session_key(group_id, member_id), now_ms + request.session_timeout_ms)
+        self._take_tx(out, tx)
+        self._cancel(out, timer_key(CLASSIC_MEMBER_JOIN_TIMER, group_id, member_id))
+        self._schedule(
+            out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group_id, member_id), now_ms + admitted.rebalance_timeout_ms
+        )
         out.respond(
-            key,
+            admitted.request_key,
             JoinGroupResponse(
                 error_code=Errors.NONE,
                 # Eager members (owning nothing) move to the new epoch at once; cooperative members
@@ -175,6 +216,69 @@ class ClassicMemberTranslator:
                 members=[],
             ),
         )
+
+    # ---- gathering ---------------------------------------------------------------------------
+    def _gather(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> bool:
+        """Park a join that arrives while its group gathers (or opens the gathering); True if parked.
+
+        A classic group waits ``group.initial.rebalance.delay.ms`` before its first rebalance so that
+        consumers started together are assigned once. A translated group does the same when it has no
+        members: the joins are held, each newcomer extending the wait by the delay up to the first
+        joiner's rebalance timeout (Kafka's initial delayed join), then all are added before any is
+        assigned, so the first one does not take every partition only to hand most back."""
+        delay = self.config.initial_rebalance_delay_ms
+        if not self.translate or delay <= 0:
+            return False
+        if (
+            request.member_id == UNKNOWN_MEMBER_ID
+            and request.group_instance_id is None
+            and request.api_version >= MEMBER_ID_REQUIRED_VERSION
+        ):
+            return False  # answered MEMBER_ID_REQUIRED at once, as a classic group does
+        gid = request.group_id
+        timer = timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid)
+        gathering = self.gatherings.get(gid)
+        if gathering is None:
+            group = self.coordinator.group(gid)
+            if group is not None and group.members:
+                return False
+            timeout = max(self._rebalance_timeout(request), 0)
+            gathering = self.gatherings[gid] = _Gathering(now_ms + min(delay, timeout), now_ms + timeout)
+            self._schedule(out, timer, gathering.deadline_ms)
+        else:
+            deadline = min(now_ms + delay, gathering.limit_ms)
+            if deadline > gathering.deadline_ms:
+                gathering.deadline_ms = deadline
+                self._schedule(out, timer, deadline)
+            if request.member_id != UNKNOWN_MEMBER_ID:
+                # The same member joining again while parked: the newer request stands.
+                for i, (parked, parked_key) in enumerate(gathering.parked):
+                    if parked.member_id == request.member_id:
+                        del gathering.parked[i]
+                        out.respond(parked_key, join_error(Errors.REBALANCE_IN_PROGRESS, request.member_id))
+                        break
+        gathering.parked.append((request, key))
+        return True
+
+    def _end_gathering(self, group_id: str, now_ms: int) -> Result:
+        """Add every parked joiner, then assign: one target for all of them."""
+        out = Result()
+        gathering = self.gatherings.pop(group_id, None)
+        if gathering is None:
+            return out
+        self.coordinator.get_or_create_group(group_id)
+        admitted: list[_Admitted] = []
+        for request, key in gathering.parked:
+            try:
+                one = self._admit(out, request, key, now_ms)
+            except ApiError as exc:
+                out.respond(key, join_error(exc.error, request.member_id))
+                continue
+            if one is not None:
+                admitted.append(one)
+        for one in admitted:
+            self._answer(out, one, now_ms)
+        return out
 
     def server_assignor(self, request: JoinGroupRequest) -> str | None:
         """The server assignor standing in for the member's preferred client-side strategy, when one
@@ -322,7 +426,9 @@ class ClassicMemberTranslator:
         if deadline is None or now_ms < deadline:
             return out
         del self.deadlines[key]
-        _, group_id, member_id = key
+        kind, group_id, member_id = key
+        if kind == CLASSIC_MEMBER_GATHER_TIMER:
+            return self._end_gathering(group_id, now_ms)
         group = self.coordinator.group(group_id)
         if group is None or member_id not in group.members:
             return out

@@ -67,6 +67,7 @@ from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroupState
 from translate.classic_member import (
+    CLASSIC_MEMBER_GATHER_TIMER,
     CLASSIC_MEMBER_JOIN_TIMER,
     CLASSIC_MEMBER_SYNC_TIMER,
     ClassicMemberTranslator,
@@ -113,7 +114,7 @@ from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
 from translate.result import Result as ClassicResult
 
 _CLASSIC_GROUP_TIMERS = frozenset({JOIN_TIMER, SYNC_TIMER, HEARTBEAT_TIMER})
-_CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER})
+_CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER, CLASSIC_MEMBER_GATHER_TIMER})
 # The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16.
 _GROUP_METADATA_KEY_VERSION = 2
 
@@ -397,6 +398,8 @@ class GroupService:
             return out
         if kind in _CLASSIC_MEMBER_TIMERS:
             out.take(self.classic_members.on_timer(key, now_ms))
+            if kind == CLASSIC_MEMBER_GATHER_TIMER:
+                self._forget_if_unwritten(gid)
             return out
         group = self._consumer_group(gid)
         member = group.members.get(member_id) if group is not None else None
