@@ -217,3 +217,36 @@ def test_the_range_strategy_gets_ranges_as_on_kafka(
 
     on_kafka, translated = both(kafka, translate_gateway, names, scenario)
     assert shapes(translated) == shapes(on_kafka) == [[(0, (0, 1)), (1, (0, 1))], [(0, (2,)), (1, (2,))]]
+
+
+def test_a_new_pattern_match_rebalances_no_more_than_on_kafka(
+    kafka: ProcessBackend, translate_gateway: GatewayProcess, names: Callable[[str], str]
+) -> None:
+    """Two eager pattern consumers settle, then a topic matching the pattern appears: each member
+    rejoins with the new match; the translated group must not rebalance more than Kafka's."""
+
+    def scenario(bootstrap: str, group: str, where: str) -> list[Member]:
+        prefix = names(f"pat-{where}")
+        first = create_topic(kafka.bootstrap, f"{prefix}-a", 4)
+        pattern = f"^{prefix}-.*".replace(".", "\\.")
+        members = start_members(bootstrap, group, [pattern], 2)
+        try:
+            settle(members, {(first, p) for p in range(4)}, where)
+            before = [(len(m.assigns), len(m.revokes), m.moved) for m in members]
+            second = create_topic(kafka.bootstrap, f"{prefix}-b", 2)
+            settle(members, {(t, p) for t, n in ((first, 4), (second, 2)) for p in range(n)}, where)
+            for m, (a, r, mv) in zip(members, before, strict=True):
+                m.settled_assigns, m.settled_revokes, m.settled_moved = len(m.assigns) - a, len(m.revokes) - r, m.moved - mv
+        finally:
+            close(members)
+        return members
+
+    on_kafka, translated = both(kafka, translate_gateway, names, scenario)
+
+    def figures(members: list[Member]) -> tuple[int, int, int]:
+        return (sum(m.settled_assigns for m in members), sum(m.settled_revokes for m in members),
+                sum(m.settled_moved for m in members))
+
+    k, t = figures(on_kafka), figures(translated)
+    print(f"new pattern match, 2 eager consumers (assignments, revocations, partitions moved): kafka={k} translate={t}")
+    assert t[0] <= k[0] and t[1] <= k[1] and t[2] <= k[2], (k, t)

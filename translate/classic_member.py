@@ -66,7 +66,11 @@ CLASSIC_MEMBER_GATHER_TIMER = "classic-member-gather"
 class _Gathering:
     deadline_ms: int  # when the parked joins are answered
     limit_ms: int  # newcomers extend the deadline up to here (the first joiner's rebalance timeout)
+    # Initial gathering: joins held before their members are added.
     parked: list[tuple[JoinGroupRequest, RequestKey]] = dataclasses.field(default_factory=list)
+    # Rejoin barrier: members already added (the group epoch moved), answers held.
+    admitted: list[_Admitted] = dataclasses.field(default_factory=list)
+    barrier: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,8 +126,14 @@ class ClassicMemberTranslator:
         return out
 
     def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+        group = self.coordinator.group(request.group_id)
+        epoch = group.group_epoch if group is not None else 0
         admitted = self._admit(out, request, key, now_ms)
-        if admitted is not None:
+        if admitted is None:
+            return
+        if self._opens_barrier(request, admitted, epoch):
+            self._hold(out, admitted, now_ms)
+        else:
             self._answer(out, admitted, now_ms)
 
     @staticmethod
@@ -238,6 +248,9 @@ class ClassicMemberTranslator:
         gid = request.group_id
         timer = timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid)
         gathering = self.gatherings.get(gid)
+        if gathering is not None and gathering.barrier:
+            self._at_barrier(out, gathering, request, key, now_ms)
+            return True
         if gathering is None:
             group = self.coordinator.group(gid)
             if group is not None and group.members:
@@ -260,6 +273,59 @@ class ClassicMemberTranslator:
         gathering.parked.append((request, key))
         return True
 
+    def _opens_barrier(self, request: JoinGroupRequest, admitted: _Admitted, epoch_before: int) -> bool:
+        """A join that moved the group epoch (a new member, a changed subscription such as a new
+        pattern match) while other classic members are in the group: as a classic group's join
+        barrier, its answer waits for them to rejoin (they are told to at their next heartbeat),
+        so that the new target is handed out once instead of member by member."""
+        if not self.translate or self.config.initial_rebalance_delay_ms <= 0:
+            return False
+        group = self.coordinator.group(request.group_id)
+        if group is None or group.group_epoch == epoch_before:
+            return False
+        return any(m.uses_classic_protocol and mid != admitted.member_id for mid, m in group.members.items())
+
+    def _hold(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+        """Open the rejoin barrier with this member's answer held. It lasts until every classic
+        member has rejoined, at most the joiner's session timeout (a live member heartbeats, and so
+        learns it must rejoin, well within it) bounded by its rebalance timeout."""
+        request = admitted.request
+        gid = request.group_id
+        deadline = now_ms + max(min(admitted.rebalance_timeout_ms, request.session_timeout_ms), 0)
+        self.gatherings[gid] = _Gathering(deadline, deadline, admitted=[admitted], barrier=True)
+        self._schedule(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid), deadline)
+        self._keep_alive(out, admitted, deadline)
+
+    def _keep_alive(self, out: Result, admitted: _Admitted, until_ms: int) -> None:
+        # A member waiting at the barrier sends no heartbeats: its session counts from the answer.
+        key = session_key(admitted.request.group_id, admitted.member_id)
+        out.timers.append(_schedule(key, until_ms + admitted.request.session_timeout_ms))
+
+    def _at_barrier(self, out: Result, gathering: _Gathering, request: JoinGroupRequest, key: RequestKey,
+                    now_ms: int) -> None:
+        """A join while the barrier is up: the member is added (or updated) now, answered with the rest."""
+        try:
+            admitted = self._admit(out, request, key, now_ms)
+        except ApiError as exc:
+            out.respond(key, join_error(exc.error, request.member_id))
+            return
+        if admitted is None:
+            return
+        for i, held in enumerate(gathering.admitted):
+            if held.member_id == admitted.member_id:
+                del gathering.admitted[i]
+                out.respond(held.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, held.member_id))
+                break
+        gathering.admitted.append(admitted)
+        self._keep_alive(out, admitted, gathering.deadline_ms)
+        group = self.coordinator.group(request.group_id)
+        waiting = {a.member_id for a in gathering.admitted}
+        if group is not None and all(
+            mid in waiting for mid, m in group.members.items() if m.uses_classic_protocol
+        ):
+            self._cancel(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, request.group_id))
+            out.extend(self._end_gathering(request.group_id, now_ms))
+
     def _end_gathering(self, group_id: str, now_ms: int) -> Result:
         """Add every parked joiner, then assign: one target for all of them."""
         out = Result()
@@ -276,7 +342,19 @@ class ClassicMemberTranslator:
                 continue
             if one is not None:
                 admitted.append(one)
-        for one in admitted:
+        group = self.coordinator.group(group_id)
+        waiting = [one for one in gathering.admitted + admitted if group is not None and one.member_id in group.members]
+        # Everyone reports what it owns first, so that partitions given up by any of them are free
+        # for all (an earlier answer must not miss what a later member releases).
+        tx = self.coordinator.begin()
+        for one in waiting:
+            self.coordinator.reconcile_member(tx, group_id, one.member_id, one.owned, now_ms)
+        self._take_tx(out, tx)
+        for one in gathering.admitted + admitted:
+            if group is None or one.member_id not in group.members:
+                # Fenced or gone while it waited (session, LeaveGroup): it must join again.
+                out.respond(one.request_key, join_error(Errors.UNKNOWN_MEMBER_ID, one.member_id))
+                continue
             self._answer(out, one, now_ms)
         return out
 

@@ -95,14 +95,21 @@ def test_the_gathering_ends_within_the_first_joiners_rebalance_timeout() -> None
     assert d.join_response(first).error_code == 0
 
 
-def test_a_group_with_members_answers_a_newcomer_at_once() -> None:
+def test_a_newcomer_to_a_stable_group_is_answered_with_the_members_it_displaces() -> None:
     d = Driver(mode="translate", initial_delay_ms=DELAY)
     ids = member_ids(d, ("a", "b"))
     key = d.join(member_id=ids[0], client="a")
     d.advance(DELAY)
-    assert d.join_response(key).error_code == 0
-    assert d.join_response(d.join(member_id=ids[1], client="b")).error_code == 0
-    assert GATHER not in d.timers
+    gen = d.join_response(key).generation_id
+    assert sync(d, ids[0], gen) == list(range(6))
+    newcomer = d.join(member_id=ids[1], client="b")
+    assert newcomer not in d.responses  # the join barrier: a must rejoin first
+    assert d.heartbeat(ids[0], gen) == Errors.REBALANCE_IN_PROGRESS
+    again = d.join(member_id=ids[0], client="a")
+    answers = [d.join_response(again), d.join_response(newcomer)]
+    assert [r.error_code for r in answers] == [0, 0] and GATHER not in d.timers
+    owned = [sync(d, m, r.generation_id) for m, r in zip(ids, answers, strict=True)]
+    assert sorted(p for o in owned for p in o) == list(range(6)) and all(len(o) == 3 for o in owned)
 
 
 def test_a_member_joining_again_while_held_replaces_its_held_join() -> None:
@@ -179,3 +186,55 @@ def test_range_members_get_ranges_of_every_topic() -> None:
         for m in ids
     )
     assert shapes == [((other, (0, 1)), (TOPIC, (0, 1))), ((other, (2,)), (TOPIC, (2,)))]
+
+
+def test_a_rejoin_that_moves_the_epoch_waits_for_the_other_classic_members() -> None:
+    """A member whose pattern now matches a new topic rejoins: its answer waits until the other
+    (eager) member, told at its next heartbeat, has rejoined too; both are then assigned once."""
+    d = Driver(mode="translate", initial_delay_ms=DELAY)
+    other, other_id = "bar", uuid.UUID(int=0xBA2)
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 6), other: (other_id, 2)}, d.now))
+    ids = member_ids(d, ("a", "b"))
+    keys = [d.join(member_id=m, client=c) for m, c in zip(ids, ("a", "b"), strict=True)]
+    d.advance(DELAY)
+    gens = {m: d.join_response(k).generation_id for m, k in zip(ids, keys, strict=True)}
+    for m in ids:
+        assert len(sync(d, m, gens[m])) == 3
+
+    def rejoin(member_id: str) -> int:
+        protocols = [JoinGroupRequestProtocol("range", metadata(topics=(TOPIC, other)))]
+        key, _ = d.send(JoinGroupRequest("g", SESSION, member_id, "consumer", protocols, REBALANCE, client_id="x"))
+        return key
+
+    held = rejoin(ids[0])  # eager: it gave everything up first
+    assert held not in d.responses and d.timers[GATHER] == d.now + SESSION
+    d.advance(500)
+    assert d.heartbeat(ids[1], gens[ids[1]]) == Errors.REBALANCE_IN_PROGRESS
+    second = rejoin(ids[1])
+    # The barrier is complete: both answered at once, in the same epoch, without waiting out the timer.
+    answers = [d.join_response(held), d.join_response(second)]
+    assert [r.error_code for r in answers] == [0, 0] and answers[0].generation_id == answers[1].generation_id
+    assert GATHER not in d.timers
+    owned = {}
+    for m, r in zip(ids, answers, strict=True):
+        s = d.sync_response(d.sync(m, r.generation_id))
+        owned[m] = partitions_of(s.assignment)
+        assert d.heartbeat(m, r.generation_id) == 0
+    assert sorted(p for o in owned.values() for p in o.get(TOPIC, [])) == list(range(6))
+    assert sorted(p for o in owned.values() for p in o.get(other, [])) == [0, 1]
+
+
+def test_the_rejoin_barrier_ends_at_the_joiners_session_timeout_when_others_stay_away() -> None:
+    d = Driver(mode="translate", initial_delay_ms=DELAY)
+    ids = member_ids(d, ("a", "b"))
+    keys = [d.join(member_id=m, client=c) for m, c in zip(ids, ("a", "b"), strict=True)]
+    d.advance(DELAY)
+    assert all(d.join_response(k).error_code == 0 for k in keys)
+    protocols = [JoinGroupRequestProtocol("range", metadata(topics=(TOPIC, "bar")))]
+    held, _ = d.send(JoinGroupRequest("g", SESSION, ids[0], "consumer", protocols, REBALANCE, client_id="a"))
+    d.advance(SESSION - 1)
+    assert held not in d.responses
+    d.advance(1)
+    # b never came back (its session ended meanwhile): a is answered alone.
+    assert d.join_response(held).error_code == 0
+    assert list(d.cgroup().members) == [ids[0]]
