@@ -343,7 +343,14 @@ class ClassicMemberTranslator:
             if one is not None:
                 admitted.append(one)
         group = self.coordinator.group(group_id)
-        waiting = [one for one in gathering.admitted + admitted if group is not None and one.member_id in group.members]
+
+        def still_classic(one: _Admitted) -> bool:
+            # A member that left, expired, or was taken over by a consumer-protocol member under
+            # the same id (an upgrade) while it waited is not this join's member any more.
+            member = group.members.get(one.member_id) if group is not None else None
+            return member is not None and member.uses_classic_protocol
+
+        waiting = [one for one in gathering.admitted + admitted if still_classic(one)]
         # Everyone reports what it owns first, so that partitions given up by any of them are free
         # for all (an earlier answer must not miss what a later member releases).
         tx = self.coordinator.begin()
@@ -351,7 +358,7 @@ class ClassicMemberTranslator:
             self.coordinator.reconcile_member(tx, group_id, one.member_id, one.owned, now_ms)
         self._take_tx(out, tx)
         for one in gathering.admitted + admitted:
-            if group is None or one.member_id not in group.members:
+            if not still_classic(one):
                 # Fenced or gone while it waited (session, LeaveGroup): it must join again.
                 out.respond(one.request_key, join_error(Errors.UNKNOWN_MEMBER_ID, one.member_id))
                 continue

@@ -238,3 +238,27 @@ def test_the_rejoin_barrier_ends_at_the_joiners_session_timeout_when_others_stay
     # b never came back (its session ended meanwhile): a is answered alone.
     assert d.join_response(held).error_code == 0
     assert list(d.cgroup().members) == [ids[0]]
+
+
+def test_a_held_member_taken_over_by_a_consumer_protocol_member_is_not_answered_as_classic() -> None:
+    """While a's join waits at the barrier, a restarts as a consumer-protocol member under the same
+    id (an upgrade). The held join is not a's any more: answered UNKNOWN_MEMBER_ID, and no classic
+    timer is left armed that could later fence the consumer member."""
+    d = Driver(mode="translate", initial_delay_ms=DELAY)
+    ids = member_ids(d, ("a", "b"))
+    keys = [d.join(member_id=m, client=c) for m, c in zip(ids, ("a", "b"), strict=True)]
+    d.advance(DELAY)
+    gens = {m: d.join_response(k).generation_id for m, k in zip(ids, keys, strict=True)}
+    for m in ids:
+        sync(d, m, gens[m])
+    protocols = [JoinGroupRequestProtocol("range", metadata(topics=(TOPIC, "bar")))]
+    held, _ = d.send(JoinGroupRequest("g", SESSION, ids[0], "consumer", protocols, REBALANCE, client_id="a"))
+    assert held not in d.responses
+    assert d.consumer(ids[0]).error_code == 0
+    assert not d.cgroup().members[ids[0]].uses_classic_protocol
+    assert d.heartbeat(ids[1], gens[ids[1]]) == Errors.REBALANCE_IN_PROGRESS
+    again = d.join(member_id=ids[1], client="b")
+    assert d.join_response(held).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert d.join_response(again).error_code == 0
+    assert timer_key("classic-member-sync", "g", ids[0]) not in d.timers
+    assert not d.cgroup().members[ids[0]].uses_classic_protocol
