@@ -318,13 +318,24 @@ class ClassicMemberTranslator:
                 break
         gathering.admitted.append(admitted)
         self._keep_alive(out, admitted, gathering.deadline_ms)
-        group = self.coordinator.group(request.group_id)
+        out.extend(self.check_barrier(request.group_id, now_ms))
+
+    def check_barrier(self, group_id: str, now_ms: int) -> Result:
+        """End the group's join barrier once every classic member in the group is waiting at it
+        (after a join, or when a member it waited for left, expired or stopped being classic)."""
+        gathering = self.gatherings.get(group_id)
+        if gathering is None or not gathering.barrier:
+            return Result()
+        group = self.coordinator.group(group_id)
         waiting = {a.member_id for a in gathering.admitted}
-        if group is not None and all(
-            mid in waiting for mid, m in group.members.items() if m.uses_classic_protocol
+        if group is not None and any(
+            m.uses_classic_protocol and mid not in waiting for mid, m in group.members.items()
         ):
-            self._cancel(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, request.group_id))
-            out.extend(self._end_gathering(request.group_id, now_ms))
+            return Result()
+        out = Result()
+        self._cancel(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, group_id))
+        out.extend(self._end_gathering(group_id, now_ms))
+        return out
 
     def _end_gathering(self, group_id: str, now_ms: int) -> Result:
         """Add every parked joiner, then assign: one target for all of them."""

@@ -155,9 +155,10 @@ class GroupService:
         if isinstance(request, HeartbeatRequest):
             return self.heartbeat(request, request_key, now_ms)
         if isinstance(request, LeaveGroupRequest):
-            return self.leave_group(request, request_key, now_ms)
+            return self._after_membership_change(request.group_id, self.leave_group(request, request_key, now_ms), now_ms)
         if isinstance(request, ConsumerGroupHeartbeatRequest):
-            return self.consumer_group_heartbeat(request, request_key, now_ms)
+            result = self.consumer_group_heartbeat(request, request_key, now_ms)
+            return self._after_membership_change(request.group_id, result, now_ms)
         out = GroupResult()
         if isinstance(request, ConsumerGroupDescribeRequest):
             body: object = ConsumerGroupDescribeResponse(self.coordinator.describe(request.group_ids))
@@ -174,6 +175,11 @@ class GroupService:
         else:
             raise TypeError(f"not a group request: {type(request).__name__}")
         out.responses.append(Reply(request_key, body))
+        return out
+
+    def _after_membership_change(self, group_id: str, out: GroupResult, now_ms: int) -> GroupResult:
+        """A classic member left, expired or was taken over: a join barrier waiting for it may end."""
+        out.take(self.classic_members.check_barrier(group_id, now_ms))
         return out
 
     def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
@@ -400,6 +406,8 @@ class GroupService:
             out.take(self.classic_members.on_timer(key, now_ms))
             if kind == CLASSIC_MEMBER_GATHER_TIMER:
                 self._forget_if_unwritten(gid)
+            else:
+                self._after_membership_change(gid, out, now_ms)
             return out
         group = self._consumer_group(gid)
         member = group.members.get(member_id) if group is not None else None
@@ -418,6 +426,7 @@ class GroupService:
             result = ClassicResult()
             self.classic_members.cancel_member_timers(result, gid, member_id)
             out.take(result)
+            self._after_membership_change(gid, out, now_ms)
         return out
 
     # ---- offsets and admin -------------------------------------------------------------------

@@ -12,7 +12,7 @@ from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, metad
 
 from coordinator.target import select_assignor
 from translate.classic_member import CLASSIC_MEMBER_GATHER_TIMER
-from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol
+from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol, MemberIdentity
 from translate.embedded import subscribed_topics
 from translate.errors import Errors
 from translate.result import timer_key
@@ -262,3 +262,17 @@ def test_a_held_member_taken_over_by_a_consumer_protocol_member_is_not_answered_
     assert d.join_response(again).error_code == 0
     assert timer_key("classic-member-sync", "g", ids[0]) not in d.timers
     assert not d.cgroup().members[ids[0]].uses_classic_protocol
+
+
+def test_the_rejoin_barrier_ends_when_the_member_it_waits_for_leaves() -> None:
+    d = Driver(mode="translate", initial_delay_ms=DELAY)
+    ids = member_ids(d, ("a", "b"))
+    keys = [d.join(member_id=m, client=c) for m, c in zip(ids, ("a", "b"), strict=True)]
+    d.advance(DELAY)
+    assert all(d.join_response(k).error_code == 0 for k in keys)
+    protocols = [JoinGroupRequestProtocol("range", metadata(topics=(TOPIC, "bar")))]
+    held, _ = d.send(JoinGroupRequest("g", SESSION, ids[0], "consumer", protocols, REBALANCE, client_id="a"))
+    assert held not in d.responses
+    assert d.leave(MemberIdentity(ids[1], None)).error_code == 0
+    # No one else to wait for: answered with the leave, not at the timer.
+    assert d.join_response(held).error_code == 0 and GATHER not in d.timers
