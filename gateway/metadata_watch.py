@@ -2,8 +2,8 @@
 
 KIP-848 computes assignments on the server, so the coordinator must see topics come, go and grow.
 The watcher asks the upstream for all topics (Metadata v10+ carries topic ids) every
-``interval_s`` and on demand when a group request names a topic the image lacks (the request waits
-for that refresh so it is handled against the new image, in its turn). Concurrent demands share one
+``interval_s`` and on demand when a group request names a topic the image lacks, or subscribes by
+regex (the request waits for that refresh so it is handled against the new image, in its turn). Concurrent demands share one
 refresh. Changes are handed to ``on_change`` (the group layer feeds GroupService.on_metadata).
 """
 
