@@ -23,7 +23,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import codec, frames
+from gateway import codec, frames, state_repair
 from gateway import group_codec as gc
 from gateway.coordinator_settings import CoordinatorSettings
 from gateway.groups import GroupLayer
@@ -357,7 +357,6 @@ async def _classic_member(layer: GroupLayer, group: str) -> tuple[str, int]:
 async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    from gateway import state_log as mod
 
     state = tmp_path / "state"
     layer = await started(state_dir=str(state))
@@ -384,7 +383,7 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert layer.armed_timers() == 0  # nothing expires from a memory that is no longer trusted
         # The log was cut back to what was acknowledged: loadable, no partial or unanswered record.
         assert (state / f"{0:020d}.log").stat().st_size == durable
-        assert mod.verify(state).damage == []
+        assert state_repair.verify(state).damage == []
         # Every group request is told to go away and come back, not served from memory.
         h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="kept", generation_id=gen, member_id=kept))
         assert h.error_code == NOT_COORDINATOR
