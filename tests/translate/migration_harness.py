@@ -69,6 +69,9 @@ class Driver:
     max_group_size: int | None = None
     classic_max_size: int = 2**31 - 1
     now: int = 1_000
+    # KIP-1263 batching off: these scenarios step through one assignment per epoch bump, as
+    # initial_rebalance_delay_ms=0 does for the classic side.
+    assignment_interval_ms: int = 0
     records: list[Any] = field(default_factory=list)
     timers: dict[TimerKey, int] = field(default_factory=dict)
     responses: dict[Any, Any] = field(default_factory=dict)
@@ -82,7 +85,11 @@ class Driver:
                 classic_groups=self.mode,
                 classic=ClassicGroupConfig(initial_rebalance_delay_ms=0, max_size=self.classic_max_size),
             ),
-            CoordinatorConfig(member_id_generator=lambda: f"cg-{next(cids)}", max_group_size=self.max_group_size),
+            CoordinatorConfig(
+                member_id_generator=lambda: f"cg-{next(cids)}",
+                max_group_size=self.max_group_size,
+                assignment_interval_ms=self.assignment_interval_ms,
+            ),
             lambda client_id: f"{client_id}-{next(ids)}",
         )
         self.keys = itertools.count(1)
