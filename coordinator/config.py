@@ -56,6 +56,34 @@ def _clamp(value: int, low: int | None, high: int | None) -> int:
     return value
 
 
+def group_config_error(
+    configs: Mapping[str, int],
+    *,
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int,
+    bounds: Mapping[str, tuple[int | None, int | None]],
+) -> str | None:
+    """Kafka's ``GroupConfig.validate`` for the consumer group configs: an unknown name, a value below
+    the type's floor (0 for the assignment interval, else 1) or outside the broker's min/max bounds,
+    and a session timeout not above the heartbeat interval (the broker's where not overridden) are
+    refused. Returns the reason, or None when valid."""
+    for name, value in configs.items():
+        if name not in GROUP_CONFIG_NAMES:
+            return f"Unknown group config name: {name}"
+        floor = 0 if name == CONSUMER_ASSIGNMENT_INTERVAL_MS else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < floor:
+            return f"{name} must be an integer of at least {floor}"
+        low, high = bounds.get(name, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"{name} must be in the range {low} to {high} inclusive."
+    if CONSUMER_SESSION_TIMEOUT_MS in configs or CONSUMER_HEARTBEAT_INTERVAL_MS in configs:
+        session = configs.get(CONSUMER_SESSION_TIMEOUT_MS, session_timeout_ms)
+        heartbeat = configs.get(CONSUMER_HEARTBEAT_INTERVAL_MS, heartbeat_interval_ms)
+        if session <= heartbeat:
+            return f"{CONSUMER_SESSION_TIMEOUT_MS} must be greater than {CONSUMER_HEARTBEAT_INTERVAL_MS}"
+    return None
+
+
 @dataclass(slots=True)
 class CoordinatorConfig:
     assignors: Mapping[str, ServerAssignor] = field(default_factory=dict)
@@ -110,24 +138,13 @@ class CoordinatorConfig:
         return self.min_assignment_interval_ms, self.max_assignment_interval_ms
 
     def validate_group_config(self, configs: Mapping[str, int]) -> str | None:
-        """Kafka's ``GroupConfig.validate`` for the consumer group configs: unknown names, values
-        below the type's floor or outside the broker's min/max bounds, and a session timeout not above
-        the heartbeat interval are refused. Returns the reason, or None when valid."""
-        for name, value in configs.items():
-            if name not in GROUP_CONFIG_NAMES:
-                return f"Unknown group config name: {name}"
-            floor = 0 if name == CONSUMER_ASSIGNMENT_INTERVAL_MS else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < floor:
-                return f"{name} must be an integer of at least {floor}"
-            low, high = self._bounds(name)
-            if (low is not None and value < low) or (high is not None and value > high):
-                return f"{name} must be in the range {low} to {high} inclusive."
-        if CONSUMER_SESSION_TIMEOUT_MS in configs or CONSUMER_HEARTBEAT_INTERVAL_MS in configs:
-            session = configs.get(CONSUMER_SESSION_TIMEOUT_MS, self.session_timeout_ms)
-            heartbeat = configs.get(CONSUMER_HEARTBEAT_INTERVAL_MS, self.heartbeat_interval_ms)
-            if session <= heartbeat:
-                return f"{CONSUMER_SESSION_TIMEOUT_MS} must be greater than {CONSUMER_HEARTBEAT_INTERVAL_MS}"
-        return None
+        """Kafka's ``GroupConfig.validate`` for the consumer group configs (see ``group_config_error``)."""
+        return group_config_error(
+            configs,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            bounds={name: self._bounds(name) for name in GROUP_CONFIG_NAMES},
+        )
 
     def _effective(self, group_id: str, name: str, default: int) -> int:
         value = self.group_configs.get(group_id, {}).get(name)
