@@ -45,6 +45,7 @@ from coordinator.describe import DescribedGroup, ListedGroup, describe_group, li
 from coordinator.errors import Errors
 from coordinator.heartbeat import heartbeat, session_timeout_of
 from coordinator.membership import (
+    assignment_due_ms,
     bump_group_epoch,
     maybe_update_target,
     reconcile_member,
@@ -61,7 +62,15 @@ from coordinator.records import Record
 from coordinator.records.codec import decode
 from coordinator.replay import apply
 from coordinator.state import CoordinatorState, Result, Tx
-from coordinator.timers import ASSIGNMENT, REBALANCE, SESSION, TimerKey, rebalance_key, session_key
+from coordinator.timers import (
+    ASSIGNMENT,
+    REBALANCE,
+    SESSION,
+    TimerKey,
+    assignment_key,
+    rebalance_key,
+    session_key,
+)
 
 
 class ConsumerGroupCoordinator:
@@ -143,10 +152,13 @@ class ConsumerGroupCoordinator:
         return tx.result(None)
 
     def on_loaded(self, now_ms: int) -> Result[None]:
-        """After replay (KIP-848 "Fail Over"): arm every member's session timer and the revocation
-        timers of members that were revoking."""
+        """After replay (KIP-848 "Fail Over"): arm every member's session timer, the revocation
+        timers of members that were revoking, and the assignment timer of groups whose target was
+        held back by their assignment interval (KIP-1263), due from the persisted computation time."""
         tx = Tx(self.state)
         for group in self.state.groups.values():
+            if group.members and group.group_epoch > group.assignment_epoch:
+                tx.schedule(assignment_key(group.group_id), max(now_ms, assignment_due_ms(tx, group)))
             for m in group.members.values():
                 tx.schedule(session_key(group.group_id, m.member_id), now_ms + session_timeout_of(self.state, m, group.group_id))
                 if m.state is MemberState.UNREVOKED_PARTITIONS:

@@ -144,7 +144,9 @@ def test_the_assignment_timestamp_survives_a_restart() -> None:
         restarted.replay_bytes(*encode(r))
     assert restarted.snapshot() == d.coord.snapshot()
     assert restarted.group("g").assignment_timestamp_ms == START  # type: ignore[union-attr]
-    restarted.on_loaded(START + 200)
+    loaded = restarted.on_loaded(START + 200)
+    # The held-back computation is re-armed from the persisted time, not from the restart.
+    assert scheduled(loaded, assignment_key("g")) == [START + 1_000]
     d.coord = restarted
     d.now = START + 200
     res = d.hb_result("g", "m2", 1, {})
