@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from coordinator import records as rec
 from coordinator import regex as rx
 from coordinator.assignors.api import TopicMetadata
+from coordinator.config import CoordinatorConfig
 from coordinator.model import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -34,7 +35,7 @@ from coordinator.model import (
 from coordinator.reconcile import reconcile
 from coordinator.state import Tx
 from coordinator.target import compute_target
-from coordinator.timers import assignment_key, rebalance_key, session_key
+from coordinator.timers import rebalance_key, session_key
 
 
 def bump_group_epoch(tx: Tx, group: ConsumerGroup) -> None:
@@ -186,11 +187,11 @@ def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember
     return group.members[new_member_id]
 
 
-def assignment_due_ms(tx: Tx, group: ConsumerGroup) -> int:
+def assignment_due_ms(config: CoordinatorConfig, group: ConsumerGroup) -> int:
     """KIP-1263 (Kafka's ``canComputeNextTargetAssignment``): the earliest time the group may compute
-    its next target: at once when it never computed one (timestamp 0, e.g. a new group's first join)
-    or its interval is 0, else the last computation's time plus the group's interval."""
-    interval = tx.state.config.assignment_interval_for(group.group_id)
+    its next target: at once (0) when it never computed one (timestamp 0, e.g. a new group's first
+    join) or its interval is 0, else the last computation's time plus the group's interval."""
+    interval = config.assignment_interval_for(group.group_id)
     last = group.assignment_timestamp_ms
     if last <= 0 or interval <= 0:
         return 0
@@ -201,20 +202,17 @@ def maybe_update_target(tx: Tx, group: ConsumerGroup, now_ms: int, *, force: boo
     """Compute and install a new target assignment when the group epoch is ahead of it and the
     group's assignment interval has passed (``force`` ignores the interval). While held back, members
     keep reconciling toward the current target (a joining member gets the current assignment epoch
-    and nothing assigned) and an ``assignment`` timer fires when the interval ends. Returns whether a
-    new target was installed."""
+    and nothing assigned). As in Kafka 4.3.1 (measured: ConsumerGroupDescribe stays ``Assigning``
+    past the interval until a member heartbeats), nothing fires when the interval ends: the next
+    heartbeat after it computes the target. Returns whether a new target was installed."""
     if group.group_epoch <= group.assignment_epoch:
         return False
-    gid = group.group_id
-    due = assignment_due_ms(tx, group)
-    if not force and now_ms < due:
-        tx.schedule(assignment_key(gid), due)
+    if not force and now_ms < assignment_due_ms(tx.state.config, group):
         return False
+    gid = group.group_id
     for mid, a in compute_target(tx.state.config, group).items():
         tx.emit(rec.target_member(gid, mid, a))
     tx.emit(rec.target_epoch(gid, group.group_epoch, now_ms))
-    if due:
-        tx.cancel(assignment_key(gid))
     return True
 
 

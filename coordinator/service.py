@@ -24,6 +24,7 @@ Lower-level API for translate/ (classic members inside consumer groups), all wit
     coord.upsert_member(tx, group_id, ConsumerGroupMember(..., classic_metadata=ClassicMemberMetadata(...)), now_ms)
     coord.update_target(tx, group_id, now_ms)              # when group epoch > assignment epoch and
                                                            # the assignment interval passed (KIP-1263)
+    coord.assignment_due_ms(group_id)                      # when that interval ends (0: now)
     member = coord.reconcile_member(tx, group_id, member_id, owned_partitions, now_ms)  # target: at once
     member = coord.reconcile_member(..., defer_target=True)  # target: as update_target (interval)
     coord.remove_member(tx, group_id, member_id, now_ms)   # leave / fence: tombstones + epoch bump
@@ -62,15 +63,7 @@ from coordinator.records import Record
 from coordinator.records.codec import decode
 from coordinator.replay import apply
 from coordinator.state import CoordinatorState, Result, Tx
-from coordinator.timers import (
-    ASSIGNMENT,
-    REBALANCE,
-    SESSION,
-    TimerKey,
-    assignment_key,
-    rebalance_key,
-    session_key,
-)
+from coordinator.timers import REBALANCE, SESSION, TimerKey, rebalance_key, session_key
 
 
 class ConsumerGroupCoordinator:
@@ -118,15 +111,10 @@ class ConsumerGroupCoordinator:
     # -- time and metadata ----------------------------------------------------------------------
 
     def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
-        """A timer fired: an expired session or revocation deadline fences the member (KIP-848); an
-        assignment timer computes the target the group's assignment interval held back (KIP-1263)."""
+        """A timer fired: an expired session or revocation deadline fences the member (KIP-848)."""
         kind, group_id, member_id = key
         tx = Tx(self.state)
         group = self.state.groups.get(group_id)
-        if kind == ASSIGNMENT:
-            if group is not None and group.members:
-                maybe_update_target(tx, group, now_ms)
-            return tx.result(None)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             return tx.result(None)
@@ -152,13 +140,10 @@ class ConsumerGroupCoordinator:
         return tx.result(None)
 
     def on_loaded(self, now_ms: int) -> Result[None]:
-        """After replay (KIP-848 "Fail Over"): arm every member's session timer, the revocation
-        timers of members that were revoking, and the assignment timer of groups whose target was
-        held back by their assignment interval (KIP-1263), due from the persisted computation time."""
+        """After replay (KIP-848 "Fail Over"): arm every member's session timer and the revocation
+        timers of members that were revoking."""
         tx = Tx(self.state)
         for group in self.state.groups.values():
-            if group.members and group.group_epoch > group.assignment_epoch:
-                tx.schedule(assignment_key(group.group_id), max(now_ms, assignment_due_ms(tx, group)))
             for m in group.members.values():
                 tx.schedule(session_key(group.group_id, m.member_id), now_ms + session_timeout_of(self.state, m, group.group_id))
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
@@ -207,13 +192,17 @@ class ConsumerGroupCoordinator:
 
     def update_target(self, tx: Tx, group_id: str, now_ms: int, *, force: bool = False) -> bool:
         """Compute the group's next target when its epoch is ahead and, unless ``force``, its
-        assignment interval (``assignment_interval_ms``) passed; otherwise arm the ``assignment`` timer.
-        Returns whether a new target was installed."""
+        assignment interval passed (KIP-1263). Returns whether a new target was installed."""
         return maybe_update_target(tx, self.state.groups[group_id], now_ms, force=force)
 
     def assignment_interval_ms(self, group_id: str) -> int:
         """The group's effective ``consumer.assignment.interval.ms`` (KIP-1263)."""
         return self.state.config.assignment_interval_for(group_id)
+
+    def assignment_due_ms(self, group_id: str) -> int:
+        """The earliest time the group may compute its next target (0: at once), KIP-1263."""
+        group = self.state.groups.get(group_id)
+        return 0 if group is None else assignment_due_ms(self.state.config, group)
 
     def reconcile_member(
         self, tx: Tx, group_id: str, member_id: str, owned: Assignment | None, now_ms: int,

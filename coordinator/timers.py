@@ -5,10 +5,7 @@ The coordinator never reads a clock: each call returns the timer changes to make
 ``CancelTimer`` disarms it. When a timer fires the caller calls ``on_timer(key, now_ms)``.
 
 Keys are tuples ``(kind, group_id, member_id)`` with kind ``session`` (KIP-848 "Heartbeat &
-Session"), ``rebalance`` (the revocation deadline, KIP-848 "Member Epoch - Reconciliation") or
-``assignment`` (KIP-1263: a target assignment held back by the group's assignment interval; one per
-group, member id ""). The assignment timer is not state: after a restart the next heartbeat re-arms it
-from the persisted assignment timestamp.
+Session") or ``rebalance`` (the revocation deadline, KIP-848 "Member Epoch - Reconciliation").
 translate/ may use its own kinds (e.g. ``join``/``sync``); the coordinator ignores kinds it does not know.
 """
 
@@ -20,7 +17,6 @@ TimerKey = tuple[str, str, str]
 
 SESSION = "session"
 REBALANCE = "rebalance"
-ASSIGNMENT = "assignment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +39,3 @@ def session_key(group_id: str, member_id: str) -> TimerKey:
 
 def rebalance_key(group_id: str, member_id: str) -> TimerKey:
     return (REBALANCE, group_id, member_id)
-
-
-def assignment_key(group_id: str) -> TimerKey:
-    return (ASSIGNMENT, group_id, "")

@@ -63,7 +63,7 @@ from coordinator.messages import (
 from coordinator.model import ConsumerGroup, MemberState
 from coordinator.records.codec import decode as decode_consumer_record
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.timers import ASSIGNMENT, REBALANCE, SESSION, TimerKey
+from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroupState
 from translate.classic_member import (
@@ -395,9 +395,6 @@ class GroupService:
             return out
         if kind in _CLASSIC_MEMBER_TIMERS:
             out.take(self.classic_members.on_timer(key, now_ms))
-            return out
-        if kind == ASSIGNMENT:  # KIP-1263: a target assignment the group's interval held back
-            out.take_coordinator(self.coordinator.on_timer(key, now_ms))
             return out
         group = self._consumer_group(gid)
         member = group.members.get(member_id) if group is not None else None

@@ -3,9 +3,11 @@
 
 As Kafka 4.3's ``canComputeNextTargetAssignment``: the first computation of a group (no assignment
 timestamp yet) and an interval of 0 run at once; otherwise the epoch bump waits until the interval
-since the last computation passed. Meanwhile members reconcile toward the current target: a member
-that joins gets the current assignment epoch and nothing assigned. The computation time is persisted
-(tagged field of the target assignment metadata record) so a restart does not cut the interval short.
+since the last computation passed, and the first heartbeat after it computes (Kafka 4.3.1 arms
+nothing for the end of the interval: measured, its ConsumerGroupDescribe stays ``Assigning`` until a
+member heartbeats). Meanwhile members reconcile toward the current target: a member that joins gets
+the current assignment epoch and nothing assigned. The computation time is persisted (tagged field of
+the target assignment metadata record) so a restart does not cut the interval short.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from coordinator.config import CoordinatorConfig
 from coordinator.records import RecordType, TargetAssignmentMetadataValue
 from coordinator.records.codec import decode, encode
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.state import Result
-from coordinator.timers import CancelTimer, ScheduleTimer, assignment_key
 
 START = 10_000  # a clock that is not 0: a timestamp of 0 means "never computed"
 
@@ -38,10 +38,6 @@ def target_epochs(d: Driver, group: str = "g") -> list[tuple[int, int]]:
             assert isinstance(r.value, TargetAssignmentMetadataValue)
             out.append((r.value.assignment_epoch, r.value.assignment_timestamp_ms))
     return out
-
-
-def scheduled(res: Result, key: tuple[str, str, str]) -> list[int]:
-    return [t.deadline_ms for t in res.timers if isinstance(t, ScheduleTimer) and t.key == key]
 
 
 def settle(d: Driver, members: list[str], group: str = "g", rounds: int = 6) -> None:
@@ -68,19 +64,21 @@ def test_joins_within_the_interval_share_one_target_computation() -> None:
     g = d.group("g")
     assert (g.group_epoch, g.assignment_epoch, g.state().value) == (3, 1, "Assigning")
     assert [(r.response.member_epoch, d.resp_parts(r.response)) for r in (r2, r3)] == [(1, {}), (1, {})]
-    assert scheduled(r2, assignment_key("g")) == [START + 1_000]
-    assert scheduled(r3, assignment_key("g")) == [START + 1_000]
+    assert d.coord.assignment_due_ms("g") == START + 1_000
     assert target_epochs(d) == [(1, START)]
-    # m1 keeps everything meanwhile.
+    # m1 keeps everything meanwhile; a heartbeat just before the end of the interval changes nothing.
+    d.now = START + 999
     hb = d.hb("g", "m1", 1, {"foo": [0, 1, 2, 3, 4, 5]})
     assert (hb.member_epoch, hb.assignment) == (1, None)
+    # Nothing fires at the end of the interval: the coordinator returned no timer for it.
+    assert {r.timers[0].key[0] for r in (r2, r3)} == {"session"} and all(len(r.timers) == 1 for r in (r2, r3))
 
     d.now = START + 1_000
-    fired = d.keep(d.coord.on_timer(assignment_key("g"), d.now))
-    # One computation for both joins, at the epoch of the last bump.
+    hb = d.hb("g", "m1", 1, {"foo": [0, 1, 2, 3, 4, 5]})
+    # One computation for both joins, at the epoch of the last bump; m1 is asked to revoke 4 of 6.
     assert target_epochs(d) == [(1, START), (3, START + 1_000)]
     assert sorted(d.target_view("g")) == ["m1", "m2", "m3"]
-    assert not scheduled(fired, assignment_key("g"))
+    assert (hb.member_epoch, d.resp_parts(hb)) == (1, {"foo": [0, 1]})
     settle(d, ["m1", "m2", "m3"])
     views = [d.member_view("g", m) for m in ("m1", "m2", "m3")]
     assert [v[0] for v in views] == [3, 3, 3]
@@ -98,23 +96,20 @@ def test_interval_zero_computes_on_every_epoch_bump() -> None:
     d.hb("g", "m3", 0)
     assert [e for e, _ in target_epochs(d)] == [1, 2, 3]
     assert r2.response.member_epoch == 2
-    assert not scheduled(r2, assignment_key("g"))
+    assert d.coord.assignment_due_ms("g") == 0
 
 
-def test_a_heartbeat_after_the_interval_computes_without_waiting_for_the_timer() -> None:
+def test_without_a_heartbeat_the_held_back_target_waits() -> None:
     d = driver()
     d.hb("g", "m1", 0)
-    d.now = START + 999
+    d.now = START + 10
     d.hb("g", "m2", 0)
-    assert target_epochs(d) == [(1, START)]
-    d.now = START + 1_000
-    res = d.hb_result("g", "m1", 1, {"foo": [0, 1, 2, 3, 4, 5]})
-    assert target_epochs(d) == [(1, START), (2, START + 1_000)]
-    # The pending timer is disarmed; m1 is asked to give partitions up for m2.
-    assert CancelTimer(assignment_key("g")) in res.timers
-    assert res.response.member_epoch == 1 and d.resp_parts(res.response) == {"foo": [0, 1, 2]}
-    # The timer firing late finds nothing left to do.
-    assert d.coord.on_timer(assignment_key("g"), d.now).records == []
+    # Long after the interval, with nobody heartbeating, the group is still assigning (as Kafka 4.3.1).
+    d.now = START + 60_000
+    assert d.coord.describe(["g"])[0].assignment_epoch == 1
+    assert d.group("g").state().value == "Assigning"
+    r = d.hb("g", "m2", 1, {})
+    assert r.member_epoch == 2 and target_epochs(d) == [(1, START), (2, START + 60_000)]
 
 
 def test_the_next_interval_runs_from_the_last_computation() -> None:
@@ -123,9 +118,9 @@ def test_the_next_interval_runs_from_the_last_computation() -> None:
     d.now = START + 2_000  # long after: computed at once
     d.hb("g", "m2", 0)
     d.now = START + 2_100  # within 500 ms of the previous computation
-    r3 = d.hb_result("g", "m3", 0)
+    d.hb("g", "m3", 0)
     assert [e for e, _ in target_epochs(d)] == [1, 2]
-    assert scheduled(r3, assignment_key("g")) == [START + 2_500]
+    assert d.coord.assignment_due_ms("g") == START + 2_500
 
 
 def test_the_assignment_timestamp_survives_a_restart() -> None:
@@ -144,26 +139,15 @@ def test_the_assignment_timestamp_survives_a_restart() -> None:
         restarted.replay_bytes(*encode(r))
     assert restarted.snapshot() == d.coord.snapshot()
     assert restarted.group("g").assignment_timestamp_ms == START  # type: ignore[union-attr]
-    loaded = restarted.on_loaded(START + 200)
-    # The held-back computation is re-armed from the persisted time, not from the restart.
-    assert scheduled(loaded, assignment_key("g")) == [START + 1_000]
+    restarted.on_loaded(START + 200)
     d.coord = restarted
     d.now = START + 200
-    res = d.hb_result("g", "m2", 1, {})
+    d.hb("g", "m2", 1, {})
     # Still held back by the interval of the computation made before the restart.
-    assert scheduled(res, assignment_key("g")) == [START + 1_000]
+    assert restarted.assignment_due_ms("g") == START + 1_000
     assert target_epochs(d) == [(1, START)]
-
-
-def test_a_timer_for_a_group_that_emptied_meanwhile_does_nothing() -> None:
-    d = driver()
-    d.hb("g", "m1", 0)
-    d.now = START + 100
-    d.hb("g", "m2", 0)
-    d.hb("g", "m1", -1)
-    d.hb("g", "m2", -1)
-    assert d.coord.on_timer(assignment_key("g"), START + 1_000).records == []
-    assert d.coord.on_timer(assignment_key("unknown"), START + 1_000).records == []
+    d.now = START + 1_000
+    assert d.hb("g", "m2", 1, {}).member_epoch == 2
 
 
 def test_update_target_for_callers_of_the_lower_level_api() -> None:
@@ -173,7 +157,7 @@ def test_update_target_for_callers_of_the_lower_level_api() -> None:
     d.hb("g", "m2", 0)
     tx = d.coord.begin()
     assert d.coord.update_target(tx, "g", d.now) is False
-    assert ScheduleTimer(assignment_key("g"), START + 1_000) in tx.timers
+    assert d.coord.assignment_due_ms("g") == START + 1_000
     assert d.coord.update_target(tx, "g", d.now, force=True) is True
     assert d.group("g").assignment_epoch == 2
     assert d.coord.assignment_interval_ms("g") == 1_000
@@ -260,9 +244,9 @@ def test_group_configs_reach_the_coordinator() -> None:
         d.now = START + 100
         r = d.hb_result(g, "m2", 0)
         if g == "fast":
-            assert r.response.member_epoch == 2 and not scheduled(r, assignment_key(g))
+            assert r.response.member_epoch == 2 and d.coord.assignment_due_ms(g) == 0
             assert r.response.heartbeat_interval_ms == 5_000
         else:
-            assert r.response.member_epoch == 1 and scheduled(r, assignment_key(g)) == [START + 5_000]
+            assert r.response.member_epoch == 1 and d.coord.assignment_due_ms(g) == START + 5_000
             assert r.response.heartbeat_interval_ms == 2_000
-            assert scheduled(r, ("session", g, "m2")) == [START + 100 + 20_000]
+            assert [(t.key, t.deadline_ms) for t in r.timers] == [(("session", g, "m2"), START + 100 + 20_000)]

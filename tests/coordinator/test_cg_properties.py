@@ -25,7 +25,7 @@ from coordinator.records import Record
 from coordinator.records.codec import decode, encode
 from coordinator.replay import replay
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.timers import ASSIGNMENT, ScheduleTimer, rebalance_key, session_key
+from coordinator.timers import ScheduleTimer, rebalance_key, session_key
 
 G = "g"
 TOPICS = ["t0", "t1", "t2", "t3"]
@@ -277,12 +277,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             c.full_next = True  # a fresh session: like a client after a lost response
         interval = self.coord.state.config.assignment_interval_ms
         for _ in range(8):
-            # A target held back by the assignment interval (KIP-1263) is computed when it ends.
+            # A target held back by the assignment interval (KIP-1263) is computed by the first
+            # heartbeat after the interval.
             self.now += interval
-            for key, deadline in sorted(self.timers.items(), key=lambda kd: kd[1]):
-                if key[0] == ASSIGNMENT and deadline <= self.now:
-                    del self.timers[key]
-                    self._keep(self.coord.on_timer(key, self.now))
             for mid in sorted(self.clients):
                 c = self.clients.get(mid)
                 if c is not None:
