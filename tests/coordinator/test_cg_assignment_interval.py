@@ -250,3 +250,18 @@ def test_group_configs_reach_the_coordinator() -> None:
             assert r.response.member_epoch == 1 and d.coord.assignment_due_ms(g) == START + 5_000
             assert r.response.heartbeat_interval_ms == 2_000
             assert [(t.key, t.deadline_ms) for t in r.timers] == [(("session", g, "m2"), START + 100 + 20_000)]
+
+
+def test_a_group_emptied_and_rejoined_within_the_interval_waits_too() -> None:
+    # Measured on Kafka 4.3.1 (group interval 10 s): join, leave, another join: the joiner is at the
+    # old assignment epoch with nothing, the group Assigning.
+    d = driver(assignment_interval_ms=10_000)
+    d.hb("g", "m1", 0)
+    d.now = START + 10
+    d.hb("g", "m1", -1)
+    assert d.group("g").state().value == "Empty"
+    d.now = START + 20
+    r = d.hb("g", "m2", 0)
+    assert (r.member_epoch, d.resp_parts(r)) == (1, {})
+    g = d.group("g")
+    assert (g.group_epoch, g.assignment_epoch, g.state().value) == (3, 1, "Assigning")
