@@ -144,7 +144,9 @@ class OffsetBridge:
         msg.member_id = ""
         msg.group_instance_id = None
         try:
-            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error)
+            # At most once: a commit lost in flight is answered COORDINATOR_NOT_AVAILABLE (retriable; never
+            # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
+            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.layer.counters["commits_failed"] += 1
