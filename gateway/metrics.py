@@ -79,6 +79,7 @@ class GatewayMetrics:
         "local",
         "local_latency",
         "upstream_connect_failures",
+        "upstream_unavailable_answers",
     )
 
     def __init__(self) -> None:
@@ -92,6 +93,8 @@ class GatewayMetrics:
         self.local = [0] * API_SLOTS
         self.errors: defaultdict[int, int] = defaultdict(int)
         self.upstream_connect_failures = 0
+        # requests for the cluster answered with a retriable error because no upstream link could be had
+        self.upstream_unavailable_answers = 0
         # api key -> arrival of a locally answered request to its response (seconds)
         self.local_latency: dict[int, Histogram] = {}
 
@@ -280,6 +283,11 @@ class Health:
             "upstream_connect_failures_total",
             "Failed attempts to open a client's upstream connection",
             m.upstream_connect_failures,
+        )
+        out.counter(
+            "upstream_unavailable_answers_total",
+            "Client requests for the cluster answered with a retriable error because no upstream link could be opened",
+            m.upstream_unavailable_answers,
         )
         out.counter(
             "upstream_metadata_failures_total",

@@ -40,6 +40,12 @@ UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
 REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
 GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 GROUP_SUBSCRIBED_TO_TOPIC = 86
+# A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
+# lost in flight with its link). The coordinator (the gateway) is fine: the Java consumer retries
+# COORDINATOR_LOAD_IN_PROGRESS within the same commitSync / position lookup and librdkafka retries it,
+# neither forgets its coordinator (COORDINATOR_NOT_AVAILABLE would make the Java client drop and
+# reopen its coordinator connection). The commit is never acknowledged unless the cluster wrote it.
+CLUSTER_UNREACHABLE = COORDINATOR_LOAD_IN_PROGRESS
 # Upstream answers to a simple commit that only a group with live upstream members gives.
 _MEMBERSHIP_ERRORS = frozenset(
     {
@@ -150,7 +156,7 @@ class OffsetBridge:
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.layer.counters["commits_failed"] += 1
-            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+            return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
         out = [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
         errors = {e for _, parts in out for _, e in parts}
         if errors & _MEMBERSHIP_ERRORS:
@@ -285,7 +291,7 @@ class OffsetBridge:
             r = await client.to_coordinator(gid, gc.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
         except UpstreamError as e:
             log.warning("offset fetch could not reach the upstream coordinator", group_id=gid, error=str(e))
-            return COORDINATOR_NOT_AVAILABLE, []
+            return CLUSTER_UNREACHABLE, []
         if v >= 8:
             g = r.groups[0]
             err, rtopics = g.error_code, g.topics

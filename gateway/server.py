@@ -19,6 +19,7 @@ from .connection import ClientConnection, LocalHandler
 from .logging import get_logger
 from .metrics import GatewayMetrics
 from .tls import TlsAcceptor, server_context
+from .unreachable import Replies
 from .upstream import BrokerDirectory
 
 log = get_logger("gateway.server")
@@ -45,6 +46,9 @@ class Gateway:
         self.directory = BrokerDirectory(config, on_change=self._schedule_reconcile)
         self.directory.set_local_api(local_api or {})
         self.connections: set[ClientConnection] = set()
+        # The last upstream answers to ApiVersions / Metadata / DescribeCluster, replayed to the same
+        # requests while the upstream is unreachable (gateway/unreachable.py).
+        self.replies = Replies()
         self.metrics = GatewayMetrics()
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
