@@ -118,7 +118,7 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
                     topic_id=t.topic_id if version >= 13 else None,
                     partitions=[
                         pcls(partition_index=p.partition, error_code=NOT_LEADER_OR_FOLLOWER, high_watermark=-1,
-                             last_stable_offset=-1, log_start_offset=-1, records=None)
+                             last_stable_offset=-1, log_start_offset=-1, records=b"")
                         for p in t.partitions
                     ],
                 )

@@ -1,0 +1,156 @@
+"""A broker outage longer than the session timeout, with a classic group consuming through the gateway.
+
+The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
+the outage must not expire them (same generation and member ids before and after), the gateway must
+not churn connections on the coordinator's port (it answers what needs the cluster with retriable
+errors instead of closing), no record is consumed twice and everything produced is consumed.
+
+There is nothing to compare with plain Kafka here: with the single broker down its group coordinator is
+down too, every member loses its coordinator and the group is rebuilt when the broker returns. The
+outage uses a broker of its own (the session-shared one is not killed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import free_port_block
+from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
+from compat_tests.harness.events import EventLog, now_ms
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.invariants import assert_all_consumed, assert_none_twice
+from compat_tests.harness.probe import roundtrip
+from gateway.embedded_kafka import EmbeddedKafka, free_port
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(shutil.which("java") is None, reason="no Java runtime: the embedded Kafka broker cannot run"),
+]
+
+SESSION_TIMEOUT_MS = 6000  # Kafka's group.min.session.timeout.ms
+OUTAGE_S = 15.0  # well over the session timeout
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
+    broker = EmbeddedKafka(data_dir=tmp_path / "kafka")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
+
+
+def _members(bootstrap: str, group: str) -> tuple[str, list[str]]:
+    r = roundtrip(bootstrap, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False), DescribeGroupsResponse, 5)
+    g = r.groups[0]
+    assert g.error_code == 0, g
+    return g.group_state, sorted(m.member_id for m in g.members)
+
+
+def _commit(bootstrap: str, group: str, topic: str) -> list[int]:
+    OC = OffsetCommitRequest
+    req = OC[8](
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[OC.OffsetCommitRequestTopic(name=topic, partitions=[
+            OC.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])],
+    )  # fmt: skip
+    r = roundtrip(bootstrap, req, OffsetCommitResponse, 8, timeout_s=30)
+    return [p.error_code for t in r.topics for p in t.partitions]
+
+
+def _fetch(bootstrap: str, group: str, topic: str) -> tuple[int, list[int]]:
+    OF = OffsetFetchRequest
+    req = OF[7](group_id=group, topics=[OF.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])], require_stable=False)
+    r = roundtrip(bootstrap, req, OffsetFetchResponse, 7, timeout_s=30)
+    return r.error_code, [p.committed_offset for t in r.topics for p in t.partitions]
+
+
+def _accepted(metrics: str) -> float:
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("groupgate_client_connections_total "):
+                return float(line.split()[1])
+    raise AssertionError("no groupgate_client_connections_total on /metrics")
+
+
+def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Path, names) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    gw = GatewayProcess(
+        upstream=own_broker.bootstrap,
+        listen_port=free_port_block(3),
+        log_dir=tmp_path,
+        extra_args=["--metrics-listen", metrics],
+    ).start()
+    consumers: list[ConfluentConsumer] = []
+    try:
+        topic = create_topic(own_broker.bootstrap, names("topic"), 4)
+        group = names("group")
+        produced = produce_confluent(own_broker.bootstrap, topic, values("before", 200))
+        log = EventLog()
+        conf = {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000}
+        for name in ("c1", "c2"):
+            consumers.append(
+                ConfluentConsumer(
+                    name=name, log=log, bootstrap=gw.bootstrap, group_id=group, topics=[topic],
+                    tolerate_commit_errors=True, config=conf,
+                ).start()
+            )
+        log.wait_until(lambda e: e.settled(topic, 4, ["c1", "c2"]) and e.covers(produced), 60, "both members consume everything")
+        before = _members(gw.bootstrap, group)
+        assert before[0] == "Stable" and len(before[1]) == 2
+
+        accepted = _accepted(metrics)
+        killed_at = now_ms()
+        own_broker.kill()
+        deadline = time.monotonic() + OUTAGE_S
+        # A commit and a fetch of a managed group while the cluster is down: retriable, and not acknowledged.
+        lone = names("lone")
+        outage_commit = _commit(gw.bootstrap, lone, topic)
+        outage_fetch = _fetch(gw.bootstrap, lone, topic)
+        during = []
+        while time.monotonic() < deadline:
+            time.sleep(2.0)
+            during.append(_members(gw.bootstrap, group))  # answered by the gateway with the broker down
+        churn = _accepted(metrics) - accepted
+        own_broker.start()
+
+        more = produce_confluent(own_broker.bootstrap, topic, values("after", 200), timeout_s=60)
+        log.wait_until(lambda e: e.covers(produced + more), 60, "everything produced after the outage is consumed")
+        after = _members(gw.bootstrap, group)
+        stopping_at = now_ms()
+        lone_after = _fetch(gw.bootstrap, lone, topic)
+    finally:
+        for c in consumers:
+            c.stop()
+        gw.stop()
+    # No member expired: the same members, Stable throughout, no rebalance (no revocation or loss).
+    assert all(d == before for d in during), during
+    assert after == before
+    assert [o for o in log.ownership if killed_at <= o.at_ms < stopping_at and o.kind in ("assigned", "revoked", "lost")] == []
+    # The old behaviour closed ~100 connections a second on the coordinator's port during an outage;
+    # now a client reconnects only when it chooses to (a few per client at most).
+    print(f"connections accepted during the {OUTAGE_S}s outage: {churn}")
+    assert churn <= 10, f"{churn} connections accepted during a {OUTAGE_S}s outage"
+    assert outage_commit == [COORDINATOR_LOAD_IN_PROGRESS] and outage_fetch == (COORDINATOR_LOAD_IN_PROGRESS, [])
+    assert lone_after == (0, [-1]), "a commit refused during the outage was written after all"
+    assert_none_twice(log)
+    assert_all_consumed(produced + more, log)
+    text = gw.log_path.read_text()
+    assert "Traceback" not in text
