@@ -1,6 +1,7 @@
 """A broker outage longer than the session timeout, with a classic group consuming through the gateway.
 
-The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
+Members: one librdkafka (confluent-kafka) consumer and one Java 4.3.1 VerifiableConsumer, in one classic
+group. The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
 the outage must not expire them (same generation and member ids before and after), the gateway must
 not churn connections on the coordinator's port (it answers what needs the cluster with retriable
 errors instead of closing), no record is consumed twice and everything produced is consumed.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,10 @@ from kafka.protocol.consumer import (
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
-from compat_tests.harness.events import EventLog, now_ms
+from compat_tests.harness.events import EventLog, ingest_verifiable_consumer, now_ms
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.invariants import assert_all_consumed, assert_none_twice
+from compat_tests.harness.java import JavaTool, verifiable_consumer
 from compat_tests.harness.probe import roundtrip
 from gateway.embedded_kafka import EmbeddedKafka, free_port
 
@@ -99,20 +101,42 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
         extra_args=["--metrics-listen", metrics],
     ).start()
     consumers: list[ConfluentConsumer] = []
+    java: JavaTool | None = None
+    log = EventLog()
+
+    def seen() -> EventLog:
+        """The librdkafka consumer's events and the Java consumer's so far, in one log."""
+        out = EventLog()
+        for o in list(log.ownership):
+            out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
+        for r in list(log.records):
+            out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
+        if java is not None:
+            ingest_verifiable_consumer(out, "java", java)
+        return out
+
+    def wait(predicate: Callable[[EventLog], bool], what: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate(seen()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.3)
+
     try:
         topic = create_topic(own_broker.bootstrap, names("topic"), 4)
         group = names("group")
         produced = produce_confluent(own_broker.bootstrap, topic, values("before", 200))
-        log = EventLog()
-        conf = {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000}
-        for name in ("c1", "c2"):
-            consumers.append(
-                ConfluentConsumer(
-                    name=name, log=log, bootstrap=gw.bootstrap, group_id=group, topics=[topic],
-                    tolerate_commit_errors=True, config=conf,
-                ).start()
-            )
-        log.wait_until(lambda e: e.settled(topic, 4, ["c1", "c2"]) and e.covers(produced), 60, "both members consume everything")
+        # One member of each client family the brief covers: librdkafka and the Java consumer.
+        consumers.append(
+            ConfluentConsumer(
+                name="librdkafka", log=log, bootstrap=gw.bootstrap, group_id=group, topics=[topic],
+                tolerate_commit_errors=True,
+                config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000},
+            ).start()
+        )
+        java = verifiable_consumer(
+            "4.3.1", gw.bootstrap, topic, group, session_timeout_ms=SESSION_TIMEOUT_MS, log_dir=tmp_path
+        ).start()
+        wait(lambda e: e.settled(topic, 4, ["librdkafka", "java"]) and e.covers(produced), "both members consume everything")
         before = _members(gw.bootstrap, group)
         assert before[0] == "Stable" and len(before[1]) == 2
 
@@ -132,14 +156,19 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
         own_broker.start()
 
         more = produce_confluent(own_broker.bootstrap, topic, values("after", 200), timeout_s=60)
-        log.wait_until(lambda e: e.covers(produced + more), 60, "everything produced after the outage is consumed")
+        wait(lambda e: e.covers(produced + more), "everything produced after the outage is consumed")
         after = _members(gw.bootstrap, group)
         stopping_at = now_ms()
         lone_after = _fetch(gw.bootstrap, lone, topic)
+        java_alive = java.alive()
     finally:
+        if java is not None:
+            java.stop()
         for c in consumers:
             c.stop()
         gw.stop()
+    assert java_alive, java.tail()
+    log = seen()
     # No member expired: the same members, Stable throughout, no rebalance (no revocation or loss).
     assert all(d == before for d in during), during
     assert after == before
