@@ -170,7 +170,13 @@ class ClientConnection(asyncio.Protocol):
                 self._write_upstream(link, frame, slot, api_key, version, corr)
             return
         self._linking = False
-        if targets and self.node_id is None:
+        if not targets:
+            # The listener's broker left the metadata: no broker to wait for. Closing makes the client
+            # refresh metadata through another connection and move on.
+            log.warning("upstream broker not in metadata; closing client connection", peer=self.peer, node_id=self.node_id)
+            self.close()
+            return
+        if self.node_id is None:
             # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
             # listener's connection) is not: clients of the others are still served.
             directory.upstream_failed("; ".join(errors))
@@ -183,7 +189,7 @@ class ClientConnection(asyncio.Protocol):
                 peer=self.peer,
                 node_id=self.node_id,
                 requests=len(waiting),
-                errors=errors or ["node not in metadata"],
+                errors=errors,
             )
         self._answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
@@ -208,6 +214,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or link is not self.upstream:
             return
         self.upstream = None
+        self.resume("upstream-backpressure")  # that link will not drain any more
         inflight = list(link.inflight)
         link.inflight.clear()
         # The link is opened again by the next request for the cluster. What was in flight on it is

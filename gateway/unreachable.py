@@ -13,7 +13,8 @@ error that the Java client and librdkafka retry without giving up their group me
 - Fetch, Produce, ListOffsets: NOT_LEADER_OR_FOLLOWER on every partition named (both clients refresh
   metadata and retry after their backoff); an incremental Fetch (KIP-227 session epoch > 0)
   FETCH_SESSION_ID_NOT_FOUND, which makes the client send a full fetch.
-- FindCoordinator (keys the gateway does not coordinate): COORDINATOR_NOT_AVAILABLE.
+- Group and transaction coordinator requests (groups the gateway does not manage, transactions):
+  COORDINATOR_NOT_AVAILABLE, top-level or on every group / partition named.
 - Any other API with a top-level ErrorCode: REQUEST_TIMED_OUT (retriable). Without one: None, and
   the connection is closed, as the broker's death would have closed it.
 
@@ -34,6 +35,18 @@ NOT_LEADER_OR_FOLLOWER = kafka.errors.NotLeaderForPartitionError.errno
 REQUEST_TIMED_OUT = kafka.errors.RequestTimedOutError.errno
 FETCH_SESSION_ID_NOT_FOUND = kafka.errors.FetchSessionIdNotFoundError.errno
 LIST_OFFSETS = 2
+
+# Requests served by a group or transaction coordinator (groups the gateway does not manage pass
+# through): COORDINATOR_NOT_AVAILABLE makes clients look the coordinator up again and retry, where
+# another error code would be fatal to some (the Java consumer's JoinGroup).
+COORDINATOR_APIS = frozenset(
+    {
+        codec.FIND_COORDINATOR, gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.JOIN_GROUP, gc.HEARTBEAT, gc.LEAVE_GROUP,
+        gc.SYNC_GROUP, gc.DESCRIBE_GROUPS, gc.LIST_GROUPS, gc.TXN_OFFSET_COMMIT, gc.DELETE_GROUPS,
+        gc.OFFSET_DELETE, gc.CONSUMER_GROUP_HEARTBEAT, gc.CONSUMER_GROUP_DESCRIBE,
+        22, 24, 25, 26,  # InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+    }
+)  # fmt: skip
 
 # Reads whose last answer is replayed during an outage.
 REPLAYED = frozenset({codec.API_VERSIONS, codec.METADATA, codec.DESCRIBE_CLUSTER})
@@ -89,9 +102,10 @@ def answer(
         body = None
     if body is not None:
         return codec.encode_response(api_key, version, correlation_id, body)
-    code = codec.COORDINATOR_NOT_AVAILABLE if api_key == codec.FIND_COORDINATOR else REQUEST_TIMED_OUT
+    coordinator = api_key in COORDINATOR_APIS
+    code = codec.COORDINATOR_NOT_AVAILABLE if coordinator else REQUEST_TIMED_OUT
     payload = codec.error_response(api_key, version, correlation_id, code)
-    if payload is None and api_key == codec.FIND_COORDINATOR:
+    if payload is None and coordinator and api_key in gc.LOCAL_API:
         _, msg = codec.decode_request(api_key, version, frame[4:])
         refused = gc.refusal(api_key, version, msg, code)
         if refused is not None:
