@@ -1,7 +1,7 @@
 """A broker outage longer than the session timeout, with a classic group consuming through the gateway.
 
 Members: one librdkafka (confluent-kafka) consumer and one Java 4.3.1 VerifiableConsumer, in one classic
-group. The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
+group, and again in one consumer-protocol (KIP-848) group. The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
 the outage must not expire them (same generation and member ids before and after), the gateway must
 not churn connections on the coordinator's port (it answers what needs the cluster with retriable
 errors instead of closing), no record is consumed twice and everything produced is consumed.
@@ -37,6 +37,7 @@ from compat_tests.harness.invariants import assert_all_consumed, assert_none_twi
 from compat_tests.harness.java import JavaTool, verifiable_consumer
 from compat_tests.harness.probe import roundtrip
 from gateway.embedded_kafka import EmbeddedKafka, free_port
+from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 pytestmark = [
     pytest.mark.kafka,
@@ -44,6 +45,14 @@ pytestmark = [
 ]
 
 SESSION_TIMEOUT_MS = 6000  # Kafka's group.min.session.timeout.ms
+# Consumer-protocol members get their session timeout from the coordinator (KIP-848).
+CONFIG = f"""
+[coordinator]
+"group.consumer.min.session.timeout.ms" = 2000
+"group.consumer.session.timeout.ms" = {SESSION_TIMEOUT_MS}
+"group.consumer.min.heartbeat.interval.ms" = 500
+"group.consumer.heartbeat.interval.ms" = 1000
+"""
 OUTAGE_S = 15.0  # well over the session timeout
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
@@ -58,11 +67,17 @@ def own_broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
         broker.cleanup()
 
 
-def _members(bootstrap: str, group: str) -> tuple[str, list[str]]:
-    r = roundtrip(bootstrap, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False), DescribeGroupsResponse, 5)
-    g = r.groups[0]
-    assert g.error_code == 0, g
-    return g.group_state, sorted(m.member_id for m in g.members)
+def _members(bootstrap: str, group: str, protocol: str) -> tuple[object, ...]:
+    """Classic: (state, member ids). Consumer protocol: (state, group epoch, (member id, member epoch)...)."""
+    if protocol == "classic":
+        r = roundtrip(bootstrap, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False), DescribeGroupsResponse, 5)
+        g = r.groups[0]
+        assert g.error_code == 0, g
+        return g.group_state, sorted(m.member_id for m in g.members)
+    r = roundtrip(bootstrap, ConsumerGroupDescribeRequest[0](group_ids=[group]), ConsumerGroupDescribeResponse, 0)
+    c = r.groups[0]
+    assert c.error_code == 0, c
+    return c.group_state, c.group_epoch, sorted((m.member_id, m.member_epoch) for m in c.members)
 
 
 def _commit(bootstrap: str, group: str, topic: str) -> list[int]:
@@ -92,13 +107,16 @@ def _accepted(metrics: str) -> float:
     raise AssertionError("no groupgate_client_connections_total on /metrics")
 
 
-def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Path, names) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Path, names, protocol: str) -> None:
     metrics = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
     gw = GatewayProcess(
         upstream=own_broker.bootstrap,
         listen_port=free_port_block(3),
         log_dir=tmp_path,
-        extra_args=["--metrics-listen", metrics],
+        extra_args=["--metrics-listen", metrics, "--config", str(config)],
     ).start()
     consumers: list[ConfluentConsumer] = []
     java: JavaTool | None = None
@@ -129,16 +147,17 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
         consumers.append(
             ConfluentConsumer(
                 name="librdkafka", log=log, bootstrap=gw.bootstrap, group_id=group, topics=[topic],
-                tolerate_commit_errors=True,
-                config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000},
+                tolerate_commit_errors=True, group_protocol=protocol,
+                config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000} if protocol == "classic" else {},
             ).start()
         )
         java = verifiable_consumer(
-            "4.3.1", gw.bootstrap, topic, group, session_timeout_ms=SESSION_TIMEOUT_MS, log_dir=tmp_path
+            "4.3.1", gw.bootstrap, topic, group, group_protocol=protocol, log_dir=tmp_path,
+            session_timeout_ms=SESSION_TIMEOUT_MS if protocol == "classic" else None,
         ).start()
         wait(lambda e: e.settled(topic, 4, ["librdkafka", "java"]) and e.covers(produced), "both members consume everything")
-        before = _members(gw.bootstrap, group)
-        assert before[0] == "Stable" and len(before[1]) == 2
+        before = _members(gw.bootstrap, group, protocol)
+        assert before[0] == "Stable" and len(before[-1]) == 2
 
         accepted = _accepted(metrics)
         killed_at = now_ms()
@@ -151,13 +170,13 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
         during = []
         while time.monotonic() < deadline:
             time.sleep(2.0)
-            during.append(_members(gw.bootstrap, group))  # answered by the gateway with the broker down
+            during.append(_members(gw.bootstrap, group, protocol))  # answered by the gateway with the broker down
         churn = _accepted(metrics) - accepted
         own_broker.start()
 
         more = produce_confluent(own_broker.bootstrap, topic, values("after", 200), timeout_s=60)
         wait(lambda e: e.covers(produced + more), "everything produced after the outage is consumed")
-        after = _members(gw.bootstrap, group)
+        after = _members(gw.bootstrap, group, protocol)
         stopping_at = now_ms()
         lone_after = _fetch(gw.bootstrap, lone, topic)
         java_alive = java.alive()
@@ -169,7 +188,7 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
         gw.stop()
     assert java_alive, java.tail()
     log = seen()
-    # No member expired: the same members, Stable throughout, no rebalance (no revocation or loss).
+    # No member expired: the same members (and epochs), Stable throughout, no rebalance (no revocation or loss).
     assert all(d == before for d in during), during
     assert after == before
     assert [o for o in log.ownership if killed_at <= o.at_ms < stopping_at and o.kind in ("assigned", "revoked", "lost")] == []

@@ -9,8 +9,11 @@ error that the Java client and librdkafka retry without giving up their group me
   else the gateway's own version ranges. A client can (re)connect during an outage.
 - Metadata, DescribeCluster: the last answer to the identical request (what the client already had:
   no topic or partition disappears, so no consumer group leader sees a changed subscription and
-  rebalances); none cached: the connection is closed (there is nothing true to say).
-- Fetch, Produce, ListOffsets: NOT_LEADER_OR_FOLLOWER on every partition named (both clients refresh
+  rebalances). A Metadata request not seen before: the brokers of the last Metadata response and
+  the last entry seen of each topic it names (LEADER_NOT_AVAILABLE for a topic never seen). Nothing
+  cached (a DescribeCluster never answered, no Metadata ever): the connection is closed (there is
+  nothing true to say).
+- Fetch, Produce, ListOffsets, OffsetForLeaderEpoch: NOT_LEADER_OR_FOLLOWER on every partition named (both clients refresh
   metadata and retry after their backoff); an incremental Fetch (KIP-227 session epoch > 0)
   FETCH_SESSION_ID_NOT_FOUND, which makes the client send a full fetch.
 - Group and transaction coordinator requests (groups the gateway does not manage, transactions):
@@ -23,7 +26,9 @@ Nothing here does I/O; ``Replies`` is the bounded cache of the last upstream ans
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
+from typing import Any
 
 import kafka.errors
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -34,7 +39,11 @@ from . import group_codec as gc
 NOT_LEADER_OR_FOLLOWER = kafka.errors.NotLeaderForPartitionError.errno
 REQUEST_TIMED_OUT = kafka.errors.RequestTimedOutError.errno
 FETCH_SESSION_ID_NOT_FOUND = kafka.errors.FetchSessionIdNotFoundError.errno
+LEADER_NOT_AVAILABLE = kafka.errors.LeaderNotAvailableError.errno
 LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
+_HEAD = struct.Struct(">hh")
+_MAX_TOPICS = 100_000
 
 # Requests served by a group or transaction coordinator (groups the gateway does not manage pass
 # through): COORDINATOR_NOT_AVAILABLE makes clients look the coordinator up again and retry, where
@@ -59,11 +68,14 @@ def _key(frame: bytes) -> bytes:
 
 
 class Replies:
-    """The last upstream answer (rewritten, header included) to each distinct replayable request."""
+    """The last upstream answer (rewritten, header included) to each distinct replayable request, and
+    the last Metadata seen of each topic, to answer Metadata requests not seen before."""
 
     def __init__(self, limit: int = _MAX_REPLIES) -> None:
         self.limit = limit
         self._last: OrderedDict[bytes, bytes] = OrderedDict()
+        self._metadata: Any = None  # the last Metadata response (rewritten, decoded), any version
+        self._topics: dict[Any, Any] = {}  # topic name and topic id -> its last entry, any version
 
     def remember(self, request_frame: bytes, response_payload: bytes) -> None:
         key = _key(request_frame)
@@ -71,6 +83,58 @@ class Replies:
         self._last.move_to_end(key)
         if len(self._last) > self.limit:
             self._last.popitem(last=False)
+        api_key, version = _HEAD.unpack_from(request_frame, 4)
+        if api_key == codec.METADATA:
+            try:
+                msg = codec.decode_response(api_key, version, response_payload)[1]
+            except Exception:  # noqa: BLE001 - it was just rewritten from a decoded response; keep serving
+                return
+            self._metadata = msg
+            topics = self._topics
+            if len(topics) > _MAX_TOPICS:
+                topics.clear()
+            for t in msg.topics:
+                if t.error_code == 0:
+                    # Entries encode at any version; one from a version without topic ids keeps the id
+                    # an earlier entry had.
+                    tid = getattr(t, "topic_id", None)
+                    if (tid is None or tid.int == 0) and t.name in topics:
+                        t.topic_id = getattr(topics[t.name], "topic_id", None)
+                        tid = t.topic_id
+                    topics[t.name] = t
+                    if tid is not None and tid.int != 0:
+                        topics[tid] = t
+
+    def metadata(self, request_frame: bytes, version: int, correlation_id: int) -> bytes | None:
+        """A Metadata response assembled from the last ones seen, of any version (brokers of the latest,
+        each named topic's latest entry; a topic never seen: LEADER_NOT_AVAILABLE), or None before any."""
+        latest = self._metadata
+        if latest is None:
+            return None
+        known = self._topics
+        _, req = codec.decode_request(codec.METADATA, version, request_frame[4:])
+        cls = codec.RESPONSES[codec.METADATA]
+        if req.topics is None:
+            topics = list({id(t): t for t in known.values()}.values())
+        else:
+            topics = []
+            for rt in req.topics:
+                name = rt.name
+                tid = getattr(rt, "topic_id", None)
+                found = known.get(name) if name is not None else known.get(tid)
+                if found is None:
+                    found = cls.MetadataResponseTopic(
+                        error_code=LEADER_NOT_AVAILABLE, name=name, topic_id=tid, is_internal=False, partitions=[]
+                    )
+                topics.append(found)
+        msg = cls[version](
+            throttle_time_ms=0,
+            brokers=latest.brokers,
+            cluster_id=getattr(latest, "cluster_id", None),
+            controller_id=getattr(latest, "controller_id", -1),
+            topics=topics,
+        )
+        return codec.encode_response(codec.METADATA, version, correlation_id, msg)
 
     def replay(self, request_frame: bytes, correlation_id: int) -> bytes | None:
         payload = self._last.get(_key(request_frame))
@@ -85,8 +149,12 @@ def answer(
     """The response payload (header + body) for a request the cluster cannot be asked, or None."""
     if api_key in REPLAYED:
         replayed = replies.replay(frame, correlation_id)
-        if replayed is not None or api_key != codec.API_VERSIONS:
+        if replayed is not None:
             return replayed
+        if api_key == codec.METADATA:
+            return replies.metadata(frame, version, correlation_id)
+        if api_key != codec.API_VERSIONS:
+            return None
         msg = ApiVersionsResponse[version](
             error_code=0,
             api_keys=[
@@ -114,7 +182,7 @@ def answer(
 
 
 def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None:
-    if api_key not in (codec.FETCH, codec.PRODUCE, LIST_OFFSETS) or not codec.known(api_key):
+    if api_key not in (codec.FETCH, codec.PRODUCE, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH) or not codec.known(api_key):
         return None
     _, msg = codec.decode_request(api_key, version, frame[4:])
     cls = codec.RESPONSES[api_key]
@@ -153,6 +221,21 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
                     ],
                 )
                 for t in msg.topic_data
+            ]
+        )
+    if api_key == OFFSET_FOR_LEADER_EPOCH:
+        tcls = cls.OffsetForLeaderTopicResult
+        pcls = tcls.EpochEndOffset
+        return cls[version](
+            topics=[
+                tcls(
+                    topic=t.topic,
+                    partitions=[
+                        pcls(error_code=NOT_LEADER_OR_FOLLOWER, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                        for p in t.partitions
+                    ],
+                )
+                for t in msg.topics
             ]
         )
     tcls = cls.ListOffsetsTopicResponse

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
@@ -21,6 +22,7 @@ from . import wire
 pytestmark = pytest.mark.kafka
 
 NOT_LEADER_OR_FOLLOWER = 6
+LEADER_NOT_AVAILABLE = 5
 
 
 def _long_poll(topic: str, offset: int) -> object:
@@ -92,8 +94,16 @@ def test_broker_killed_and_restarted(tmp_path):
                     wire.send(sock, _long_poll(topic, 10), 4, 3)
                     fetched = codec.decode_response(1, 4, wire.recv_frame(sock))[1]
                     assert [p.error_code for t in fetched.responses for p in t.partitions] == [NOT_LEADER_OR_FOLLOWER]
-                    # A Metadata request never answered before has no true answer: that connection closes.
-                    wire.send(sock, MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)]), 12, 4)
+                    # A Metadata request not seen before: assembled from the last Metadata seen (the topic
+                    # as the producer last saw it; one never seen: LEADER_NOT_AVAILABLE, retriable).
+                    named = [MetadataRequest.MetadataRequestTopic(name=n, topic_id=None) for n in (topic, "never-seen")]
+                    wire.send(sock, MetadataRequest[12](topics=named), 12, 4)
+                    md = codec.decode_response(3, 12, wire.recv_frame(sock))[1]
+                    assert [(t.name, t.error_code, len(t.partitions)) for t in md.topics] == [
+                        (topic, 0, 1), ("never-seen", LEADER_NOT_AVAILABLE, 0)
+                    ]
+                    # A DescribeCluster never answered before has no true answer: that connection closes.
+                    wire.send(sock, DescribeClusterRequest[0](include_cluster_authorized_operations=False), 0, 5)
                     assert wire.closed_by_peer(sock, timeout=15)
 
             broker.start()
