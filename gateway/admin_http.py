@@ -6,6 +6,12 @@ unknown path, 405 for another method, 400 for what does not parse, 431 for a req
 ``MAX_HEAD_BYTES``, 408 when the head does not arrive in time. One request per connection: the
 server answers and closes. It never reads a body and keeps no state between requests, so a bad
 request costs one short-lived connection and nothing else.
+
+Idle or slow connections cannot starve the probes: every connection is served on its own with a
+deadline for its request head, and there is no small cap that idle sockets could fill. To bound the
+descriptors they hold, once ``MAX_CONNECTIONS`` are open a new connection evicts the one that has
+waited longest for its request head (a probe sends its head at once and is gone within milliseconds,
+so it is never the oldest waiting).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ log = get_logger("gateway.admin_http")
 
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
-MAX_CONNECTIONS = 64
+# Connections open at once; beyond it the longest-waiting one is closed (see above). Counted in the
+# descriptors gateway/limits.py keeps free for everything but client connections.
+MAX_CONNECTIONS = 128
 
 _REASONS = {
     200: "OK",
@@ -46,7 +54,10 @@ class AdminServer:
             "/readyz": self._readyz,
         }
         self._server: asyncio.Server | None = None
+        # Connections still waiting for their request head, oldest first (dicts keep insertion order).
+        self._waiting: dict[asyncio.StreamWriter, None] = {}
         self._open = 0
+        self.evicted = 0
         self.address = ("", 0)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -68,10 +79,19 @@ class AdminServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open += 1
+        if self._open > MAX_CONNECTIONS and self._waiting:
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            self.evicted += 1
+            oldest.transport.abort()  # its pending read ends at EOF; it is not answered
+        self._waiting[writer] = None
         try:
-            if self._open > MAX_CONNECTIONS:
-                return  # closed without an answer: scrapers and probes do not open dozens at once
-            status, ctype, body = await self._answer(reader)
+            try:
+                status, ctype, body = await self._answer(reader)
+            finally:
+                self._waiting.pop(writer, None)
+            if writer.transport.is_closing():
+                return  # evicted while it waited, or gone
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
                 f"Content-Type: {ctype}\r\n"

@@ -1,4 +1,5 @@
-"""The ``groupgate`` command: serve, dev, kafka fetch (and rehearse, when the rehearsal package provides it).
+"""The ``groupgate`` command: serve, dev, state verify|repair, kafka fetch (and rehearse, when the rehearsal
+package provides it).
 
 ``kafka fetch`` also fetches Spark's Kafka connector when PySpark is installed (rehearsal/spark_kafka.py)."""
 
@@ -8,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import json
 import signal
 import socket
 import sys
@@ -18,9 +20,13 @@ from pydantic import ValidationError
 
 from .config import GatewayConfig, load_config, parse_host_port
 from .logging import get_logger, setup_logging
+from .state_log import StateLogCorrupt
 from .tls import check as check_tls
 
 log = get_logger("gateway.cli")
+
+# `serve` on a damaged state log and `state verify` on one that `serve` would refuse.
+EXIT_STATE_CORRUPT = 3
 
 
 def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
@@ -109,6 +115,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
         layer = GroupLayer(gw, config.coordinator)
         layer.install()
+        layer.open_state()  # before any listener or upstream connection: a damaged log is reported first
     admin = None
     if config.metrics_listen is not None:
         from .admin_http import AdminServer
@@ -123,6 +130,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         if layer is not None:
             await layer.start()
     except BaseException:
+        await gw.stop()
         if admin is not None:
             await admin.stop()
         raise
@@ -179,9 +187,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     setup_logging(config.log_format, config.log_level)
+    # A file size limit (ulimit -f) must fail the state log's write (EFBIG), which it survives like a
+    # full disk, instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         log.info("event loop", loop=_use_event_loop(config))
         return asyncio.run(_serve(config))
+    except StateLogCorrupt as e:
+        # Not a crash to retry: the operator decides (groupgate state verify / repair).
+        log.error("group state log is damaged; not starting", error=str(e), file=str(e.path), offset=e.offset)
+        print(f"groupgate: {e}", file=sys.stderr, flush=True)
+        return EXIT_STATE_CORRUPT
     except Exception as e:  # noqa: BLE001 - reported as a clean exit status
         log.error("gateway failed", error=str(e))
         return 1
@@ -235,11 +251,68 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
     except KeyboardInterrupt:
         return 0
+    except StateLogCorrupt as e:
+        print(f"groupgate: {e}", file=sys.stderr, flush=True)
+        return EXIT_STATE_CORRUPT
     finally:
         if state is None:
             kafka.cleanup()
         else:
             kafka.stop()
+
+
+def cmd_state_verify(args: argparse.Namespace) -> int:
+    from . import state_log
+
+    try:
+        report = state_log.verify(args.state_dir)
+    except OSError as e:
+        print(f"groupgate: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        manifest = "none" if report.manifest is None else f"segments {report.manifest[0]}..{report.manifest[1]}"
+        print(f"state log {report.directory} (manifest: {manifest})")
+        for s in report.segments:
+            print(f"  segment {s.path.name}: {s.size} bytes, {s.entries} readable entries")
+        print(f"  live keys: {report.live_keys}")
+        for d in report.damage:
+            print(f"  {d.describe()}")
+        if not report.damage:
+            print("  no damage")
+        elif report.loadable:
+            print("  loadable: the gateway drops a torn tail itself on start (a write that never completed)")
+        else:
+            print(f"  NOT loadable: `groupgate serve` refuses to start; `groupgate state repair --state-dir {args.state_dir}`"
+                  " drops the damaged ranges")
+    return 0 if report.loadable else EXIT_STATE_CORRUPT
+
+
+def cmd_state_repair(args: argparse.Namespace) -> int:
+    from . import state_log
+
+    try:
+        result = state_log.repair(args.state_dir)
+    except (OSError, state_log.StateLogCorrupt) as e:
+        # The damaged segments are only set aside after the new segment and manifest are in place.
+        print(f"groupgate: repair failed (the damaged segments are still in place; run it again): {e}", file=sys.stderr)
+        return 1
+    before = result.before
+    if result.new_segment is None:
+        print(f"state log {before.directory}: no damage, nothing changed ({result.live_keys} live keys)")
+        return 0
+    for d in before.damage:
+        print(f"dropped: {d.describe()}")
+    dropped_bytes = sum(d.bytes for d in before.damage)
+    print(f"dropped {len(before.damage)} damaged range(s), {dropped_bytes} bytes in all")
+    for s in before.segments:
+        print(f"kept: {s.path.name}: {s.entries} entries ({s.kept_bytes} of {s.size} bytes)")
+    print(f"wrote {result.new_segment} with the latest value of {result.live_keys} keys "
+          f"(from {result.kept_entries} readable entries) and a new manifest")
+    for p in result.set_aside:
+        print(f"kept the damaged original as {p} (delete it once no longer needed)")
+    return 0
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
@@ -319,6 +392,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_gateway_flags(dev)
     dev.set_defaults(func=cmd_dev)
+
+    state = sub.add_parser("state", help="the group coordinator's state log (stop the gateway first)")
+    ssub = state.add_subparsers(dest="state_command", required=True)
+    verify = ssub.add_parser(
+        "verify", help="read the whole state log and report segments, entries, torn tail and damage (read-only)"
+    )
+    verify.add_argument("--state-dir", required=True, help="the gateway's --state-dir")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(func=cmd_state_verify)
+    repair = ssub.add_parser(
+        "repair", help="drop the damaged ranges of the state log, printing exactly what was dropped and kept"
+    )
+    repair.add_argument("--state-dir", required=True, help="the gateway's --state-dir")
+    repair.set_defaults(func=cmd_state_repair)
 
     kafka = sub.add_parser("kafka", help="Apache Kafka distributions")
     ksub = kafka.add_subparsers(dest="kafka_command", required=True)

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .coordinator_settings import CoordinatorSettings
 
@@ -58,6 +58,27 @@ class GatewayConfig(BaseModel):
     broker_ports: dict[int, int] = Field(default_factory=dict)
     # Kafka's socket.request.max.bytes default (100 MiB).
     max_frame_bytes: int = Field(default=104_857_600, ge=1024)
+    # Connection limits (docs/gateway.md, "Connection limits"); each also accepts its Kafka name.
+    # Request bytes held by all client connections together; -1 = unbounded (Kafka's default, where the
+    # JVM heap is the bound; the gateway has no such cap, hence a budget by default).
+    queued_max_request_bytes: int = Field(
+        default=268_435_456,
+        ge=-1,
+        validation_alias=AliasChoices("queued_max_request_bytes", "queued.max.request.bytes"),
+    )
+    # Client connections at once; also lowered to what RLIMIT_NOFILE can serve (two descriptors each).
+    max_connections: int = Field(
+        default=2_147_483_647, ge=1, validation_alias=AliasChoices("max_connections", "max.connections")
+    )
+    # Close a client connection with no traffic and nothing outstanding for this long; -1 = never.
+    connections_max_idle_ms: int = Field(
+        default=600_000,
+        ge=-1,
+        validation_alias=AliasChoices("connections_max_idle_ms", "connections.max.idle.ms"),
+    )
+    # Close a client connection whose request frame stays incomplete this long (slowloris); -1 = never.
+    # Kafka has no such setting (its idle timer is reset by every byte).
+    partial_request_timeout_ms: int = Field(default=60_000, ge=-1)
     upstream_connect_timeout_s: float = Field(default=10.0, gt=0)
     upstream_request_timeout_s: float = Field(default=30.0, gt=0)
     metadata_refresh_s: float = Field(default=30.0, gt=0)

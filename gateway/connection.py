@@ -21,6 +21,7 @@ connection down.
 from __future__ import annotations
 
 import asyncio
+import errno
 import struct
 import time
 from collections import deque
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 log = get_logger("gateway.connection")
 
 _HEAD = struct.Struct(">hhi")
+# Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
+_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
 # Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
 _UPSTREAM_FRAME_LIMIT = 2**31 - 1
@@ -115,12 +118,23 @@ class ClientConnection(asyncio.Protocol):
         # Counting on the request path: the gateway's counter objects, looked up once.
         self.metrics = gateway.metrics
         self._forwarded = gateway.metrics.forwarded
+        # Limits (gateway/limits.py): the declared size of the request frame being read, reserved in the
+        # gateway's request memory budget; traffic seen since the last idle sweep; the sweep's marks.
+        self.limits = gateway.limits
+        self.reserved = 0
+        self.active = True
+        self.idle_since = 0.0
+        self.last_write_buffer = 0
+        self.partial_seq = -1
+        self.partial_since = 0.0
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
+        if not self.limits.admit(self):
+            return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
@@ -143,6 +157,7 @@ class ClientConnection(asyncio.Protocol):
             targets = [] if addr is None else [addr]
         loop = asyncio.get_running_loop()
         errors = []
+        exhausted = False
         for host, port in targets:
             try:
                 _, link = await asyncio.wait_for(
@@ -153,7 +168,10 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as e:
                 errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
-                self.metrics.upstream_connect_failures += 1
+                if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
+                    exhausted = True  # our own descriptors ran out: says nothing about the cluster
+                else:
+                    self.metrics.upstream_connect_failures += 1
                 continue
             self._linking = False
             if self.closed:
@@ -176,7 +194,7 @@ class ClientConnection(asyncio.Protocol):
             log.warning("upstream broker not in metadata; closing client connection", peer=self.peer, node_id=self.node_id)
             self.close()
             return
-        if self.node_id is None:
+        if self.node_id is None and not exhausted:
             # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
             # listener's connection) is not: clients of the others are still served.
             directory.upstream_failed("; ".join(errors))
@@ -204,6 +222,19 @@ class ClientConnection(asyncio.Protocol):
         for t in list(self.tasks):
             t.cancel()
         self.gw.connections.discard(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop everything a closed connection holds, so its memory goes back at once rather than when
+        the garbage collector reaches the client <-> upstream link cycle."""
+        self.limits.release(self)
+        self.buf.clear()
+        self._unlinked.clear()
+        self.pending.clear()
+        link, self.upstream = self.upstream, None  # the link's transport still reports its close to us
+        if link is not None:
+            link.inflight.clear()
+            link.buf.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.buf.buffered and not self.closed:
@@ -270,11 +301,14 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:
-        # The client does not read its responses: stop reading upstream responses for it.
+        # The client does not read its responses (its write buffer is over the high-water mark): stop
+        # reading upstream responses for it, and its further requests, whose answers would pile up too.
+        self.pause("client-backpressure")
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.resume("client-backpressure")
         if self.upstream is not None and self.upstream.transport is not None and not self.closed:
             self.upstream.transport.resume_reading()
 
@@ -282,8 +316,10 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.metrics.bytes_received += len(data)
+        self.active = True
+        buf = self.buf
         try:
-            received = self.buf.feed(data)
+            received = buf.feed(data)
         except frames.FrameTooLarge as e:
             log.warning(
                 "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
@@ -291,6 +327,12 @@ class ClientConnection(asyncio.Protocol):
             self.metrics.errors[-1] += 1
             self.close()
             return
+        reserved = buf.reserved
+        if reserved != self.reserved:
+            # A frame spans reads: its declared size counts against queued.max.request.bytes until done.
+            delta = reserved - self.reserved
+            self.reserved = reserved
+            self.limits.reserve(self, delta)
         for f in received:
             if self.closed:
                 return

@@ -132,19 +132,35 @@ class FrameBuffer:
     Bytes are kept as a list of received chunks and joined only once a frame is complete, so a large
     Produce/Fetch frame costs one copy; a chunk that is exactly one frame is passed on without copying.
     The size is checked as soon as it is known, so an oversized frame is refused before it is buffered.
+    ``reserved`` is the declared size of the frame being read (what the request memory budget counts),
+    ``partials`` counts the frames that did not arrive whole (the partial-request timeout tells a new
+    frame from one that is still incomplete by it).
     """
 
-    __slots__ = ("_chunks", "_have", "_need", "limit")
+    __slots__ = ("_chunks", "_have", "_need", "limit", "partials")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._chunks: list[bytes] = []
         self._have = 0
         self._need = 4
+        self.partials = 0
 
     @property
     def buffered(self) -> int:
         return self._have
+
+    @property
+    def reserved(self) -> int:
+        """The size (prefix included) of the incomplete frame held, 0 when none; the prefix alone (4)
+        while the size itself is still incomplete."""
+        return self._need if self._chunks else 0
+
+    def clear(self) -> None:
+        """Drop what is buffered (the connection is closed)."""
+        self._chunks = []
+        self._have = 0
+        self._need = 4
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._chunks:
@@ -174,6 +190,7 @@ class FrameBuffer:
             self._chunks = [rest]
             self._have = len(rest)
             self._need = need
+            self.partials += 1
         return out
 
 

@@ -15,6 +15,14 @@ handles keyed by the service's timer keys. The service is synchronous and fast; 
 awaits, and one fsync covers every group that appended before it (group commit), so a slow group
 does not stall others.
 
+A failed write or fsync of the state log (a full disk, EIO) unloads the managed groups, as Kafka's
+coordinator unloads a partition it cannot write: the in-memory state holds changes whose records
+are not durable, so it is dropped (timers cancelled, every waiting request answered NOT_COORDINATOR,
+FindCoordinator answering COORDINATOR_NOT_AVAILABLE, both retriable). A background task re-reads the
+log into a fresh service with backoff; the first write after it decides whether the disk works again.
+There is one log, so every managed group is affected; a shard (a log with its service and timers)
+is the unit that ``_unload``/``_reload`` act on.
+
 Offsets stay in the real cluster (gateway/offsets.py); merges with the upstream (ListGroups,
 DescribeGroups of unmanaged groups in a mixed batch) go through gateway/upstream_client.py.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import time
 import uuid
@@ -32,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
+from coordinator.errors import Errors
 from coordinator.timers import ScheduleTimer, TimerKey
 from translate.group_config import GroupResult, encode_any_record
 from translate.group_messages import (
@@ -54,7 +64,7 @@ from .metadata_watch import MetadataWatch, TopicImage
 from .metrics import GroupStats
 from .offsets import OffsetBridge
 from .rebalance_log import RebalanceEventLog
-from .state_log import FileStateLog, Record, StateLog
+from .state_log import FileStateLog, Record, StateLog, StateLogWriteFailed
 from .upstream import UpstreamError
 from .upstream_client import UpstreamClient
 
@@ -67,6 +77,11 @@ log = get_logger("gateway.groups")
 UNKNOWN_SERVER_ERROR = -1
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_ID_NOT_FOUND = 69
+NOT_COORDINATOR = int(Errors.NOT_COORDINATOR)
+
+
+class GroupsUnloaded(Exception):
+    """The managed groups are not served from memory (a state log write failed; being re-read)."""
 
 Handler = Callable[["ClientConnection", frames.RequestHeader, Any, int], Awaitable[Any]]
 
@@ -77,10 +92,7 @@ class GroupLayer:
     def __init__(self, gw: Gateway, settings: CoordinatorSettings) -> None:
         self.gw = gw
         self.settings = settings
-        service_config, coordinator_config = settings.service_configs()
-        self.service = GroupService(
-            service_config, coordinator_config, new_member_id=lambda client_id: f"{client_id}-{uuid.uuid4()}"
-        )
+        self.service = self._new_service()
         # Calls that change groups go through the event deriver when rebalance events are written.
         self.events: RebalanceEventLog | None = None
         self._calls: GroupService | RebalanceEventDeriver = self.service
@@ -102,6 +114,11 @@ class GroupLayer:
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Set while the managed groups are unloaded after a failed state log write (the error).
+        self.unloaded: str | None = None
+        self._reload_task: asyncio.Task[None] | None = None
+        self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read the log
+        self._log_totals = (0, 0, 0)  # bytes appended, fsyncs, compactions of the logs closed by an unload
         self._handlers: dict[int, Handler] = {
             gc.FIND_COORDINATOR: self._find_coordinator,
             gc.JOIN_GROUP: self._classic,
@@ -138,18 +155,39 @@ class GroupLayer:
     def managed(self, group_id: str) -> bool:
         return self._match_all or self._managed.fullmatch(group_id) is not None
 
+    def _new_service(self) -> GroupService:
+        service_config, coordinator_config = self.settings.service_configs()
+        return GroupService(
+            service_config, coordinator_config, new_member_id=lambda client_id: f"{client_id}-{uuid.uuid4()}"
+        )
+
+    def _open_state_log(self) -> int:
+        """Open (re-read) the state log into ``self.service``; the number of group records replayed.
+
+        Raises StateLogCorrupt for damage a crash cannot explain (the gateway then refuses to start)."""
+        assert self.settings.state_dir is not None
+        path = Path(self.settings.state_dir)
+        self.state_log = FileStateLog(path, fsync=self.settings.fsync, fsync_interval_ms=self.settings.fsync_interval_ms)
+        # /metrics counters run on across re-reads of the log (they are "since the process started").
+        self.state_log.bytes_appended, self.state_log.fsyncs, self.state_log.compactions = self._log_totals
+        replayed = 0
+        for rec in self.state_log.replay():
+            if self.service.replay_bytes(rec.key, rec.value):
+                replayed += 1
+        log.info("group state replayed", state_dir=str(path), records=replayed)
+        return replayed
+
+    def open_state(self) -> None:
+        """Read the state log (no network): a damaged log stops the start-up before anything else.
+
+        Raises StateLogCorrupt naming the file and offset. ``start`` does it when not done before."""
+        if self.settings.state_dir is not None and self.state_log is None:
+            self._open_state_log()
+
     async def start(self) -> None:
         """Replay the state log, load topic metadata, re-arm timers, then serve."""
         if self.settings.state_dir is not None:
-            path = Path(self.settings.state_dir)
-            self.state_log = FileStateLog(
-                path, fsync=self.settings.fsync, fsync_interval_ms=self.settings.fsync_interval_ms
-            )
-            replayed = 0
-            for rec in self.state_log.replay():
-                if self.service.replay_bytes(rec.key, rec.value):
-                    replayed += 1
-            log.info("group state replayed", state_dir=str(path), records=replayed)
+            self.open_state()
         else:
             # `serve` refuses to start like this unless asked to (ephemeral_state); `dev` runs so by default.
             note = log.info if self.settings.ephemeral_state else log.warning
@@ -158,7 +196,8 @@ class GroupLayer:
             await self.watch.refresh()
         except UpstreamError as e:
             log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
-        self._apply(self._calls.on_loaded(self._now()))
+        with contextlib.suppress(GroupsUnloaded):  # a full disk at start: served once the log is re-read
+            self._apply(self._calls.on_loaded(self._now()))
         self._spawn(self.watch.run_forever())
         if self.settings.upstream_check_s > 0:
             self._spawn(self._check_upstream_forever())
@@ -178,7 +217,10 @@ class GroupLayer:
         self._timers.clear()
         self.client.close()
         if self.state_log is not None:
-            await self.state_log.sync()
+            try:
+                await self.state_log.sync()
+            except StateLogWriteFailed as e:
+                log.error("group state log not synced at shutdown", error=str(e))
             self.state_log.close()
             self.state_log = None
         if self.events is not None:
@@ -207,6 +249,8 @@ class GroupLayer:
                 await self._ready.wait()
                 if topics:
                     await self.watch.ensure(topics)
+                if self.unloaded is not None:
+                    raise GroupsUnloaded(self.unloaded)
                 result = self._calls.handle(request, key, self._now())
                 self._apply(result)
         except BaseException:
@@ -227,11 +271,17 @@ class GroupLayer:
                 fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
     def _apply(self, result: GroupResult) -> None:
-        """Append the records (made durable by ``_release``) and apply the timer changes."""
+        """Append the records (made durable by ``_release``) and apply the timer changes.
+
+        A failed append unloads the groups (the service already holds the change) and raises GroupsUnloaded."""
         if result.records:
             self.stats.records(result.records)
             if self.state_log is not None:
-                self.state_log.append(Record(*encode_any_record(r)) for r in result.records)
+                try:
+                    self.state_log.append(Record(*encode_any_record(r)) for r in result.records)
+                except StateLogWriteFailed as e:
+                    self._unload(e)
+                    raise GroupsUnloaded(str(e)) from e
         if not result.timers:
             return
         loop = asyncio.get_running_loop()
@@ -247,19 +297,25 @@ class GroupLayer:
     async def _release(self, result: GroupResult) -> None:
         # Every record appended so far, not only this result's: a response must not reveal state
         # that a crash could still take back.
-        if self.state_log is not None:
+        log_ = self.state_log
+        if log_ is not None:
             try:
-                await self.state_log.sync()
+                await log_.sync()
             except Exception as e:
                 # The records may be lost: none of this result's responses may be released (the
-                # waiting requests are answered with an error instead of hanging).
-                log.error("group state log sync failed; answering with errors", error=str(e))
-                self.counters["state_log_failures"] += 1
+                # waiting requests are answered with a retriable error instead of hanging), and the
+                # memory that holds them is dropped.
+                self._unload(e, log_)
+                gone = GroupsUnloaded(str(e))
                 for reply in result.responses:
                     fut = self._waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
                     if fut is not None and not fut.done():
-                        fut.set_exception(e)
-                raise
+                        fut.set_exception(gone)
+                raise gone from e
+        if self.unloaded is not None:
+            # Unloaded while this result waited for its fsync: a later write failed and cut the log
+            # back to what was acknowledged before, which may not include this result's records.
+            raise GroupsUnloaded(self.unloaded)
         for reply in result.responses:
             fut = self._waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
             if fut is not None and not fut.done():
@@ -267,25 +323,143 @@ class GroupLayer:
 
     async def _durable(self) -> None:
         """Before a read-only answer: what it shows must not be taken back by a crash."""
-        if self.state_log is not None:
-            await self.state_log.sync()
+        log_ = self.state_log
+        if self.unloaded is not None:
+            raise GroupsUnloaded(self.unloaded)
+        if log_ is not None:
+            try:
+                await log_.sync()
+            except Exception as e:
+                self._unload(e, log_)
+                raise GroupsUnloaded(str(e)) from e
+        if self.unloaded is not None:
+            raise GroupsUnloaded(self.unloaded)
 
     def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
+        if self.unloaded is not None:
+            return
         try:
             result = self.stats.fire(self._calls, self.service, key, self._now())
         except Exception:
             log.exception("group timer failed", timer=list(key))
             return
-        self._apply(result)
-        if result.responses or result.records:
-            self._spawn(self._release(result))
+        self._apply_in_background(result)
 
     def _on_topics(self, image: TopicImage) -> None:
-        result = self._calls.on_metadata(image, self._now())
-        self._apply(result)
+        if self.unloaded is not None:
+            return  # the reload hands the fresh service the watch's current image
+        self._apply_in_background(self._calls.on_metadata(image, self._now()))
+
+    def _apply_in_background(self, result: GroupResult) -> None:
+        try:
+            self._apply(result)
+        except GroupsUnloaded:
+            return
         if result.responses or result.records:
-            self._spawn(self._release(result))
+            self._spawn(self._release_quietly(result))
+
+    async def _release_quietly(self, result: GroupResult) -> None:
+        with contextlib.suppress(GroupsUnloaded):
+            await self._release(result)
+
+    # --- unloading and re-reading the groups after a failed state log write ----------------------------
+
+    def _unload(self, error: BaseException, failed_log: StateLog | None = None) -> None:
+        """Stop serving the managed groups from memory: it holds changes whose records are not durable.
+
+        Like Kafka's coordinator after a failed write to its partition: timers are cancelled, waiting
+        requests fail with a retriable error, and the state is re-read from the log (``_reload``)."""
+        if failed_log is not None and failed_log is not self.state_log:
+            return  # a sync of a log already replaced by a reload: that failure was handled
+        if self.unloaded is not None:
+            return
+        self.unloaded = f"{type(error).__name__}: {error}"
+        self.counters["state_log_failures"] += 1
+        self.counters["groups_unloaded"] += 1
+        waiting = len(self._waiting)
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+        gone = GroupsUnloaded(self.unloaded)
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()  # retrieved here: its caller may already be gone
+        self._waiting.clear()
+        self._close_state_log()
+        if self._reload_task is None or self._reload_task.done():  # else: failed while reloading
+            self._reload_task = asyncio.get_running_loop().create_task(self._reload_forever())
+            self._tasks.add(self._reload_task)
+            self._reload_task.add_done_callback(self._tasks.discard)
+        _say(
+            log.error,
+            "group state log write failed: managed groups unloaded (answered NOT_COORDINATOR) until the log "
+            "is re-read",
+            error=self.unloaded, waiting_requests=waiting, state_dir=self.settings.state_dir,
+        )
+
+    async def _reload_forever(self) -> None:
+        delay, longest = self.reload_backoff_s
+        attempt = 0
+        while True:
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self._reload()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
+                # Reading works on a full disk; the probe write or the first append decides.
+                self._discard_loaded()
+                delay = min(delay * 2, longest)
+                _say(log.warning, "group state not reloaded yet", attempt=attempt, error=str(e), retry_in_s=delay)
+                continue
+            _say(log.info, "managed groups reloaded from the state log", attempt=attempt, groups=self._group_count())
+            return
+
+    def _close_state_log(self) -> None:
+        log_ = self.state_log
+        if isinstance(log_, FileStateLog):
+            self._log_totals = (log_.bytes_appended, log_.fsyncs, log_.compactions)
+        if log_ is not None:
+            log_.close()
+            self.state_log = None
+
+    def _discard_loaded(self) -> None:
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+        self._close_state_log()
+
+    async def _reload(self) -> None:
+        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded."""
+        self.service = self._new_service()
+        self._calls = self.service
+        if self.events is not None:
+            self.events.rebind(self.service)
+            self._calls = self.events.deriver
+        self._open_state_log()
+        assert isinstance(self.state_log, FileStateLog)
+        self.state_log.probe_write()
+        # Served again from here: requests arriving meanwhile share the sync below, so none of their
+        # answers is released unless that write works.
+        self.unloaded = None
+        try:
+            if self.watch.loaded:
+                self._apply(self._calls.on_metadata(self.watch.topics, self._now()))
+            self._apply(self._calls.on_loaded(self._now()))
+            await self.state_log.sync()
+        except GroupsUnloaded:
+            raise
+        except Exception as e:
+            self._unload(e)
+            raise
+        if self.unloaded is not None:
+            raise GroupsUnloaded(self.unloaded)
+
+    def _group_count(self) -> int:
+        return len(self.service.classic_groups.groups) + len(self.service.coordinator.state.groups)
 
     # --- request entry ---------------------------------------------------------------------------------
 
@@ -319,14 +493,23 @@ class GroupLayer:
             self.counters["invalid_requests"] += 1
             return refusal_payload(api_key, version, header.correlation_id, msg, codec.INVALID_REQUEST, f"{null} is null")
         try:
+            if self.unloaded is not None and api_key != gc.FIND_COORDINATOR:
+                raise GroupsUnloaded(self.unloaded)
             body = await self._handlers[api_key](conn, header, msg, version)
             return codec.encode_response(api_key, version, header.correlation_id, body)
         except asyncio.CancelledError:
             raise
+        except GroupsUnloaded:
+            self.counters["unloaded_requests"] += 1
+            return _unloaded_payload(api_key, version, header.correlation_id, msg)
         except Exception:
             log.exception("group request failed", api_key=api_key, api_version=version)
             self.counters["failed_requests"] += 1
             return _error_payload(api_key, version, header.correlation_id, UNKNOWN_SERVER_ERROR)
+
+    def _check_loaded(self) -> None:
+        if self.unloaded is not None:
+            raise GroupsUnloaded(self.unloaded)
 
     @staticmethod
     def client_host(conn: ClientConnection) -> str:
@@ -356,6 +539,8 @@ class GroupLayer:
                 answers.append(upstream[k])
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, COORDINATOR_NOT_AVAILABLE, "no broker listener is open yet"))
+            elif self.unloaded is not None:
+                answers.append((k, -1, "", -1, COORDINATOR_NOT_AVAILABLE, "group state is being re-read"))
             else:
                 answers.append((k, node, addr[0], addr[1], 0, None))
         return gc.find_coordinator_response(version, answers)
@@ -405,6 +590,7 @@ class GroupLayer:
         found: dict[str, Any] = {}
         if local:
             await self._ready.wait()
+            self._check_loaded()
             body = self.service.handle(gc.consumer_group_describe_request(msg, version), 0, self._now())
             await self._durable()
             reply: ConsumerGroupDescribeResponse = body.responses[0].body
@@ -425,6 +611,7 @@ class GroupLayer:
             await self._ready.wait()
             request = gc.describe_groups_request(msg, version)
             request.group_ids = local
+            self._check_loaded()
             result = self.service.handle(request, 0, self._now())
             await self._durable()
             reply: DescribeGroupsResponse = result.responses[0].body
@@ -460,6 +647,7 @@ class GroupLayer:
         # Admin clients ask every broker and concatenate: list the managed groups on one listener only.
         if conn.node_id is None or conn.node_id == self.home_node():
             await self._ready.wait()
+            self._check_loaded()
             result = self.service.handle(request, 0, self._now())
             await self._durable()
             reply: ListGroupsResponse = result.responses[0].body
@@ -609,6 +797,57 @@ def refusal_payload(api_key: int, version: int, correlation_id: int, msg: Any, e
     if body is None:
         return _error_payload(api_key, version, correlation_id, error)
     return codec.encode_response(api_key, version, correlation_id, body)
+
+
+def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log on the unload/reload path, where the log's own file may sit on the full disk."""
+    with contextlib.suppress(OSError):
+        emit(event, **fields)
+
+
+def _unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any) -> bytes:
+    """NOT_COORDINATOR where the response carries it: top level, per group or per partition.
+
+    ListGroups, which every broker answers for its own groups, says COORDINATOR_NOT_AVAILABLE, which
+    admin clients retry (NOT_COORDINATOR there would fail the listing)."""
+    if api_key == gc.LIST_GROUPS:
+        payload = codec.error_response(api_key, version, correlation_id, COORDINATOR_NOT_AVAILABLE)
+        if payload is not None:
+            return payload
+    payload = codec.error_response(api_key, version, correlation_id, NOT_COORDINATOR)
+    if payload is not None:
+        return payload
+    body: Any = None
+    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
+        from .offsets import _commit_response, _partition_errors
+
+        prefix = "OffsetCommitResponse" if api_key == gc.OFFSET_COMMIT else "TxnOffsetCommitResponse"
+        body = _commit_response(api_key, prefix, version, _partition_errors(msg.topics, NOT_COORDINATOR))
+    elif api_key == gc.DESCRIBE_GROUPS:
+        body = gc.response(gc.DESCRIBE_GROUPS, version, groups=[
+            gc.described_classic_group(DescribedClassicGroup(g, NOT_COORDINATOR, "")) for g in msg.groups
+        ])
+    elif api_key == gc.CONSUMER_GROUP_DESCRIBE:
+        cls = gc.response_cls(api_key).DescribedGroup
+        body = gc.response(api_key, version, groups=[
+            cls(group_id=g, error_code=NOT_COORDINATOR, error_message="group state is being re-read")
+            for g in msg.group_ids
+        ])
+    elif api_key == gc.OFFSET_FETCH and version >= 8:
+        gcls = gc.response_cls(api_key).OffsetFetchResponseGroup
+        body = gc.response(api_key, version, groups=[
+            gcls(group_id=g.group_id, error_code=NOT_COORDINATOR, topics=[]) for g in msg.groups
+        ])
+    elif api_key == gc.DELETE_GROUPS:
+        body = gc.delete_groups_response(
+            DeleteGroupsResponse([DeletableGroupResult(g, NOT_COORDINATOR) for g in msg.groups_names]), version
+        )
+    if body is not None:
+        try:
+            return codec.encode_response(api_key, version, correlation_id, body)
+        except Exception:  # noqa: BLE001 - fall back to the generic error answer
+            log.exception("could not encode a NOT_COORDINATOR answer", api_key=api_key, api_version=version)
+    return _error_payload(api_key, version, correlation_id, NOT_COORDINATOR)
 
 
 def _error_payload(api_key: int, version: int, correlation_id: int, error: int) -> bytes:

@@ -71,19 +71,31 @@ class GatewayMetrics:
     """The passthrough's counters; one per Gateway. Connections cache the dicts they bump."""
 
     __slots__ = (
+        "accept_errors",
         "bytes_received",
         "bytes_sent",
+        "connections_closed_idle",
+        "connections_closed_partial",
+        "connections_refused",
         "connections_total",
         "errors",
         "forwarded",
         "local",
         "local_latency",
+        "request_memory_exhausted",
         "upstream_connect_failures",
         "upstream_unavailable_answers",
     )
 
     def __init__(self) -> None:
         self.connections_total = 0
+        # gateway/limits.py: refused over max.connections, accepts failed for lack of descriptors,
+        # closed idle / with a request frame incomplete too long, times the request memory budget filled.
+        self.connections_refused = 0
+        self.accept_errors = 0
+        self.connections_closed_idle = 0
+        self.connections_closed_partial = 0
+        self.request_memory_exhausted = 0
         self.bytes_received = 0  # from clients
         self.bytes_sent = 0  # to clients
         # Requests by api key: lists indexed by the key (an api key reaches them only once it is known to
@@ -259,6 +271,48 @@ class Health:
         out.gauge("start_time_seconds", "Process start time, seconds since the epoch", self.started_at)
         out.gauge("client_connections", "Client connections open now", len(gw.connections))
         out.counter("client_connections_total", "Client connections accepted", m.connections_total)
+        limits = gw.limits
+        out.gauge(
+            "client_connections_max",
+            "Client connections allowed at once: max.connections, lowered to what RLIMIT_NOFILE serves",
+            limits.max_connections,
+        )
+        out.counter(
+            "client_connections_refused_total",
+            "Client connections closed at once because max.connections was reached",
+            m.connections_refused,
+        )
+        out.counter(
+            "client_accept_errors_total",
+            "Accepts that failed for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)",
+            m.accept_errors,
+        )
+        out.family(
+            "client_connections_closed_total",
+            "counter",
+            "Client connections closed by the gateway's timeouts: idle (connections.max.idle.ms), "
+            "partial_request (a request frame incomplete for partial_request_timeout_ms)",
+            [
+                ((("reason", "idle"),), m.connections_closed_idle),
+                ((("reason", "partial_request"),), m.connections_closed_partial),
+            ],
+        )
+        out.gauge(
+            "queued_request_bytes",
+            "Bytes reserved by request frames being read (declared sizes), all client connections together",
+            limits.reserved,
+        )
+        out.gauge(
+            "queued_request_bytes_max",
+            "queued.max.request.bytes (-1: unbounded)",
+            -1 if limits.budget is None else limits.budget,
+        )
+        out.gauge("client_connections_muted", "Client connections not read while the budget is full", len(limits.muted))
+        out.counter(
+            "request_memory_exhausted_total",
+            "Times the request memory budget filled and connections without a request in progress were muted",
+            m.request_memory_exhausted,
+        )
         out.counter("client_received_bytes_total", "Bytes received from clients", m.bytes_received)
         out.counter("client_sent_bytes_total", "Bytes sent to clients", m.bytes_sent)
         if gw.tls_handshake_failures is not None:
@@ -379,6 +433,7 @@ _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer"
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
+    "groups_unloaded", "unloaded_requests",
 )
 
 

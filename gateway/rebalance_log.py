@@ -61,6 +61,14 @@ class RebalanceEventLog:
         )
         log.info("writing rebalance events", path=str(self.path), run=run, first_seq=first_seq)
 
+    def rebind(self, service: GroupService) -> None:
+        """Derive events from a freshly loaded service (after the state log was re-read); seq and the
+        groups' client_mix carry on."""
+        old = self.deriver
+        self.deriver = RebalanceEventDeriver(
+            service, self._write, old.run, first_seq=old.seq, client_mixes=old.mixes, on_error=self._failed
+        )
+
     def _open(self) -> IO[str]:
         f = self.path.open("a", encoding="utf-8")
         self._logger: Any = structlog.wrap_logger(

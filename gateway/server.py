@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
+from .limits import ConnectionLimits
 from .logging import get_logger
 from .metrics import GatewayMetrics
 from .tls import TlsAcceptor, server_context
@@ -50,6 +51,7 @@ class Gateway:
         # requests while the upstream is unreachable (gateway/unreachable.py).
         self.replies = Replies()
         self.metrics = GatewayMetrics()
+        self.limits = ConnectionLimits(self)
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)
@@ -122,13 +124,34 @@ class Gateway:
             await self._close_listeners()
             self.config = self.config.model_copy(update={"listen_port": 0})
         self._spawn(self.directory.refresh_forever())
+        self._spawn(self.limits.sweep_forever())
+        self._install_accept_error_handler()
         self._started = True
         log.info(
             "gateway serving",
             bootstrap=self.bootstrap,
+            max_connections=self.limits.max_connections,
+            nofile=self.limits.nofile,
             brokers={n: f"{self.config.client_host()}:{p}" for n, p in self.broker_ports.items()},
             upstream=self.config.upstream,
         )
+
+    def _install_accept_error_handler(self) -> None:
+        """A failed accept (EMFILE...) is reported through the loop's exception handler, with a traceback
+        each time the loop retries; route those to one rate-limited warning (gateway/limits.py)."""
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+        limits = self.limits
+
+        def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            if limits.loop_exception(lp, context):
+                return
+            if previous is not None:
+                previous(lp, context)
+            else:
+                lp.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
 
     async def _open_bootstrap(self) -> int:
         self._bootstrap_server = await asyncio.get_running_loop().create_server(

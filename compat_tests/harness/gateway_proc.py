@@ -8,6 +8,7 @@ gateway again, as they would after a real restart.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,8 @@ class GatewayProcess:
     listen_host: str = "127.0.0.1"
     listen_port: int = 0
     log_dir: Path | None = None
+    # The child's RLIMIT_NOFILE (soft and hard), e.g. to run it at the descriptor limit; None: inherited.
+    nofile: int | None = None
     bootstrap: str = ""
     _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
     _starts: int = field(default=0, init=False, repr=False)
@@ -81,12 +84,17 @@ class GatewayProcess:
             stdin=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
+            preexec_fn=None if self.nofile is None else self._limit_descriptors,
         )
         log.close()
         self.bootstrap = self._await_bootstrap(self._proc, timeout_s)
         host, _, port = self.bootstrap.rpartition(":")
         self.listen_port = int(port)  # a restart comes back on the same port
         return self
+
+    def _limit_descriptors(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def _await_bootstrap(self, proc: subprocess.Popen[str], timeout_s: float) -> str:
         """Read stdout until the ``bootstrap=`` line; afterwards keep draining it into the log."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from gateway import codec, frames
 from gateway.config import GatewayConfig
+from gateway.limits import ConnectionLimits
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import BrokerDirectory
 
@@ -29,6 +30,7 @@ class StubGateway:
         self.connections: set[Any] = set()
         self.serving = True
         self.tls_handshake_failures: int | None = None  # plaintext listeners
+        self.limits = ConnectionLimits(self)  # type: ignore[arg-type]
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         return HOME_ADDR if node_id == HOME_NODE else None

@@ -43,6 +43,23 @@ def test_frame_buffer_keeps_a_partial_frame():
     assert buf.buffered == 7
 
 
+def test_frame_buffer_reserves_the_declared_size_of_a_frame_in_progress():
+    buf = frames.FrameBuffer(1 << 20)
+    assert buf.feed(struct.pack(">i", 3) + b"abc") == [struct.pack(">i", 3) + b"abc"]
+    assert (buf.reserved, buf.partials) == (0, 0)  # whole frames never reserve anything
+    assert buf.feed(b"\x00\x00") == []
+    assert (buf.reserved, buf.partials) == (4, 1)  # the size itself is incomplete
+    assert buf.feed(b"\x03\xe8" + b"x" * 10) == []  # 1000 declared
+    assert buf.reserved == 1004 and buf.buffered == 14
+    partials = buf.partials
+    assert buf.feed(b"x" * 500) == [] and buf.partials == partials  # the same frame, still in progress
+    out = buf.feed(b"x" * 490 + struct.pack(">i", 8) + b"ab")  # completes it and starts another
+    assert len(out) == 1 and len(out[0]) == 1004
+    assert (buf.reserved, buf.partials) == (12, partials + 1)
+    buf.clear()
+    assert (buf.reserved, buf.buffered) == (0, 0)
+
+
 @pytest.mark.parametrize("version", [0, 8, 9, 12])
 @pytest.mark.parametrize("client_id", ["c", None, "ü-client"])
 def test_request_header_round_trip(version, client_id):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -39,6 +39,8 @@ UNKNOWN_MEMBER_ID = 25
 ILLEGAL_GENERATION = 22
 INVALID_REQUEST = 42
 STALE_MEMBER_EPOCH = 113
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
 
 
 def settings(**kw: Any) -> CoordinatorSettings:
@@ -306,27 +308,128 @@ async def test_offsets_of_subscribed_topics_cannot_be_deleted() -> None:
         await layer.stop()
 
 
-async def test_a_failed_state_log_sync_releases_no_response(tmp_path: Path) -> None:
-    layer = await started(state_dir=str(tmp_path / "state"))
-    state_log = layer.state_log
-    assert state_log is not None
+def _fail_log_writes(monkeypatch: pytest.MonkeyPatch, layer: GroupLayer, how: str) -> list[int]:
+    """Make the state log's next write short and then ENOSPC (``write``), or its fsync EIO (``fsync``)."""
+    import errno
+
+    import gateway.state_log as mod
+
+    real_write, real_fsync = mod.os.write, mod.os.fsync
+    fd = layer.state_log._fd  # type: ignore[union-attr]
+    calls: list[int] = []
+
+    def write(f: int, data: Any) -> int:
+        if f != fd:
+            return real_write(f, data)
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(f, bytes(data[: len(data) // 2]))  # a short write: part of the batch lands
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fsync(f: int) -> None:
+        if f == fd:
+            calls.append(0)
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(f)
+
+    if how == "write":
+        monkeypatch.setattr(mod.os, "write", write)
+    else:
+        monkeypatch.setattr(mod.os, "fsync", fsync)
+    return calls
+
+
+async def _classic_member(layer: GroupLayer, group: str) -> tuple[str, int]:
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+    r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        protocol_type="consumer", protocols=protocols,
+    ))
+    assert r.error_code == 0
+    s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        group_id=group, generation_id=r.generation_id, member_id=r.member_id, assignments=[],
+    ))
+    assert s.error_code == 0
+    return r.member_id, r.generation_id
+
+
+@pytest.mark.parametrize("how", ["write", "fsync"])
+async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    from gateway import state_log as mod
+
+    state = tmp_path / "state"
+    layer = await started(state_dir=str(state))
+    layer.reload_backoff_s = (0.05, 0.2)
     try:
-
-        async def broken_sync() -> None:
-            raise OSError("disk gone")
-
-        state_log.sync = broken_sync  # type: ignore[method-assign]
+        kept, gen = await _classic_member(layer, "kept")
+        assert layer.armed_timers() == 1  # kept's session timer
+        durable = (state / f"{0:020d}.log").stat().st_size
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="lost", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))
-        assert r.error_code == -1 and r.member_id == ""  # UNKNOWN_SERVER_ERROR, not the member's join
-        assert layer.counters["state_log_failures"] == 1
+        assert j.error_code == 0  # a join writes nothing yet: the leader's SyncGroup stores the group
+        calls = _fail_log_writes(monkeypatch, layer, how)
+        r = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+            group_id="lost", generation_id=j.generation_id, member_id=j.member_id,
+            assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=j.member_id, assignment=b"a")],
+        ))
+        assert calls, "the failure was injected"
+        # Retriable, and not the member's assignment: the group's record is not durable.
+        assert (r.error_code, bytes(r.assignment)) == (NOT_COORDINATOR, b"")
+        assert layer.unloaded is not None and layer.counters["state_log_failures"] == 1
+        assert layer.armed_timers() == 0  # nothing expires from a memory that is no longer trusted
+        # The log was cut back to what was acknowledged: loadable, no partial or unanswered record.
+        assert (state / f"{0:020d}.log").stat().st_size == durable
+        assert mod.verify(state).damage == []
+        # Every group request is told to go away and come back, not served from memory.
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="kept", generation_id=gen, member_id=kept))
+        assert h.error_code == NOT_COORDINATOR
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["kept", "lost"]))
+        assert [g.error_code for g in d.groups] == [NOT_COORDINATOR, NOT_COORDINATOR]
+        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="kept", key_type=0))
+        assert f.error_code == COORDINATOR_NOT_AVAILABLE
+        cls = OffsetCommitRequest
+        oc = await call(layer, gc.OFFSET_COMMIT, 8, cls[8](
+            group_id="kept", generation_id_or_member_epoch=gen, member_id=kept, group_instance_id=None,
+            topics=[cls.OffsetCommitRequestTopic(name="t", partitions=[
+                cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")
+            ])],
+        ))
+        assert [p.error_code for t in oc.topics for p in t.partitions] == [NOT_COORDINATOR]
+        of = await call(layer, gc.OFFSET_FETCH, 8, OffsetFetchRequest[8](groups=[
+            OffsetFetchRequest[8].OffsetFetchRequestGroup(group_id="kept", topics=None)
+        ], require_stable=False))
+        assert [(g.group_id, g.error_code) for g in of.groups] == [("kept", NOT_COORDINATOR)]
+        of = await call(layer, gc.OFFSET_FETCH, 6, OffsetFetchRequest[6](group_id="kept", topics=None))
+        assert of.error_code == NOT_COORDINATOR
+        lg = await call(layer, gc.LIST_GROUPS, 4, ListGroupsRequest[4](states_filter=[]))
+        assert lg.error_code == COORDINATOR_NOT_AVAILABLE  # retried by admin clients, not a failed listing
+
+        monkeypatch.undo()  # the disk works again: the layer re-reads the log by itself
+        for _ in range(100):
+            if layer.unloaded is None:
+                break
+            await asyncio.sleep(0.05)
+        assert layer.unloaded is None
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="kept", generation_id=gen, member_id=kept))
+        assert h.error_code == 0  # the acknowledged member survived
+        assert layer.armed_timers() == 1  # and its session timer is armed again
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["lost"]))
+        assert d.groups[0].group_state == "Dead" and not d.groups[0].members
     finally:
-        layer.state_log = None
         await layer.stop()
-        state_log.close()
+
+    again = await started(state_dir=str(state))  # and a restart replays cleanly
+    try:
+        d = await call(again, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["kept", "lost"]))
+        assert [[m.member_id for m in g.members] for g in d.groups] == [[kept], []]
+    finally:
+        await again.stop()
 
 
 async def test_nulls_in_group_requests_of_a_pattern_managed_gateway_are_answered_locally() -> None:
