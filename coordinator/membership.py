@@ -11,7 +11,7 @@ assignment delta) consistent. They do not validate requests: callers do.
 - ``replace_static_member(tx, group, old, new_member_id)``: a static member's replacement inherits
   the assignment of the member it replaces (KIP-345 in KIP-848 "Static Membership").
 - ``refresh_subscriptions(tx, group, now_ms, reresolve)``: regex resolutions + partition metadata.
-- ``bump_group_epoch(tx, group)``, ``maybe_update_target(tx, group)``.
+- ``bump_group_epoch(tx, group, now_ms)``, ``maybe_update_target(tx, group)``.
 - ``reconcile_member(tx, group, member_id, owned, now_ms)``: move the member toward its target.
 """
 
@@ -37,8 +37,16 @@ from coordinator.target import compute_target
 from coordinator.timers import rebalance_key, session_key
 
 
-def bump_group_epoch(tx: Tx, group: ConsumerGroup) -> None:
-    tx.emit(rec.group_epoch(group.group_id, group.group_epoch + 1))
+def bump_group_epoch(tx: Tx, group: ConsumerGroup, now_ms: int) -> None:
+    tx.emit(rec.group_epoch(group.group_id, group.group_epoch + 1, empty_since(group, now_ms)))
+
+
+def empty_since(group: ConsumerGroup, now_ms: int) -> int:
+    """What record 3 says about emptiness: -1 with members; else when the group became empty (kept
+    across later writes of an already empty group, now for one that empties in this transaction)."""
+    if group.members:
+        return -1
+    return group.empty_since_ms if group.empty_since_ms >= 0 else now_ms
 
 
 def _metadata_differs(a: ConsumerGroupMember, b: ConsumerGroupMember) -> bool:
@@ -83,7 +91,7 @@ def upsert_member(tx: Tx, group: ConsumerGroup, updated: ConsumerGroupMember, no
     tx.emit(rec.member_metadata(group.group_id, updated))
     if bump:
         refresh_subscriptions(tx, group, now_ms, reresolve=False)
-        bump_group_epoch(tx, group)
+        bump_group_epoch(tx, group, now_ms)
     return bump
 
 
@@ -132,7 +140,7 @@ def remove_members(tx: Tx, group: ConsumerGroup, member_ids: Iterable[str], now_
         removed = True
     if removed:
         refresh_subscriptions(tx, group, now_ms, reresolve=False)
-        bump_group_epoch(tx, group)
+        bump_group_epoch(tx, group, now_ms)  # records when the group became empty, if it did
 
 
 def _remove_one(tx: Tx, group: ConsumerGroup, member_id: str) -> None:

@@ -142,6 +142,9 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)
     partition_owners: dict[uuid.UUID, dict[int, str]] = field(default_factory=dict)
     delta: PendingDelta = field(default_factory=PendingDelta)
+    # When the group last became empty (record 3); -1 while it has members or when not recorded.
+    # offsets.retention.minutes after it, the group is deleted (expire_empty_groups).
+    empty_since_ms: int = -1
     # Set when the group was deleted; a DEAD group is dropped from the coordinator's map.
     dead: bool = False
 
@@ -189,6 +192,7 @@ class ConsumerGroup:
             tuple(sorted((r, tuple(sorted(v.topics)), v.version, v.timestamp_ms) for r, v in self.resolved_regexes.items())),
             self.assignment_epoch,
             tuple(sorted((m, canon(a)) for m, a in self.target_assignment.items())),
+            self.empty_since_ms,
         )
 
 

@@ -109,7 +109,9 @@ def apply(groups: dict[str, ConsumerGroup], record: Record) -> None:
                 g.dead = True
             return
         assert isinstance(v, GroupMetadataValue)
-        _group(groups, gid).group_epoch = v.epoch
+        g = _group(groups, gid)
+        g.group_epoch = v.epoch
+        g.empty_since_ms = v.empty_since_ms
     elif rtype is RecordType.CURRENT_MEMBER_ASSIGNMENT:
         g = _group(groups, gid)
         mid = record.sub_key

@@ -15,6 +15,7 @@ Gateway usage::
     res = coord.on_timer(key, now_ms)
     coord.describe(["g1"]); coord.list_groups(states=[], types=[])
     coord.validate_offset_commit(group_id, member_id, member_epoch, api_version)
+    res = coord.expire_empty_groups(now_ms, retention_ms)                # offsets.retention.check.interval.ms
     records -> bytes: coordinator.records.codec.encode(record)
 
 Lower-level API for translate/ (classic members inside consumer groups), all within one ``Tx``::
@@ -27,7 +28,7 @@ Lower-level API for translate/ (classic members inside consumer groups), all wit
     coord.remove_member(tx, group_id, member_id, now_ms)   # leave / fence: tombstones + epoch bump
     coord.remove_members(tx, group_id, member_ids, now_ms) # a batch: tombstones + ONE epoch bump
     coord.replace_static_member(tx, group_id, old_member_id, new_member_id)  # KIP-345 takeover
-    coord.bump_group_epoch(tx, group_id)
+    coord.bump_group_epoch(tx, group_id, now_ms)
     tx.schedule(key, deadline) / tx.cancel(key); result = tx.result(response)
 """
 
@@ -98,11 +99,30 @@ class ConsumerGroupCoordinator:
         if group.members:
             return Result(Errors.NON_EMPTY_GROUP)
         tx = Tx(self.state)
-        for regex in list(group.resolved_regexes):
-            tx.emit(rec.regular_expression_tombstone(group_id, regex))
-        for r in rec.group_tombstones(group_id):
-            tx.emit(r)
+        _delete_empty_group(tx, group)
         return tx.result(Errors.NONE)
+
+    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> Result[list[str]]:
+        """The periodic cleanup (Kafka's ``offsets.retention.check.interval.ms``): delete the groups
+        that have been empty for ``retention_ms`` (``offsets.retention.minutes``); the response lists them.
+
+        Kafka deletes an empty consumer group once none of its offsets is left, an offset expiring
+        retention after its commit. groupgate's offsets live in the cluster (which expires them by the
+        same rule), so the time the group became empty (record 3) stands in for its last commit: the
+        final commit of a closing consumer comes just before it leaves. An empty group whose records
+        do not say since when (written before the time was recorded) is stamped now, so that its
+        deadline survives restarts too."""
+        tx = Tx(self.state)
+        expired: list[str] = []
+        for group in list(self.state.groups.values()):
+            if group.members:
+                continue
+            if group.empty_since_ms < 0:
+                tx.emit(rec.group_epoch(group.group_id, group.group_epoch, now_ms))
+            elif now_ms - group.empty_since_ms >= retention_ms:
+                _delete_empty_group(tx, group)
+                expired.append(group.group_id)
+        return tx.result(expired)
 
     # -- time and metadata ----------------------------------------------------------------------
 
@@ -132,7 +152,7 @@ class ConsumerGroupCoordinator:
         for group in list(st.groups.values()):
             if refresh_subscriptions(tx, group, now_ms, reresolve=True):
                 group.delta.topics_changed = True
-                bump_group_epoch(tx, group)
+                bump_group_epoch(tx, group, now_ms)
         return tx.result(None)
 
     def on_loaded(self, now_ms: int) -> Result[None]:
@@ -183,8 +203,8 @@ class ConsumerGroupCoordinator:
         group = self.state.groups[group_id]
         return replace_static_member(tx, group, group.members[old_member_id], new_member_id)
 
-    def bump_group_epoch(self, tx: Tx, group_id: str) -> None:
-        bump_group_epoch(tx, self.state.groups[group_id])
+    def bump_group_epoch(self, tx: Tx, group_id: str, now_ms: int) -> None:
+        bump_group_epoch(tx, self.state.groups[group_id], now_ms)
 
     def update_target(self, tx: Tx, group_id: str) -> None:
         maybe_update_target(tx, self.state.groups[group_id])
@@ -196,3 +216,13 @@ class ConsumerGroupCoordinator:
         maybe_update_target(tx, group)
         reconcile_member(tx, group, group.members[member_id], owned, now_ms)
         return group.members[member_id]
+
+
+def _delete_empty_group(tx: Tx, group: ConsumerGroup) -> None:
+    """Tombstones of every group-level record left (the members' are gone already)."""
+    for regex in list(group.resolved_regexes):
+        tx.emit(rec.regular_expression_tombstone(group.group_id, regex))
+    for member_id in list(group.target_assignment):
+        tx.emit(rec.target_member_tombstone(group.group_id, member_id))
+    for r in rec.group_tombstones(group.group_id):
+        tx.emit(r)

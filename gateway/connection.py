@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from . import codec, frames, rewrite, unreachable
+from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
@@ -57,6 +57,8 @@ _RELINK_BACKOFF_MAX_S = 2.0
 LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
 
 _REWRITTEN = frozenset({codec.METADATA, codec.FIND_COORDINATOR, codec.DESCRIBE_CLUSTER, codec.API_VERSIONS})
+# Produce v10+ / Fetch v16+: responses that may carry leader endpoints (KIP-951), walked without decoding.
+_ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
 
 
 class Slot:
@@ -465,7 +467,22 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         _, slot, api_key, version, request = link.inflight.popleft()
-        if api_key in _REWRITTEN:
+        first = _ENDPOINTS_FROM.get(api_key)
+        if first is not None and version >= first:
+            try:
+                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.gw.addr_of)
+            except Exception:
+                log.exception(
+                    "cannot read leader endpoints of a response; closing",
+                    peer=self.peer,
+                    api_key=api_key,
+                    api_version=version,
+                )
+                self.close()
+                return
+            if rewritten is not None:
+                frame = rewritten
+        elif api_key in _REWRITTEN:
             try:
                 payload = self._rewrite(api_key, version, frame[4:])
                 if api_key in unreachable.REPLAYED:
@@ -484,7 +501,9 @@ class ClientConnection(asyncio.Protocol):
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
         directory = self.gw.directory
         if api_key == codec.API_VERSIONS:
-            return rewrite.rewrite_api_versions(payload, version, directory.local_api).payload
+            result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
+            directory.note_narrowed(result.narrowed)
+            return result.payload
         result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
         if result.brokers is not None:
             directory.observe(result.brokers)

@@ -116,6 +116,18 @@ class CoordinatorSettings(BaseModel):
         validation_alias=_kafka("initial_rebalance_delay_ms", "group.initial.rebalance.delay.ms"),
     )
     max_size: int = Field(default=2**31 - 1, ge=1, validation_alias=_kafka("max_size", "group.max.size"))
+    # A group Empty this long is deleted from the gateway's state (Kafka deletes an empty group when its
+    # offsets expired; docs/operations.md). Kafka takes whole minutes; fractions are accepted (tests).
+    offsets_retention_minutes: float = Field(
+        default=10_080, gt=0, validation_alias=_kafka("offsets_retention_minutes", "offsets.retention.minutes")
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        default=600_000,
+        ge=1,
+        validation_alias=_kafka(
+            "offsets_retention_check_interval_ms", "offsets.retention.check.interval.ms"
+        ),
+    )
 
     @field_validator("managed_groups")
     @classmethod
@@ -179,5 +191,6 @@ class CoordinatorSettings(BaseModel):
                 initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
                 max_size=self.max_size,
             ),
+            offsets_retention_ms=max(1, round(self.offsets_retention_minutes * 60_000)),
         )
         return service, coordinator

@@ -71,7 +71,7 @@ LOCAL_API: dict[int, tuple[int, int]] = {
     SYNC_GROUP: (0, 5),
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 5),
-    TXN_OFFSET_COMMIT: (0, 4),
+    TXN_OFFSET_COMMIT: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),

@@ -201,6 +201,7 @@ class GroupLayer:
         self._spawn(self.watch.run_forever())
         if self.settings.upstream_check_s > 0:
             self._spawn(self._check_upstream_forever())
+        self._spawn(self._expire_groups_forever())
         self._ready.set()
         log.info(
             "group coordinator ready",
@@ -344,6 +345,27 @@ class GroupLayer:
         except Exception:
             log.exception("group timer failed", timer=list(key))
             return
+        self._apply_in_background(result)
+
+    async def _expire_groups_forever(self) -> None:
+        # Kafka's periodic cleanup: every offsets.retention.check.interval.ms, groups Empty for
+        # offsets.retention.minutes are deleted (tombstones, persisted like any result).
+        while True:
+            await asyncio.sleep(self.settings.offsets_retention_check_interval_ms / 1000)
+            try:
+                self.expire_empty_groups()
+            except Exception:
+                log.exception("expiring empty groups failed; trying again at the next check")
+
+    def expire_empty_groups(self) -> None:
+        if self.unloaded is not None:
+            return  # the reloaded groups are checked at the next interval
+        before = self._group_count()
+        result = self._calls.expire_empty_groups(self._now())
+        if result.records:
+            expired = before - self._group_count()
+            self.counters["groups_expired"] += expired
+            log.info("expired empty groups", groups=expired, records=len(result.records))
         self._apply_in_background(result)
 
     def _on_topics(self, image: TopicImage) -> None:

@@ -79,8 +79,17 @@ def clients(version: str) -> Distribution:
     )
 
 
+def streams(version: str = CURRENT_KAFKA) -> Distribution:
+    """Kafka Streams of one release (with its kafka-clients and RocksDB), for exactly-once Streams
+    applications run through the gateway."""
+    return Distribution(
+        f"kafka-streams-{version}",
+        (f"org.apache.kafka:kafka-streams:{version}", SLF4J_SIMPLE),
+    )
+
+
 def all_distributions() -> list[Distribution]:
-    return [broker(), clients(CURRENT_KAFKA), *(clients(v) for v in LEGACY_KAFKA)]
+    return [broker(), clients(CURRENT_KAFKA), streams(CURRENT_KAFKA), *(clients(v) for v in LEGACY_KAFKA)]
 
 
 _POM = """<?xml version="1.0" encoding="UTF-8"?>

@@ -3,26 +3,51 @@
 Metadata, FindCoordinator and DescribeCluster responses carry broker host:port pairs; each is replaced
 by the gateway address of that node id's listener (port-per-broker), and a broker the gateway cannot
 serve is left out (or, for a coordinator, reported as COORDINATOR_NOT_AVAILABLE so the client retries).
-ApiVersions is narrowed to what the gateway proxies correctly (see ``gateway_api_ranges``).
-All functions are pure: payload bytes in, payload bytes out.
+ApiVersions is narrowed to what the gateway proxies correctly (see ``gateway_api_ranges``), and so are
+the feature levels it reports (``carried_feature_level``). Produce and Fetch responses carry leader
+endpoints (KIP-951), rewritten in ``node_endpoints``. All functions are pure: payload bytes in, payload
+bytes out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, node_endpoints
 
 # node id -> (host, port) the client should use, or None when the gateway cannot serve that node.
 AddressOf = Callable[[int], "tuple[str, int] | None"]
 ApiRanges = dict[int, tuple[int, int]]
 
-# Versions whose responses carry broker endpoints the gateway does not rewrite:
-# Produce v10+ and Fetch v16+ carry NodeEndpoints for leader changes (KIP-951), DescribeQuorum v2+ carries
-# the controllers' listener endpoints (KIP-853). Advertising only the versions below keeps them away.
-VERSION_CAPS: dict[int, int] = {codec.PRODUCE: 9, codec.FETCH: 15, 55: 1}
+# Caps besides the codec's: Produce and Fetch up to the versions whose layout node_endpoints walks to
+# rewrite the leader endpoints (KIP-951); DescribeQuorum v2+ carries the controllers' listener endpoints
+# (KIP-853), which the gateway does not serve, so it stops at v1.
+VERSION_CAPS: dict[int, int] = {**node_endpoints.KNOWN_UP_TO, 55: 1}
+
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+CONSUMER_GROUP_HEARTBEAT = 68
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_FETCH = 78
+STREAMS_GROUP_HEARTBEAT = 88
+
+# Finalized features (KIP-584) tell clients which protocol to use; a client trusts a level only together
+# with the API versions that level needs. Per feature: the highest level whose needs are known here
+# (None: no level needs client APIs), and per level the minimum version of each API it needs.
+# transaction.version 2 (KIP-890 part 2): Produce v12+ adds partitions to the transaction implicitly,
+# TxnOffsetCommit v5+ does the same for the group's offsets, EndTxn v5+ bumps the epoch per transaction.
+# A feature not listed here is withheld: the gateway cannot tell what it would promise.
+FEATURE_NEEDS: dict[str, tuple[int | None, dict[int, dict[int, int]]]] = {
+    "metadata.version": (None, {}),
+    "kraft.version": (None, {}),
+    "eligible.leader.replicas.version": (None, {}),
+    "transaction.version": (2, {2: {codec.PRODUCE: 12, TXN_OFFSET_COMMIT: 5, END_TXN: 5}}),
+    "group.version": (1, {1: {CONSUMER_GROUP_HEARTBEAT: 0}}),
+    "streams.version": (1, {1: {STREAMS_GROUP_HEARTBEAT: 0}}),
+    "share.version": (1, {1: {SHARE_GROUP_HEARTBEAT: 0, SHARE_FETCH: 0}}),
+}
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,6 +63,8 @@ class Rewritten:
     payload: bytes
     brokers: list[Broker] | None = None  # the upstream brokers the response listed (Metadata/DescribeCluster)
     api_ranges: ApiRanges | None = None  # the gateway ranges derived from an ApiVersions response
+    # What the gateway withheld from an ApiVersions response, and why: (kind, detail) pairs for the log.
+    narrowed: list[tuple[str, str]] | None = None
 
 
 def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
@@ -120,6 +147,73 @@ def gateway_api_ranges(
     return out
 
 
+def narrowed_apis(
+    upstream: Mapping[int, tuple[int, int]], ranges: Mapping[int, tuple[int, int]], local: Collection[int] = ()
+) -> list[tuple[str, str]]:
+    """(kind, reason) for every upstream API range the gateway offers less of than the cluster (the APIs
+    in ``local`` are answered by the gateway itself: their ranges are its own, not a narrowing)."""
+    out = []
+    withheld = []
+    for key, (_lo, hi) in sorted(upstream.items()):
+        if key in local:
+            continue
+        got = ranges.get(key)
+        if got is None:
+            withheld.append(str(key))
+        elif got[1] < hi:
+            why = "its responses carry broker endpoints" if key in VERSION_CAPS else "the gateway's codec stops there"
+            out.append((f"api {key}", f"cluster offers up to v{hi}; advertised up to v{got[1]}: {why}"))
+    if withheld:
+        out.append(("apis withheld", f"api keys {', '.join(withheld)}: the gateway cannot read their responses"))
+    return out
+
+
+def carried_feature_level(name: str, level: int, ranges: Mapping[int, tuple[int, int]]) -> tuple[int, str]:
+    """The highest level <= ``level`` of feature ``name`` the gateway can carry with ``ranges``, and why it
+    is lower ("" when it is not). 0 means the feature is withheld."""
+    spec = FEATURE_NEEDS.get(name)
+    if spec is None:
+        return 0, "unknown feature: the gateway cannot tell which API versions it needs"
+    top, needs = spec
+    carried = level if top is None else min(level, top)
+    why = "" if carried == level else f"levels above {top} need API versions the gateway does not know"
+    for lvl in sorted(needs):
+        if lvl > carried:
+            break
+        missing = [
+            f"api {key} v{v}+" for key, v in sorted(needs[lvl].items()) if key not in ranges or ranges[key][1] < v
+        ]
+        if missing:
+            return lvl - 1, f"level {lvl} needs {', '.join(missing)}, which the gateway does not offer"
+    return carried, why
+
+
+def narrow_features(msg: Any, ranges: Mapping[int, tuple[int, int]]) -> list[tuple[str, str]]:
+    """Lower (or drop) the finalized and supported features of a decoded ApiVersions v3+ response to
+    the levels the gateway carries with ``ranges``; returns (kind, reason) per lowered finalized feature."""
+    notes = []
+    finalized = []
+    for f in msg.finalized_features or []:
+        carried, why = carried_feature_level(f.name, f.max_version_level, ranges)
+        if carried < f.max_version_level:
+            notes.append((f"feature {f.name}", f"cluster finalized level {f.max_version_level}; advertised {carried}: {why}"))
+        if carried <= 0:
+            continue  # a feature at level 0 is one the cluster does not have; Kafka leaves it out too
+        f.max_version_level = carried
+        f.min_version_level = min(f.min_version_level, carried)
+        finalized.append(f)
+    msg.finalized_features = finalized
+    supported = []
+    for f in msg.supported_features or []:
+        carried, _ = carried_feature_level(f.name, f.max_version, ranges)
+        if carried < f.min_version or (carried == 0 and f.max_version > 0):
+            continue
+        f.max_version = carried
+        supported.append(f)
+    msg.supported_features = supported
+    return notes
+
+
 def rewrite_api_versions(payload: bytes, version: int, local: Mapping[int, tuple[int, int]]) -> Rewritten:
     head, msg = codec.decode_response(codec.API_VERSIONS, version, payload)
     upstream = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
@@ -130,7 +224,10 @@ def rewrite_api_versions(payload: bytes, version: int, local: Mapping[int, tuple
         return Rewritten(head + codec.encode_body(msg, 0))
     ranges = gateway_api_ranges(upstream, local)
     msg.api_keys = [_api_version(k, lo, hi) for k, (lo, hi) in sorted(ranges.items())]
-    return Rewritten(head + codec.encode_body(msg, version), api_ranges=ranges)
+    narrowed = narrowed_apis(upstream, ranges, local)
+    if version >= 3:
+        narrowed += narrow_features(msg, ranges)
+    return Rewritten(head + codec.encode_body(msg, version), api_ranges=ranges, narrowed=narrowed)
 
 
 def _api_version(key: int, lo: int, hi: int) -> Any:

@@ -21,7 +21,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from . import codec, frames
 from .config import GatewayConfig
 from .logging import get_logger
-from .rewrite import ApiRanges, Broker, gateway_api_ranges
+from .rewrite import ApiRanges, Broker, gateway_api_ranges, narrow_features, narrowed_apis
 from .tls import connect_kwargs, note_upstream_failure, upstream_context
 
 log = get_logger("gateway.upstream")
@@ -90,6 +90,8 @@ class BrokerDirectory:
         self.local_api: dict[int, tuple[int, int]] = {}
         self.api_ranges: ApiRanges = {}
         self.cluster_id: str | None = None
+        # What the gateway offers less of than the cluster (kind -> reason), as last logged.
+        self.narrowed: dict[str, str] = {}
         self._rr = itertools.count()
         # Since when every attempt to reach the upstream failed (None: the last one succeeded).
         self.failing_since: float | None = None
@@ -133,6 +135,14 @@ class BrokerDirectory:
     def observe_api_versions(self, upstream: Mapping[int, tuple[int, int]]) -> None:
         self.upstream_api = dict(upstream)
         self.api_ranges = gateway_api_ranges(self.upstream_api, self.local_api)
+
+    def note_narrowed(self, narrowed: list[tuple[str, str]] | None) -> None:
+        """Log each API range or feature level the gateway withholds from clients, once per kind and
+        reason (every client's ApiVersions response is narrowed the same way)."""
+        for kind, reason in narrowed or ():
+            if self.narrowed.get(kind) != reason:
+                self.narrowed[kind] = reason
+                log.info("advertising less than the cluster offers", kind=kind, reason=reason)
 
     # --- choosing an upstream --------------------------------------------------------------------------
 
@@ -199,7 +209,11 @@ class BrokerDirectory:
                 errors.append(str(e))
                 continue
             if av.error_code == 0:
-                self.observe_api_versions({a.api_key: (a.min_version, a.max_version) for a in av.api_keys})
+                upstream = {a.api_key: (a.min_version, a.max_version) for a in av.api_keys}
+                self.observe_api_versions(upstream)
+                self.note_narrowed(
+                    narrowed_apis(upstream, self.api_ranges, self.local_api) + narrow_features(av, self.api_ranges)
+                )
             self.upstream_ok()
             self.cluster_id = md.cluster_id
             self.observe([Broker(b.node_id, b.host, b.port, b.rack) for b in md.brokers])

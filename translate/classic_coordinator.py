@@ -260,6 +260,28 @@ class ClassicGroupCoordinator:
         out.records.append(GroupMetadataRecord(group_id, None))
         return Errors.NONE, out
 
+    # ---- expiry ------------------------------------------------------------------------------
+    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> tuple[list[str], Result]:
+        """Delete the groups Empty for ``retention_ms`` (``offsets.retention.minutes``), as Kafka's
+        cleanup does once their offsets expired: for an Empty classic group Kafka expires them all
+        retention after CurrentStateTimestamp, the time the group became Empty, which the group
+        record carries and replay restores. A group whose record has no timestamp (value v0/v1) is
+        stamped now. A group with a member id handed out (MEMBER_ID_REQUIRED) that has not joined
+        yet is left for a later check: that member is on its way in."""
+        out = Result()
+        expired: list[str] = []
+        for group in list(self.groups.values()):
+            if not group.is_in(State.EMPTY) or group.pending_members:
+                continue
+            if group.state_timestamp_ms < 0:
+                group.state_timestamp_ms = now_ms
+                out.records.append(self.rebalancer.group_record(group))
+            elif now_ms - group.state_timestamp_ms >= retention_ms:
+                _, deleted = self.delete_group(group.group_id, now_ms)  # the tombstone
+                out.extend(deleted)
+                expired.append(group.group_id)
+        return expired, out
+
     # ---- replay ------------------------------------------------------------------------------
     def replay(self, record: GroupMetadataRecord) -> None:
         """Rebuild a group from its last persisted state. Records are written at the end of a

@@ -49,10 +49,15 @@ class GroupServiceConfig:
     # gives a classic view for tools that only speak DescribeGroups. None: True in translate mode,
     # where legacy fleets (and their legacy tools) see their groups as consumer groups.
     describe_consumer_groups_as_classic: bool | None = None
+    # offsets.retention.minutes (Kafka's default: 7 days), in ms: how long a group may stay Empty
+    # before expire_empty_groups deletes it.
+    offsets_retention_ms: int = 10080 * 60_000
 
     def __post_init__(self) -> None:
         self.migration_policy = MigrationPolicy.parse(self.migration_policy)
         self.classic_groups = ClassicGroupsMode.parse(self.classic_groups)
+        if self.offsets_retention_ms <= 0:
+            raise ValueError("offsets retention must be positive")
 
     @property
     def policy(self) -> MigrationPolicy:

@@ -15,6 +15,7 @@ caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
     svc.on_loaded(now_ms)                                             # after replay: arm timers
     result = svc.handle(request, request_key, now_ms)                 # any request type below
     result = svc.on_timer(key, now_ms)                                # a timer the service armed fired
+    result = svc.expire_empty_groups(now_ms)                          # every offsets.retention.check.interval.ms
 
 ``handle`` takes JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest
 (translate.classic_messages), ConsumerGroupHeartbeatRequest (coordinator.messages),
@@ -359,7 +360,7 @@ class GroupService:
                     # on the first heartbeat after the conversion and bumps the epoch because it
                     # differs. We bump only when the classic assignment is not already a complete
                     # target with nothing to move (which keeps KIP-848's "Online Migration" tables).
-                    self.coordinator.bump_group_epoch(tx, gid)
+                    self.coordinator.bump_group_epoch(tx, gid, now_ms)
                 result.records.extend(tx.records)
                 result.timers.extend(tx.timers)
                 self.classic_members.cancel_member_timers(result, gid, old.member_id)
@@ -455,6 +456,20 @@ class GroupService:
                 out.take_coordinator(res)
             results.append(DeletableGroupResult(gid, int(error)))
         return DeleteGroupsResponse(results)
+
+    # ---- expiry ------------------------------------------------------------------------------
+    def expire_empty_groups(self, now_ms: int) -> GroupResult:
+        """Kafka's periodic group cleanup, for the caller to run every
+        ``offsets.retention.check.interval.ms``: classic and consumer groups (converted ones too) that
+        have been Empty for ``offsets.retention.minutes`` are deleted with tombstones of all their
+        records. A group that got a member back in time is not Empty and stays. Committed offsets are
+        the cluster's: it expires them by its own retention (docs/operations.md)."""
+        out = GroupResult()
+        retention = self.config.offsets_retention_ms
+        _, classic = self.classic_groups.expire_empty_groups(now_ms, retention)
+        out.take(classic)
+        out.take_coordinator(self.coordinator.expire_empty_groups(now_ms, retention))
+        return out
 
     # ---- metadata, replay, load ----------------------------------------------------------------
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:

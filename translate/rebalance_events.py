@@ -1,10 +1,11 @@
 """Rebalance events of the groups a GroupService runs, derived from what the service sees (sans-I/O).
 
 ``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
-service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``), gets the same ``GroupResult`` back,
-and every rebalance event the call implies goes to ``sink`` as a plain dict with the field names of the
-rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py`` validates them). This module
-does not import ``rehearsal``: the schema is the contract, and the tests check the dicts against it.
+service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
+same ``GroupResult`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
+with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py``
+validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
+check the dicts against it.
 
 What each event is derived from:
 
@@ -222,6 +223,17 @@ class RebalanceEventDeriver:
         before = {g: self._snapshot(g) for g in gids}
         result = self.service.on_loaded(now_ms)
         self._guarded(lambda: self._after_changes(gids, before, result, "loaded"))
+        return result
+
+    def expire_empty_groups(self, now_ms: int) -> GroupResult:
+        """Expired groups were Empty: no event (nobody rebalances); they are forgotten here too, and
+        their client_mix stays fixed for the run."""
+        result = self.service.expire_empty_groups(now_ms)
+        if result.records:
+            live = set(self._all_groups())
+            for gid in [g for g in self.groups if g not in live]:
+                del self.groups[gid]
+            self._last.clear()  # never trust a snapshot after a change
         return result
 
     def _guarded(self, derive: Callable[[], object]) -> None:

@@ -12,8 +12,10 @@ no ``--group-protocol`` (it only speaks the classic protocol).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -37,6 +39,30 @@ def tools_classpath(release: str) -> str:
     kafka_dist.fetch(dist)
     jars = sorted(p for p in dist.libs.glob("*.jar") if not p.name.startswith(_OTHER_SLF4J_BINDINGS))
     return os.pathsep.join(str(p) for p in jars)
+
+
+def compiled(source: Path, classpath: str) -> Path:
+    """The classes directory of a test's own Java program, compiled with javac once per source and
+    classpath (kept in the cache directory beside the jars)."""
+    if shutil.which("javac") is None:
+        raise FileNotFoundError("javac is not on PATH: a JDK (17+) is needed to compile " + source.name)
+    digest = hashlib.sha256(source.read_bytes() + classpath.encode()).hexdigest()[:16]
+    out = kafka_dist.cache_dir() / "compiled" / f"{source.stem}-{digest}"
+    if (out / f"{source.stem}.class").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{source.stem}-", dir=out.parent))
+    proc = subprocess.run(
+        ["javac", "-nowarn", "-d", str(tmp), "-cp", classpath, str(source)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"javac {source.name} failed:\n{proc.stderr[-4000:]}")
+    try:
+        tmp.rename(out)
+    except OSError:  # compiled concurrently by another run: theirs is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def major(release: str) -> int:
@@ -160,6 +186,8 @@ class JavaTool:
     args: list[str]
     heap: str = "256m"
     log_dir: Path | None = None
+    # A classpath of the test's own choosing (a compiled program, Kafka Streams) instead of the tools'.
+    classpath: str | None = None
     events: list[ToolEvent] = field(default_factory=list, init=False)
     lines: list[str] = field(default_factory=list, init=False)
     _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
@@ -181,7 +209,7 @@ class JavaTool:
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
-            tools_classpath(self.release),
+            self.classpath or tools_classpath(self.release),
             self.main_class,
             *self.args,
         ]

@@ -7,7 +7,7 @@ value: int16 version 0 + flexible fields).
 
 | type | key                                     | value                                 |
 | ---- | --------------------------------------- | ------------------------------------- |
-| 3    | ConsumerGroupMetadataKey(group)         | GroupMetadataValue(epoch)             |
+| 3    | ConsumerGroupMetadataKey(group)         | GroupMetadataValue(epoch, empty since)|
 | 4    | ConsumerGroupPartitionMetadataKey(group)| PartitionMetadataValue(topics)        |
 | 5    | ConsumerGroupMemberMetadataKey(g, m)    | MemberMetadataValue(subscription ...) |
 | 6    | ConsumerGroupTargetAssignmentMetadataKey| TargetAssignmentMetadataValue(epoch)  |
@@ -38,6 +38,11 @@ class RecordType(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class GroupMetadataValue:
     epoch: int
+    # When the group last became empty (ms), -1 while it has members or when unknown. groupgate's own
+    # tagged field (tag 1000 in the schema): Kafka expires an empty consumer group once its offsets expired,
+    # which it learns from their commit timestamps; groupgate's offsets live in the cluster, so the
+    # group record carries the time instead (offsets.retention.minutes, docs/operations.md).
+    empty_since_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +144,8 @@ def partition_metadata(group_id: str, topics: dict[str, TopicMetadata]) -> Recor
     )
 
 
-def group_epoch(group_id: str, epoch: int) -> Record:
-    return Record(RecordType.GROUP_METADATA, group_id, None, GroupMetadataValue(epoch))
+def group_epoch(group_id: str, epoch: int, empty_since_ms: int = -1) -> Record:
+    return Record(RecordType.GROUP_METADATA, group_id, None, GroupMetadataValue(epoch, empty_since_ms))
 
 
 def target_member(group_id: str, member_id: str, partitions: Assignment) -> Record:

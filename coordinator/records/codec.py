@@ -129,7 +129,7 @@ def encode_value(record: Record) -> bytes | None:
         return None
     data: Any
     if isinstance(v, GroupMetadataValue):
-        data = ConsumerGroupMetadataValue(epoch=v.epoch)
+        data = ConsumerGroupMetadataValue(epoch=v.epoch, empty_since_ms=v.empty_since_ms)
     elif isinstance(v, PartitionMetadataValue):
         c = ConsumerGroupPartitionMetadataValue
         data = c(
@@ -191,7 +191,8 @@ def decode(key: bytes, value: bytes | None) -> Record:
         return Record(rtype, k.group_id, sub_key, None)
     out: Any
     if rtype is RecordType.GROUP_METADATA:
-        out = GroupMetadataValue(ConsumerGroupMetadataValue.decode(value).epoch)
+        d3 = ConsumerGroupMetadataValue.decode(value)
+        out = GroupMetadataValue(d3.epoch, d3.empty_since_ms)
     elif rtype is RecordType.PARTITION_METADATA:
         d = ConsumerGroupPartitionMetadataValue.decode(value)
         out = PartitionMetadataValue(

@@ -46,6 +46,10 @@ def _scenario() -> Driver:
     c.reconcile_member(tx, G, "K", {}, 0)
     d.records.extend(tx.records)
     d.hb(G, "B", -1)
+    # A group whose last member leaves: record 3 carries groupgate's EmptySinceMs tagged field.
+    d.now = 1_234_567
+    d.hb("emptied", "E", 0)
+    d.hb("emptied", "E", -1)
     return d
 
 
@@ -73,3 +77,6 @@ def test_kafka_reads_and_rewrites_our_records_identically(tmp_path: Path) -> Non
     assert "subscribedTopicRegex='bar-.*'" in text
     assert "ConsumerGroupRegularExpressionValue(topics=[bar-1], version=1, timestamp=0)" in text
     assert "instanceId='ia'" in text and "rackId='r1'" in text
+    # Kafka keeps the empty-since tag as an unknown tagged field and writes it back unchanged (above).
+    emptied = [r for r in d.records if r.group_id == "emptied" and r.type == 3 and r.value is not None]
+    assert emptied[-1].value.empty_since_ms == 1_234_567  # type: ignore[union-attr]

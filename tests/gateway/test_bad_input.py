@@ -66,11 +66,12 @@ def test_unsupported_api_versions_version_gets_the_v0_fallback(gateway):
 
 
 def test_unsupported_version_gets_an_error_response(gateway):
-    # Fetch v16 is above what the gateway offers (KIP-951 endpoints) and has a top-level error code.
+    # DescribeQuorum v2 is above what the gateway offers (KIP-853 controller endpoints) and has a
+    # top-level error code.
     with wire.connect(gateway.bootstrap) as sock:
-        sock.sendall(struct.pack(">ihhih", 11, 1, 16, 8, -1) + b"\x00")
+        sock.sendall(struct.pack(">ihhih", 11, 55, 2, 8, -1) + b"\x00")
         payload = wire.recv_frame(sock)
-        _, msg = codec.decode_response(codec.FETCH, 16, payload)
+        _, msg = codec.decode_response(55, 2, payload)
         assert msg.error_code == codec.UNSUPPORTED_VERSION
         # the connection stays usable
         wire.send(sock, MetadataRequest[12](topics=[]), 12, correlation_id=9)
@@ -78,9 +79,10 @@ def test_unsupported_version_gets_an_error_response(gateway):
 
 
 def test_unsupported_version_without_error_field_closes(gateway):
-    # Produce v10 has only per-partition error codes: no response can be built without the body.
+    # Produce v14 (above every version the gateway knows) has only per-partition error codes: no
+    # response can be built without the body.
     with wire.connect(gateway.bootstrap) as sock:
-        sock.sendall(struct.pack(">ihhih", 11, 0, 10, 8, -1) + b"\x00")
+        sock.sendall(struct.pack(">ihhih", 11, 0, 14, 8, -1) + b"\x00")
         assert wire.closed_by_peer(sock)
 
 

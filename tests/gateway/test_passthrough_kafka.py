@@ -98,13 +98,21 @@ def test_describe_cluster_names_only_gateway_addresses(gateway):
     assert {(b.host, b.port) for b in msg.brokers} <= _gateway_addresses(gateway)
 
 
-def test_api_versions_are_capped_and_keep_the_requested_version(gateway):
-    msg = wire.request(
-        gateway.bootstrap, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3
-    )
+def test_api_versions_are_capped_and_keep_the_requested_version(gateway, kafka_broker):
+    request = ApiVersionsRequest[3](client_software_name="t", client_software_version="1")
+    msg = wire.request(gateway.bootstrap, request, 3)
+    direct = wire.request(kafka_broker.bootstrap, request, 3)
     ranges = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
+    cluster = {a.api_key: (a.min_version, a.max_version) for a in direct.api_keys}
     assert msg.error_code == 0
-    assert ranges[0][1] <= 9 and ranges[1][1] <= 15
+    # Produce and Fetch at the cluster's versions (leader endpoints rewritten); DescribeQuorum capped
+    assert ranges[0] == cluster[0] and ranges[1] == cluster[1]
+    assert ranges[55][1] <= 1
+    # and with them the cluster's transaction.version (KIP-890), which needs Produce v12+
+    finalized = {f.name: f.max_version_level for f in msg.finalized_features}
+    assert finalized["transaction.version"] == {f.name: f.max_version_level for f in direct.finalized_features}[
+        "transaction.version"
+    ]
     assert 18 in ranges and ranges[18][1] <= 4
     v0 = wire.request(gateway.bootstrap, ApiVersionsRequest[0](), 0)
     assert {a.api_key for a in v0.api_keys} == set(ranges)

@@ -144,8 +144,9 @@ def test_api_versions_are_capped(version):
     out = rewrite.rewrite_api_versions(_api_versions_payload(version, UPSTREAM_RANGES), version, {})
     _, msg = codec.decode_response(codec.API_VERSIONS, version, out.payload)
     got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
-    assert got[0] == (3, 9)  # Produce v10+ carries NodeEndpoints (KIP-951)
-    assert got[1] == (4, 15)  # Fetch v16+ likewise
+    # Produce and Fetch up to the versions whose leader endpoints (KIP-951) the gateway rewrites
+    assert got[0] == (3, 13)
+    assert got[1] == (4, 18)
     assert got[55] == (0, 1)  # DescribeQuorum v2+ carries controller endpoints
     assert got[3] == (0, 13) and got[10] == (0, 6) and got[68] == (0, 1)
     assert 78 not in got and 9999 not in got  # APIs the codec cannot see into are not offered
@@ -170,3 +171,110 @@ def test_api_versions_unsupported_fallback_is_v0():
     msg = ApiVersionsResponse[0].decode(raw[4:])
     assert msg.error_code == codec.UNSUPPORTED_VERSION
     assert [(a.api_key, a.min_version, a.max_version) for a in msg.api_keys] == [(18, 0, 4)]
+
+
+def _with_features(version, ranges, finalized, supported=()):
+    R = ApiVersionsResponse
+    AV = R.ApiVersion
+    msg = R[version](
+        error_code=0,
+        api_keys=[AV(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ranges.items()],
+        finalized_features_epoch=14,
+        finalized_features=[
+            R.FinalizedFeatureKey(name=n, min_version_level=lo, max_version_level=hi) for n, (lo, hi) in finalized.items()
+        ],
+        supported_features=[R.SupportedFeatureKey(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in supported],
+    )
+    return codec.encode_response(codec.API_VERSIONS, version, 9, msg)
+
+
+# Kafka 4.3.1's defaults (transaction.version 2 is finalized on a new cluster).
+CLUSTER_FEATURES = {
+    "metadata.version": (30, 30),
+    "transaction.version": (2, 2),
+    "group.version": (1, 1),
+    "streams.version": (1, 1),
+    "share.version": (1, 1),
+    "eligible.leader.replicas.version": (1, 1),
+}
+TXN_APIS = {0: (3, 13), 1: (4, 18), 18: (0, 4), 22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 5), 28: (0, 5), 68: (0, 1)}
+
+
+def _features(payload, version):
+    _, msg = codec.decode_response(codec.API_VERSIONS, version, payload)
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in msg.finalized_features or []}
+    supported = {f.name: (f.min_version, f.max_version) for f in msg.supported_features or []}
+    return msg, finalized, supported
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_finalized_features_are_kept_when_the_gateway_carries_their_apis(version):
+    out = rewrite.rewrite_api_versions(_with_features(version, TXN_APIS, CLUSTER_FEATURES), version, {})
+    msg, finalized, _ = _features(out.payload, version)
+    assert finalized["transaction.version"] == (2, 2)  # KIP-890: Produce v12+, TxnOffsetCommit v5+, EndTxn v5+
+    assert finalized["group.version"] == (1, 1) and finalized["metadata.version"] == (30, 30)
+    assert msg.finalized_features_epoch == 14
+    # no StreamsGroupHeartbeat / ShareGroupHeartbeat through the gateway: their features are withheld
+    assert "streams.version" not in finalized and "share.version" not in finalized
+    kinds = dict(out.narrowed)
+    assert "feature streams.version" in kinds and "feature transaction.version" not in kinds
+
+
+@pytest.mark.parametrize(
+    ("capped", "why"),
+    [({0: (3, 11)}, "api 0 v12+"), ({26: (0, 4)}, "api 26 v5+"), ({28: (0, 4)}, "api 28 v5+")],
+)
+def test_transaction_version_2_is_lowered_when_an_api_it_needs_is_capped(capped, why):
+    out = rewrite.rewrite_api_versions(_with_features(3, {**TXN_APIS, **capped}, CLUSTER_FEATURES), 3, {})
+    _, finalized, _ = _features(out.payload, 3)
+    # transaction.version 1: clients add partitions with AddPartitionsToTxn, which passes through
+    assert finalized["transaction.version"] == (1, 1)
+    assert why in dict(out.narrowed)["feature transaction.version"]
+
+
+def test_a_local_range_below_a_features_needs_lowers_it_too():
+    # The group layer answers TxnOffsetCommit itself: its range is what clients get.
+    out = rewrite.rewrite_api_versions(_with_features(3, TXN_APIS, CLUSTER_FEATURES), 3, {28: (0, 4)})
+    _, finalized, _ = _features(out.payload, 3)
+    assert finalized["transaction.version"] == (1, 1)
+
+
+def test_unknown_features_and_levels_are_withheld():
+    features = {"transaction.version": (3, 3), "future.version": (1, 1), "metadata.version": (31, 31)}
+    out = rewrite.rewrite_api_versions(_with_features(3, TXN_APIS, features), 3, {})
+    _, finalized, _ = _features(out.payload, 3)
+    assert finalized == {"transaction.version": (2, 2), "metadata.version": (31, 31)}
+
+
+def test_supported_features_are_capped_the_same_way():
+    supported = [("transaction.version", (0, 2)), ("streams.version", (0, 1)), ("metadata.version", (7, 30))]
+    out = rewrite.rewrite_api_versions(
+        _with_features(4, {**TXN_APIS, 0: (3, 9)}, CLUSTER_FEATURES, supported), 4, {}
+    )
+    _, finalized, got = _features(out.payload, 4)
+    assert got == {"transaction.version": (0, 1), "metadata.version": (7, 30)}
+    assert finalized["transaction.version"] == (1, 1)
+
+
+def test_the_narrowing_names_capped_and_withheld_apis():
+    out = rewrite.rewrite_api_versions(_api_versions_payload(3, UPSTREAM_RANGES), 3, {68: (0, 1)})
+    kinds = dict(out.narrowed)
+    assert "api 55" in kinds and "broker endpoints" in kinds["api 55"]
+    assert "78" in kinds["apis withheld"] and "9999" in kinds["apis withheld"]
+    assert "api 0" not in kinds and "api 1" not in kinds and "api 68" not in kinds
+
+
+def test_each_narrowing_is_logged_once_with_its_reason():
+    from structlog.testing import capture_logs
+
+    from gateway.config import GatewayConfig
+    from gateway.upstream import BrokerDirectory
+
+    directory = BrokerDirectory(GatewayConfig(upstream="127.0.0.1:1", listen_port=0))
+    out = rewrite.rewrite_api_versions(_with_features(3, {**TXN_APIS, 0: (3, 11)}, CLUSTER_FEATURES), 3, {})
+    with capture_logs() as logs:
+        for _ in range(3):  # every client's ApiVersions is narrowed the same way
+            directory.note_narrowed(out.narrowed)
+    lines = [(e["kind"], e["reason"]) for e in logs if e["event"] == "advertising less than the cluster offers"]
+    assert lines == out.narrowed and len({k for k, _ in lines}) == len(lines)
+    assert any(k == "feature transaction.version" and "api 0 v12+" in r for k, r in lines)

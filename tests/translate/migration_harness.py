@@ -68,6 +68,7 @@ class Driver:
     partitions: int = 6
     max_group_size: int | None = None
     classic_max_size: int = 2**31 - 1
+    offsets_retention_ms: int = 10080 * 60_000
     now: int = 1_000
     records: list[Any] = field(default_factory=list)
     timers: dict[TimerKey, int] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class Driver:
                 migration_policy=self.policy,
                 classic_groups=self.mode,
                 classic=ClassicGroupConfig(initial_rebalance_delay_ms=0, max_size=self.classic_max_size),
+                offsets_retention_ms=self.offsets_retention_ms,
             ),
             CoordinatorConfig(member_id_generator=lambda: f"cg-{next(cids)}", max_group_size=self.max_group_size),
             lambda client_id: f"{client_id}-{next(ids)}",

@@ -1,0 +1,280 @@
+"""Transactions through the gateway on a Kafka 4.3.1 cluster with its default features
+(transaction.version 2, KIP-890): the gateway offers Produce and Fetch at the cluster's versions (leader
+endpoints rewritten, KIP-951), so clients keep using the implicit partition adds that transaction
+version 2 relies on. Each scenario that plain Kafka can run too runs against the broker directly and
+through the gateway, and both must end the same.
+
+The Java clients are compat_tests/java/TxnClients.java (compiled once by the harness against Kafka
+Streams 4.3.1 and its kafka-clients); librdkafka through confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from compat_tests.harness import java
+from compat_tests.harness.probe import roundtrip
+from gateway import kafka_dist
+
+pytestmark = pytest.mark.kafka
+
+SOURCE = Path(__file__).resolve().parent / "java" / "TxnClients.java"
+TXNS, PER_TXN = 6, 5  # every third transaction (k = 2, 5) is aborted
+
+
+@pytest.fixture(scope="module")
+def txn_classpath() -> str:
+    dist = kafka_dist.streams()
+    try:
+        kafka_dist.fetch(dist)
+        classes = java.compiled(SOURCE, dist.classpath())
+    except (FileNotFoundError, kafka_dist.FetchError) as e:
+        pytest.skip(f"cannot build the Java transactional clients: {e}")
+    return f"{classes}:{dist.classpath()}"
+
+
+def _tool(classpath: str, args: list[str], log_dir: Path) -> java.JavaTool:
+    return java.JavaTool(
+        kafka_dist.CURRENT_KAFKA, "TxnClients", args, heap="384m", log_dir=log_dir, classpath=classpath
+    )
+
+
+def _result(tool: java.JavaTool, timeout_s: float) -> dict[str, Any]:
+    tool.wait_for(lambda t: bool(t.named("result")), timeout_s, "result line")
+    tool.wait(30)
+    return tool.named("result")[-1].data
+
+
+def _targets(kafka: Any, gateway: Any) -> dict[str, str]:
+    if getattr(gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    return {"direct": kafka.bootstrap, "gateway": gateway.bootstrap}
+
+
+# --- what the gateway advertises ------------------------------------------------------------------
+
+
+def _api_versions(address: str) -> Any:
+    request = ApiVersionsRequest[3](client_software_name="compat", client_software_version="1")
+    return roundtrip(address, request, ApiVersionsResponse, 3)
+
+
+def test_the_gateway_offers_the_clusters_produce_fetch_and_transaction_version(kafka: Any, module_gateway: Any) -> None:
+    targets = _targets(kafka, module_gateway)
+    seen = {name: _api_versions(address) for name, address in targets.items()}
+    ranges = {n: {a.api_key: a.max_version for a in r.api_keys} for n, r in seen.items()}
+    features = {n: {f.name: f.max_version_level for f in r.finalized_features} for n, r in seen.items()}
+    assert features["direct"]["transaction.version"] == 2  # Kafka 4.3.1's default
+    assert features["gateway"]["transaction.version"] == 2
+    for api in (0, 1, 26, 28):  # Produce, Fetch, EndTxn, TxnOffsetCommit
+        assert ranges["gateway"][api] == ranges["direct"][api]
+
+
+# --- commit and abort -----------------------------------------------------------------------------
+
+
+def _expected_committed() -> list[str]:
+    return sorted(f"t{k}-{i}" for k in range(TXNS) if k % 3 != 2 for i in range(PER_TXN))
+
+
+def test_java_transactions_commit_and_abort_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    txn_classpath: str, java_logs: Path,
+) -> None:
+    targets = _targets(kafka, module_gateway)
+    tools = {}
+    for name, address in targets.items():
+        args = ["roundtrip", address, make_topic(3), names(f"txn-{name}"), names(f"group-{name}"), str(TXNS), str(PER_TXN)]
+        tools[name] = _tool(txn_classpath, args, java_logs).start()
+    try:
+        results = {name: _result(tool, 120) for name, tool in tools.items()}
+    finally:
+        for tool in tools.values():
+            tool.stop()
+    for name, tool in tools.items():
+        outcomes = [(e.name, e.data["txn"]) for e in tool.events if e.name in ("committed", "aborted")]
+        assert outcomes == [("aborted" if k % 3 == 2 else "committed", k) for k in range(TXNS)], name
+    assert results["gateway"] == results["direct"]
+    got = results["gateway"]
+    assert got["read_committed"] == _expected_committed()  # aborted transactions stay invisible
+    assert got["read_uncommitted_count"] == TXNS * PER_TXN  # ... though their records were written
+    assert got["group_offset"] == 1000 + 4  # the offset of the last committed transaction (k = 4)
+
+
+def _read_confluent(address: str, topic: str, isolation: str, expect: int) -> list[str]:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": address, "group.id": "unused", "isolation.level": isolation,
+         "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in meta.partitions])
+        out: list[str] = []
+        deadline = time.monotonic() + 60
+        quiet_until = None
+        # Read until the expected count, then a little longer: anything more is a record that should
+        # not be visible.
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value().decode())
+            if len(out) >= expect:
+                quiet_until = quiet_until or time.monotonic() + 1.5
+                if time.monotonic() >= quiet_until:
+                    break
+        return sorted(out)
+    finally:
+        consumer.close()
+
+
+def _librdkafka_transactions(address: str, topic: str, txn_id: str, group: str) -> dict[str, Any]:
+    producer = confluent_kafka.Producer({"bootstrap.servers": address, "transactional.id": txn_id})
+    member = confluent_kafka.Consumer({"bootstrap.servers": address, "group.id": group, "enable.auto.commit": False})
+    try:
+        producer.init_transactions(30)
+        for k in range(TXNS):
+            producer.begin_transaction()
+            for i in range(PER_TXN):
+                producer.produce(topic, key=f"t{k}", value=f"t{k}-{i}")
+            producer.send_offsets_to_transaction(
+                [confluent_kafka.TopicPartition(topic, 0, 1000 + k)], member.consumer_group_metadata(), 30
+            )
+            if k % 3 == 2:
+                producer.flush(30)  # abort_transaction purges what is still queued; these are written, then aborted
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+        committed = member.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=30)
+    finally:
+        member.close()
+    return {
+        "read_committed": _read_confluent(address, topic, "read_committed", len(_expected_committed())),
+        "read_uncommitted_count": len(_read_confluent(address, topic, "read_uncommitted", TXNS * PER_TXN)),
+        "group_offset": committed[0].offset,
+    }
+
+
+def test_librdkafka_transactions_commit_and_abort_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    targets = _targets(kafka, module_gateway)
+    results = {
+        name: _librdkafka_transactions(address, make_topic(3), names(f"txn-{name}"), names(f"group-{name}"))
+        for name, address in targets.items()
+    }
+    assert results["gateway"] == results["direct"]
+    assert results["gateway"]["read_committed"] == _expected_committed()
+    assert results["gateway"]["read_uncommitted_count"] == TXNS * PER_TXN
+    assert results["gateway"]["group_offset"] == 1000 + 4
+
+
+# --- Kafka Streams, exactly once --------------------------------------------------------------------
+
+
+def test_a_streams_exactly_once_v2_app_runs_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    txn_classpath: str, java_logs: Path,
+) -> None:
+    targets = _targets(kafka, module_gateway)
+    n = 40
+    tools = {}
+    for name, address in targets.items():
+        args = ["streams", address, make_topic(2), make_topic(2), names(f"app-{name}"), str(n)]
+        tools[name] = _tool(txn_classpath, args, java_logs).start()
+    try:
+        results = {name: _result(tool, 150) for name, tool in tools.items()}
+    finally:
+        for tool in tools.values():
+            tool.stop()
+    expected = sorted(f"V-{i}" for i in range(n))
+    for name, got in results.items():
+        errors = [e.data for e in tools[name].named("streams_error")]
+        assert not errors, (name, errors)
+        assert "RUNNING" in got["states"] and "ERROR" not in got["states"], (name, got["states"])
+        assert got["state_before_close"] == "RUNNING", name
+        assert got["values"] == expected, name  # every input once: nothing lost, nothing twice
+
+
+# --- a gateway restart in the middle of a transaction ----------------------------------------------
+
+
+def test_a_java_producer_recovers_from_a_gateway_restart_mid_transaction(
+    module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    txn_classpath: str, java_logs: Path,
+) -> None:
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: there is no gateway process to restart")
+    txns, per_txn = 6, 6
+    topic = make_topic(3)
+    tool = _tool(
+        txn_classpath, ["loop", module_gateway.bootstrap, topic, names("txn"), str(txns), str(per_txn), "1500"], java_logs
+    ).start()
+    try:
+        # Transaction 2 is open (half its records sent and flushed) when the gateway is SIGKILLed.
+        tool.wait_for(lambda t: any(e.data.get("txn") == 2 for e in t.named("in_txn")), 90, "transaction 2 under way")
+        module_gateway.restart(hard=True)
+        tool.wait_for(lambda t: bool(t.named("done")), 120, "all transactions committed")
+    finally:
+        tool.stop()
+    committed = sorted(e.data["txn"] for e in tool.named("committed"))
+    assert committed == list(range(txns)), [e.data for e in tool.events]
+    expected = [f"t{k}-{i}" for k in range(txns) for i in range(per_txn)]
+    seen = _read_confluent(module_gateway.bootstrap, topic, "read_committed", len(expected))
+    dupes = [v for v, c in Counter(seen).items() if c > 1]
+    assert not dupes, dupes
+    assert seen == sorted(expected)
+
+
+def _commit(producer: confluent_kafka.Producer) -> None:
+    for attempt in range(5):
+        try:
+            producer.commit_transaction(60)
+            return
+        except confluent_kafka.KafkaException as e:
+            # A retriable error leaves the commit's outcome to the same call, made again.
+            if not e.args[0].retriable() or e.args[0].txn_requires_abort() or attempt == 4:
+                raise
+
+
+def test_a_librdkafka_producer_recovers_from_a_gateway_restart_mid_transaction(
+    module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: there is no gateway process to restart")
+    topic = make_topic(3)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": module_gateway.bootstrap, "transactional.id": names("txn"), "transaction.timeout.ms": 60000}
+    )
+    producer.init_transactions(30)
+    committed: list[int] = []
+    restarted = False
+    k = 0
+    while k < 4:
+        try:
+            producer.begin_transaction()
+            for i in range(5):
+                producer.produce(topic, key=f"t{k}", value=f"t{k}-{i}")
+            producer.flush(30)
+            if k == 1 and not restarted:
+                module_gateway.restart(hard=True)  # records of transaction 1 written, not yet committed
+                restarted = True
+            _commit(producer)
+            committed.append(k)
+            k += 1
+        except confluent_kafka.KafkaException as e:
+            # What librdkafka's transactional API asks of an application: abort and redo the transaction.
+            if not e.args[0].txn_requires_abort():
+                raise
+            producer.abort_transaction(60)
+    assert restarted and committed == [0, 1, 2, 3]
+    expected = [f"t{k}-{i}" for k in range(4) for i in range(5)]
+    seen = _read_confluent(module_gateway.bootstrap, topic, "read_committed", len(expected))
+    assert seen == sorted(expected)  # each committed transaction once, nothing twice
