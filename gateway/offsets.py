@@ -365,7 +365,11 @@ class OffsetBridge:
         try:
             v = client.version(gc.DELETE_GROUPS, 2)
             req = codec.REQUESTS[gc.DELETE_GROUPS][v](groups_names=[gid])
-            r = await client.to_coordinator(gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code)
+            # At most once: sent again after a lost link, a delete that was applied would answer
+            # GROUP_ID_NOT_FOUND; the client's retry after COORDINATOR_NOT_AVAILABLE tells the truth.
+            r = await client.to_coordinator(
+                gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code, idempotent=False
+            )
             return int(r.results[0].error_code)
         except UpstreamError as e:
             log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))
