@@ -418,4 +418,4 @@ def test_api_versions_advertise_what_the_group_handlers_speak(coordinator_gatewa
     for api_key, rng in LOCAL_API.items():
         assert ranges.get(api_key) == rng, (api_key, ranges.get(api_key), rng)
     assert ranges[68] == (0, 1) and ranges[69] == (0, 1)
-    assert ranges[8][1] == 9 and ranges[9][1] == 9 and ranges[11][1] == 9 and ranges[14][1] == 5
+    assert ranges[8][1] == 10 and ranges[9][1] == 10 and ranges[11][1] == 9 and ranges[14][1] == 5

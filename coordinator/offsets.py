@@ -29,20 +29,30 @@ def validate_offset_commit(
     api_version: int,
     is_transactional: bool = False,
     partitions: Mapping[uuid.UUID, Iterable[int]] | None = None,
+    group_instance_id: str | None = None,
 ) -> Errors:
-    """OffsetCommit (and TxnOffsetCommit with ``is_transactional``) against a consumer group.
+    """OffsetCommit (and TxnOffsetCommit with ``is_transactional``) against a consumer group, as
+    Kafka 4.3's consumer group validates it (KIP-848 with KIP-1251 assignment epochs):
 
     - epoch < 0 on a group without members: accepted (admin tools, manual assignment);
+    - a transactional commit without member id, generation or instance id: accepted (a producer
+      that commits outside any membership);
     - otherwise the member must exist (UNKNOWN_MEMBER_ID);
     - a consumer-protocol member below OffsetCommit v9: UNSUPPORTED_VERSION;
-    - the epoch must equal the member epoch: STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for classic
-      members and for transactional commits).
-    A missing group accepts epoch < 0 (the gateway creates a simple group) and answers
-    ILLEGAL_GENERATION otherwise, as for classic groups.
+    - the member's own epoch: accepted; a newer one: refused;
+    - an older epoch (KIP-1251): accepted when every committed partition is one the member holds
+      (assigned or pending revocation) since that epoch or earlier; refused otherwise, including
+      for partitions of topics the gateway cannot name (``partitions`` None).
+    Refusals are STALE_MEMBER_EPOCH for consumer-protocol members and ILLEGAL_GENERATION for
+    classic members; a transactional commit turns STALE_MEMBER_EPOCH into ILLEGAL_GENERATION, which
+    transactional producers know. A missing group accepts epoch < 0 (the gateway creates a simple
+    group) and answers ILLEGAL_GENERATION otherwise, as for classic groups.
     """
     if group is None:
         return Errors.NONE if member_epoch < 0 else Errors.ILLEGAL_GENERATION
     if member_epoch < 0 and not group.members:
+        return Errors.NONE
+    if is_transactional and member_epoch == -1 and member_id == "" and group_instance_id is None:
         return Errors.NONE
     member = group.members.get(member_id)
     if member is None:
@@ -50,16 +60,17 @@ def validate_offset_commit(
     classic = member.classic_metadata is not None
     if not is_transactional and not classic and api_version < MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_PROTOCOL:
         return Errors.UNSUPPORTED_VERSION
-    err = _epoch_error(member_epoch, member.member_epoch, classic)
-    older = member_epoch < member.member_epoch  # (a future epoch is never valid)
-    if older and not classic and partitions and _assigned_since(member.assignment_epochs, partitions, member_epoch):
-        # KIP-1251: assignmentEpoch(partition) <= client epoch <= member epoch. A commit sent just
-        # before a heartbeat moved the member to a new epoch, for partitions it held all along, is
-        # no zombie (Kafka 4.3 accepts it; librdkafka's synchronous commit raises otherwise).
+    if member_epoch == member.member_epoch:
         return Errors.NONE
-    if err is Errors.STALE_MEMBER_EPOCH and is_transactional:
-        return Errors.ILLEGAL_GENERATION
-    return err
+    refused = Errors.ILLEGAL_GENERATION if classic or is_transactional else Errors.STALE_MEMBER_EPOCH
+    if member_epoch > member.member_epoch:
+        return refused  # a future epoch is never valid
+    # KIP-1251: assignmentEpoch(partition) <= received epoch < member epoch. A commit sent just before
+    # a heartbeat (or, for a classic member, a rejoin) moved the member to a new epoch, for partitions
+    # it held all along, is no zombie: Kafka 4.3 accepts it, classic members included.
+    if partitions is not None and _assigned_since(member.assignment_epochs, partitions, member_epoch):
+        return Errors.NONE
+    return refused
 
 
 def _assigned_since(

@@ -79,16 +79,24 @@ def _set_assignment(group: ConsumerGroup, m: ConsumerGroupMember, v: CurrentMemb
         m.assigned_partitions = EMPTY_ASSIGNMENT
         m.partitions_pending_revocation = EMPTY_ASSIGNMENT
         return
-    for t, parts in v.assigned_partitions.items():
-        if not parts:
-            continue
-        since = previous_epochs.get(t)
-        if since is None:
-            m.assignment_epochs[t] = dict.fromkeys(parts, v.member_epoch)
-        elif since.keys() == parts:
-            m.assignment_epochs[t] = since  # unchanged partitions keep the epochs they were assigned at
-        else:
-            m.assignment_epochs[t] = {p: since.get(p, v.member_epoch) for p in parts}
+    # Partitions pending revocation keep the epoch they were assigned at (Kafka's
+    # pendingRevocationEpoch): the member may still commit them with that epoch until it releases them.
+    for source in (v.assigned_partitions, v.partitions_pending_revocation):
+        for t, parts in source.items():
+            if not parts:
+                continue
+            since = previous_epochs.get(t)
+            held = m.assignment_epochs.get(t)
+            if since is None:
+                epochs = dict.fromkeys(parts, v.member_epoch)
+            elif held is None and since.keys() == parts:
+                epochs = since  # unchanged partitions keep the epochs they were assigned at
+            else:
+                epochs = {p: since.get(p, v.member_epoch) for p in parts}
+            if held is None:
+                m.assignment_epochs[t] = epochs
+            else:
+                m.assignment_epochs[t] = {**held, **epochs}
     m.member_epoch = v.member_epoch
     m.previous_member_epoch = v.previous_member_epoch
     m.state = v.state

@@ -82,10 +82,11 @@ class ConsumerGroupCoordinator:
 
     def validate_offset_commit(
         self, group_id: str, member_id: str, member_epoch: int, api_version: int, is_transactional: bool = False,
-        partitions: Mapping[uuid.UUID, Iterable[int]] | None = None,
+        partitions: Mapping[uuid.UUID, Iterable[int]] | None = None, group_instance_id: str | None = None,
     ) -> Errors:
         return validate_offset_commit(
-            self.state.groups.get(group_id), member_id, member_epoch, api_version, is_transactional, partitions
+            self.state.groups.get(group_id), member_id, member_epoch, api_version, is_transactional, partitions,
+            group_instance_id,
         )
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> Errors:

@@ -13,6 +13,7 @@ import json
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,32 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+# Group settings `dev` takes from its embedded broker unless configured: the gateway coordinates the
+# groups, so its value is the one clients feel. Kafka's default initial rebalance delay (3000 ms) would
+# make every first JoinGroup of an empty group wait 3 s through the gateway, against none on the broker.
+_DEV_FOLLOWS_BROKER = {"initial_rebalance_delay_ms": "group.initial.rebalance.delay.ms"}
+
+
+def follow_embedded_broker(config: GatewayConfig, setting: Callable[[str], str | None]) -> GatewayConfig:
+    """`dev`: the coordinator settings the user did not set take the embedded broker's values."""
+    coordinator = config.coordinator
+    update: dict[str, Any] = {}
+    for field, kafka_name in _DEV_FOLLOWS_BROKER.items():
+        value = setting(kafka_name)
+        if field not in coordinator.model_fields_set and value is not None:
+            update[field] = int(value)
+        log.info(
+            "dev: group coordinator setting",
+            setting=kafka_name,
+            value=update.get(field, getattr(coordinator, field)),
+            source="embedded broker" if field in update else "configuration",
+            embedded_broker_value=value,
+        )
+    if not update:
+        return config
+    return config.model_copy(update={"coordinator": coordinator.model_copy(update=update)})
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from .embedded_kafka import EmbeddedKafka
 
@@ -241,6 +268,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             update={"coordinator": config.coordinator.model_copy(update={"state_dir": str(state / "groups")})}
         )
     kafka = EmbeddedKafka(data_dir=state)
+    config = follow_embedded_broker(config, kafka.setting)
     # SIGTERM during broker start-up must still stop the broker: turn it into KeyboardInterrupt.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

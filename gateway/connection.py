@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
+from .refusals import client_id_of
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
 
@@ -323,8 +324,10 @@ class ClientConnection(asyncio.Protocol):
         try:
             received = buf.feed(data)
         except frames.FrameTooLarge as e:
-            log.warning(
-                "request frame over the size limit; closing", peer=self.peer, size=e.size, limit=e.limit
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-large",
+                f"a request frame of {e.size} bytes is over max_frame_bytes ({e.limit}); connection closed",
+                size=e.size, limit=e.limit,
             )
             self.metrics.errors[-1] += 1
             self.close()
@@ -342,7 +345,11 @@ class ClientConnection(asyncio.Protocol):
 
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
-            log.warning("request too short to hold a header; closing", peer=self.peer, size=len(frame) - 4)
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-short",
+                f"a request of {len(frame) - 4} bytes cannot hold a request header; connection closed",
+                size=len(frame) - 4,
+            )
             self.metrics.errors[-1] += 1
             self.close()
             return
@@ -352,11 +359,21 @@ class ClientConnection(asyncio.Protocol):
             self.metrics.errors[-1] += 1
             # Kafka closes the connection on an api key it does not know: there is no response format
             # (not even a header version) to answer in.
-            log.warning("unknown api key; closing", peer=self.peer, api_key=api_key, api_version=version)
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unknown-api-key:{api_key}",
+                "an api key the gateway does not carry (not offered by the upstream, or its responses cannot "
+                "be rewritten); connection closed as Kafka does",
+                api_key=api_key, api_version=version,
+            )
             self.close()
             return
         if not rng[0] <= version <= rng[1]:
             self.metrics.errors[api_key] += 1
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
+                f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
+                api_key=api_key, api_version=version,
+            )
             self._unsupported(api_key, version, corr, rng[1])
             return
         handler = self.gw.local_handlers.get(api_key)
@@ -372,7 +389,11 @@ class ClientConnection(asyncio.Protocol):
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
-                log.warning("unparseable Produce request; closing", peer=self.peer, error=str(e))
+                self.gw.refusals.note(
+                    self.peer, client_id_of(frame), "unparseable-produce",
+                    f"Produce v{version} request whose acks cannot be read ({e}); connection closed",
+                    api_key=api_key, api_version=version,
+                )
                 self.metrics.errors[api_key] += 1
                 self.close()
                 return
@@ -411,7 +432,8 @@ class ClientConnection(asyncio.Protocol):
         else:
             payload = codec.error_response(api_key, version, corr, codec.UNSUPPORTED_VERSION)
         if payload is None:
-            log.warning(
+            # Already logged (once per client) as a refusal; this is the per-request detail.
+            log.debug(
                 "unsupported version without a top-level error code; closing",
                 peer=self.peer,
                 api_key=api_key,
@@ -419,7 +441,6 @@ class ClientConnection(asyncio.Protocol):
             )
             self.close()
             return
-        log.info("unsupported version answered", peer=self.peer, api_key=api_key, api_version=version)
         self.pending.append(Slot(frames.frame(payload)))
         self._flush()
 
@@ -428,7 +449,11 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
         except frames.FrameError as e:
-            log.warning("unparseable request header; closing", peer=self.peer, error=str(e))
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
+                f"v{version} request header does not parse ({e}); connection closed",
+                api_key=api_key, api_version=version,
+            )
             self.metrics.errors[api_key] += 1
             self.close()
             return

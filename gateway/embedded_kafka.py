@@ -103,6 +103,10 @@ class EmbeddedKafka:
         assert self.data_dir is not None
         return self.data_dir / "server.log"
 
+    def setting(self, name: str) -> str | None:
+        """The value this broker runs with for a setting given in its configuration (None: Kafka's default)."""
+        return self.overrides.get(name, BASE_CONFIG.get(name))
+
     def _config(self) -> dict[str, str]:
         assert self.data_dir is not None
         cfg = dict(BASE_CONFIG)

@@ -60,16 +60,21 @@ OFFSET_DELETE = 47
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 
-# The versions the gateway's handlers speak (ApiVersions advertises exactly these).
+# The versions the gateway's handlers speak (ApiVersions advertises exactly these). The maxima are
+# Kafka 4.3.1's (docs/gateway.md lists them side by side); the minima reach further back where the
+# gateway still speaks versions Kafka 4 dropped (OffsetCommit v0-1, OffsetFetch v0). Newest additions:
+# OffsetCommit / OffsetFetch v10 name topics by id (KIP-848), DescribeGroups v6 answers an unknown
+# group GROUP_ID_NOT_FOUND with a message (KIP-1043), TxnOffsetCommit v5 also adds the offsets to a
+# V2 transaction (KIP-890 part 2), which the upstream does: commits are written through at the client's version.
 LOCAL_API: dict[int, tuple[int, int]] = {
     FIND_COORDINATOR: (0, 6),
-    OFFSET_COMMIT: (0, 9),
-    OFFSET_FETCH: (0, 9),
+    OFFSET_COMMIT: (0, 10),
+    OFFSET_FETCH: (0, 10),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),
     LIST_GROUPS: (0, 5),
     TXN_OFFSET_COMMIT: (0, 5),
     DELETE_GROUPS: (0, 2),

@@ -207,6 +207,7 @@ class GroupLayer:
             "group coordinator ready",
             managed_groups=self.settings.managed_groups,
             classic_groups=self.settings.classic_groups,
+            **{"group.initial.rebalance.delay.ms": self.settings.initial_rebalance_delay_ms},
             groups=len(self.service.classic_groups.groups) + len(self.service.coordinator.state.groups),
         )
 
@@ -491,6 +492,12 @@ class GroupLayer:
             return True
         if self._match_all and api_key != gc.FIND_COORDINATOR:
             return True
+        upstream = self.gw.directory.upstream_api.get(api_key)
+        if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
+            # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
+            # upstream would refuse a newer one for a group it coordinates: the handler speaks the
+            # upstream's version for it.
+            return True
         try:
             header, msg = codec.decode_request(api_key, version, frame[4:])
         except Exception:  # noqa: BLE001 - the handler answers it with an error code
@@ -504,8 +511,8 @@ class GroupLayer:
         try:
             _, msg = codec.decode_request(api_key, version, payload)
         except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
-            log.warning("undecodable group request", api_key=api_key, api_version=version, error=str(e))
             self.counters["invalid_requests"] += 1
+            self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
             return _error_payload(api_key, version, header.correlation_id, codec.INVALID_REQUEST)
         null = codec.null_field(msg, version)
         if null is not None:
@@ -532,6 +539,12 @@ class GroupLayer:
     def _check_loaded(self) -> None:
         if self.unloaded is not None:
             raise GroupsUnloaded(self.unloaded)
+
+    def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
+        """A request this layer refuses: logged once per client and kind (gateway/refusals.py)."""
+        refusals = getattr(self.gw, "refusals", None)
+        if refusals is not None:
+            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason)
 
     @staticmethod
     def client_host(conn: ClientConnection) -> str:
@@ -792,6 +805,16 @@ _CLASSIC: dict[int, tuple[Callable[..., Any], Callable[[Any, int], Any]]] = {
     gc.HEARTBEAT: (gc.heartbeat_request, gc.heartbeat_response),
     gc.LEAVE_GROUP: (gc.leave_group_request, gc.leave_group_response),
 }
+
+
+# Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
+# upstream speaks (topic ids turned into names where the upstream's version has only names).
+_TRANSLATED_FOR_ANY_GROUP = frozenset(
+    {
+        gc.FIND_COORDINATOR, gc.DESCRIBE_GROUPS, gc.DELETE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE, gc.OFFSET_FETCH,
+        gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT,
+    }
+)  # fmt: skip
 
 
 def _group_ids(api_key: int, version: int, msg: Any) -> list[str]:

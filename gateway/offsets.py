@@ -9,13 +9,19 @@ generation -1 and an empty member id, which Kafka accepts for a group without me
 upstream never sees the members, they live in the gateway). OffsetFetch is checked locally when a
 v9+ request names its member (KIP-848 member epoch check) and answered by the upstream.
 
+OffsetCommit and OffsetFetch v10 name topics by id: the gateway resolves them through its topic image
+(a topic id it cannot resolve gets UNKNOWN_TOPIC_ID, as Kafka answers) and answers with ids again.
+
 An upstream that refuses a simple commit with a membership error has members of its own: clients
 that bypass the gateway. That is logged loudly and counted (GroupLayer.bypass_suspected).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
+
+from kafka.errors import UnknownTopicIdError
 
 from coordinator.errors import Errors
 from coordinator.model import subscribed_topic_names
@@ -40,6 +46,9 @@ UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
 REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
 GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 GROUP_SUBSCRIBED_TO_TOPIC = 86
+UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
+# OffsetCommit / OffsetFetch v10 (KIP-848) name topics by id only; the gateway speaks names upstream.
+TOPIC_ID_VERSION = 10
 # A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
 # lost in flight with its link). The coordinator (the gateway) is fine: the Java consumer retries
 # COORDINATOR_LOAD_IN_PROGRESS within the same commitSync / position lookup and librdkafka retries it,
@@ -55,8 +64,12 @@ _MEMBERSHIP_ERRORS = frozenset(
 )  # fmt: skip
 
 
-def _partition_errors(topics: Any, error: int) -> list[tuple[str, list[tuple[int, int]]]]:
-    return [(t.name, [(p.partition_index, error) for p in t.partitions]) for t in topics]
+# (topic name, topic id or None, [(partition, error code)]) per committed topic.
+CommitResults = list[tuple[str, "uuid.UUID | None", list[tuple[int, int]]]]
+
+
+def _partition_errors(topics: Any, error: int) -> CommitResults:
+    return [(t.name, getattr(t, "topic_id", None), [(p.partition_index, error) for p in t.partitions]) for t in topics]
 
 
 def _committed(msg: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
@@ -71,15 +84,18 @@ def _committed(msg: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
     return tuple(out)
 
 
-def _commit_response(api_key: int, prefix: str, version: int, results: list[tuple[str, list[tuple[int, int]]]]) -> Any:
-    """An OffsetCommit / TxnOffsetCommit response (same shape, message-specific class names)."""
+def _commit_response(api_key: int, prefix: str, version: int, results: CommitResults) -> Any:
+    """An OffsetCommit / TxnOffsetCommit response (same shape, message-specific class names). Each
+    topic carries its name and its id: the encoder writes the one the version has (ids from v10)."""
     cls = gc.response_cls(api_key)
     topic_cls = getattr(cls, f"{prefix}Topic")
     partition_cls = getattr(topic_cls, f"{prefix}Partition")
-    topics = [
-        topic_cls(name=name, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts])
-        for name, parts in results
-    ]
+    topics = []
+    for name, topic_id, parts in results:
+        fields: dict[str, Any] = {"name": name}
+        if api_key == gc.OFFSET_COMMIT:
+            fields["topic_id"] = topic_id
+        topics.append(topic_cls(**fields, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts]))
     return cls[version](topics=topics)
 
 
@@ -89,9 +105,38 @@ class OffsetBridge:
 
     # --- commits ---------------------------------------------------------------------------------------
 
+    async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Topic id -> name from the topic image, refreshed once when an id is unknown."""
+        watch = self.layer.watch
+        names = {tid: name for name, (tid, _) in watch.topics.items()}
+        if ids - names.keys():
+            try:
+                await watch.refresh()
+            except UpstreamError as e:
+                log.warning("metadata refresh for topic ids failed", error=str(e))
+            names = {tid: name for name, (tid, _) in watch.topics.items()}
+        return names
+
+    def _topic_ids(self) -> dict[str, uuid.UUID]:
+        return {name: tid for name, (tid, _) in self.layer.watch.topics.items()}
+
     async def offset_commit(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
     ) -> Any:
+        unknown: CommitResults = []
+        if version >= TOPIC_ID_VERSION:
+            # Name every topic for the validation and the upstream write; ids nobody knows are
+            # answered UNKNOWN_TOPIC_ID and not committed (what Kafka does).
+            names = await self._topic_names({t.topic_id for t in msg.topics})
+            known = []
+            for t in msg.topics:
+                name = names.get(t.topic_id)
+                if name is None:
+                    unknown.extend(_partition_errors([t], UNKNOWN_TOPIC_ID))
+                else:
+                    t.name = name
+                    known.append(t)
+            msg.topics = known
         check = OffsetCommitCheck(
             group_id=msg.group_id,
             member_id=msg.member_id if version >= 1 else "",
@@ -100,8 +145,8 @@ class OffsetBridge:
             api_version=version,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg)
-        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results)
+        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg, conn, header) if msg.topics or not unknown else []
+        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results + unknown)
 
     async def txn_offset_commit(
         self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
@@ -115,13 +160,18 @@ class OffsetBridge:
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg)
+        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, conn, header)
         return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, results)
 
     async def _commit(
-        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any
-    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any,
+        conn: ClientConnection | None = None, header: frames.RequestHeader | None = None,
+    ) -> CommitResults:
         gid = check.group_id
+        if not self.layer.managed(gid):
+            # A group the gateway does not coordinate, here only because the client's version is newer
+            # than the upstream's (GroupLayer.claims): the upstream validates it, at a version it has.
+            return await self._forward_commit(gid, api_key, version, msg)
         reply: OffsetCheckResponse = await self.layer.call(gid, check)
         error = int(reply.error_code)
         if error in (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION) and check.member_id and not self._known(gid):
@@ -135,6 +185,10 @@ class OffsetBridge:
             self.layer.adoption.abandoned(gid, check.member_id)
         if error != 0:
             self.layer.counters["commits_fenced"] += 1
+            if conn is not None:
+                classic = self.layer.service.classic_groups.group(gid) is not None
+                kind = f"{_API_NAMES[api_key]}-refused:{_error_name(error)}"
+                self.layer.refused(conn, header, kind, _refusal_reason(check, error, classic))
             return _partition_errors(msg.topics, error)
         # A simple commit upstream: the members exist only in the gateway's coordinator.
         wanted = min(version, gc.LOCAL_API[api_key][1])
@@ -150,15 +204,25 @@ class OffsetBridge:
         msg.member_id = ""
         msg.group_instance_id = None
         try:
-            # At most once: a commit lost in flight is answered COORDINATOR_NOT_AVAILABLE (retriable; never
+            # At most once: a commit lost in flight is answered CLUSTER_UNREACHABLE (retriable; never
             # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
             r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.layer.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
-        out = [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
-        errors = {e for _, parts in out for _, e in parts}
+        if v >= TOPIC_ID_VERSION:
+            names = {t.topic_id: t.name for t in msg.topics}
+            out = [
+                (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in r.topics
+            ]
+        else:
+            ids = self._topic_ids()
+            out = [
+                (t.name, ids.get(t.name), [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics
+            ]
+        errors = {e for _, _, parts in out for _, e in parts}
         if errors & _MEMBERSHIP_ERRORS:
             log.warning(
                 "upstream refused a simple commit of a managed group: it has members of its own",
@@ -168,9 +232,25 @@ class OffsetBridge:
             self.layer.bypass_suspected(gid, "commit refused by the upstream coordinator")
             held = self._refused_upstream_error(gid)
             if held is not None:
-                out = [(t, [(p, held if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, ps in out]
+                out = [(t, i, [(p, held if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, i, ps in out]
         self.layer.counters["commits"] += 1
         return out
+
+    async def _forward_commit(self, gid: str, api_key: int, version: int, msg: Any) -> CommitResults:
+        try:
+            v = self.layer.client.version(api_key, version)
+            # At most once, as above; an unmanaged group's client is told what its own coordinator would say.
+            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+        except UpstreamError as e:
+            log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
+            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+        names = {getattr(t, "topic_id", None): t.name for t in msg.topics}
+        ids = self._topic_ids()
+        return [
+            (t.name or names.get(getattr(t, "topic_id", None), ""), getattr(t, "topic_id", None) or ids.get(t.name),
+             [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in r.topics
+        ]
 
     def _refused_upstream_error(self, group_id: str) -> int | None:
         """What a member of the gateway's own group is told when the cluster refused its commit because
@@ -218,12 +298,40 @@ class OffsetBridge:
         gcls = cls.OffsetFetchResponseGroup
         tcls = gcls.OffsetFetchResponseTopics
         pcls = tcls.OffsetFetchResponsePartitions
+        by_id = version >= TOPIC_ID_VERSION
+        names: dict[uuid.UUID, str] = {}
+        if by_id:
+            wanted = {t.topic_id for g in msg.groups for t in (g.topics or ())}
+            names = await self._topic_names(wanted) if wanted else {}
         groups = []
         for g in msg.groups:
-            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            wanted_topics: list[tuple[str, list[int]]] | None = None
+            unknown: list[tuple[str, list[tuple[int, int, int, str | None, int]]]] = []
+            unknown_ids: dict[str, uuid.UUID] = {}
+            if g.topics is not None:
+                wanted_topics = []
+                for t in g.topics:
+                    if not by_id:
+                        wanted_topics.append((t.name, list(t.partition_indexes)))
+                    elif t.topic_id in names:
+                        wanted_topics.append((names[t.topic_id], list(t.partition_indexes)))
+                    else:
+                        # A topic id nobody knows: UNKNOWN_TOPIC_ID per partition, as Kafka answers.
+                        key = f"\0{t.topic_id}"
+                        unknown_ids[key] = t.topic_id
+                        unknown.append((key, [(p, -1, -1, "", UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
             member_id = g.member_id if version >= 9 else None
             epoch = g.member_epoch if version >= 9 else -1
-            err, got = await self._fetch_group(g.group_id, member_id, epoch, topics, msg.require_stable)
+            if wanted_topics == [] and unknown:
+                err, got = 0, []
+            else:
+                err, got = await self._fetch_group(g.group_id, member_id, epoch, wanted_topics, msg.require_stable)
+            ids = self._topic_ids() if by_id else {}
+            if by_id:
+                # Answered with ids: a topic whose id the gateway cannot tell (deleted since) is left out.
+                got = [(n, parts) for n, parts in got if n in ids]
+                if err == 0:
+                    got += unknown
             groups.append(
                 gcls(
                     group_id=g.group_id,
@@ -231,6 +339,7 @@ class OffsetBridge:
                     topics=[
                         tcls(
                             name=name,
+                            topic_id=unknown_ids.get(name) or ids.get(name),
                             partitions=[
                                 pcls(
                                     partition_index=p, committed_offset=o, committed_leader_epoch=le, metadata=md,
@@ -374,6 +483,37 @@ class OffsetBridge:
         except UpstreamError as e:
             log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))
             return COORDINATOR_NOT_AVAILABLE
+
+
+_API_NAMES = {gc.OFFSET_COMMIT: "offset-commit", gc.TXN_OFFSET_COMMIT: "txn-offset-commit"}
+
+
+def _error_name(error: int) -> str:
+    try:
+        return Errors(error).name
+    except ValueError:
+        return str(error)
+
+
+def _refusal_reason(check: OffsetCommitCheck, error: int, classic_group: bool) -> str:
+    """Why the gateway's coordinator refused a commit, in words an operator can act on."""
+    who = f"member {check.member_id!r} of group {check.group_id!r} at generation/epoch {check.generation_id}"
+    if error == ILLEGAL_GENERATION and classic_group:
+        return f"{who}: not the classic group's current generation"
+    if error in (ILLEGAL_GENERATION, Errors.STALE_MEMBER_EPOCH):
+        return (
+            f"{who}: not the member's current epoch, nor (KIP-1251) an older one at which it already held "
+            "every committed partition"
+        )
+    if error == UNKNOWN_MEMBER_ID:
+        return f"{who}: no such member in the gateway's group"
+    if error == Errors.FENCED_INSTANCE_ID:
+        return f"{who}: instance id {check.group_instance_id!r} belongs to another member"
+    if error == REBALANCE_IN_PROGRESS:
+        return f"{who}: the group is between JoinGroup and SyncGroup"
+    if error == Errors.UNSUPPORTED_VERSION:
+        return f"{who}: consumer-protocol members commit with OffsetCommit v9 or later (this was v{check.api_version})"
+    return f"{who}: {_error_name(error)}"
 
 
 def _first_partition_error(r: Any) -> int:

@@ -11,11 +11,14 @@ bytes out.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec, node_endpoints
+from . import codec, frames, node_endpoints
+
+_INT16 = struct.Struct(">h")
 
 # node id -> (host, port) the client should use, or None when the gateway cannot serve that node.
 AddressOf = Callable[[int], "tuple[str, int] | None"]
@@ -215,19 +218,44 @@ def narrow_features(msg: Any, ranges: Mapping[int, tuple[int, int]]) -> list[tup
 
 
 def rewrite_api_versions(payload: bytes, version: int, local: Mapping[int, tuple[int, int]]) -> Rewritten:
-    head, msg = codec.decode_response(codec.API_VERSIONS, version, payload)
+    head, msg, shape = _decode_api_versions(payload, version)
     upstream = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
     if msg.error_code != 0:
-        # The upstream answered in v0 (KIP-511 fallback); cap what it lists and keep the v0 shape.
+        # An error answer: cap what it lists and keep the shape (version) the upstream answered in.
         ranges = gateway_api_ranges(upstream, {})
         msg.api_keys = [_api_version(k, lo, hi) for k, (lo, hi) in sorted(ranges.items())]
-        return Rewritten(head + codec.encode_body(msg, 0))
+        return Rewritten(head + codec.encode_body(msg, shape))
     ranges = gateway_api_ranges(upstream, local)
     msg.api_keys = [_api_version(k, lo, hi) for k, (lo, hi) in sorted(ranges.items())]
     narrowed = narrowed_apis(upstream, ranges, local)
     if version >= 3:
         narrowed += narrow_features(msg, ranges)
     return Rewritten(head + codec.encode_body(msg, version), api_ranges=ranges, narrowed=narrowed)
+
+
+def _decode_api_versions(payload: bytes, version: int) -> tuple[bytes, Any, int]:
+    """(header bytes, body, the version the body is in) of an upstream ApiVersions response.
+
+    Kafka answers a request version it does not know with a v0 body (KIP-511), but a request it cannot
+    accept (INVALID_REQUEST: e.g. a ClientSoftwareName outside [a-zA-Z0-9._-]) in the request's own
+    version. kafka-python reads every error answer as v0; like Kafka's own clients, read the request's
+    version first and fall back to v0.
+    """
+    from kafka.protocol.metadata import ApiVersionsResponse
+
+    off = frames.response_body_offset(payload, codec.response_header_flexible(codec.API_VERSIONS, version))
+    error = _INT16.unpack_from(payload, off)[0] if len(payload) >= off + 2 else 0
+    if version > 0 and error not in (0, codec.UNSUPPORTED_VERSION):
+        try:
+            # ApiMessage.decode, past kafka-python's always-v0 override for error answers.
+            body = super(ApiVersionsResponse, ApiVersionsResponse).decode(memoryview(payload)[off:], version=version)
+        except Exception:  # noqa: BLE001 - not in the request's version: the v0 fallback below reads it
+            pass
+        else:
+            body._header = None  # decode() leaves the slot unset and encode() reads it
+            return bytes(payload[:off]), body, version
+    head, body = codec.decode_response(codec.API_VERSIONS, version, payload)
+    return head, body, version if body.error_code == 0 else 0
 
 
 def _api_version(key: int, lo: int, hi: int) -> Any:

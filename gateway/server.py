@@ -19,6 +19,7 @@ from .connection import ClientConnection, LocalHandler
 from .limits import ConnectionLimits
 from .logging import get_logger
 from .metrics import GatewayMetrics
+from .refusals import RefusalLog
 from .tls import TlsAcceptor, server_context
 from .unreachable import Replies
 from .upstream import BrokerDirectory
@@ -52,6 +53,8 @@ class Gateway:
         self.replies = Replies()
         self.metrics = GatewayMetrics()
         self.limits = ConnectionLimits(self)
+        # Refused requests, logged once per client and kind (gateway/refusals.py).
+        self.refusals = RefusalLog()
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)

@@ -236,6 +236,18 @@ class ClassicGroupCoordinator:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 
+    def offset_committed(self, group_id: str, member_id: str, now_ms: int) -> Result:
+        """An accepted OffsetCommit of a member of a Stable or PreparingRebalance classic group counts as
+        a heartbeat, as in Kafka (its coordinator reschedules the member's session on a commit); a
+        TxnOffsetCommit does not."""
+        out = Result()
+        group = self.groups.get(group_id)
+        if group is not None and group.is_in(State.STABLE, State.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            if member is not None:
+                self.rebalancer.reschedule_heartbeat(out, group, member, now_ms)
+        return out
+
     def validate_offset_fetch(self, group_id: str) -> Errors:
         """Classic groups let anyone read their offsets; only a deleted group refuses."""
         group = self.groups.get(group_id)

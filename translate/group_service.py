@@ -158,7 +158,12 @@ class GroupService:
             return self.consumer_group_heartbeat(request, request_key, now_ms)
         out = GroupResult()
         if isinstance(request, ConsumerGroupDescribeRequest):
-            body: object = ConsumerGroupDescribeResponse(self.coordinator.describe(request.group_ids))
+            described = self.coordinator.describe(request.group_ids)
+            for d in described:
+                classic = self.classic_groups.group(d.group_id)
+                if d.error_code == Errors.GROUP_ID_NOT_FOUND and classic is not None and not classic.is_in(ClassicGroupState.DEAD):
+                    d.error_message = f"Group {d.group_id} is not a consumer group."  # Kafka 4.3's text
+            body: object = ConsumerGroupDescribeResponse(described)
         elif isinstance(request, DescribeGroupsRequest):
             body = DescribeGroupsResponse(describe_groups(self, request))
         elif isinstance(request, ListGroupsRequest):
@@ -166,7 +171,10 @@ class GroupService:
         elif isinstance(request, DeleteGroupsRequest):
             body = self._delete_groups(out, request, now_ms)
         elif isinstance(request, OffsetCommitCheck):
-            body = OffsetCheckResponse(self.validate_offset_commit(request, now_ms))
+            error = self.validate_offset_commit(request, now_ms)
+            if error == Errors.NONE and not request.is_transactional and request.member_id:
+                out.take(self.classic_groups.offset_committed(request.group_id, request.member_id, now_ms))
+            body = OffsetCheckResponse(error)
         elif isinstance(request, OffsetFetchCheck):
             body = OffsetCheckResponse(self.validate_offset_fetch(request))
         else:
@@ -432,7 +440,7 @@ class GroupService:
                     partitions.setdefault(meta.topic_id, set()).update(parts)
             return self.coordinator.validate_offset_commit(
                 check.group_id, check.member_id, check.generation_id, check.api_version, check.is_transactional,
-                partitions,
+                partitions, check.group_instance_id,
             )
         return self.classic_groups.validate_offset_commit(
             check.group_id, check.member_id, check.generation_id, check.group_instance_id,

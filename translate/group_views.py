@@ -73,11 +73,9 @@ def describe_groups(svc: GroupService, request: DescribeGroupsRequest) -> list[D
         elif consumer is not None and svc.config.classic_view_of_consumer_groups:
             out.append(_consumer_group_as_classic(svc, consumer))
         elif request.api_version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
-            out.append(
-                DescribedClassicGroup(
-                    gid, int(Errors.GROUP_ID_NOT_FOUND), f"Group {gid} not found.", group_state=_DEAD
-                )
-            )
+            # Kafka 4.3's texts: a consumer group exists, but not for DescribeGroups.
+            message = f"Group {gid} is not a classic group." if consumer is not None else f"Group {gid} not found."
+            out.append(DescribedClassicGroup(gid, int(Errors.GROUP_ID_NOT_FOUND), message, group_state=_DEAD))
         else:
             out.append(DescribedClassicGroup(gid, group_state=_DEAD))
     return out

@@ -431,3 +431,16 @@ def parse_consumer_perf(lines: Sequence[str]) -> dict[str, str] | None:
             values = [v.strip() for v in lines[i + 1].split(",")]
             return dict(zip(keys, values, strict=False))
     return None
+
+
+def consumer_groups_command(
+    release: str, bootstrap: str, *args: str, timeout_s: float = 90.0
+) -> subprocess.CompletedProcess[str]:
+    """``kafka-consumer-groups.sh --bootstrap-server BOOTSTRAP ARGS`` of ``release`` (3.7+, where the tool
+    lives in kafka-tools), run to completion."""
+    main = TOOLS + "consumer.group.ConsumerGroupCommand"
+    cmd = [
+        java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
+        "-cp", tools_classpath(release), main, "--bootstrap-server", bootstrap, *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)

@@ -8,6 +8,7 @@ from gateway import codec, frames
 from gateway.config import GatewayConfig
 from gateway.limits import ConnectionLimits
 from gateway.metrics import GatewayMetrics
+from gateway.refusals import RefusalLog
 from gateway.upstream import BrokerDirectory
 
 HOME_NODE = 1
@@ -27,6 +28,7 @@ class StubGateway:
         self.broker_ports = {HOME_NODE: HOME_ADDR[1]}
         # What /metrics and /readyz read (gateway/metrics.py Health).
         self.metrics = GatewayMetrics()
+        self.refusals = RefusalLog()
         self.connections: set[Any] = set()
         self.serving = True
         self.tls_handshake_failures: int | None = None  # plaintext listeners

@@ -129,3 +129,21 @@ def test_serve_with_metrics_listen_reports_the_requests_it_serves(kafka_broker):
             proc.kill()
     assert proc.returncode == 0
     assert out == ""  # exactly one stdout line, the metrics address went to the log
+
+
+def test_dev_takes_the_embedded_brokers_initial_rebalance_delay_unless_configured():
+    from gateway.cli import follow_embedded_broker
+    from gateway.config import load_config
+    from gateway.embedded_kafka import EmbeddedKafka
+
+    broker = EmbeddedKafka()
+    assert broker.setting("group.initial.rebalance.delay.ms") == "0"
+    default = load_config(None, {"upstream": "127.0.0.1:1"}, environ={})
+    assert default.coordinator.initial_rebalance_delay_ms == 3000  # Kafka's default, kept by `serve`
+    assert follow_embedded_broker(default, broker.setting).coordinator.initial_rebalance_delay_ms == 0
+    configured = load_config(
+        None, {"upstream": "127.0.0.1:1"}, environ={"GROUPGATE_COORDINATOR_INITIAL_REBALANCE_DELAY_MS": "500"}
+    )
+    assert follow_embedded_broker(configured, broker.setting).coordinator.initial_rebalance_delay_ms == 500
+    slow = EmbeddedKafka(overrides={"group.initial.rebalance.delay.ms": "250"})
+    assert follow_embedded_broker(default, slow.setting).coordinator.initial_rebalance_delay_ms == 250

@@ -24,14 +24,15 @@ from translate.group_messages import ConsumerGroupDescribeResponse as DescribeDc
 def test_advertised_versions_are_exactly_the_handled_ones() -> None:
     assert gc.LOCAL_API[gc.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
     assert gc.LOCAL_API[gc.CONSUMER_GROUP_DESCRIBE] == (0, 1)
-    assert gc.LOCAL_API[gc.OFFSET_COMMIT][1] <= 9 and gc.LOCAL_API[gc.OFFSET_FETCH][1] <= 9
+    # v10 (topic ids) of the offset APIs and v6 of DescribeGroups are handled (tests/gateway/test_group_api_versions.py).
+    assert gc.LOCAL_API[gc.OFFSET_COMMIT][1] == 10 and gc.LOCAL_API[gc.OFFSET_FETCH][1] == 10
     for api_key, (_, hi) in gc.LOCAL_API.items():
         assert hi <= codec.codec_max_version(api_key)
     # Even an upstream without KIP-848 APIs (and with newer group API versions) gets our ranges.
     upstream = {gc.JOIN_GROUP: (0, 9), gc.OFFSET_COMMIT: (2, 10), gc.DESCRIBE_GROUPS: (0, 6), 18: (0, 4)}
     ranges = rewrite.gateway_api_ranges(upstream, gc.LOCAL_API)
     assert ranges[gc.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
-    assert ranges[gc.OFFSET_COMMIT] == (0, 9) and ranges[gc.DESCRIBE_GROUPS] == (0, 5)
+    assert ranges[gc.OFFSET_COMMIT] == (0, 10) and ranges[gc.DESCRIBE_GROUPS] == (0, 6)
 
 
 @pytest.mark.parametrize("version", range(0, 10))

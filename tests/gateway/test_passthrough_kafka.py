@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
+
+from gateway import codec
 
 from . import wire
 
@@ -116,3 +119,23 @@ def test_api_versions_are_capped_and_keep_the_requested_version(gateway, kafka_b
     assert 18 in ranges and ranges[18][1] <= 4
     v0 = wire.request(gateway.bootstrap, ApiVersionsRequest[0](), 0)
     assert {a.api_key for a in v0.api_keys} == set(ranges)
+
+
+def _invalid_api_versions(address):
+    """ApiVersions v3 with a ClientSoftwareName Kafka refuses ("!!"), then a valid v0 on the same connection."""
+    bad = struct.pack(">hhih", 18, 3, 5, -1) + b"\x00" + b"\x03!!" + b"\x021" + b"\x00"
+    good = struct.pack(">hhih", 18, 0, 6, -1)
+    with wire.connect(address) as sock:
+        sock.sendall(struct.pack(">i", len(bad)) + bad + struct.pack(">i", len(good)) + good)
+        first = wire.recv_frame(sock)
+        second = wire.recv_frame(sock)
+    return first, codec.decode_response(18, 0, second)[1]
+
+
+def test_invalid_api_versions_request_is_answered_as_the_broker_answers_it(gateway, kafka_broker):
+    direct, _ = _invalid_api_versions(kafka_broker.bootstrap)
+    through, after = _invalid_api_versions(gateway.bootstrap)
+    # INVALID_REQUEST in the request's own version (no api keys listed), and the connection stays usable.
+    assert through == direct
+    assert struct.unpack_from(">ih", through) == (5, 42)
+    assert after.error_code == 0 and after.api_keys

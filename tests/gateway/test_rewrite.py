@@ -278,3 +278,20 @@ def test_each_narrowing_is_logged_once_with_its_reason():
     lines = [(e["kind"], e["reason"]) for e in logs if e["event"] == "advertising less than the cluster offers"]
     assert lines == out.narrowed and len({k for k, _ in lines}) == len(lines)
     assert any(k == "feature transaction.version" and "api 0 v12+" in r for k, r in lines)
+
+
+# What Kafka 4.3.1 answers an ApiVersions v3 request whose ClientSoftwareName is not valid ("!!"): INVALID_REQUEST
+# in the request's own (flexible) version, not the v0 fallback of KIP-511. Correlation id 77.
+_INVALID_REQUEST_V3 = bytes.fromhex("0000004d002a010000000000")
+
+
+def test_api_versions_invalid_request_keeps_the_request_version():
+    out = rewrite.rewrite_api_versions(_INVALID_REQUEST_V3, 3, {68: (0, 1)})
+    assert out.payload == _INVALID_REQUEST_V3  # nothing to cap: passed on in the same shape
+    assert out.api_ranges is None
+
+
+def test_api_versions_error_in_v0_shape_still_read_for_a_v3_request():
+    out = rewrite.rewrite_api_versions(_api_versions_payload(0, {18: (0, 2), 9999: (0, 1)}, error=42), 3, {})
+    _, msg = codec.decode_response(codec.API_VERSIONS, 0, out.payload)
+    assert msg.error_code == 42 and [(a.api_key, a.max_version) for a in msg.api_keys] == [(18, 2)]

@@ -114,8 +114,11 @@ def test_describe_groups_describes_a_stable_classic_group_with_metadata_and_assi
 def test_describe_groups_of_a_consumer_group_is_group_id_not_found_from_v6_and_dead_before() -> None:
     d = Driver()
     d.consumer("m1")
-    key, _ = d.send(DescribeGroupsRequest(["g"], api_version=6))
-    assert d.responses[key].groups[0].error_code == Errors.GROUP_ID_NOT_FOUND
+    key, _ = d.send(DescribeGroupsRequest(["g", "nobody"], api_version=6))
+    g, nobody = d.responses[key].groups
+    assert g.error_code == nobody.error_code == Errors.GROUP_ID_NOT_FOUND
+    # Kafka 4.3.1's messages (GroupMetadataManager.classicGroup).
+    assert (g.error_message, nobody.error_message) == ("Group g is not a classic group.", "Group nobody not found.")
     key, _ = d.send(DescribeGroupsRequest(["g"], api_version=5))
     assert (d.responses[key].groups[0].error_code, d.responses[key].groups[0].group_state) == (0, "Dead")
 
@@ -146,9 +149,11 @@ def test_consumer_group_describe_knows_only_consumer_groups() -> None:
     d = Driver()
     d.classic_fleet(clients=("a",))
     d.consumer("x", group="h")
-    key, _ = d.send(ConsumerGroupDescribeRequest(["g", "h"]))
-    g, h = d.responses[key].groups
+    key, _ = d.send(ConsumerGroupDescribeRequest(["g", "h", "nobody"]))
+    g, h, nobody = d.responses[key].groups
     assert g.error_code == Errors.GROUP_ID_NOT_FOUND and h.error_code == 0 and h.members[0].member_id == "x"
+    # Kafka 4.3.1's messages (GroupMetadataManager.consumerGroup).
+    assert (g.error_message, nobody.error_message) == ("Group g is not a consumer group.", "Group nobody not found.")
 
 
 def test_list_groups_lists_both_group_types_with_filters() -> None:
