@@ -135,9 +135,9 @@ JAVA_MATRIX = {
     ),
 }
 
-# librdkafka's classic cooperative-sticky fleet is not in the matrix: Kafka 4.3.1's own coordinator refuses
-# its online upgrade (the first KIP-848 member gets GROUP_ID_NOT_FOUND, fatal in librdkafka), and so does
-# the gateway; see docs/rolling-upgrade.md.
+# librdkafka's classic cooperative-sticky fleet is not in the matrix: after a rebalance Kafka 4.3.1's own
+# coordinator refuses its online upgrade (its leader copies the sticky userData into every assignment,
+# KAFKA-18134), so --compat-direct could not run it; test_builtin_userdata_upgrade.py runs it against both.
 CONFLUENT_MATRIX = {
     "classic-range_to_consumer": (
         [MemberSpec("confluent", "classic", assignor="range") for _ in range(FLEET)],

@@ -43,7 +43,8 @@ from gateway.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from gateway.state_log import _HEAD, verify
+from gateway.state_log import _HEAD
+from gateway.state_repair import verify
 
 pytestmark = pytest.mark.kafka
 

@@ -290,10 +290,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_state_verify(args: argparse.Namespace) -> int:
-    from . import state_log
+    from . import state_repair
 
     try:
-        report = state_log.verify(args.state_dir)
+        report = state_repair.verify(args.state_dir)
     except OSError as e:
         print(f"groupgate: {e}", file=sys.stderr)
         return 2
@@ -318,11 +318,11 @@ def cmd_state_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_state_repair(args: argparse.Namespace) -> int:
-    from . import state_log
+    from . import state_repair
 
     try:
-        result = state_log.repair(args.state_dir)
-    except (OSError, state_log.StateLogCorrupt) as e:
+        result = state_repair.repair(args.state_dir)
+    except (OSError, StateLogCorrupt) as e:
         # The damaged segments are only set aside after the new segment and manifest are in place.
         print(f"groupgate: repair failed (the damaged segments are still in place; run it again): {e}", file=sys.stderr)
         return 1

@@ -61,6 +61,16 @@ class CoordinatorSettings(BaseModel):
         default="bidirectional",
         validation_alias=_kafka("migration_policy", "group.consumer.migration.policy"),
     )
+    # groupgate's own (Kafka has no such setting): convert classic groups whose assignments carry a
+    # built-in sticky assignor's copy of the subscription userData (librdkafka leaders write one),
+    # which Kafka 4.x refuses (KAFKA-18134); False refuses them as Kafka does. Custom userData is
+    # always refused.
+    convert_builtin_sticky_userdata: bool = Field(
+        default=True,
+        validation_alias=_kafka(
+            "convert_builtin_sticky_userdata", "group.consumer.convert.builtin.sticky.userdata"
+        ),
+    )
     consumer_assignors: list[str] = Field(
         default_factory=lambda: ["uniform", "range"],
         validation_alias=_kafka("consumer_assignors", "group.consumer.assignors"),
@@ -185,6 +195,7 @@ class CoordinatorSettings(BaseModel):
         service = GroupServiceConfig(
             migration_policy=self.migration_policy,
             classic_groups=self.classic_groups,
+            convert_builtin_sticky_userdata=self.convert_builtin_sticky_userdata,
             classic=ClassicGroupConfig(
                 min_session_timeout_ms=self.min_session_timeout_ms,
                 max_session_timeout_ms=self.max_session_timeout_ms,

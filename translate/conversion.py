@@ -7,8 +7,12 @@ a group that is a classic group:
   fresh consumer group;
 - a non-empty one is converted only when the policy allows upgrades, its protocol type is
   ``consumer`` and its size fits the consumer group max size; otherwise GROUP_ID_NOT_FOUND. A
-  custom client assignor's userData in any member assignment refuses it too (it would be lost),
-  and so does an embedded subscription or assignment that cannot be read.
+  custom client assignor's userData in any member assignment refuses it too (it would be lost,
+  KAFKA-18134), and so does an embedded subscription or assignment that cannot be read. Unlike
+  Kafka, userData that is a built-in sticky assignor's copy of the member's subscription userData
+  (librdkafka's leader writes one into every assignment) does not refuse it when
+  ``convert_builtin_sticky_userdata`` is on: it only repeats the owned partitions and generation the
+  conversion reads anyway (translate/assignor_userdata.py).
 The converted group starts at group epoch = target assignment epoch = the classic generation
 ("the group epoch starts at the current group generation"); each classic member becomes a member
 at that epoch, STABLE, whose target assignment is its classic assignment (as in Kafka, which
@@ -74,6 +78,7 @@ from coordinator.model import (
 from coordinator.records import Record, RecordType
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import rebalance_key, session_key
+from translate.assignor_userdata import builtin_userdata_refusal
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_join import join_error
@@ -133,11 +138,15 @@ class GroupConverter:
         classic_members: ClassicMemberTranslator,
         policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
         downgrade_allowed: bool = True,
+        convert_builtin_sticky_userdata: bool = True,
     ) -> None:
         self.coordinator = coordinator
         self.classic_groups = classic_groups
         self.classic_members = classic_members
         self.policy = policy
+        # group.consumer.convert.builtin.sticky.userdata: False refuses every assignment userData,
+        # as Kafka does.
+        self.convert_builtin_sticky_userdata = convert_builtin_sticky_userdata
         # False in ``translate`` mode: groups run as consumer groups for good.
         self.downgrade_allowed = downgrade_allowed
 
@@ -232,10 +241,19 @@ class GroupConverter:
             except (MalformedEmbeddedProtocol, KeyError) as exc:
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id}: {exc}") from exc
             if assignment.user_data:
-                # A custom client assignor's data would be lost (KAFKA-18134).
-                raise ApiError(
-                    Errors.GROUP_ID_NOT_FOUND, f"member {m.member_id} has a custom assignor's userData"
+                # A custom client assignor's data would be lost (KAFKA-18134); a built-in sticky
+                # assignor's copy of the subscription userData would not.
+                refusal = (
+                    builtin_userdata_refusal(protocol, assignment.user_data, subscription, generation)
+                    if self.convert_builtin_sticky_userdata
+                    else "conversion of built-in assignors' userData is off"
                 )
+                if refusal is not None:
+                    raise ApiError(
+                        Errors.GROUP_ID_NOT_FOUND,
+                        f"member {m.member_id}'s assignment carries userData a custom assignor may need "
+                        f"({refusal})",
+                    )
             # The target is Kafka's: the member's classic assignment (reset to nothing while the
             # group rebalances). The CURRENT assignment differs from Kafka on purpose: it is
             # everything the member may still hold - its last synced assignment (an eager member

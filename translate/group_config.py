@@ -49,6 +49,10 @@ class GroupServiceConfig:
     # gives a classic view for tools that only speak DescribeGroups. None: True in translate mode,
     # where legacy fleets (and their legacy tools) see their groups as consumer groups.
     describe_consumer_groups_as_classic: bool | None = None
+    # group.consumer.convert.builtin.sticky.userdata (groupgate's own): upgrade classic groups whose
+    # assignments carry a built-in sticky assignor's copy of the subscription userData, which Kafka
+    # refuses (KAFKA-18134); False refuses them as Kafka does.
+    convert_builtin_sticky_userdata: bool = True
     # offsets.retention.minutes (Kafka's default: 7 days), in ms: how long a group may stay Empty
     # before expire_empty_groups deletes it.
     offsets_retention_ms: int = 10080 * 60_000

@@ -142,6 +142,7 @@ class GroupService:
             self.classic_members,
             self.config.policy,
             downgrade_allowed=self.config.mode is ClassicGroupsMode.NATIVE,
+            convert_builtin_sticky_userdata=self.config.convert_builtin_sticky_userdata,
         )
 
     # ---- dispatch ----------------------------------------------------------------------------

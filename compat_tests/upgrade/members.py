@@ -227,6 +227,9 @@ def _start_confluent(
         topics=[topic],
         group_protocol=spec.protocol,
         config=config,
+        # A cooperative classic member keeps consuming while its group rebalances, so a synchronous
+        # commit may be told REBALANCE_IN_PROGRESS; an application retries it after the rebalance.
+        tolerate_commit_errors=spec.protocol == "classic" and spec.assignor == "cooperative-sticky",
     )
     consumer.start()
     return consumer

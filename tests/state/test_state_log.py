@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway import state_repair
 from gateway.state_log import FileStateLog, Record, StateLogCorrupt, encode_entry
 
 
@@ -190,25 +191,24 @@ def test_a_flipped_bit_in_a_middle_entrys_length_is_refused_naming_file_and_offs
 
 
 def test_verify_reports_the_damage_and_repair_drops_exactly_that_entry(tmp_path: Path) -> None:
-    import gateway.state_log as mod
 
     records = _entries(500)
     seg, offsets = _log_with(tmp_path, records)
     victim = offsets[250]
     _flip(seg, victim, 0x40)
-    report = mod.verify(tmp_path)
+    report = state_repair.verify(tmp_path)
     assert not report.loadable
     (d,) = report.damage
     assert (d.path, d.kind, d.offset, d.end, d.entries) == (seg, "corrupt", victim, offsets[251], 1)
     assert sum(s.entries for s in report.segments) == 499
     assert seg.read_bytes()[victim] == (encode_entry(records[250])[0] ^ 0x40)  # verify changed nothing
 
-    result = mod.repair(tmp_path)
+    result = state_repair.repair(tmp_path)
     assert result.before.damage == [d] and result.kept_entries == 499 and result.live_keys == 499
     assert result.set_aside == [seg.with_name(seg.name + ".damaged")] and result.set_aside[0].exists()
     again = FileStateLog(tmp_path)
     assert _live(again) == {r.key: r.value for i, r in enumerate(records) if i != 250}
-    assert mod.verify(tmp_path).damage == []
+    assert state_repair.verify(tmp_path).damage == []
     again.append([Record(b"after", b"repair")])
     again.close()
     assert _live(FileStateLog(tmp_path))[b"after"] == b"repair"
@@ -240,9 +240,9 @@ def test_a_missing_segment_and_a_vanished_log_are_refused_not_a_fresh_start(tmp_
     with pytest.raises(StateLogCorrupt, match="missing"):
         FileStateLog(tmp_path)
     assert not list(tmp_path.glob("*.log"))  # no empty log was created in its place
-    report = mod.verify(tmp_path)
+    report = state_repair.verify(tmp_path)
     assert [d.kind for d in report.damage] == ["missing"] and not report.loadable
-    result = mod.repair(tmp_path)  # the explicit decision to start from nothing
+    result = state_repair.repair(tmp_path)  # the explicit decision to start from nothing
     assert result.live_keys == 0
     assert _live(FileStateLog(tmp_path)) == {}
 
@@ -414,23 +414,21 @@ def test_an_unreadable_manifest_is_refused_and_repair_rewrites_it(tmp_path: Path
     with pytest.raises(StateLogCorrupt) as err:
         FileStateLog(tmp_path)
     assert err.value.path == tmp_path / mod.MANIFEST
-    assert not mod.verify(tmp_path).loadable
-    mod.repair(tmp_path)
+    assert not state_repair.verify(tmp_path).loadable
+    state_repair.repair(tmp_path)
     assert _live(FileStateLog(tmp_path)) == {b"a": b"1"}
 
 
 def test_a_flipped_bit_in_an_entrys_contents_is_one_entry_lost(tmp_path: Path) -> None:
-    import gateway.state_log as mod
 
     seg, offsets = _log_with(tmp_path, _entries(50))
     _flip(seg, offsets[20] + 12, 0x04)  # inside the body: the checksum no longer matches, the length does
-    (d,) = mod.verify(tmp_path).damage
+    (d,) = state_repair.verify(tmp_path).damage
     assert (d.kind, d.offset, d.end, d.entries) == ("corrupt", offsets[20], offsets[21], 1)
 
 
 def test_the_reported_case_a_bit_in_entry_37337_of_74674_no_longer_truncates_the_log(tmp_path: Path) -> None:
     """The reported failure at its size: a 4.67 MB log cut to about half by one flipped length bit."""
-    import gateway.state_log as mod
 
     records = [Record(f"group-{i % 84:03d}/member-{i:06d}".encode(), bytes(20 + i % 7)) for i in range(74674)]
     seg, offsets = _log_with(tmp_path, records)
@@ -442,7 +440,7 @@ def test_the_reported_case_a_bit_in_entry_37337_of_74674_no_longer_truncates_the
         FileStateLog(tmp_path)
     assert (err.value.path, err.value.offset) == (seg, victim)
     assert seg.stat().st_size == size  # not cut to 2.49 MB
-    result = mod.repair(tmp_path)
+    result = state_repair.repair(tmp_path)
     assert [(d.offset, d.end, d.entries) for d in result.before.damage] == [(victim, offsets[37337], 1)]
     assert result.kept_entries == 74673
     assert len(_live(FileStateLog(tmp_path))) == 74673
