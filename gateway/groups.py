@@ -43,6 +43,8 @@ import re2
 
 from coordinator.errors import Errors
 from coordinator.timers import ScheduleTimer, TimerKey
+from translate.classic_messages import JoinGroupRequest
+from translate.embedded import subscribed_topics
 from translate.group_config import GroupResult, encode_any_record
 from translate.group_messages import (
     ConsumerGroupDescribeResponse,
@@ -239,8 +241,11 @@ class GroupLayer:
 
     # --- running the service ---------------------------------------------------------------------------
 
-    async def call(self, group_id: str, request: object, topics: Iterable[str] = ()) -> Any:
-        """Hand one request to the service in its group's arrival order; the response once released."""
+    async def call(self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False) -> Any:
+        """Hand one request to the service in its group's arrival order; the response once released.
+
+        ``topics`` (and ``regex``: a pattern subscription) name what the request subscribes to: the
+        topic image is refreshed for them first, so a topic created a moment ago is assigned."""
         key = next(self._keys)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[key] = fut
@@ -249,8 +254,8 @@ class GroupLayer:
         try:
             async with lock:
                 await self._ready.wait()
-                if topics:
-                    await self.watch.ensure(topics)
+                if topics or regex:
+                    await self.watch.ensure(topics, regex)
                 if self.unloaded is not None:
                     raise GroupsUnloaded(self.unloaded)
                 result = self._calls.handle(request, key, self._now())
@@ -605,7 +610,11 @@ class GroupLayer:
         api_key = header.api_key
         decode, encode = _CLASSIC[api_key]
         request = decode(msg, version, header.client_id or "", self.client_host(conn))
-        body = await self.call(request.group_id, request)
+        topics: list[str] = []
+        if isinstance(request, JoinGroupRequest):
+            # A consumer subscribing by pattern resolves it itself: its subscription names topics.
+            topics = subscribed_topics(request.protocol_type, [p.metadata for p in request.protocols])
+        body = await self.call(request.group_id, request, topics)
         self.adoption.after_classic(request, body)
         return encode(body, version)
 
@@ -614,7 +623,8 @@ class GroupLayer:
     ) -> Any:
         request = gc.consumer_group_heartbeat_request(msg, version, header.client_id or "", self.client_host(conn))
         topics = request.subscribed_topic_names or ()
-        body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics))
+        regex = bool(request.subscribed_topic_regex)
+        body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics, regex))
         return gc.consumer_group_heartbeat_response(body, version)
 
     async def _consumer_group_describe(

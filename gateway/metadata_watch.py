@@ -2,8 +2,8 @@
 
 KIP-848 computes assignments on the server, so the coordinator must see topics come, go and grow.
 The watcher asks the upstream for all topics (Metadata v10+ carries topic ids) every
-``interval_s`` and on demand when a group request names a topic the image lacks (the request waits
-for that refresh so it is handled against the new image, in its turn). Concurrent demands share one
+``interval_s`` and on demand when a group request names a topic the image lacks, or subscribes by
+regex (the request waits for that refresh so it is handled against the new image, in its turn). Concurrent demands share one
 refresh. Changes are handed to ``on_change`` (the group layer feeds GroupService.on_metadata).
 """
 
@@ -42,6 +42,7 @@ class MetadataWatch:
         self.loaded = False
         self._inflight: asyncio.Future[None] | None = None
         self._missing_checked: dict[str, float] = {}
+        self._refreshed_at = float("-inf")  # time.monotonic() of the last completed refresh
 
     async def fetch(self) -> TopicImage:
         version = self.client.version(codec.METADATA, _WANTED_VERSION)
@@ -67,6 +68,7 @@ class MetadataWatch:
             changed = image != self.topics or not self.loaded
             self.topics = image
             self.loaded = True
+            self._refreshed_at = time.monotonic()
             if changed:
                 self.on_change(image)
             fut.set_result(None)
@@ -88,9 +90,18 @@ class MetadataWatch:
             out.append(n)
         return out
 
-    async def ensure(self, names: Iterable[str]) -> None:
-        """Refresh first when a named topic is unknown (at most once a second per unknown name)."""
+    async def ensure(self, names: Iterable[str], regex: bool = False) -> None:
+        """Refresh first when a named topic is unknown (at most once a second per unknown name).
+
+        ``regex``: the request subscribes by pattern, which may match a topic the image lacks but
+        cannot name it: refresh the whole image unless it is less than a second old."""
         missing = self.missing(names)
+        if regex and time.monotonic() - self._refreshed_at >= _MISSING_RETRY_S:
+            try:
+                await self.refresh()
+            except UpstreamError as e:
+                log.warning("on-demand metadata refresh failed", error=str(e))
+            missing = self.missing(missing)
         if not missing:
             return
         try:

@@ -58,6 +58,42 @@ from translate.result import Schedule as _schedule
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
 CLASSIC_MEMBER_SYNC_TIMER = "classic-member-sync"
+# A translated group without members holds its first joins (group.initial.rebalance.delay.ms).
+CLASSIC_MEMBER_GATHER_TIMER = "classic-member-gather"
+
+
+@dataclasses.dataclass(slots=True)
+class _Gathering:
+    deadline_ms: int  # when the parked joins are answered
+    limit_ms: int  # newcomers extend the deadline up to here (the first joiner's rebalance timeout)
+    # Initial gathering: joins held before their members are added.
+    parked: list[tuple[JoinGroupRequest, RequestKey]] = dataclasses.field(default_factory=list)
+    # Rejoin barrier: members already added (the group epoch moved), answers held.
+    admitted: list[_Admitted] = dataclasses.field(default_factory=list)
+    barrier: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Admitted:
+    request: JoinGroupRequest
+    request_key: RequestKey
+    member_id: str
+    owned: Assignment
+    rebalance_timeout_ms: int
+
+# A classic consumer's ``partition.assignment.strategy`` (its preferred protocol name) -> the
+# server assignor that gives the same kind of assignment. range is range (KIP-848's server range
+# assignor splits each topic the same way); sticky and cooperative-sticky ask for balance with
+# stickiness, which is uniform. roundrobin has no server equivalent (nothing deals partitions out
+# one by one across all topics): uniform is the closest (balanced counts; it is sticky where
+# roundrobin is not). Any other name (a custom client-side assignor) is not mapped: the group's
+# default assignor applies.
+STRATEGY_ASSIGNORS = {
+    "range": "range",
+    "sticky": "uniform",
+    "cooperative-sticky": "uniform",
+    "roundrobin": "uniform",
+}
 
 
 class ClassicMemberTranslator:
@@ -66,15 +102,23 @@ class ClassicMemberTranslator:
         coordinator: ConsumerGroupCoordinator,
         new_member_id: Callable[[str], str],
         config: ClassicGroupConfig | None = None,
+        translate: bool = False,
     ) -> None:
         self.coordinator = coordinator
         self.new_member_id = new_member_id
         self.config = config or ClassicGroupConfig()
+        # ``classic_groups = translate``: the group exists for its classic members, so their
+        # client-side strategies choose its server assignor. In a group being migrated (native
+        # mode) classic members choose none, as in Kafka.
+        self.translate = translate
         self.deadlines: dict[tuple[str, str, str], int] = {}
+        self.gatherings: dict[str, _Gathering] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
         out = Result()
+        if self._gather(out, request, request_key, now_ms):
+            return out
         try:
             self._join(out, request, request_key, now_ms)
         except ApiError as exc:
@@ -82,12 +126,28 @@ class ClassicMemberTranslator:
         return out
 
     def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+        group = self.coordinator.group(request.group_id)
+        epoch = group.group_epoch if group is not None else 0
+        admitted = self._admit(out, request, key, now_ms)
+        if admitted is None:
+            return
+        if self._opens_barrier(request, admitted, epoch):
+            self._hold(out, admitted, now_ms)
+        else:
+            self._answer(out, admitted, now_ms)
+
+    @staticmethod
+    def _rebalance_timeout(request: JoinGroupRequest) -> int:
+        if request.api_version == 0 or request.rebalance_timeout_ms < 0:
+            return request.session_timeout_ms
+        return request.rebalance_timeout_ms
+
+    def _admit(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> _Admitted | None:
+        """Validate the join and write the member (its subscription); None when already answered."""
         config = self.config
         if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
             raise ApiError(Errors.INVALID_SESSION_TIMEOUT)
-        rebalance_timeout = request.rebalance_timeout_ms
-        if request.api_version == 0 or rebalance_timeout < 0:
-            rebalance_timeout = request.session_timeout_ms
+        rebalance_timeout = self._rebalance_timeout(request)
         group = self.coordinator.group(request.group_id)
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND)
@@ -98,7 +158,7 @@ class ClassicMemberTranslator:
             if instance_id is None and request.api_version >= MEMBER_ID_REQUIRED_VERSION:
                 # KIP-394, as for classic groups; nothing is persisted or remembered.
                 out.respond(key, join_error(Errors.MEMBER_ID_REQUIRED, member_id))
-                return
+                return None
 
         existing, replaced = self._lookup(group, request.member_id, member_id, instance_id)
         if existing is None and replaced is None:
@@ -129,20 +189,30 @@ class ClassicMemberTranslator:
             subscribed_topic_names=frozenset(subscription.topics),
             subscribed_topic_regex=None,
             rebalance_timeout_ms=rebalance_timeout,
-            server_assignor=None,  # classic members never choose a server assignor
+            server_assignor=self.server_assignor(request),
             classic_metadata=ClassicMemberMetadata(
                 request.session_timeout_ms, tuple((p.name, p.metadata) for p in request.protocols)
             ),
         )
         self.coordinator.upsert_member(tx, group.group_id, updated, now_ms)
-        owned = self._owned_partitions(subscription.owned_partitions)
-        member = self.coordinator.reconcile_member(tx, group.group_id, member_id, owned, now_ms)
-        tx.schedule(session_key(group.group_id, member_id), now_ms + request.session_timeout_ms)
         self._take_tx(out, tx)
-        self._cancel(out, timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member_id))
-        self._schedule(out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group.group_id, member_id), now_ms + rebalance_timeout)
+        owned = self._owned_partitions(subscription.owned_partitions)
+        return _Admitted(request, key, member_id, owned, rebalance_timeout)
+
+    def _answer(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+        """Reconcile an admitted member against the (possibly new) target and answer its join."""
+        request, member_id = admitted.request, admitted.member_id
+        group_id = request.group_id
+        tx = self.coordinator.begin()
+        member = self.coordinator.reconcile_member(tx, group_id, member_id, admitted.owned, now_ms)
+        tx.schedule(session_key(group_id, member_id), now_ms + request.session_timeout_ms)
+        self._take_tx(out, tx)
+        self._cancel(out, timer_key(CLASSIC_MEMBER_JOIN_TIMER, group_id, member_id))
+        self._schedule(
+            out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group_id, member_id), now_ms + admitted.rebalance_timeout_ms
+        )
         out.respond(
-            key,
+            admitted.request_key,
             JoinGroupResponse(
                 error_code=Errors.NONE,
                 # Eager members (owning nothing) move to the new epoch at once; cooperative members
@@ -156,6 +226,164 @@ class ClassicMemberTranslator:
                 members=[],
             ),
         )
+
+    # ---- gathering ---------------------------------------------------------------------------
+    def _gather(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> bool:
+        """Park a join that arrives while its group gathers (or opens the gathering); True if parked.
+
+        A classic group waits ``group.initial.rebalance.delay.ms`` before its first rebalance so that
+        consumers started together are assigned once. A translated group does the same when it has no
+        members: the joins are held, each newcomer extending the wait by the delay up to the first
+        joiner's rebalance timeout (Kafka's initial delayed join), then all are added before any is
+        assigned, so the first one does not take every partition only to hand most back."""
+        delay = self.config.initial_rebalance_delay_ms
+        if not self.translate or delay <= 0:
+            return False
+        if (
+            request.member_id == UNKNOWN_MEMBER_ID
+            and request.group_instance_id is None
+            and request.api_version >= MEMBER_ID_REQUIRED_VERSION
+        ):
+            return False  # answered MEMBER_ID_REQUIRED at once, as a classic group does
+        gid = request.group_id
+        timer = timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid)
+        gathering = self.gatherings.get(gid)
+        if gathering is not None and gathering.barrier:
+            self._at_barrier(out, gathering, request, key, now_ms)
+            return True
+        if gathering is None:
+            group = self.coordinator.group(gid)
+            if group is not None and group.members:
+                return False
+            timeout = max(self._rebalance_timeout(request), 0)
+            gathering = self.gatherings[gid] = _Gathering(now_ms + min(delay, timeout), now_ms + timeout)
+            self._schedule(out, timer, gathering.deadline_ms)
+        else:
+            deadline = min(now_ms + delay, gathering.limit_ms)
+            if deadline > gathering.deadline_ms:
+                gathering.deadline_ms = deadline
+                self._schedule(out, timer, deadline)
+            if request.member_id != UNKNOWN_MEMBER_ID:
+                # The same member joining again while parked: the newer request stands.
+                for i, (parked, parked_key) in enumerate(gathering.parked):
+                    if parked.member_id == request.member_id:
+                        del gathering.parked[i]
+                        out.respond(parked_key, join_error(Errors.REBALANCE_IN_PROGRESS, request.member_id))
+                        break
+        gathering.parked.append((request, key))
+        return True
+
+    def _opens_barrier(self, request: JoinGroupRequest, admitted: _Admitted, epoch_before: int) -> bool:
+        """A join that moved the group epoch (a new member, a changed subscription such as a new
+        pattern match) while other classic members are in the group: as a classic group's join
+        barrier, its answer waits for them to rejoin (they are told to at their next heartbeat),
+        so that the new target is handed out once instead of member by member."""
+        if not self.translate or self.config.initial_rebalance_delay_ms <= 0:
+            return False
+        group = self.coordinator.group(request.group_id)
+        if group is None or group.group_epoch == epoch_before:
+            return False
+        return any(m.uses_classic_protocol and mid != admitted.member_id for mid, m in group.members.items())
+
+    def _hold(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+        """Open the rejoin barrier with this member's answer held. It lasts until every classic
+        member has rejoined, at most the joiner's session timeout (a live member heartbeats, and so
+        learns it must rejoin, well within it) bounded by its rebalance timeout."""
+        request = admitted.request
+        gid = request.group_id
+        deadline = now_ms + max(min(admitted.rebalance_timeout_ms, request.session_timeout_ms), 0)
+        self.gatherings[gid] = _Gathering(deadline, deadline, admitted=[admitted], barrier=True)
+        self._schedule(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid), deadline)
+        self._keep_alive(out, admitted, deadline)
+
+    def _keep_alive(self, out: Result, admitted: _Admitted, until_ms: int) -> None:
+        # A member waiting at the barrier sends no heartbeats: its session counts from the answer.
+        key = session_key(admitted.request.group_id, admitted.member_id)
+        out.timers.append(_schedule(key, until_ms + admitted.request.session_timeout_ms))
+
+    def _at_barrier(self, out: Result, gathering: _Gathering, request: JoinGroupRequest, key: RequestKey,
+                    now_ms: int) -> None:
+        """A join while the barrier is up: the member is added (or updated) now, answered with the rest."""
+        try:
+            admitted = self._admit(out, request, key, now_ms)
+        except ApiError as exc:
+            out.respond(key, join_error(exc.error, request.member_id))
+            return
+        if admitted is None:
+            return
+        for i, held in enumerate(gathering.admitted):
+            if held.member_id == admitted.member_id:
+                del gathering.admitted[i]
+                out.respond(held.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, held.member_id))
+                break
+        gathering.admitted.append(admitted)
+        self._keep_alive(out, admitted, gathering.deadline_ms)
+        out.extend(self.check_barrier(request.group_id, now_ms))
+
+    def check_barrier(self, group_id: str, now_ms: int) -> Result:
+        """End the group's join barrier once every classic member in the group is waiting at it
+        (after a join, or when a member it waited for left, expired or stopped being classic)."""
+        gathering = self.gatherings.get(group_id)
+        if gathering is None or not gathering.barrier:
+            return Result()
+        group = self.coordinator.group(group_id)
+        waiting = {a.member_id for a in gathering.admitted}
+        if group is not None and any(
+            m.uses_classic_protocol and mid not in waiting for mid, m in group.members.items()
+        ):
+            return Result()
+        out = Result()
+        self._cancel(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, group_id))
+        out.extend(self._end_gathering(group_id, now_ms))
+        return out
+
+    def _end_gathering(self, group_id: str, now_ms: int) -> Result:
+        """Add every parked joiner, then assign: one target for all of them."""
+        out = Result()
+        gathering = self.gatherings.pop(group_id, None)
+        if gathering is None:
+            return out
+        self.coordinator.get_or_create_group(group_id)
+        admitted: list[_Admitted] = []
+        for request, key in gathering.parked:
+            try:
+                one = self._admit(out, request, key, now_ms)
+            except ApiError as exc:
+                out.respond(key, join_error(exc.error, request.member_id))
+                continue
+            if one is not None:
+                admitted.append(one)
+        group = self.coordinator.group(group_id)
+
+        def still_classic(one: _Admitted) -> bool:
+            # A member that left, expired, or was taken over by a consumer-protocol member under
+            # the same id (an upgrade) while it waited is not this join's member any more.
+            member = group.members.get(one.member_id) if group is not None else None
+            return member is not None and member.uses_classic_protocol
+
+        waiting = [one for one in gathering.admitted + admitted if still_classic(one)]
+        # Everyone reports what it owns first, so that partitions given up by any of them are free
+        # for all (an earlier answer must not miss what a later member releases).
+        tx = self.coordinator.begin()
+        for one in waiting:
+            self.coordinator.reconcile_member(tx, group_id, one.member_id, one.owned, now_ms)
+        self._take_tx(out, tx)
+        for one in gathering.admitted + admitted:
+            if not still_classic(one):
+                # Fenced or gone while it waited (session, LeaveGroup): it must join again.
+                out.respond(one.request_key, join_error(Errors.UNKNOWN_MEMBER_ID, one.member_id))
+                continue
+            self._answer(out, one, now_ms)
+        return out
+
+    def server_assignor(self, request: JoinGroupRequest) -> str | None:
+        """The server assignor standing in for the member's preferred client-side strategy, when one
+        matches and is configured (``group.consumer.assignors``); the group's assignor is then
+        chosen among its members' as KIP-848 does (the one most members ask for)."""
+        if not self.translate or not request.protocols:
+            return None
+        name = STRATEGY_ASSIGNORS.get(request.protocols[0].name)
+        return name if name is not None and name in self.coordinator.state.config.assignors else None
 
     def _lookup(
         self, group: ConsumerGroup, requested_id: str, member_id: str, instance_id: str | None
@@ -294,7 +522,9 @@ class ClassicMemberTranslator:
         if deadline is None or now_ms < deadline:
             return out
         del self.deadlines[key]
-        _, group_id, member_id = key
+        kind, group_id, member_id = key
+        if kind == CLASSIC_MEMBER_GATHER_TIMER:
+            return self._end_gathering(group_id, now_ms)
         group = self.coordinator.group(group_id)
         if group is None or member_id not in group.members:
             return out

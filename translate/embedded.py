@@ -164,3 +164,20 @@ def encode_assignment(assignment: ConsumerProtocolAssignment, version: int | Non
     _write_topic_partitions(writer, assignment.assigned_partitions)
     writer.nullable_bytes(assignment.user_data)
     return writer.getvalue()
+
+
+def subscribed_topics(protocol_type: str, metadata: list[bytes]) -> list[str]:
+    """The topics a classic consumer's JoinGroup names across all its protocols' subscriptions, in
+    first-seen order: the coordinator refreshes its topic image for them before assigning (a topic
+    created a moment ago must not be assigned from a stale image). Unreadable blobs name nothing
+    here; the join itself answers them with an error."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return []
+    seen: dict[str, None] = {}
+    for blob in metadata:
+        try:
+            topics = decode_subscription(blob).topics
+        except MalformedEmbeddedProtocol:
+            continue
+        seen.update(dict.fromkeys(topics))
+    return list(seen)

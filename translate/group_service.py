@@ -68,6 +68,7 @@ from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroupState
 from translate.classic_member import (
+    CLASSIC_MEMBER_GATHER_TIMER,
     CLASSIC_MEMBER_JOIN_TIMER,
     CLASSIC_MEMBER_SYNC_TIMER,
     ClassicMemberTranslator,
@@ -114,7 +115,7 @@ from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
 from translate.result import Result as ClassicResult
 
 _CLASSIC_GROUP_TIMERS = frozenset({JOIN_TIMER, SYNC_TIMER, HEARTBEAT_TIMER})
-_CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER})
+_CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER, CLASSIC_MEMBER_GATHER_TIMER})
 # The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16.
 _GROUP_METADATA_KEY_VERSION = 2
 
@@ -135,7 +136,9 @@ class GroupService:
         ids = new_member_id or _counting_member_ids()
         self.coordinator = ConsumerGroupCoordinator(coordinator_config)
         self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
-        self.classic_members = ClassicMemberTranslator(self.coordinator, ids, self.config.classic)
+        self.classic_members = ClassicMemberTranslator(
+            self.coordinator, ids, self.config.classic, translate=self.config.mode is ClassicGroupsMode.TRANSLATE
+        )
         self.converter = GroupConverter(
             self.coordinator,
             self.classic_groups,
@@ -154,9 +157,10 @@ class GroupService:
         if isinstance(request, HeartbeatRequest):
             return self.heartbeat(request, request_key, now_ms)
         if isinstance(request, LeaveGroupRequest):
-            return self.leave_group(request, request_key, now_ms)
+            return self._after_membership_change(request.group_id, self.leave_group(request, request_key, now_ms), now_ms)
         if isinstance(request, ConsumerGroupHeartbeatRequest):
-            return self.consumer_group_heartbeat(request, request_key, now_ms)
+            result = self.consumer_group_heartbeat(request, request_key, now_ms)
+            return self._after_membership_change(request.group_id, result, now_ms)
         out = GroupResult()
         if isinstance(request, ConsumerGroupDescribeRequest):
             described = self.coordinator.describe(request.group_ids)
@@ -181,6 +185,11 @@ class GroupService:
         else:
             raise TypeError(f"not a group request: {type(request).__name__}")
         out.responses.append(Reply(request_key, body))
+        return out
+
+    def _after_membership_change(self, group_id: str, out: GroupResult, now_ms: int) -> GroupResult:
+        """A classic member left, expired or was taken over: a join barrier waiting for it may end."""
+        out.take(self.classic_members.check_barrier(group_id, now_ms))
         return out
 
     def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
@@ -405,6 +414,10 @@ class GroupService:
             return out
         if kind in _CLASSIC_MEMBER_TIMERS:
             out.take(self.classic_members.on_timer(key, now_ms))
+            if kind == CLASSIC_MEMBER_GATHER_TIMER:
+                self._forget_if_unwritten(gid)
+            else:
+                self._after_membership_change(gid, out, now_ms)
             return out
         group = self._consumer_group(gid)
         member = group.members.get(member_id) if group is not None else None
@@ -423,6 +436,7 @@ class GroupService:
             result = ClassicResult()
             self.classic_members.cancel_member_timers(result, gid, member_id)
             out.take(result)
+            self._after_membership_change(gid, out, now_ms)
         return out
 
     # ---- offsets and admin -------------------------------------------------------------------

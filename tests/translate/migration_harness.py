@@ -69,6 +69,7 @@ class Driver:
     max_group_size: int | None = None
     classic_max_size: int = 2**31 - 1
     offsets_retention_ms: int = 10080 * 60_000
+    initial_delay_ms: int = 0  # group.initial.rebalance.delay.ms
     now: int = 1_000
     records: list[Any] = field(default_factory=list)
     timers: dict[TimerKey, int] = field(default_factory=dict)
@@ -81,7 +82,7 @@ class Driver:
             GroupServiceConfig(
                 migration_policy=self.policy,
                 classic_groups=self.mode,
-                classic=ClassicGroupConfig(initial_rebalance_delay_ms=0, max_size=self.classic_max_size),
+                classic=ClassicGroupConfig(initial_rebalance_delay_ms=self.initial_delay_ms, max_size=self.classic_max_size),
                 offsets_retention_ms=self.offsets_retention_ms,
             ),
             CoordinatorConfig(member_id_generator=lambda: f"cg-{next(cids)}", max_group_size=self.max_group_size),

@@ -71,7 +71,10 @@ def test_translate_mode_classic_fleet_gets_server_side_assignment(cooperative: b
     assert sorted(owned) == list(range(6)) and all(len(c.owned) == 2 for c in clients)
     group = d.cgroup()
     assert group.state().value == "Stable" and all(m.uses_classic_protocol for m in group.members.values())
-    assert all(m.server_assignor is None for m in group.members.values())
+    # Each member's strategy picks the server assignor standing in for it (range -> range,
+    # cooperative-sticky -> uniform).
+    expected = "uniform" if cooperative else "range"
+    assert all(m.server_assignor == expected for m in group.members.values())
 
 
 @pytest.mark.parametrize("cooperative", [False, True], ids=["eager", "cooperative"])
