@@ -41,7 +41,7 @@ class RecordingUpstream:
     def version(self, api_key: int, wanted: int) -> int:
         return wanted
 
-    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
+    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any, **_: Any) -> Any:
         self.sent.append((group_id, api_key, version, msg))
         if api_key == gc.LEAVE_GROUP:
             return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=self.answer, members=[])

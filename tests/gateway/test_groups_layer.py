@@ -429,3 +429,30 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert [[m.member_id for m in g.members] for g in d.groups] == [[kept], []]
     finally:
         await again.stop()
+
+
+async def test_nulls_in_group_requests_of_a_pattern_managed_gateway_are_answered_locally() -> None:
+    # Under a managed_groups pattern a null group id matches no pattern: it is still the group layer's to
+    # refuse (INVALID_REQUEST), never passed through to the broker, which would drop the connection.
+    layer = await started(managed_groups="app-.*")
+    try:
+
+        def frame(msg: Any, v: int) -> bytes:
+            payload = request_payload(msg, v)
+            return frames.encode_size(len(payload)) + payload
+
+        bad = [
+            (gc.HEARTBEAT, 4, HeartbeatRequest[4](group_id=None, generation_id=1, member_id="m")),
+            (gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["other", None])),
+            (gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=None)),
+        ]
+        for api_key, v, msg in bad:
+            assert layer.claims(frame(msg, v), api_key, v)
+        hb = await call(layer, gc.HEARTBEAT, 4, bad[0][2])
+        assert hb.error_code == codec.INVALID_REQUEST
+        described = await call(layer, gc.DESCRIBE_GROUPS, 5, bad[1][2])
+        assert [(g.group_id, g.error_code) for g in described.groups] == [("other", 42), ("", 42)]
+        assert (await call(layer, gc.DESCRIBE_GROUPS, 5, bad[2][2])).groups == []
+        assert layer.counters["invalid_requests"] == 3
+    finally:
+        await layer.stop()
