@@ -125,9 +125,11 @@ def assignment_of(member: ConsumerGroupMember) -> list[TopicPartitions]:
     return [TopicPartitions(t, sorted(a[t])) for t in sorted(a, key=lambda u: u.bytes) if a[t]]
 
 
-def session_timeout_of(st: CoordinatorState, member: ConsumerGroupMember) -> int:
+def session_timeout_of(st: CoordinatorState, member: ConsumerGroupMember, group_id: str) -> int:
+    """A classic member's own session timeout; else the group's ``consumer.session.timeout.ms``
+    (or the broker's ``group.consumer.session.timeout.ms``)."""
     cm = member.classic_metadata
-    return st.config.session_timeout_ms if cm is None else cm.session_timeout_ms
+    return st.config.session_timeout_for(group_id) if cm is None else cm.session_timeout_ms
 
 
 def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
@@ -159,9 +161,9 @@ def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: 
                 and mid
             ):
                 return Result(
-                    ConsumerGroupHeartbeatResponse(0, None, mid, epoch, st.config.heartbeat_interval_ms),
+                    ConsumerGroupHeartbeatResponse(0, None, mid, epoch, st.config.heartbeat_interval_for(req.group_id)),
                     NO_RECORDS,
-                    (ScheduleTimer((SESSION, req.group_id, mid), now_ms + session_timeout_of(st, member)),),
+                    (ScheduleTimer((SESSION, req.group_id, mid), now_ms + session_timeout_of(st, member, req.group_id)),),
                 )
     try:
         validate(st, req)
@@ -281,14 +283,16 @@ def _heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms:
         classic_metadata=None,  # whoever sends ConsumerGroupHeartbeat speaks the consumer protocol
     )
     upsert_member(tx, group, updated, now_ms)
-    maybe_update_target(tx, group)
+    maybe_update_target(tx, group, now_ms)
     current = group.members[mid]
     before = current.assigned_partitions
     reconcile_member(tx, group, current, owned, now_ms)
     current = group.members[mid]
-    tx.schedule(session_key(group.group_id, mid), now_ms + session_timeout_of(st, current))
+    tx.schedule(session_key(group.group_id, mid), now_ms + session_timeout_of(st, current, group.group_id))
     response = ConsumerGroupHeartbeatResponse(
-        member_id=mid, member_epoch=current.member_epoch, heartbeat_interval_ms=st.config.heartbeat_interval_ms
+        member_id=mid,
+        member_epoch=current.member_epoch,
+        heartbeat_interval_ms=st.config.heartbeat_interval_for(group.group_id),
     )
     # The assignment goes out on a full request (join, or a client resending everything after an
     # error) or when the assigned partitions changed (KIP-848 "Response Handling").

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from coordinator import records as rec
 from coordinator import regex as rx
 from coordinator.assignors.api import TopicMetadata
+from coordinator.config import CoordinatorConfig
 from coordinator.model import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -194,14 +195,33 @@ def replace_static_member(tx: Tx, group: ConsumerGroup, old: ConsumerGroupMember
     return group.members[new_member_id]
 
 
-def maybe_update_target(tx: Tx, group: ConsumerGroup) -> None:
-    """Compute and install a new target assignment when the group epoch is ahead of it."""
+def assignment_due_ms(config: CoordinatorConfig, group: ConsumerGroup) -> int:
+    """KIP-1263 (Kafka's ``canComputeNextTargetAssignment``): the earliest time the group may compute
+    its next target: at once (0) when it never computed one (timestamp 0, e.g. a new group's first
+    join) or its interval is 0, else the last computation's time plus the group's interval."""
+    interval = config.assignment_interval_for(group.group_id)
+    last = group.assignment_timestamp_ms
+    if last <= 0 or interval <= 0:
+        return 0
+    return last + interval
+
+
+def maybe_update_target(tx: Tx, group: ConsumerGroup, now_ms: int, *, force: bool = False) -> bool:
+    """Compute and install a new target assignment when the group epoch is ahead of it and the
+    group's assignment interval has passed (``force`` ignores the interval). While held back, members
+    keep reconciling toward the current target (a joining member gets the current assignment epoch
+    and nothing assigned). As in Kafka 4.3.1 (measured: ConsumerGroupDescribe stays ``Assigning``
+    past the interval until a member heartbeats), nothing fires when the interval ends: the next
+    heartbeat after it computes the target. Returns whether a new target was installed."""
     if group.group_epoch <= group.assignment_epoch:
-        return
+        return False
+    if not force and now_ms < assignment_due_ms(tx.state.config, group):
+        return False
     gid = group.group_id
     for mid, a in compute_target(tx.state.config, group).items():
         tx.emit(rec.target_member(gid, mid, a))
-    tx.emit(rec.target_epoch(gid, group.group_epoch))
+    tx.emit(rec.target_epoch(gid, group.group_epoch, now_ms))
+    return True
 
 
 def reconcile_member(

@@ -136,6 +136,8 @@ class ConsumerGroup:
     resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     # Target assignment (records 6 and 7).
     assignment_epoch: int = 0
+    # KIP-1263: when the current target was computed (record 6, tagged field); 0 = unknown.
+    assignment_timestamp_ms: int = 0
     target_assignment: dict[str, Assignment] = field(default_factory=dict)
     # Derived: instance id -> member id, and topic id -> partition -> owning member id (assigned or
     # pending revocation). A partition may be given to a member only once it has no owner.
@@ -191,6 +193,7 @@ class ConsumerGroup:
             tuple(sorted((n, str(t.topic_id), t.num_partitions) for n, t in self.subscription_metadata.items())),
             tuple(sorted((r, tuple(sorted(v.topics)), v.version, v.timestamp_ms) for r, v in self.resolved_regexes.items())),
             self.assignment_epoch,
+            self.assignment_timestamp_ms,
             tuple(sorted((m, canon(a)) for m, a in self.target_assignment.items())),
             self.empty_since_ms,
         )

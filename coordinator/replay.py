@@ -170,7 +170,9 @@ def apply(groups: dict[str, ConsumerGroup], record: Record) -> None:
         if v is None:
             return
         assert isinstance(v, TargetAssignmentMetadataValue)
-        _group(groups, gid).assignment_epoch = v.assignment_epoch
+        g = _group(groups, gid)
+        g.assignment_epoch = v.assignment_epoch
+        g.assignment_timestamp_ms = v.assignment_timestamp_ms
     elif rtype is RecordType.PARTITION_METADATA:
         if v is None:
             g2 = groups.get(gid)

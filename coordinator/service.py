@@ -23,8 +23,11 @@ Lower-level API for translate/ (classic members inside consumer groups), all wit
     tx = coord.begin()
     group = coord.get_or_create_group(group_id)            # created in memory; persisted by records
     coord.upsert_member(tx, group_id, ConsumerGroupMember(..., classic_metadata=ClassicMemberMetadata(...)), now_ms)
-    coord.update_target(tx, group_id)                      # when group epoch > assignment epoch
-    member = coord.reconcile_member(tx, group_id, member_id, owned_partitions, now_ms)
+    coord.update_target(tx, group_id, now_ms)              # when group epoch > assignment epoch and
+                                                           # the assignment interval passed (KIP-1263)
+    coord.assignment_due_ms(group_id)                      # when that interval ends (0: now)
+    member = coord.reconcile_member(tx, group_id, member_id, owned_partitions, now_ms)  # target: at once
+    member = coord.reconcile_member(..., defer_target=True)  # target: as update_target (interval)
     coord.remove_member(tx, group_id, member_id, now_ms)   # leave / fence: tombstones + epoch bump
     coord.remove_members(tx, group_id, member_ids, now_ms) # a batch: tombstones + ONE epoch bump
     coord.replace_static_member(tx, group_id, old_member_id, new_member_id)  # KIP-345 takeover
@@ -44,6 +47,7 @@ from coordinator.describe import DescribedGroup, ListedGroup, describe_group, li
 from coordinator.errors import Errors
 from coordinator.heartbeat import heartbeat, session_timeout_of
 from coordinator.membership import (
+    assignment_due_ms,
     bump_group_epoch,
     maybe_update_target,
     reconcile_member,
@@ -162,7 +166,7 @@ class ConsumerGroupCoordinator:
         tx = Tx(self.state)
         for group in self.state.groups.values():
             for m in group.members.values():
-                tx.schedule(session_key(group.group_id, m.member_id), now_ms + session_timeout_of(self.state, m))
+                tx.schedule(session_key(group.group_id, m.member_id), now_ms + session_timeout_of(self.state, m, group.group_id))
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     tx.schedule(rebalance_key(group.group_id, m.member_id), now_ms + max(m.rebalance_timeout_ms, 0))
         return tx.result(None)
@@ -207,14 +211,28 @@ class ConsumerGroupCoordinator:
     def bump_group_epoch(self, tx: Tx, group_id: str, now_ms: int) -> None:
         bump_group_epoch(tx, self.state.groups[group_id], now_ms)
 
-    def update_target(self, tx: Tx, group_id: str) -> None:
-        maybe_update_target(tx, self.state.groups[group_id])
+    def update_target(self, tx: Tx, group_id: str, now_ms: int, *, force: bool = False) -> bool:
+        """Compute the group's next target when its epoch is ahead and, unless ``force``, its
+        assignment interval passed (KIP-1263). Returns whether a new target was installed."""
+        return maybe_update_target(tx, self.state.groups[group_id], now_ms, force=force)
+
+    def assignment_interval_ms(self, group_id: str) -> int:
+        """The group's effective ``consumer.assignment.interval.ms`` (KIP-1263)."""
+        return self.state.config.assignment_interval_for(group_id)
+
+    def assignment_due_ms(self, group_id: str) -> int:
+        """The earliest time the group may compute its next target (0: at once), KIP-1263."""
+        group = self.state.groups.get(group_id)
+        return 0 if group is None else assignment_due_ms(self.state.config, group)
 
     def reconcile_member(
-        self, tx: Tx, group_id: str, member_id: str, owned: Assignment | None, now_ms: int
+        self, tx: Tx, group_id: str, member_id: str, owned: Assignment | None, now_ms: int,
+        *, defer_target: bool = False,
     ) -> ConsumerGroupMember:
+        """Bring the target up to date (at once, or with ``defer_target`` only once the assignment
+        interval passed, as for consumer-protocol members) and move the member toward it."""
         group = self.state.groups[group_id]
-        maybe_update_target(tx, group)
+        maybe_update_target(tx, group, now_ms, force=not defer_target)
         reconcile_member(tx, group, group.members[member_id], owned, now_ms)
         return group.members[member_id]
 

@@ -138,3 +138,39 @@ def _in_versions(spec: str, version: int) -> bool:
         return version >= int(spec[:-1])
     lo, _, hi = spec.partition("-")
     return int(lo) <= version <= int(hi or lo)
+
+
+def null_field(msg: Any, version: int) -> str | None:
+    """The path of the first field that is null where the schema says it may not be, or None.
+
+    kafka-python decodes a null string or array (length -1) whatever the schema says, and encodes it
+    back the same way; Kafka's broker fails such a request as unparseable and closes the connection.
+    So a request must pass this check before the gateway acts on it or sends it on a shared connection.
+    """
+    return _null_in(type(msg).fields, msg, version, "")
+
+
+def _null_in(fields: Any, obj: Any, version: int, prefix: str) -> str | None:
+    for name, field in fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        value = getattr(obj, name, None)
+        path = f"{prefix}{field.name}"
+        if value is None:
+            if not field.nullable_for_version_q(version):
+                return path
+            continue
+        if field.is_struct_array():
+            for i, item in enumerate(value):
+                found = _null_in(field.fields, item, version, f"{path}[{i}].")
+                if found is not None:
+                    return found
+        elif field.is_array():
+            # Elements of an array of strings (group ids, topic names) are never nullable.
+            if any(item is None for item in value):
+                return f"{path}[{[item is None for item in value].index(True)}]"
+        elif field.is_struct():
+            found = _null_in(field.fields, value, version, f"{path}.")
+            if found is not None:
+                return found
+    return None

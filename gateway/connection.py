@@ -8,6 +8,14 @@ a local handler (the group layer), and ``_flush`` writes the filled prefix. Clie
 (the Java client fails on an out-of-order correlation id).
 
 Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
+
+The upstream link is not a precondition of the client connection (docs/operations.md, "Broker outages"):
+the connection reads from the start and the local handlers (group requests of managed groups) answer
+with or without a link. A request for the cluster waits for the link, which is opened on demand; when
+it cannot be opened, or breaks with requests in flight, those requests are answered by
+gateway/unreachable.py in their own format with a retriable error, and the client connection is closed
+only when its API leaves nothing to answer with. So a broker outage never takes a group coordinator's
+connection down.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from . import codec, frames, node_endpoints, rewrite
+from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
 from .refusals import client_id_of
 from .tls import connect_kwargs, note_upstream_failure
@@ -40,6 +48,10 @@ _UPSTREAM_FRAME_LIMIT = 2**31 - 1
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
 _LOW_PENDING = 256
+# After a failed attempt to open the upstream link, requests for the cluster are answered with errors
+# at once for this long (doubling per failure up to the max) instead of each trying to connect again.
+_RELINK_BACKOFF_S = 0.25
+_RELINK_BACKOFF_MAX_S = 2.0
 
 # A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
 # (response header + body, without the size prefix).
@@ -73,8 +85,9 @@ class UpstreamLink(asyncio.Protocol):
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.buf = frames.FrameBuffer(_UPSTREAM_FRAME_LIMIT)
-        # (correlation id, slot, api key, api version) per forwarded request awaiting its response
-        self.inflight: deque[tuple[int, Slot, int, int]] = deque()
+        # (correlation id, slot, api key, api version, request frame) per forwarded request awaiting its
+        # response; the frame answers it with an error if the link breaks first.
+        self.inflight: deque[tuple[int, Slot, int, int, bytes]] = deque()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
@@ -87,7 +100,7 @@ class UpstreamLink(asyncio.Protocol):
             on_response(f)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.upstream_lost(exc)
+        self.client.upstream_lost(self, exc)
 
     def pause_writing(self) -> None:
         self.client.pause("upstream-backpressure")
@@ -108,9 +121,12 @@ class ClientConnection(asyncio.Protocol):
         self.peer: Any = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self._paused: set[str] = set()
-        # Frames that arrived before the upstream connection was up (reading is paused meanwhile, but an
-        # event loop may deliver what it had already read).
-        self._backlog: list[bytes] = []
+        # Requests for the cluster that wait for the upstream link being opened: (frame, slot or None
+        # for acks=0, api key, version, correlation id), in arrival order.
+        self._unlinked: deque[tuple[bytes, Slot | None, int, int, int]] = deque()
+        self._linking = False
+        self._relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
+        self._relink_backoff_s = _RELINK_BACKOFF_S
         # Counting on the request path: the gateway's counter objects, looked up once.
         self.metrics = gateway.metrics
         self._forwarded = gateway.metrics.forwarded
@@ -134,8 +150,9 @@ class ClientConnection(asyncio.Protocol):
         set_nodelay(transport)
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
-        # Nothing is read until the upstream connection exists, so requests never wait in two places.
-        self.pause("connecting")
+        # Reading starts at once (local answers need no link); the link is opened ahead of the first
+        # request for the cluster, which waits in _unlinked meanwhile.
+        self._linking = True
         self._spawn(self._connect_upstream())
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -168,30 +185,43 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     self.metrics.upstream_connect_failures += 1
                 continue
+            self._linking = False
             if self.closed:
                 assert link.transport is not None
                 link.transport.close()
                 return
             self.upstream = link
+            self._relink_backoff_s = _RELINK_BACKOFF_S
             directory.upstream_ok()
-            backlog, self._backlog = self._backlog, []
-            for f in backlog:
+            waiting, self._unlinked = self._unlinked, deque()
+            for frame, slot, api_key, version, corr in waiting:
                 if self.closed:
                     return
-                self.on_request(f)
-            self.resume("connecting")
+                self._write_upstream(link, frame, slot, api_key, version, corr)
             return
-        if targets and self.node_id is None and not exhausted:
+        self._linking = False
+        if not targets:
+            # The listener's broker left the metadata: no broker to wait for. Closing makes the client
+            # refresh metadata through another connection and move on.
+            log.warning("upstream broker not in metadata; closing client connection", peer=self.peer, node_id=self.node_id)
+            self.close()
+            return
+        if self.node_id is None and not exhausted:
             # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
             # listener's connection) is not: clients of the others are still served.
             directory.upstream_failed("; ".join(errors))
-        log.warning(
-            "upstream broker unreachable; closing client connection",
-            peer=self.peer,
-            node_id=self.node_id,
-            errors=errors or ["node not in metadata"],
-        )
-        self.close()
+        self._relink_at = time.monotonic() + self._relink_backoff_s
+        self._relink_backoff_s = min(self._relink_backoff_s * 2, _RELINK_BACKOFF_MAX_S)
+        waiting, self._unlinked = self._unlinked, deque()
+        if waiting:
+            log.info(
+                "upstream broker unreachable; answering requests for the cluster with retriable errors",
+                peer=self.peer,
+                node_id=self.node_id,
+                requests=len(waiting),
+                errors=errors,
+            )
+        self._answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
     def close(self) -> None:
         if self.closed:
@@ -211,7 +241,7 @@ class ClientConnection(asyncio.Protocol):
         the garbage collector reaches the client <-> upstream link cycle."""
         self.limits.release(self)
         self.buf.clear()
-        self._backlog = []
+        self._unlinked.clear()
         self.pending.clear()
         link, self.upstream = self.upstream, None  # the link's transport still reports its close to us
         if link is not None:
@@ -223,19 +253,50 @@ class ClientConnection(asyncio.Protocol):
             log.info("client vanished mid-request", peer=self.peer, buffered_bytes=self.buf.buffered)
         self.close()
 
-    def upstream_lost(self, exc: Exception | None) -> None:
-        if self.closed:
+    def upstream_lost(self, link: UpstreamLink, exc: Exception | None) -> None:
+        if self.closed or link is not self.upstream:
             return
-        inflight = len(self.upstream.inflight) if self.upstream is not None else 0
-        # Clients retry on a closed connection and refresh metadata; a half-served pipeline cannot be resumed.
+        self.upstream = None
+        self.resume("upstream-backpressure")  # that link will not drain any more
+        inflight = list(link.inflight)
+        link.inflight.clear()
+        # The link is opened again by the next request for the cluster. What was in flight on it is
+        # answered like a request that found no link: a retriable error in its own format, so the client
+        # keeps this connection (and its group coordinator, if it shares one) and retries.
         log.warning(
-            "upstream connection lost; closing client connection",
+            "upstream connection lost; answering its in-flight requests with retriable errors",
             peer=self.peer,
             node_id=self.node_id,
-            inflight=inflight,
+            inflight=len(inflight),
             error=str(exc) if exc else None,
         )
-        self.close()
+        self._answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
+
+    def _answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
+        """Answer requests the cluster could not be asked (gateway/unreachable.py); close the connection
+        when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
+        gw = self.gw
+        for slot, frame, api_key, version, corr in requests:
+            payload = None
+            if slot is not None:
+                try:
+                    payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                except Exception:  # noqa: BLE001 - an answer we cannot build: the connection closes below
+                    log.exception("cannot build an error response", peer=self.peer, api_key=api_key)
+            if payload is None:
+                log.warning(
+                    "no answer possible without the upstream; closing client connection",
+                    peer=self.peer,
+                    node_id=self.node_id,
+                    api_key=api_key,
+                    api_version=version,
+                )
+                self.close()
+                return
+            assert slot is not None
+            slot.data = frames.frame(payload)
+            self.metrics.upstream_unavailable_answers += 1
+        self._flush()
 
     # --- flow control ----------------------------------------------------------------------------------
 
@@ -286,9 +347,6 @@ class ClientConnection(asyncio.Protocol):
             delta = reserved - self.reserved
             self.reserved = reserved
             self.limits.reserve(self, delta)
-        if self.upstream is None:
-            self._backlog.extend(received)  # answered in order once the upstream connection is up
-            return
         for f in received:
             if self.closed:
                 return
@@ -335,8 +393,7 @@ class ClientConnection(asyncio.Protocol):
             if claims is None or claims(frame, api_key, version):
                 self._answer_locally(handler, frame, api_key, version)
                 return
-        link = self.upstream
-        assert link is not None and link.transport is not None
+        slot: Slot | None = Slot()
         if api_key == codec.PRODUCE:
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
@@ -351,16 +408,32 @@ class ClientConnection(asyncio.Protocol):
                 return
             if acks == 0:
                 # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
-                self._forwarded[api_key] += 1
-                link.transport.write(frame)
-                return
-        slot = Slot()
-        self.pending.append(slot)
-        link.inflight.append((corr, slot, api_key, version))
+                slot = None
+        if slot is not None:
+            self.pending.append(slot)
+            if len(self.pending) >= _MAX_PENDING:
+                self.pause("pending")
+        link = self.upstream
+        if link is not None and link.transport is not None:
+            self._write_upstream(link, frame, slot, api_key, version, corr)
+            return
+        if not self._linking and time.monotonic() < self._relink_at:
+            # The broker refused the link a moment ago: answer now rather than dial it per request.
+            self._answer_unlinked([(slot, frame, api_key, version, corr)])
+            return
+        self._unlinked.append((frame, slot, api_key, version, corr))
+        if not self._linking:
+            self._linking = True
+            self._spawn(self._connect_upstream())
+
+    def _write_upstream(
+        self, link: UpstreamLink, frame: bytes, slot: Slot | None, api_key: int, version: int, corr: int
+    ) -> None:
+        assert link.transport is not None
+        if slot is not None:
+            link.inflight.append((corr, slot, api_key, version, frame))
         link.transport.write(frame)
         self._forwarded[api_key] += 1
-        if len(self.pending) >= _MAX_PENDING:
-            self.pause("pending")
 
     def _unsupported(self, api_key: int, version: int, corr: int, max_version: int) -> None:
         if api_key == codec.API_VERSIONS:
@@ -427,7 +500,7 @@ class ClientConnection(asyncio.Protocol):
             log.error("upstream answered out of order; closing", peer=self.peer, correlation_id=corr)
             self.close()
             return
-        _, slot, api_key, version = link.inflight.popleft()
+        _, slot, api_key, version, request = link.inflight.popleft()
         first = _ENDPOINTS_FROM.get(api_key)
         if first is not None and version >= first:
             try:
@@ -445,7 +518,10 @@ class ClientConnection(asyncio.Protocol):
                 frame = rewritten
         elif api_key in _REWRITTEN:
             try:
-                frame = frames.frame(self._rewrite(api_key, version, frame[4:]))
+                payload = self._rewrite(api_key, version, frame[4:])
+                if api_key in unreachable.REPLAYED:
+                    self.gw.replies.remember(request, payload)
+                frame = frames.frame(payload)
             except Exception:
                 # Never pass on a response that may still carry upstream addresses.
                 log.exception(

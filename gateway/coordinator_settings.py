@@ -109,6 +109,30 @@ class CoordinatorSettings(BaseModel):
             "consumer_max_heartbeat_interval_ms", "group.consumer.max.heartbeat.interval.ms"
         ),
     )
+    # KIP-1263: a consumer group computes a new target assignment at most once per interval.
+    consumer_assignment_interval_ms: int = Field(
+        default=1_000,
+        ge=0,
+        validation_alias=_kafka("consumer_assignment_interval_ms", "group.consumer.assignment.interval.ms"),
+    )
+    consumer_min_assignment_interval_ms: int = Field(
+        default=0,
+        ge=0,
+        validation_alias=_kafka(
+            "consumer_min_assignment_interval_ms", "group.consumer.min.assignment.interval.ms"
+        ),
+    )
+    consumer_max_assignment_interval_ms: int = Field(
+        default=15_000,
+        ge=0,
+        validation_alias=_kafka(
+            "consumer_max_assignment_interval_ms", "group.consumer.max.assignment.interval.ms"
+        ),
+    )
+    # Kafka's dynamic group configs, per managed group: {group id: {"consumer.session.timeout.ms" |
+    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. The gateway does
+    # not take group configs over the wire (IncrementalAlterConfigs passes through to the cluster).
+    group_configs: dict[str, dict[str, int]] = Field(default_factory=dict)
     consumer_max_size: int | None = Field(
         default=None, ge=1, validation_alias=_kafka("consumer_max_size", "group.consumer.max.size")
     )
@@ -175,9 +199,48 @@ class CoordinatorSettings(BaseModel):
             raise ValueError("group.consumer.heartbeat.interval.ms must lie within its min/max bounds")
         if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be lower than the session timeout")
+        if self.consumer_min_assignment_interval_ms > self.consumer_max_assignment_interval_ms:
+            raise ValueError(
+                "group.consumer.max.assignment.interval.ms must be greater than or equal to "
+                "group.consumer.min.assignment.interval.ms"
+            )
+        if not (
+            self.consumer_min_assignment_interval_ms
+            <= self.consumer_assignment_interval_ms
+            <= self.consumer_max_assignment_interval_ms
+        ):
+            raise ValueError("group.consumer.assignment.interval.ms must lie within its min/max bounds")
+        self._check_group_configs()
         if self.min_session_timeout_ms > self.max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
         return self
+
+    def _check_group_configs(self) -> None:
+        from coordinator.config import (
+            CONSUMER_ASSIGNMENT_INTERVAL_MS,
+            CONSUMER_HEARTBEAT_INTERVAL_MS,
+            CONSUMER_SESSION_TIMEOUT_MS,
+            group_config_error,
+        )
+
+        bounds = {
+            CONSUMER_SESSION_TIMEOUT_MS: (self.consumer_min_session_timeout_ms, self.consumer_max_session_timeout_ms),
+            CONSUMER_HEARTBEAT_INTERVAL_MS: (
+                self.consumer_min_heartbeat_interval_ms, self.consumer_max_heartbeat_interval_ms
+            ),
+            CONSUMER_ASSIGNMENT_INTERVAL_MS: (
+                self.consumer_min_assignment_interval_ms, self.consumer_max_assignment_interval_ms
+            ),
+        }
+        for group_id, configs in self.group_configs.items():
+            err = group_config_error(
+                configs,
+                session_timeout_ms=self.consumer_session_timeout_ms,
+                heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+                bounds=bounds,
+            )
+            if err is not None:
+                raise ValueError(f"group_configs.{group_id}: {err}")
 
     def service_configs(self) -> tuple[GroupServiceConfig, CoordinatorConfig]:
         from coordinator.config import CoordinatorConfig, default_assignors
@@ -191,6 +254,15 @@ class CoordinatorSettings(BaseModel):
             heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
             max_group_size=self.consumer_max_size,
             member_id_generator=lambda: str(uuid.uuid4()),
+            assignment_interval_ms=self.consumer_assignment_interval_ms,
+            min_assignment_interval_ms=self.consumer_min_assignment_interval_ms,
+            max_assignment_interval_ms=self.consumer_max_assignment_interval_ms,
+            # The bounds constrain the per-group overrides (Kafka's GroupConfig), not only the start.
+            min_session_timeout_ms=self.consumer_min_session_timeout_ms,
+            max_session_timeout_ms=self.consumer_max_session_timeout_ms,
+            min_heartbeat_interval_ms=self.consumer_min_heartbeat_interval_ms,
+            max_heartbeat_interval_ms=self.consumer_max_heartbeat_interval_ms,
+            group_configs={gid: dict(c) for gid, c in self.group_configs.items()},
         )
         service = GroupServiceConfig(
             migration_policy=self.migration_policy,

@@ -403,3 +403,48 @@ def find_coordinator_response(version: int, answers: list[tuple[str, int, str, i
         )
     _, n, h, p, e, msg = answers[0]
     return cls[version](error_code=e, error_message=msg if version >= 1 else None, node_id=n, host=h, port=p)
+
+
+def refusal(api_key: int, version: int, m: Any, error: int, message: str | None = None) -> Any | None:
+    """A response refusing the whole request ``m`` with ``error`` where the API has no top-level error
+    code: the error repeated on every group / topic partition the request names (a null name reads as
+    ""). None when the API does have a top-level error code (``codec.error_response`` says it)."""
+    cls = response_cls(api_key)
+
+    def names(items: Any) -> list[Any]:
+        return list(items or ())
+
+    if api_key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT):
+        prefix = "OffsetCommitResponse" if api_key == OFFSET_COMMIT else "TxnOffsetCommitResponse"
+        tcls = getattr(cls, f"{prefix}Topic")
+        pcls = getattr(tcls, f"{prefix}Partition")
+        return cls[version](
+            topics=[
+                tcls(
+                    name=t.name or "",
+                    partitions=[pcls(partition_index=p.partition_index, error_code=error) for p in names(t.partitions)],
+                )
+                for t in names(m.topics)
+            ]
+        )
+    if api_key == OFFSET_FETCH and version >= 8:
+        gcls = cls.OffsetFetchResponseGroup
+        return cls[version](groups=[gcls(group_id=g.group_id or "", error_code=error, topics=[]) for g in names(m.groups)])
+    if api_key == DESCRIBE_GROUPS:
+        return cls[version](
+            groups=[described_classic_group(DescribedClassicGroup(g or "", error, message)) for g in names(m.groups)]
+        )
+    if api_key == CONSUMER_GROUP_DESCRIBE:
+        return cls[version](
+            groups=[
+                cls.DescribedGroup(group_id=g or "", error_code=error, error_message=message)
+                for g in names(m.group_ids)
+            ]
+        )
+    if api_key == DELETE_GROUPS:
+        rcls = cls.DeletableGroupResult
+        return cls[version](results=[rcls(group_id=g or "", error_code=error) for g in names(m.groups_names)])
+    if api_key == FIND_COORDINATOR and version >= 4:
+        keys = names(m.coordinator_keys)
+        return find_coordinator_response(version, [(k or "", -1, "", -1, error, message) for k in keys])
+    return None

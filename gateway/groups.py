@@ -535,6 +535,8 @@ class GroupLayer:
             header, msg = codec.decode_request(api_key, version, frame[4:])
         except Exception:  # noqa: BLE001 - the handler answers it with an error code
             return True
+        if codec.null_field(msg, version) is not None:
+            return True  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
         return any(self.managed(g) for g in _group_ids(api_key, version, msg))
 
     async def handle(self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes) -> bytes:
@@ -545,6 +547,13 @@ class GroupLayer:
             self.counters["invalid_requests"] += 1
             self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
             return _error_payload(api_key, version, header.correlation_id, codec.INVALID_REQUEST)
+        null = codec.null_field(msg, version)
+        if null is not None:
+            # A null where the schema allows none (e.g. JoinGroup protocols, an OffsetFetch group id):
+            # Kafka cannot parse it either. Answered here, never acted on or sent upstream.
+            log.warning("null field in a group request", api_key=api_key, api_version=version, field=null)
+            self.counters["invalid_requests"] += 1
+            return refusal_payload(api_key, version, header.correlation_id, msg, codec.INVALID_REQUEST, f"{null} is null")
         try:
             if api_key in ROUTED_ONE:
                 # The cluster's groups: nothing of the gateway's state is involved (also while unloaded).
@@ -653,7 +662,10 @@ class GroupLayer:
             return _response_error(api_key, version, answer)
 
         try:
-            answer = await self.client.to_coordinator(group_id, api_key, version, bytes(payload), error_of)
+            # At most once: a heartbeat or commit lost in flight may have been applied; the client retries.
+            answer = await self.client.to_coordinator(
+                group_id, api_key, version, bytes(payload), error_of, idempotent=False
+            )
         except CoordinatorMoved as e:
             return _error_payload(api_key, version, corr, e.error_code)
         except UpstreamError as e:
@@ -1091,6 +1103,17 @@ def _response_error(api_key: int, version: int, payload: bytes) -> int:
             for p in t.partitions:
                 return int(p.error_code)
     return 0
+
+
+def refusal_payload(api_key: int, version: int, correlation_id: int, msg: Any, error: int, message: str) -> bytes:
+    """``error`` for the whole request: top-level, or on every group / partition it names."""
+    payload = codec.error_response(api_key, version, correlation_id, error)
+    if payload is not None:
+        return payload
+    body = gc.refusal(api_key, version, msg, error, message)
+    if body is None:
+        return _error_payload(api_key, version, correlation_id, error)
+    return codec.encode_response(api_key, version, correlation_id, body)
 
 
 def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:

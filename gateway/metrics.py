@@ -84,6 +84,7 @@ class GatewayMetrics:
         "local_latency",
         "request_memory_exhausted",
         "upstream_connect_failures",
+        "upstream_unavailable_answers",
     )
 
     def __init__(self) -> None:
@@ -104,6 +105,8 @@ class GatewayMetrics:
         self.local = [0] * API_SLOTS
         self.errors: defaultdict[int, int] = defaultdict(int)
         self.upstream_connect_failures = 0
+        # requests for the cluster answered with a retriable error because no upstream link could be had
+        self.upstream_unavailable_answers = 0
         # api key -> arrival of a locally answered request to its response (seconds)
         self.local_latency: dict[int, Histogram] = {}
 
@@ -334,6 +337,11 @@ class Health:
             "upstream_connect_failures_total",
             "Failed attempts to open a client's upstream connection",
             m.upstream_connect_failures,
+        )
+        out.counter(
+            "upstream_unavailable_answers_total",
+            "Client requests for the cluster answered with a retriable error because no upstream link could be opened",
+            m.upstream_unavailable_answers,
         )
         out.counter(
             "upstream_metadata_failures_total",

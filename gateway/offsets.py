@@ -49,6 +49,12 @@ GROUP_SUBSCRIBED_TO_TOPIC = 86
 UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 # OffsetCommit / OffsetFetch v10 (KIP-848) name topics by id only; the gateway speaks names upstream.
 TOPIC_ID_VERSION = 10
+# A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
+# lost in flight with its link). The coordinator (the gateway) is fine: the Java consumer retries
+# COORDINATOR_LOAD_IN_PROGRESS within the same commitSync / position lookup and librdkafka retries it,
+# neither forgets its coordinator (COORDINATOR_NOT_AVAILABLE would make the Java client drop and
+# reopen its coordinator connection). The commit is never acknowledged unless the cluster wrote it.
+CLUSTER_UNREACHABLE = COORDINATOR_LOAD_IN_PROGRESS
 # Upstream answers to a simple commit that only a group with live upstream members gives.
 _MEMBERSHIP_ERRORS = frozenset(
     {
@@ -198,11 +204,13 @@ class OffsetBridge:
         msg.member_id = ""
         msg.group_instance_id = None
         try:
-            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error)
+            # At most once: a commit lost in flight is answered CLUSTER_UNREACHABLE (retriable; never
+            # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
+            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.layer.counters["commits_failed"] += 1
-            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+            return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
         if v >= TOPIC_ID_VERSION:
             names = {t.topic_id: t.name for t in msg.topics}
             out = [
@@ -231,7 +239,8 @@ class OffsetBridge:
     async def _forward_commit(self, gid: str, api_key: int, version: int, msg: Any) -> CommitResults:
         try:
             v = self.layer.client.version(api_key, version)
-            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error)
+            # At most once, as above; an unmanaged group's client is told what its own coordinator would say.
+            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
@@ -391,7 +400,7 @@ class OffsetBridge:
             r = await client.to_coordinator(gid, gc.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
         except UpstreamError as e:
             log.warning("offset fetch could not reach the upstream coordinator", group_id=gid, error=str(e))
-            return COORDINATOR_NOT_AVAILABLE, []
+            return CLUSTER_UNREACHABLE, []
         if v >= 8:
             g = r.groups[0]
             err, rtopics = g.error_code, g.topics
@@ -465,7 +474,11 @@ class OffsetBridge:
         try:
             v = client.version(gc.DELETE_GROUPS, 2)
             req = codec.REQUESTS[gc.DELETE_GROUPS][v](groups_names=[gid])
-            r = await client.to_coordinator(gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code)
+            # At most once: sent again after a lost link, a delete that was applied would answer
+            # GROUP_ID_NOT_FOUND; the client's retry after COORDINATOR_NOT_AVAILABLE tells the truth.
+            r = await client.to_coordinator(
+                gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code, idempotent=False
+            )
             return int(r.results[0].error_code)
         except UpstreamError as e:
             log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))

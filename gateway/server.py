@@ -21,6 +21,7 @@ from .logging import get_logger
 from .metrics import GatewayMetrics
 from .refusals import RefusalLog
 from .tls import TlsAcceptor, server_context
+from .unreachable import Replies
 from .upstream import BrokerDirectory
 
 log = get_logger("gateway.server")
@@ -47,6 +48,9 @@ class Gateway:
         self.directory = BrokerDirectory(config, on_change=self._schedule_reconcile)
         self.directory.set_local_api(local_api or {})
         self.connections: set[ClientConnection] = set()
+        # The last upstream answers to ApiVersions / Metadata / DescribeCluster, replayed to the same
+        # requests while the upstream is unreachable (gateway/unreachable.py).
+        self.replies = Replies()
         self.metrics = GatewayMetrics()
         self.limits = ConnectionLimits(self)
         # Refused requests, logged once per client and kind (gateway/refusals.py).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,9 +45,29 @@ def _readable(setting: str, path: str) -> None:
         raise TlsConfigError(f"{setting}={path}: cannot be read: {e.strerror or e}") from e
 
 
+def _check_validity(setting: str, path: str, now: float | None = None) -> None:
+    """Refuse a certificate outside its validity period: OpenSSL loads it without complaint, and every
+    peer would then fail the handshake long after start-up."""
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]  # the file's first certificate
+        not_before = ssl.cert_time_to_seconds(decoded["notBefore"])
+        not_after = ssl.cert_time_to_seconds(decoded["notAfter"])
+    except (AttributeError, KeyError, ValueError, ssl.SSLError) as e:
+        # Unreadable here means load_cert_chain reports it (or this Python lacks the decoder): no verdict.
+        log.debug("certificate validity not checked", setting=setting, path=path, error=str(e))
+        return
+    now = time.time() if now is None else now
+    dates = f"valid from {decoded['notBefore']} until {decoded['notAfter']}"
+    if now >= not_after:
+        raise TlsConfigError(f"{setting}={path}: the certificate has expired ({dates})")
+    if now < not_before:
+        raise TlsConfigError(f"{setting}={path}: the certificate is not valid yet ({dates})")
+
+
 def _load_chain(ctx: ssl.SSLContext, cert_setting: str, cert: str, key_setting: str, key: str) -> None:
     _readable(cert_setting, cert)
     _readable(key_setting, key)
+    _check_validity(cert_setting, cert)
     try:
         ctx.load_cert_chain(cert, key)
     except ssl.SSLError as e:

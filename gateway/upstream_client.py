@@ -42,7 +42,7 @@ class _Link:
         self.task = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
-        error: Exception = UpstreamError("upstream connection closed")
+        error: Exception = LostInFlight("upstream connection closed")
         try:
             while True:
                 size = int.from_bytes(await self.reader.readexactly(4), "big")
@@ -62,13 +62,18 @@ class _Link:
                 except Exception as e:  # noqa: BLE001 - an undecodable answer fails that request only
                     fut.set_exception(UpstreamError(f"undecodable response to api {api_key} v{version}: {e}"))
         except (OSError, asyncio.IncompleteReadError) as e:
-            error = UpstreamError(f"upstream connection lost: {e}")
+            error = LostInFlight(f"upstream connection lost: {e}")
         finally:
             self.close(error)
 
     def send(self, api_key: int, version: int, msg: Any) -> asyncio.Future[Any]:
         if self.closed:
             raise UpstreamError("upstream connection closed")
+        # The link is shared by every group's requests: one the broker cannot parse makes it close the
+        # connection under all of them. Such a request fails alone, before it is written.
+        null = codec.null_field(msg, version)
+        if null is not None:
+            raise RefusedRequest(f"api {api_key} v{version}: {null} is null")
         corr = next(self.corr)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[corr] = (fut, api_key, version)
@@ -148,13 +153,23 @@ class UpstreamClient:
         finally:
             self._connecting.pop(addr, None)
 
-    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any) -> Any:
-        link = await self._link(addr)
-        try:
-            return await asyncio.wait_for(link.send(api_key, version, msg), self.timeout_s())
-        except TimeoutError as e:
-            link.close(UpstreamError("request timed out"))
-            raise UpstreamError(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
+    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
+        """One request and its response. A read that was on a link that broke under it (another
+        request's timeout, the broker closing it) is sent once more on a fresh link; a write (a commit)
+        is not, since it may have been applied: its caller answers its client with a retriable error
+        (LostInFlight) and the client commits again, in its own order."""
+        for attempt in (0, 1):
+            link = await self._link(addr)
+            try:
+                return await asyncio.wait_for(link.send(api_key, version, msg), self.timeout_s())
+            except TimeoutError as e:
+                link.close(LostInFlight("request timed out"))
+                raise LostInFlight(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
+            except LostInFlight:
+                if not idempotent or attempt:
+                    raise
+                log.info("upstream link lost under a request; sending it again", api_key=api_key, addr=addr)
+        raise AssertionError("unreachable")
 
     async def send_raw(self, addr: tuple[str, int], payload: bytes) -> bytes:
         """Forward a client's request payload; the response payload, with the link's correlation id."""
@@ -162,8 +177,8 @@ class UpstreamClient:
         try:
             return await asyncio.wait_for(link.send_raw(payload), self.timeout_s())
         except TimeoutError as e:
-            link.close(UpstreamError("request timed out"))
-            raise UpstreamError(f"{addr[0]}:{addr[1]}: forwarded request timed out") from e
+            link.close(LostInFlight("request timed out"))
+            raise LostInFlight(f"{addr[0]}:{addr[1]}: forwarded request timed out") from e
 
     async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
         """To broker ``node_id`` when given and known, else to any live broker."""
@@ -177,6 +192,8 @@ class UpstreamClient:
         for addr in targets:
             try:
                 return await self.send(addr, api_key, version, msg)
+            except RefusedRequest:
+                raise
             except UpstreamError as e:
                 errors.append(str(e))
         raise UpstreamError("no upstream broker answered: " + "; ".join(errors))
@@ -208,11 +225,14 @@ class UpstreamClient:
         msg: Any,
         error_of: Callable[[Any], int],
         attempts: int = 5,
+        idempotent: bool = True,
     ) -> Any:
         """Send to the group's upstream coordinator, looking it up again while it moves.
 
         ``msg`` is a message object, or the bytes of a client's request (header + body) to forward as
-        they are (the answer is then the response payload, still under this link's correlation id)."""
+        they are (the answer is then the response payload, still under this link's correlation id).
+        ``idempotent=False`` (commits, forwarded client requests): sent at most once: a request lost in
+        flight is not sent again (a later request of the same group may already have overtaken it)."""
         last: Exception | None = None
         for attempt in range(attempts):
             try:
@@ -220,8 +240,15 @@ class UpstreamClient:
                 if isinstance(msg, bytes):
                     r = await self.send_raw(addr, msg)
                 else:
-                    r = await self.send(addr, api_key, version, msg)
+                    r = await self.send(addr, api_key, version, msg, idempotent=idempotent)
             except CoordinatorMoved as e:
+                last = e
+            except RefusedRequest:
+                raise
+            except LostInFlight as e:
+                self.forget_coordinator(group_id)
+                if not idempotent:
+                    raise
                 last = e
             except UpstreamError as e:
                 last = e
@@ -245,3 +272,11 @@ class CoordinatorMoved(UpstreamError):
     def __init__(self, error_code: int) -> None:
         super().__init__(f"upstream coordinator error {error_code}")
         self.error_code = error_code
+
+
+class RefusedRequest(UpstreamError):
+    """A request the gateway will not send upstream (it would break the shared link); nothing was sent."""
+
+
+class LostInFlight(UpstreamError):
+    """The request was written, then its link broke or it timed out: the broker may have applied it."""

@@ -66,6 +66,9 @@ class MemberMetadataValue:
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentMetadataValue:
     assignment_epoch: int
+    # KIP-1263 (tagged field 0): when the assignment was computed; 0 = unknown (written by an older
+    # coordinator, or a conversion), which never holds the next assignment back.
+    assignment_timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +159,10 @@ def target_member_tombstone(group_id: str, member_id: str) -> Record:
     return Record(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id, None)
 
 
-def target_epoch(group_id: str, epoch: int) -> Record:
-    return Record(RecordType.TARGET_ASSIGNMENT_METADATA, group_id, None, TargetAssignmentMetadataValue(epoch))
+def target_epoch(group_id: str, epoch: int, timestamp_ms: int = 0) -> Record:
+    return Record(
+        RecordType.TARGET_ASSIGNMENT_METADATA, group_id, None, TargetAssignmentMetadataValue(epoch, timestamp_ms)
+    )
 
 
 def current_assignment(group_id: str, m: ConsumerGroupMember) -> Record:

@@ -156,7 +156,9 @@ def encode_value(record: Record) -> bytes | None:
             kw["classic_member_metadata"] = classic
         data = c(**kw)
     elif isinstance(v, TargetAssignmentMetadataValue):
-        data = ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=v.assignment_epoch)
+        data = ConsumerGroupTargetAssignmentMetadataValue(
+            assignment_epoch=v.assignment_epoch, assignment_timestamp=v.assignment_timestamp_ms
+        )
     elif isinstance(v, TargetAssignmentMemberValue):
         c = ConsumerGroupTargetAssignmentMemberValue
         data = c(topic_partitions=_tps(c, v.partitions))
@@ -211,7 +213,8 @@ def decode(key: bytes, value: bytes | None) -> Record:
             d.subscribed_topic_regex, d.rebalance_timeout_ms, d.server_assignor, classic,
         )
     elif rtype is RecordType.TARGET_ASSIGNMENT_METADATA:
-        out = TargetAssignmentMetadataValue(ConsumerGroupTargetAssignmentMetadataValue.decode(value).assignment_epoch)
+        d = ConsumerGroupTargetAssignmentMetadataValue.decode(value)
+        out = TargetAssignmentMetadataValue(d.assignment_epoch, d.assignment_timestamp)
     elif rtype is RecordType.TARGET_ASSIGNMENT_MEMBER:
         out = TargetAssignmentMemberValue(_from_tps(ConsumerGroupTargetAssignmentMemberValue.decode(value).topic_partitions))
     elif rtype is RecordType.CURRENT_MEMBER_ASSIGNMENT:

@@ -275,7 +275,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self._fire_due()
         for c in self.clients.values():
             c.full_next = True  # a fresh session: like a client after a lost response
+        interval = self.coord.state.config.assignment_interval_ms
         for _ in range(8):
+            # A target held back by the assignment interval (KIP-1263) is computed by the first
+            # heartbeat after the interval.
+            self.now += interval
             for mid in sorted(self.clients):
                 c = self.clients.get(mid)
                 if c is not None:

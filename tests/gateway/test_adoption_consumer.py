@@ -41,7 +41,7 @@ class RecordingUpstream:
     def version(self, api_key: int, wanted: int) -> int:
         return wanted
 
-    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
+    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any, **_: Any) -> Any:
         if api_key != gc.LIST_GROUPS:  # the join's group-type lookup is not what these tests count
             self.sent.append((group_id, api_key, version, msg))
         if api_key == gc.LEAVE_GROUP:

@@ -23,7 +23,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import codec, frames
+from gateway import codec, frames, state_repair
 from gateway import group_codec as gc
 from gateway.coordinator_settings import CoordinatorSettings
 from gateway.groups import GroupLayer
@@ -357,7 +357,6 @@ async def _classic_member(layer: GroupLayer, group: str) -> tuple[str, int]:
 async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    from gateway import state_log as mod
 
     state = tmp_path / "state"
     layer = await started(state_dir=str(state))
@@ -384,7 +383,7 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert layer.armed_timers() == 0  # nothing expires from a memory that is no longer trusted
         # The log was cut back to what was acknowledged: loadable, no partial or unanswered record.
         assert (state / f"{0:020d}.log").stat().st_size == durable
-        assert mod.verify(state).damage == []
+        assert state_repair.verify(state).damage == []
         # Every group request is told to go away and come back, not served from memory.
         h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="kept", generation_id=gen, member_id=kept))
         assert h.error_code == NOT_COORDINATOR
@@ -430,3 +429,30 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert [[m.member_id for m in g.members] for g in d.groups] == [[kept], []]
     finally:
         await again.stop()
+
+
+async def test_nulls_in_group_requests_of_a_pattern_managed_gateway_are_answered_locally() -> None:
+    # Under a managed_groups pattern a null group id matches no pattern: it is still the group layer's to
+    # refuse (INVALID_REQUEST), never passed through to the broker, which would drop the connection.
+    layer = await started(managed_groups="app-.*")
+    try:
+
+        def frame(msg: Any, v: int) -> bytes:
+            payload = request_payload(msg, v)
+            return frames.encode_size(len(payload)) + payload
+
+        bad = [
+            (gc.HEARTBEAT, 4, HeartbeatRequest[4](group_id=None, generation_id=1, member_id="m")),
+            (gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["other", None])),
+            (gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=None)),
+        ]
+        for api_key, v, msg in bad:
+            assert layer.claims(frame(msg, v), api_key, v)
+        hb = await call(layer, gc.HEARTBEAT, 4, bad[0][2])
+        assert hb.error_code == codec.INVALID_REQUEST
+        described = await call(layer, gc.DESCRIBE_GROUPS, 5, bad[1][2])
+        assert [(g.group_id, g.error_code) for g in described.groups] == [("other", 42), ("", 42)]
+        assert (await call(layer, gc.DESCRIBE_GROUPS, 5, bad[2][2])).groups == []
+        assert layer.counters["invalid_requests"] == 3
+    finally:
+        await layer.stop()

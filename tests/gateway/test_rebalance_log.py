@@ -52,7 +52,11 @@ async def test_off_by_default_the_service_is_called_directly() -> None:
 async def test_the_layer_writes_valid_events_and_continues_the_log_after_a_restart(tmp_path: Path) -> None:
     log = tmp_path / "events" / "gateway.jsonl"
     topic_id = uuid.uuid4()
-    kw = {"state_dir": str(tmp_path / "state"), "rebalance_events": str(log), "rebalance_run": "r1"}
+    kw = {
+        "state_dir": str(tmp_path / "state"), "rebalance_events": str(log), "rebalance_run": "r1",
+        # KIP-1263 batching off: m2's join is to be assigned at once, not when the interval ends.
+        "consumer_assignment_interval_ms": 0,
+    }
     layer = await started(**kw)
     try:
         layer._on_topics({"t": (topic_id, 3)})

@@ -4,6 +4,7 @@ key files surface (``serve`` exits 2 with "invalid configuration", naming the se
 from __future__ import annotations
 
 import ssl
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,43 @@ def test_serve_exits_2_on_an_unreadable_key(
         pass
     code, err = _serve(capsys, "--tls-cert", pki.server_cert, "--tls-key", str(key))
     assert code == 2 and f"listener_tls_key={key}: cannot be read" in err
+
+
+def _dated_cert(tmp_path: Path, start: str, end: str) -> tuple[str, str]:
+    """A self-signed certificate valid from ``start`` until ``end`` (YYYYMMDDHHMMSSZ), and its key:
+    ``openssl ca`` is the one openssl 3.0 command that takes explicit dates."""
+    d = tmp_path / f"ca-{start}-{end}"
+    d.mkdir()
+    (d / "index.txt").write_text("")
+    (d / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n"
+        "default_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
+    )
+    (d / "serial").write_text("01\n")
+    run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)  # noqa: E731
+    run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "k.pem")
+    run("req", "-new", "-key", "k.pem", "-subj", "/CN=127.0.0.1", "-out", "c.csr")
+    run(
+        "ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", "k.pem", "-in", "c.csr",
+        "-startdate", start, "-enddate", end, "-out", "c.pem", "-notext",
+    )  # fmt: skip
+    return str(d / "c.pem"), str(d / "k.pem")
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "verdict"),
+    [
+        ("20200101000000Z", "20200201000000Z", "has expired (valid from Jan  1 00:00:00 2020 GMT until Feb  1"),
+        ("20990101000000Z", "21000101000000Z", "is not valid yet (valid from Jan  1 00:00:00 2099 GMT"),
+    ],
+)
+def test_serve_exits_2_on_a_certificate_outside_its_validity(
+    pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str], start: str, end: str, verdict: str
+) -> None:
+    cert, key = _dated_cert(tmp_path, start, end)
+    code, err = _serve(capsys, "--tls-cert", cert, "--tls-key", key)
+    assert code == 2
+    assert "invalid configuration" in err and f"listener_tls_cert={cert}: the certificate {verdict}" in err
+    # The same check guards the certificate the gateway presents to the brokers.
+    code, err = _serve(capsys, "--upstream-tls", "--upstream-tls-cert", cert, "--upstream-tls-key", key)
+    assert code == 2 and f"upstream_tls_cert={cert}: the certificate {verdict}" in err

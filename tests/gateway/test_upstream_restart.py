@@ -8,9 +8,11 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
+from gateway import codec
 from gateway.config import GatewayConfig
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.runner import GatewayThread
@@ -18,6 +20,9 @@ from gateway.runner import GatewayThread
 from . import wire
 
 pytestmark = pytest.mark.kafka
+
+NOT_LEADER_OR_FOLLOWER = 6
+LEADER_NOT_AVAILABLE = 5
 
 
 def _long_poll(topic: str, offset: int) -> object:
@@ -60,18 +65,45 @@ def test_broker_killed_and_restarted(tmp_path):
             for i in range(10):
                 producer.send(topic, b"before-%d" % i).get(30)
 
+            # Metadata asked before the outage: its answer is what the gateway replays during it.
+            md_before = wire.request(node_addr, MetadataRequest[12](topics=[]), 12)
+
             # client A: a long-poll Fetch in flight on the broker's listener when the broker dies
             waiting = wire.connect(node_addr)
             wire.send(waiting, _long_poll(topic, 10), 4, correlation_id=3)
             time.sleep(0.5)
             broker.kill()
-            assert wire.closed_by_peer(waiting, timeout=10), "in-flight client connection was not closed"
+            # answered with a retriable error in the Fetch format; the client's connection stays open
+            waiting.settimeout(15)
+            fetched = codec.decode_response(1, 4, wire.recv_frame(waiting))[1]
+            assert [p.error_code for t in fetched.responses for p in t.partitions] == [NOT_LEADER_OR_FOLLOWER]
+            wire.send(waiting, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3, 4)
+            versions = codec.decode_response(18, 3, wire.recv_frame(waiting))[1]
+            assert versions.error_code == 0 and versions.api_keys
             waiting.close()
 
-            # client B while the broker is down: accepted, then closed (no hang); the gateway lives on
+            # client B while the broker is down: a new connection is served (ApiVersions, the cached
+            # Metadata, retriable errors for data), not closed; the gateway lives on
             for addr in (gw.bootstrap, node_addr):
                 with wire.connect(addr) as sock:
-                    wire.send(sock, MetadataRequest[12](topics=[]), 12)
+                    wire.send(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3, 1)
+                    assert codec.decode_response(18, 3, wire.recv_frame(sock))[1].error_code == 0
+                    wire.send(sock, MetadataRequest[12](topics=[]), 12, 2)
+                    md = codec.decode_response(3, 12, wire.recv_frame(sock))[1]
+                    assert [(b.node_id, b.port) for b in md.brokers] == [(b.node_id, b.port) for b in md_before.brokers]
+                    wire.send(sock, _long_poll(topic, 10), 4, 3)
+                    fetched = codec.decode_response(1, 4, wire.recv_frame(sock))[1]
+                    assert [p.error_code for t in fetched.responses for p in t.partitions] == [NOT_LEADER_OR_FOLLOWER]
+                    # A Metadata request not seen before: assembled from the last Metadata seen (the topic
+                    # as the producer last saw it; one never seen: LEADER_NOT_AVAILABLE, retriable).
+                    named = [MetadataRequest.MetadataRequestTopic(name=n, topic_id=None) for n in (topic, "never-seen")]
+                    wire.send(sock, MetadataRequest[12](topics=named), 12, 4)
+                    md = codec.decode_response(3, 12, wire.recv_frame(sock))[1]
+                    assert [(t.name, t.error_code, len(t.partitions)) for t in md.topics] == [
+                        (topic, 0, 1), ("never-seen", LEADER_NOT_AVAILABLE, 0)
+                    ]
+                    # A DescribeCluster never answered before has no true answer: that connection closes.
+                    wire.send(sock, DescribeClusterRequest[0](include_cluster_authorized_operations=False), 0, 5)
                     assert wire.closed_by_peer(sock, timeout=15)
 
             broker.start()

@@ -71,6 +71,9 @@ class Driver:
     offsets_retention_ms: int = 10080 * 60_000
     initial_delay_ms: int = 0  # group.initial.rebalance.delay.ms
     now: int = 1_000
+    # KIP-1263 batching off: these scenarios step through one assignment per epoch bump, as
+    # initial_rebalance_delay_ms=0 does for the classic side.
+    assignment_interval_ms: int = 0
     records: list[Any] = field(default_factory=list)
     timers: dict[TimerKey, int] = field(default_factory=dict)
     responses: dict[Any, Any] = field(default_factory=dict)
@@ -85,7 +88,11 @@ class Driver:
                 classic=ClassicGroupConfig(initial_rebalance_delay_ms=self.initial_delay_ms, max_size=self.classic_max_size),
                 offsets_retention_ms=self.offsets_retention_ms,
             ),
-            CoordinatorConfig(member_id_generator=lambda: f"cg-{next(cids)}", max_group_size=self.max_group_size),
+            CoordinatorConfig(
+                member_id_generator=lambda: f"cg-{next(cids)}",
+                max_group_size=self.max_group_size,
+                assignment_interval_ms=self.assignment_interval_ms,
+            ),
             lambda client_id: f"{client_id}-{next(ids)}",
         )
         self.keys = itertools.count(1)

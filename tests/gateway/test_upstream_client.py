@@ -1,0 +1,89 @@
+"""The gateway's shared links to the cluster (gateway/upstream_client.py) against a real broker: one bad
+request or one broken link does not fail the other groups' requests for good."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from gateway import codec
+from gateway import group_codec as gc
+from gateway.config import GatewayConfig
+from gateway.upstream import BrokerDirectory
+from gateway.upstream_client import CoordinatorMoved, LostInFlight, RefusedRequest, UpstreamClient
+
+pytestmark = pytest.mark.kafka
+
+OF = codec.REQUESTS[gc.OFFSET_FETCH]
+OC = codec.REQUESTS[gc.OFFSET_COMMIT]
+
+
+def _fetch(group: str) -> object:
+    return OF[7](group_id=group, topics=None, require_stable=False)
+
+
+def _commit(group: str, topic: str) -> object:
+    P = OC.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    return OC[8](
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[OC.OffsetCommitRequestTopic(name=topic, partitions=[
+            P(partition_index=0, committed_offset=3, committed_leader_epoch=-1, committed_metadata="")])],
+    )  # fmt: skip
+
+
+async def _client(kafka_broker) -> UpstreamClient:
+    directory = BrokerDirectory(GatewayConfig(upstream=kafka_broker.bootstrap, upstream_connect_timeout_s=5))
+    await directory.refresh()
+    return UpstreamClient(directory, lambda: 15.0)
+
+
+async def _coordinator(client: UpstreamClient, group: str) -> tuple[str, int]:
+    for _ in range(100):  # a fresh broker creates and loads __consumer_offsets on the first lookups
+        try:
+            addr = await client.coordinator(group)
+            if (await client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group))).error_code == 0:
+                return addr
+        except CoordinatorMoved:
+            pass
+        await asyncio.sleep(0.3)
+    raise AssertionError("no group coordinator on the broker")
+
+
+async def test_a_null_group_id_is_refused_before_it_reaches_the_shared_link(kafka_broker) -> None:
+    client = await _client(kafka_broker)
+    try:
+        group = f"uc-{uuid.uuid4().hex[:8]}"
+        addr = await _coordinator(client, group)
+        link = await client._link(addr)
+        ok = asyncio.ensure_future(client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group)))
+        with pytest.raises(RefusedRequest, match="group_id is null"):
+            await client.to_coordinator(group, gc.OFFSET_FETCH, 7, _fetch(None), lambda r: r.error_code)  # type: ignore[arg-type]
+        assert (await ok).error_code == 0
+        # The same link still serves: the broker never saw the bad request.
+        assert not link.closed and client._links[addr] is link
+        assert (await client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group))).error_code == 0
+    finally:
+        client.close()
+
+
+async def test_a_broken_link_resends_reads_but_not_commits(kafka_broker) -> None:
+    client = await _client(kafka_broker)
+    try:
+        group = f"uc-{uuid.uuid4().hex[:8]}"
+        addr = await _coordinator(client, group)
+        link = await client._link(addr)
+        read = asyncio.ensure_future(client.to_coordinator(group, gc.OFFSET_FETCH, 7, _fetch(group), lambda r: r.error_code))
+        commit = asyncio.ensure_future(
+            client.to_coordinator(group, gc.OFFSET_COMMIT, 8, _commit(group, "uc-topic"), lambda r: 0, idempotent=False)
+        )
+        while len(link.waiting) < 2:  # both written on the shared link, neither answered yet
+            await asyncio.sleep(0)
+        link.writer.transport.abort()  # what a broker dropping the connection looks like from here
+        assert (await read).error_code == 0  # sent again on a fresh link
+        with pytest.raises(LostInFlight):
+            await commit  # may have been written: not sent again, its client is told to retry
+        assert client._links[addr] is not link
+    finally:
+        client.close()
