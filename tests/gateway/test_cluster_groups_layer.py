@@ -56,7 +56,9 @@ class Cluster:
         groups = [g for g in self.groups if not types or g.group_type in types]
         return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=groups)
 
-    async def to_coordinator(self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any) -> Any:
+    async def to_coordinator(
+        self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any, **_: Any
+    ) -> Any:
         self.sent.append((group_id, api_key, msg))
         if api_key == gc.LIST_GROUPS:
             return await self.send_any(api_key, version, msg)
