@@ -551,7 +551,7 @@ class GroupLayer:
         if null is not None:
             # A null where the schema allows none (e.g. JoinGroup protocols, an OffsetFetch group id):
             # Kafka cannot parse it either. Answered here, never acted on or sent upstream.
-            log.warning("null field in a group request", api_key=api_key, api_version=version, field=null)
+            self.refused(conn, header, f"null-field:{api_key}", f"v{version} {null} is null")
             self.counters["invalid_requests"] += 1
             return refusal_payload(api_key, version, header.correlation_id, msg, codec.INVALID_REQUEST, f"{null} is null")
         try:
@@ -1127,44 +1127,8 @@ def _unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any)
 
     ListGroups, which every broker answers for its own groups, says COORDINATOR_NOT_AVAILABLE, which
     admin clients retry (NOT_COORDINATOR there would fail the listing)."""
-    if api_key == gc.LIST_GROUPS:
-        payload = codec.error_response(api_key, version, correlation_id, COORDINATOR_NOT_AVAILABLE)
-        if payload is not None:
-            return payload
-    payload = codec.error_response(api_key, version, correlation_id, NOT_COORDINATOR)
-    if payload is not None:
-        return payload
-    body: Any = None
-    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
-        from .offsets import _commit_response, _partition_errors
-
-        prefix = "OffsetCommitResponse" if api_key == gc.OFFSET_COMMIT else "TxnOffsetCommitResponse"
-        body = _commit_response(api_key, prefix, version, _partition_errors(msg.topics, NOT_COORDINATOR))
-    elif api_key == gc.DESCRIBE_GROUPS:
-        body = gc.response(gc.DESCRIBE_GROUPS, version, groups=[
-            gc.described_classic_group(DescribedClassicGroup(g, NOT_COORDINATOR, "")) for g in msg.groups
-        ])
-    elif api_key == gc.CONSUMER_GROUP_DESCRIBE:
-        cls = gc.response_cls(api_key).DescribedGroup
-        body = gc.response(api_key, version, groups=[
-            cls(group_id=g, error_code=NOT_COORDINATOR, error_message="group state is being re-read")
-            for g in msg.group_ids
-        ])
-    elif api_key == gc.OFFSET_FETCH and version >= 8:
-        gcls = gc.response_cls(api_key).OffsetFetchResponseGroup
-        body = gc.response(api_key, version, groups=[
-            gcls(group_id=g.group_id, error_code=NOT_COORDINATOR, topics=[]) for g in msg.groups
-        ])
-    elif api_key == gc.DELETE_GROUPS:
-        body = gc.delete_groups_response(
-            DeleteGroupsResponse([DeletableGroupResult(g, NOT_COORDINATOR) for g in msg.groups_names]), version
-        )
-    if body is not None:
-        try:
-            return codec.encode_response(api_key, version, correlation_id, body)
-        except Exception:  # noqa: BLE001 - fall back to the generic error answer
-            log.exception("could not encode a NOT_COORDINATOR answer", api_key=api_key, api_version=version)
-    return _error_payload(api_key, version, correlation_id, NOT_COORDINATOR)
+    error = COORDINATOR_NOT_AVAILABLE if api_key == gc.LIST_GROUPS else NOT_COORDINATOR
+    return refusal_payload(api_key, version, correlation_id, msg, error, "group state is being re-read")
 
 
 def _error_payload(api_key: int, version: int, correlation_id: int, error: int) -> bytes:
