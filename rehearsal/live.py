@@ -4,11 +4,13 @@ a rolling upgrade runs (the gateway producing its rebalance events to the topic,
 A Structured Streaming query reads the topic with Spark's Kafka connector. The metrics are not
 incremental: a partition's unavailability, a member's rebalances and a group's time to stable depend on
 the order of all of the group's events, and an event may still change an ownership interval opened long
-before (no watermark can close one). So each micro-batch (``foreachBatch``) appends its lines to the
+before (no watermark can close one). So each micro-batch (``foreachBatch``) only appends its lines to the
 query's own Parquet store under OUT/_events (one directory per batch id, overwritten when Spark replays a
-batch after a restart, so a replay adds nothing twice) and the batch pipeline (rehearsal/pipeline.py)
-recomputes the summary from everything stored: the live figures are, at every trigger, exactly what
-``groupgate rehearse report`` gives for the events read so far.
+batch after a restart, so a replay adds nothing twice), and the driver's loop recomputes the summary with
+the batch pipeline (rehearsal/pipeline.py) from everything stored whenever a batch was added: the live
+figures are exactly what ``groupgate rehearse report`` gives for the events read up to that batch. The
+recomputation runs outside Spark's stream thread, whose small default stack the pipeline's deep plans
+overflow, and a slow recomputation delays the figures, not the reading of the topic.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def live_main(
     except ImportError as e:  # pragma: no cover - depends on the installation
         echo(f"error: the live view needs PySpark (pip install 'groupgate[rehearsal]'; Java 17): {e}")
         return 2
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -134,32 +137,35 @@ def live_main(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "_events"
-    owned_session = SparkSession.getActiveSession() is None
+    # A session of the embedding process (possibly started on another thread: the active session is
+    # per thread) is left running.
+    owned_session = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
     try:
         spark = pipeline.spark_session(master, kafka=True)
     except pipeline.spark_kafka.ConnectorError as e:
         echo(f"error: {e}")
         return 2
-    last_new = [time.monotonic()]
-    failure: list[str] = []
+    last_new = time.monotonic()
+    stored: list[int] = []  # batch ids the stream has stored, in order (appended by Spark's stream thread)
+    shown = -1
 
     def on_batch(batch: Any, batch_id: int) -> None:
+        # Only stores the lines: the stream thread stays quick, and the recomputation runs in the loop below.
         # Overwrite: a batch Spark replays after a restart (same id, same offsets) replaces itself.
         batch.select("value").write.mode("overwrite").parquet(str(store / f"batch={batch_id}"))
-        lines = spark.read.parquet(str(store)).select("value", F.lit(source).alias("source"))
-        try:
-            events = pipeline.parse_lines(lines)
-        except EventLogError as e:
-            failure.append(str(e))
-            raise
-        metrics = pipeline.compute(events)
+        stored.append(batch_id)
+
+    def refresh(batches: list[int]) -> None:
+        # The stored batches by name: a plan over the whole store directory would look the same to Spark's
+        # cache at every refresh, however many batches it holds.
+        paths = [str(store / f"batch={b}") for b in sorted(set(batches))]
+        batch_id = batches[-1]
+        lines = spark.read.parquet(*paths).select("value", F.lit(source).alias("source"))
+        metrics = pipeline.compute(pipeline.parse_lines(lines))
         try:
             summary = pipeline.summarize(metrics)
         finally:
-            for df in (*metrics.tables().values(), metrics.events):
-                df.unpersist()
-            if owned_session:
-                spark.catalog.clearCache()
+            metrics.unpersist()
         now = time.time()
         live = {
             "source": source,
@@ -170,7 +176,6 @@ def live_main(
         }
         _atomic_write(out_dir / LIVE_JSON, json.dumps(live, indent=2, sort_keys=True) + "\n")
         _atomic_write(out_dir / LIVE_HTML, render_html(live, max(1, round(trigger_s))))
-        last_new[0] = time.monotonic()
         echo(f"[{time.monotonic() - started:6.1f}s] batch {batch_id}: {headline(summary)}")
 
     stream = (
@@ -195,17 +200,29 @@ def live_main(
         while query.isActive:
             try:
                 query.awaitTermination(min(1.0, trigger_s))
-            except Exception as e:  # the query failed (bad lines, the connector): its error is the answer
-                echo(f"error: {failure[0] if failure else e}")
+            except Exception as e:  # the query failed (e.g. the connector): its error is the answer
+                echo(f"error: {e}")
                 code = 2
                 break
             now = time.monotonic()
+            batches = list(stored)  # a snapshot: Spark's stream thread appends meanwhile
+            if batches and batches[-1] != shown:
+                shown = batches[-1]
+                try:
+                    refresh(batches)
+                except EventLogError as e:
+                    echo(f"error: {e}")
+                    code = 2
+                    break
+                now = last_new = time.monotonic()
+            # Busy: Spark is in a micro-batch, which may be storing new events.
+            busy = bool(query.status.get("isTriggerActive")) and query.status.get("isDataAvailable")
             if stop is not None and stop.is_set():
                 break
             if max_s is not None and now - started >= max_s:
                 echo(f"stopping: --max-s {max_s:g} reached")
                 break
-            if until_idle_s is not None and now - last_new[0] >= until_idle_s:
+            if until_idle_s is not None and not busy and now - last_new >= until_idle_s:
                 echo(f"stopping: no new events for {until_idle_s:g}s")
                 break
     finally:

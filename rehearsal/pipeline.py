@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -208,8 +208,17 @@ class SparkMetrics:
     group_summary: DataFrame
     events: DataFrame
 
+    # Intermediate results compute() cached beside the tables (released by unpersist()).
+    cached: list[DataFrame] = field(default_factory=list)
+
     def tables(self) -> dict[str, DataFrame]:
         return {name: getattr(self, name).select(*cols) for name, cols in TABLES.items()}
+
+    def unpersist(self) -> None:
+        """Release everything compute() cached (a long-lived session computing again and again)."""
+        for df in (*self.cached, self.ownership_intervals, self.partition_unavailability, self.double_ownership,
+                   self.member_rebalances, self.group_summary, self.events):  # fmt: skip
+            df.unpersist()
 
 
 def _ownership_changes(events: DataFrame) -> DataFrame:
@@ -411,7 +420,7 @@ def compute(events: DataFrame) -> SparkMetrics:
     overlaps = _double_ownership(intervals).cache()
     members = _member_rebalances(events, changes, info).cache()
     groups = _group_summary(events, info, unavail, overlaps, members).cache()
-    return SparkMetrics(intervals, unavail, overlaps, members, groups, events)
+    return SparkMetrics(intervals, unavail, overlaps, members, groups, events, [changes])
 
 
 def _distribution(column: str, prefix: str) -> list[Column]:
