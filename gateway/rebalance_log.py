@@ -19,6 +19,7 @@ queue is full the event is dropped and counted (``dropped``), and a warning says
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -119,11 +120,16 @@ class KafkaEventSink:
     def _run(self) -> None:
         producer = self._producer()
         if producer is None:
-            self._drop("closed before the cluster was reachable", self._queue.qsize())
+            self._drain("closed before the cluster was reachable")
             return
         try:
             while True:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    if self._closing.is_set():
+                        break  # closing and everything queued is handed to the producer
+                    continue
                 if item is None:
                     break
                 key, line = item
@@ -139,6 +145,18 @@ class KafkaEventSink:
                 log.warning("rebalance events: flush failed", uri=self.uri, error=repr(e))
             producer.close(timeout=5)
 
+    def _drain(self, why: str) -> None:
+        """Count what is still queued as dropped (whoever drains an item counts it, once)."""
+        n = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            n += item is not None
+        if n:
+            self._drop(why, n)
+
     def _delivered(self, _metadata: Any) -> None:
         self.sent += 1
 
@@ -151,11 +169,11 @@ class KafkaEventSink:
             return
         deadline = time.monotonic() + timeout_s
         self._closing.set()
-        try:
-            self._queue.put(None, timeout=timeout_s)
-        except queue.Full:
-            pass
+        with contextlib.suppress(queue.Full):  # a full queue: the thread ends once it has taken it all
+            self._queue.put_nowait(None)
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():  # still connecting (or delivering): what it has not taken is lost
+            self._drain(f"not delivered within {timeout_s:g}s of closing")
 
 
 class RebalanceEventLog:
