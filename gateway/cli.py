@@ -59,7 +59,8 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rebalance-events",
         metavar="PATH",
-        help="append the group coordinator's rebalance events (JSON lines) to PATH (default: off)",
+        help="append the group coordinator's rebalance events (JSON lines) to PATH, or produce them to a topic "
+        "with kafka://BOOTSTRAP/TOPIC (default: off)",
     )
     p.add_argument("--rebalance-run", metavar="ID", help="the run id of those events (default: gateway)")
     p.add_argument(

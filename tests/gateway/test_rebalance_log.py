@@ -158,3 +158,13 @@ def test_an_unreachable_topic_never_blocks_the_writer_and_counts_what_it_drops()
     finally:
         sink.close(timeout_s=5)
     assert sink.dropped == 50  # closed before the cluster was reachable: the queued ones are dropped too
+
+
+def test_a_malformed_kafka_uri_is_a_settings_error() -> None:
+    from pydantic import ValidationError
+
+    from gateway.coordinator_settings import CoordinatorSettings
+
+    assert CoordinatorSettings(rebalance_events="kafka://h:9092/t", ephemeral_state=True).rebalance_events
+    with pytest.raises(ValidationError, match="kafka://BOOTSTRAP/TOPIC"):
+        CoordinatorSettings(rebalance_events="kafka://h:9092", ephemeral_state=True)
