@@ -156,7 +156,7 @@ def test_an_unreachable_topic_never_blocks_the_writer_and_counts_what_it_drops()
         assert sink.dropped == 40
         assert sink.sent == 0
     finally:
-        sink.close(timeout_s=5)
+        sink.close(timeout_s=1)
     assert sink.dropped == 50  # closed before the cluster was reachable: the queued ones are dropped too
 
 
