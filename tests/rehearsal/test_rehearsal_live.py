@@ -152,7 +152,8 @@ def test_live_view_of_a_running_gateway_equals_the_batch_report(
 
     def follow() -> None:
         try:
-            result.append(live_main(uri, str(out), trigger_s=1.0, until_idle_s=8.0, max_s=150, stop=done, echo=said.append))
+            # Stopped by the test once it has seen every event; the idle bound only ends a view gone astray.
+            result.append(live_main(uri, str(out), trigger_s=1.0, until_idle_s=60, max_s=150, stop=done, echo=said.append))
         finally:
             done.set()
 
@@ -182,9 +183,16 @@ def test_live_view_of_a_running_gateway_equals_the_batch_report(
         for m in members:
             m.consumer.close()
         gw.stop()  # flushes the gateway's producer
-    # The gateway's events are all on the topic now; the view stops once it has seen them (idle).
+    # The gateway's events are all on the topic now: wait for the view to show them all, then stop it.
     produced = end_offsets_total(broker, events_topic)
-    follower.join(200)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not done.is_set():
+        path = out / LIVE_JSON
+        if path.exists() and json.loads(path.read_text())["summary"]["events"] >= produced:
+            break
+        time.sleep(0.5)
+    done.set()
+    follower.join(60)
     assert not follower.is_alive()
     assert result == [0], said
     assert live_during_run is not None, said
