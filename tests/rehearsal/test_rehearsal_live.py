@@ -197,6 +197,8 @@ def test_live_view_of_a_running_gateway_equals_the_batch_report(
     assert result == [0], said
     assert live_during_run is not None, said
     assert 0 < live_during_run["summary"]["events"] < produced
+    # The gateway delivered every event it derived (nothing dropped on its bounded queue).
+    assert f"dropped=0 sent={produced} " in gw.log_path.read_text(), gw.tail(20)
 
     live = json.loads((out / LIVE_JSON).read_text())
     assert live["source"] == uri
