@@ -123,6 +123,21 @@ def settle(members: list[Member], want: list[int], timeout_s: float = 40) -> Non
     raise AssertionError(f"members own {[sorted(m.owned) for m in members]}, wanted counts {want}")
 
 
+def test_the_live_command_takes_a_topic_and_refuses_anything_else(tmp_path: Path) -> None:
+    from gateway.cli import build_parser, cmd_rehearse_live
+
+    args = build_parser().parse_args(
+        ["rehearse", "live", "--events", "kafka://h:9092/t", "--out", str(tmp_path), "--until-idle-s", "3"]
+    )
+    assert args.func is cmd_rehearse_live
+    assert (args.events, args.trigger_s, args.until_idle_s, args.max_s) == ("kafka://h:9092/t", 5.0, 3.0, None)
+    said: list[str] = []
+    # Refused before any Spark session starts: a file is for `rehearse report`, a topic needs a name.
+    for bad in ("events.jsonl", "kafka://h:9092"):
+        assert live_main(bad, str(tmp_path), echo=said.append) == 2
+    assert all("expected kafka://BOOTSTRAP/TOPIC" in line for line in said), said
+
+
 @pytest.mark.timeout(300)
 def test_live_view_of_a_running_gateway_equals_the_batch_report(
     spark_with_kafka: Any, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
