@@ -59,7 +59,8 @@ def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rebalance-events",
         metavar="PATH",
-        help="append the group coordinator's rebalance events (JSON lines) to PATH (default: off)",
+        help="append the group coordinator's rebalance events (JSON lines) to PATH, or produce them to a topic "
+        "with kafka://BOOTSTRAP/TOPIC (default: off)",
     )
     p.add_argument("--rebalance-run", metavar="ID", help="the run id of those events (default: gateway)")
     p.add_argument(
@@ -368,6 +369,17 @@ def cmd_rehearse_report(args: argparse.Namespace) -> int:
     return int(report_main(args.paths, args.out, args.master, args.group))
 
 
+def cmd_rehearse_live(args: argparse.Namespace) -> int:
+    from rehearsal.live import live_main
+
+    return int(
+        live_main(
+            args.events, args.out, args.master, trigger_s=args.trigger_s, until_idle_s=args.until_idle_s,
+            max_s=args.max_s, starting_offsets=args.starting_offsets,
+        )  # fmt: skip
+    )
+
+
 def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
     from rehearsal.cli import simulate_main
 
@@ -471,6 +483,20 @@ def build_parser() -> argparse.ArgumentParser:
         report.add_argument("--master", default=None)
         report.add_argument("--group", default=None)
         report.set_defaults(func=cmd_rehearse_report)
+        live = rsub.add_parser(
+            "live", help="follow rebalance events on a Kafka topic and keep the report's key figures current"
+        )
+        live.add_argument("--events", required=True, metavar="kafka://BOOTSTRAP/TOPIC")
+        live.add_argument("--out", default="rehearsal-live", help="live.json and live.html go here")
+        live.add_argument("--master", default=None, help="Spark master (default: local[*])")
+        live.add_argument("--trigger-s", type=float, default=5.0, help="seconds between micro-batches")
+        live.add_argument("--until-idle-s", type=float, default=None, help="stop after this long without new events")
+        live.add_argument("--max-s", type=float, default=None, help="stop after this long")
+        live.add_argument(
+            "--starting-offsets", default="earliest", choices=("earliest", "latest"),
+            help="earliest: the topic's whole history; latest: only events from now on",
+        )  # fmt: skip
+        live.set_defaults(func=cmd_rehearse_live)
         validate = rsub.add_parser("validate", help="check that event logs are valid rebalance events")
         validate.add_argument("paths", nargs="+")
         validate.set_defaults(func=cmd_rehearse_validate)

@@ -172,6 +172,17 @@ class CoordinatorSettings(BaseModel):
             raise ValueError(f"managed_groups is not a valid RE2 pattern: {e}") from None
         return v
 
+    @field_validator("rebalance_events")
+    @classmethod
+    def _check_events_uri(cls, v: str | None) -> str | None:
+        # kafka://BOOTSTRAP/TOPIC produces the events to a topic (gateway/rebalance_log.py); checked here so
+        # that a malformed one stops the start-up with a settings error, not later.
+        if v is not None and v.startswith("kafka://"):
+            servers, _, topic = v[len("kafka://") :].partition("/")
+            if not servers or not topic or "/" in topic:
+                raise ValueError(f"rebalance_events: expected kafka://BOOTSTRAP/TOPIC, got {v!r}")
+        return v
+
     @field_validator("consumer_assignors", mode="before")
     @classmethod
     def _split_assignors(cls, v: Any) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +107,18 @@ def _local_driver_memory() -> str:
     return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
-def _kafka_lines(spark: SparkSession, uri: str) -> DataFrame:
-    """kafka://host:port[,host:port]/topic -> the topic's record values, from earliest to latest."""
+def parse_kafka_uri(uri: str) -> tuple[str, str]:
+    """kafka://host:port[,host:port]/topic -> (bootstrap servers, topic)."""
     rest = uri[len(KAFKA_SCHEME) :]
     servers, _, topic = rest.partition("/")
-    if not servers or not topic:
+    if not uri.startswith(KAFKA_SCHEME) or not servers or not topic:
         raise ValueError(f"expected kafka://BOOTSTRAP/TOPIC, got {uri!r}")
+    return servers, topic
+
+
+def _kafka_lines(spark: SparkSession, uri: str) -> DataFrame:
+    """kafka://host:port[,host:port]/topic -> the topic's record values, from earliest to latest."""
+    servers, topic = parse_kafka_uri(uri)
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", servers)
@@ -170,6 +176,13 @@ def load_events(spark: SparkSession, paths: list[str], *, check: bool = True) ->
     lines = sources[0]
     for more in sources[1:]:
         lines = lines.unionByName(more)
+    return parse_lines(lines, check=check)
+
+
+def parse_lines(lines: DataFrame, *, check: bool = True) -> DataFrame:
+    """Event lines (columns ``value`` and ``source``) -> events with ordering keys; check as in load_events.
+
+    The live view (rehearsal/live.py) parses the lines it accumulated from a stream with this too."""
     parsed = lines.filter(F.trim("value") != "").select(
         "value", "source", F.from_json("value", EVENT_SCHEMA, {"mode": "PERMISSIVE"}).alias("e")
     )
@@ -195,8 +208,17 @@ class SparkMetrics:
     group_summary: DataFrame
     events: DataFrame
 
+    # Intermediate results compute() cached beside the tables (released by unpersist()).
+    cached: list[DataFrame] = field(default_factory=list)
+
     def tables(self) -> dict[str, DataFrame]:
         return {name: getattr(self, name).select(*cols) for name, cols in TABLES.items()}
+
+    def unpersist(self) -> None:
+        """Release everything compute() cached (a long-lived session computing again and again)."""
+        for df in (*self.cached, self.ownership_intervals, self.partition_unavailability, self.double_ownership,
+                   self.member_rebalances, self.group_summary, self.events):  # fmt: skip
+            df.unpersist()
 
 
 def _ownership_changes(events: DataFrame) -> DataFrame:
@@ -398,7 +420,7 @@ def compute(events: DataFrame) -> SparkMetrics:
     overlaps = _double_ownership(intervals).cache()
     members = _member_rebalances(events, changes, info).cache()
     groups = _group_summary(events, info, unavail, overlaps, members).cache()
-    return SparkMetrics(intervals, unavail, overlaps, members, groups, events)
+    return SparkMetrics(intervals, unavail, overlaps, members, groups, events, [changes])
 
 
 def _distribution(column: str, prefix: str) -> list[Column]:

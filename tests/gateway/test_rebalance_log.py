@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway import group_codec as gc
 from gateway.cli import _flags, build_parser
 from gateway.config import load_config
@@ -127,3 +129,46 @@ async def test_reopen_continues_in_a_new_file_after_rotation(tmp_path: Path) -> 
     assert [e["seq"] for e in before + after] == list(range(len(before) + len(after)))
     assert {e["client_mix"] for e in before + after} == {"consumer"}
     assert validate_logs([rotated, log]) == []
+
+
+# --- kafka://BOOTSTRAP/TOPIC: the events go to a topic through a bounded queue -----------------------------
+
+
+def test_kafka_uri_is_parsed_and_checked() -> None:
+    from gateway.rebalance_log import parse_kafka_uri
+
+    assert parse_kafka_uri("kafka://a:9092,b:9092/events") == ("a:9092,b:9092", "events")
+    for bad in ("kafka://a:9092", "kafka:///events", "kafka://a:9092/x/y", "file:///tmp/x"):
+        with pytest.raises(ValueError):
+            parse_kafka_uri(bad)
+
+
+def test_an_unreachable_topic_never_blocks_the_writer_and_counts_what_it_drops() -> None:
+    """Nothing listens on the port: the producer thread keeps retrying the connection while the queue
+    fills; every put returns at once and each line beyond the queue's limit is counted as dropped."""
+    import socket
+
+    from gateway.rebalance_log import KafkaEventSink
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before the sink connects: refused
+    sink = KafkaEventSink(f"kafka://127.0.0.1:{port}/events", limit=10)
+    try:
+        for i in range(50):
+            sink.put("g", f'{{"seq":{i}}}')  # a queue put each (put_nowait): no network on this path
+        assert sink.dropped == 40
+        assert sink.sent == 0
+    finally:
+        sink.close(timeout_s=1)
+    assert sink.dropped == 50  # closed before the cluster was reachable: the queued ones are dropped too
+
+
+def test_a_malformed_kafka_uri_is_a_settings_error() -> None:
+    from pydantic import ValidationError
+
+    from gateway.coordinator_settings import CoordinatorSettings
+
+    assert CoordinatorSettings(rebalance_events="kafka://h:9092/t", ephemeral_state=True).rebalance_events
+    with pytest.raises(ValidationError, match="kafka://BOOTSTRAP/TOPIC"):
+        CoordinatorSettings(rebalance_events="kafka://h:9092", ephemeral_state=True)
