@@ -42,6 +42,9 @@ min_session_timeout_ms = 1000
 "group.consumer.session.timeout.ms" = 6000
 "group.consumer.min.heartbeat.interval.ms" = 200
 "group.consumer.heartbeat.interval.ms" = 500
+# The raw members below never acknowledge a revocation, so each join's target assignment is computed at
+# once (KIP-1263's interval, 1000 ms by default, is covered by test_assignment_interval.py).
+"group.consumer.assignment.interval.ms" = 0
 upstream_check_s = 2
 """
 
