@@ -39,11 +39,14 @@ FLEET = 3
 PARTITIONS = 4
 CLASSIC = MemberSpec("confluent", "classic", assignor="cooperative-sticky")
 CONSUMER = MemberSpec("confluent", "consumer")
+# Both coordinators gather a new group's first members for 5 s (the harness's broker otherwise uses 0), so a
+# fleet started together joins one generation even on a busy machine.
+GATHER = {"group.initial.rebalance.delay.ms": 5000}
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[ProcessBackend]:
-    backend = endpoints.broker()
+    backend = endpoints.broker({k: str(v) for k, v in GATHER.items()})
     backend.start()
     try:
         yield backend
@@ -57,7 +60,7 @@ def gateway(
 ) -> Iterator[GatewayProcess]:
     if request.config.getoption("--compat-direct"):
         pytest.skip("--compat-direct: these tests compare the broker's coordinator with the gateway's themselves")
-    gw = endpoints.gateway(broker.bootstrap, tmp_path_factory.mktemp("gateway"))
+    gw = endpoints.gateway(broker.bootstrap, tmp_path_factory.mktemp("gateway"), extra=GATHER)
     gw.start()
     try:
         yield gw
@@ -175,9 +178,9 @@ def test_librdkafka_cooperative_sticky_fleet_refused_by_kafka_upgrades_and_downg
 def first_generation_fleet(
     runs: list[RollingUpgrade], broker: ProcessBackend, bootstrap: str, log_dir: Path, attempts: int = 3
 ) -> RollingUpgrade:
-    """A fresh fleet all of whose members joined the group's first generation together. On a busy
-    machine a member may join after the initial rebalance delay, and the cooperative rebalances that
-    follow leave sticky userData behind: such a fleet is closed and a fresh one started."""
+    """A fresh fleet all of whose members joined the group's first generation together. Should a member
+    still join after the initial rebalance delay (GATHER), the cooperative rebalances that follow leave
+    sticky userData behind: such a fleet is closed and a fresh one started."""
     seen = []
     for attempt in range(attempts):
         run = new_run(runs, broker, bootstrap, log_dir / f"attempt-{attempt}")

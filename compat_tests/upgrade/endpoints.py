@@ -35,15 +35,21 @@ def broker(extra: dict[str, str] | None = None) -> ProcessBackend:
     return ProcessBackend(overrides=overrides)
 
 
-def gateway_config(path: Path) -> Path:
-    """A gateway TOML file whose coordinator uses FAST_GROUP_SETTINGS."""
-    lines = ["[coordinator]"] + [f'"{k}" = {v}' for k, v in FAST_GROUP_SETTINGS.items()]
+def gateway_config(path: Path, extra: dict[str, int] | None = None) -> Path:
+    """A gateway TOML file whose coordinator uses FAST_GROUP_SETTINGS (and ``extra``)."""
+    settings = {**FAST_GROUP_SETTINGS, **(extra or {})}
+    lines = ["[coordinator]"] + [f'"{k}" = {v}' for k, v in settings.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def gateway(
-    upstream: str, work_dir: Path, *, state_dir: Path | None = None, first_node_id: int | None = None
+    upstream: str,
+    work_dir: Path,
+    *,
+    state_dir: Path | None = None,
+    first_node_id: int | None = None,
+    extra: dict[str, int] | None = None,
 ) -> GatewayProcess:
     """A gateway process (not started) with a fixed port block, so a restart comes back on the same ports.
 
@@ -53,7 +59,7 @@ def gateway(
     work_dir.mkdir(parents=True, exist_ok=True)
     state = state_dir if state_dir is not None else work_dir / "state"
     port = free_port_block(3)
-    args = ["--config", str(gateway_config(work_dir / "gateway.toml")), "--state-dir", str(state)]
+    args = ["--config", str(gateway_config(work_dir / "gateway.toml", extra)), "--state-dir", str(state)]
     if first_node_id is not None:
         args += ["--node-id-base", str(first_node_id), "--broker-port-base", str(port + 1)]
     return GatewayProcess(upstream=upstream, extra_args=args, listen_port=port, log_dir=work_dir)
