@@ -86,17 +86,23 @@ class Rewritten:
     narrowed: list[tuple[str, str]] | None = None
 
 
+def _served(nodes: list[Any], addr_of: AddressOf, id_field: str) -> list[Any]:
+    """The nodes the gateway serves, each given the gateway's address for it; the others are left out, so
+    no upstream address reaches a client."""
+    kept = []
+    for n in nodes:
+        addr = addr_of(getattr(n, id_field))
+        if addr is None:
+            continue
+        n.host, n.port = addr
+        kept.append(n)
+    return kept
+
+
 def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
     head, msg = codec.decode_response(codec.METADATA, version, payload)
     seen = [Broker(b.node_id, b.host, b.port, b.rack) for b in msg.brokers]
-    kept = []
-    for b in msg.brokers:
-        addr = addr_of(b.node_id)
-        if addr is None:
-            continue
-        b.host, b.port = addr
-        kept.append(b)
-    msg.brokers = kept
+    msg.brokers = _served(msg.brokers, addr_of, "node_id")
     return Rewritten(head + codec.encode_body(msg, version), brokers=seen)
 
 
@@ -109,14 +115,7 @@ def rewrite_describe_cluster(payload: bytes, version: int, addr_of: AddressOf) -
         msg.error_message = "the gateway exposes broker endpoints only"
         return Rewritten(head + codec.encode_body(msg, version))
     seen = [Broker(b.broker_id, b.host, b.port, b.rack) for b in msg.brokers]
-    kept = []
-    for b in msg.brokers:
-        addr = addr_of(b.broker_id)
-        if addr is None:
-            continue
-        b.host, b.port = addr
-        kept.append(b)
-    msg.brokers = kept
+    msg.brokers = _served(msg.brokers, addr_of, "broker_id")
     return Rewritten(head + codec.encode_body(msg, version), brokers=seen)
 
 
@@ -301,14 +300,7 @@ def rewrite_node_endpoints(api_key: int) -> Callable[[bytes, int, AddressOf], Re
         head, msg = codec.decode_response(api_key, version, payload)
         if not msg.node_endpoints:
             return Rewritten(payload)
-        kept = []
-        for n in msg.node_endpoints:
-            addr = addr_of(n.node_id)
-            if addr is None:
-                continue
-            n.host, n.port = addr
-            kept.append(n)
-        msg.node_endpoints = kept
+        msg.node_endpoints = _served(msg.node_endpoints, addr_of, "node_id")
         return Rewritten(head + codec.encode_body(msg, version))
 
     return rewrite

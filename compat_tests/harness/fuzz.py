@@ -37,6 +37,7 @@ import confluent_kafka
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from gateway import codec
+from gateway.frames import read_uvarint
 
 from .clients import ConfluentConsumer, values
 from .events import EventLog, ProducedRecord
@@ -497,14 +498,14 @@ def _produce_acks(frame: bytes, version: int) -> int | None:
         (n,) = _I16.unpack_from(frame, pos)
         pos += 2 + max(n, 0)
         if flexible:
-            count, pos = _read_uvarint(frame, pos)
+            count, pos = read_uvarint(frame, pos)
             for _ in range(count):
-                _, pos = _read_uvarint(frame, pos)
-                size, pos = _read_uvarint(frame, pos)
+                _, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
                 pos += size
         if version >= 3:
             if flexible:
-                n, pos = _read_uvarint(frame, pos)
+                n, pos = read_uvarint(frame, pos)
                 pos += max(n - 1, 0)
             else:
                 (n,) = _I16.unpack_from(frame, pos)
@@ -514,21 +515,6 @@ def _produce_acks(frame: bytes, version: int) -> int | None:
         return int(_I16.unpack_from(frame, pos)[0])
     except (struct.error, ValueError):
         return None
-
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
 
 
 # --- running it against a server ------------------------------------------------------------------------
