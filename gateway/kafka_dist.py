@@ -88,8 +88,28 @@ def streams(version: str = CURRENT_KAFKA) -> Distribution:
     )
 
 
+def connect(version: str = CURRENT_KAFKA) -> Distribution:
+    """Kafka Connect of one release: the distributed worker (connect-runtime), the JSON converter and
+    the file connectors (connect-file), for a Connect cluster whose worker group the gateway coordinates."""
+    return Distribution(
+        f"kafka-connect-{version}",
+        (
+            f"org.apache.kafka:connect-runtime:{version}",
+            f"org.apache.kafka:connect-json:{version}",
+            f"org.apache.kafka:connect-file:{version}",
+            SLF4J_SIMPLE,
+        ),
+    )
+
+
 def all_distributions() -> list[Distribution]:
-    return [broker(), clients(CURRENT_KAFKA), streams(CURRENT_KAFKA), *(clients(v) for v in LEGACY_KAFKA)]
+    return [
+        broker(),
+        clients(CURRENT_KAFKA),
+        streams(CURRENT_KAFKA),
+        connect(CURRENT_KAFKA),
+        *(clients(v) for v in LEGACY_KAFKA),
+    ]
 
 
 _POM = """<?xml version="1.0" encoding="UTF-8"?>
