@@ -8,6 +8,11 @@ and storage topics unique to the run), a FileStreamSource connector reading N li
 one-partition topic and a FileStreamSink connector writing that topic to another file; both targets must
 end the same: every line in order in the sink file, connector and task RUNNING over the REST API, and
 the worker group listed and described alike (protocol type ``connect``, Stable, one member).
+
+A second test runs two workers in one cluster and stops the one running the sink task: the worker group
+goes from two members to one and the remaining worker takes the tasks over after
+``scheduled.rebalance.max.delay.ms`` (KIP-415's delay for departed workers), with every line still
+delivered once and in order.
 """
 
 from __future__ import annotations
@@ -73,14 +78,11 @@ class Worker:
         return f"{what}; tail of the worker's log ({self.tool.stderr_path}):\n{self.tool.tail(40)}"
 
 
-def _start_worker(
-    classpath: str, bootstrap: str, names: Callable[[str], str], work: Path, log_dir: Path
-) -> Worker:
-    port = free_port()
-    group = names("connect-cluster")
-    props = {
+def _cluster_props(bootstrap: str, names: Callable[[str], str]) -> dict[str, str]:
+    """The settings every worker of one Connect cluster shares: its group and its storage topics."""
+    return {
         "bootstrap.servers": bootstrap,
-        "group.id": group,
+        "group.id": names("connect-cluster"),
         "config.storage.topic": names("connect-configs"),
         "offset.storage.topic": names("connect-offsets"),
         "status.storage.topic": names("connect-status"),
@@ -92,19 +94,24 @@ def _start_worker(
         "status.storage.partitions": "1",
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "listeners": f"http://127.0.0.1:{port}",
         "rest.advertised.host.name": "127.0.0.1",
-        "rest.advertised.port": str(port),
-        # Sink offsets are committed (and the sink file flushed) this often.
+        # Source offsets are stored, and sink offsets committed (the sink file flushed), this often.
         "offset.flush.interval.ms": "1000",
+        # A departed worker's connectors and tasks are reassigned after this delay (KIP-415; 5 min by default).
+        "scheduled.rebalance.max.delay.ms": "2000",
     }
-    properties = work / "worker.properties"
+
+
+def _start_worker(classpath: str, cluster: dict[str, str], work: Path, log_dir: Path) -> Worker:
+    port = free_port()
+    props = {**cluster, "listeners": f"http://127.0.0.1:{port}", "rest.advertised.port": str(port)}
+    properties = work / f"worker-{port}.properties"
     properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     tool = java.JavaTool(
         kafka_dist.CURRENT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath
     )
     tool.start()
-    return Worker(tool, port, group)
+    return Worker(tool, port, cluster["group.id"])
 
 
 def _wait(worker: Worker, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
@@ -168,41 +175,106 @@ def _group_view(bootstrap: str, group: str) -> dict[str, Any]:
     }
 
 
+def _connectors(worker: Worker, names: Callable[[str], str], source: Path, sink: Path, topic: str) -> tuple[str, str]:
+    """A FileStreamSource (file -> topic) and a FileStreamSink (topic -> file), one task each."""
+    src, snk = names("file-source"), names("file-sink")
+    worker.request("PUT", f"/connectors/{src}/config", {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+        "tasks.max": "1", "file": str(source), "topic": topic,
+    })
+    worker.request("PUT", f"/connectors/{snk}/config", {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        "tasks.max": "1", "file": str(sink), "topics": topic,
+    })
+    return src, snk
+
+
+def _stable_group(bootstrap: str, worker: Worker, members: int) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        view = _group_view(bootstrap, worker.group)
+        return view if view.get("state") == "Stable" and view.get("members") == members else None
+
+    return check
+
+
+def _stop(worker: Worker) -> int | None:
+    """SIGTERM: ConnectDistributed's shutdown hook stops the herder, its tasks and leaves the group."""
+    return worker.tool.stop(grace_s=30)
+
+
+def _assert_stopped_cleanly(worker: Worker, code: int | None) -> None:
+    assert code in (0, 130, 143), worker.log(f"the worker did not stop cleanly on SIGTERM ({code})")
+
+
+def _lines(first: int, n: int) -> list[str]:
+    return [f"line-{i:03d}" for i in range(first, first + n)]
+
+
 def _run(
     classpath: str, bootstrap: str, topic: str, names: Callable[[str], str], work: Path, log_dir: Path
 ) -> dict[str, Any]:
     """One worker against ``bootstrap``: source file -> topic -> sink file; returns what it observed."""
     work.mkdir()
     source, sink = work / "source.txt", work / "sink.txt"
-    lines = [f"line-{i:03d}" for i in range(LINES)]
+    lines = _lines(0, LINES)
     source.write_text("".join(f"{line}\n" for line in lines))
-    worker = _start_worker(classpath, bootstrap, names, work, log_dir)
+    worker = _start_worker(classpath, _cluster_props(bootstrap, names), work, log_dir)
     try:
         _wait(worker, "REST API answer", 90, lambda: worker.request("GET", "/"))
-        src, snk = names("file-source"), names("file-sink")
-        worker.request("PUT", f"/connectors/{src}/config", {
-            "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-            "tasks.max": "1", "file": str(source), "topic": topic,
-        })
-        worker.request("PUT", f"/connectors/{snk}/config", {
-            "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
-            "tasks.max": "1", "file": str(sink), "topics": topic,
-        })
+        src, snk = _connectors(worker, names, source, sink, topic)
         got = _wait(worker, f"{LINES} lines in the sink file", 90, _sink_lines(sink, LINES))
         statuses = {
             kind: _wait(worker, f"{kind} connector and task RUNNING", 30, _running(worker, name))
             for kind, name in (("source", src), ("sink", snk))
         }
-        view = _wait(worker, "a Stable worker group", 30, lambda: (
-            v if (v := _group_view(bootstrap, worker.group)).get("state") == "Stable" else None
-        ))
-        return {
-            "lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group,
-        }
+        view = _wait(worker, "a Stable worker group", 30, _stable_group(bootstrap, worker, 1))
     finally:
-        code = worker.tool.stop(grace_s=30)
-        # ConnectDistributed's shutdown hook stops the herder and leaves the group; a kill is a failure.
-        assert code in (0, 130, 143), worker.log(f"the worker did not stop cleanly on SIGTERM ({code})")
+        code = _stop(worker)
+    _assert_stopped_cleanly(worker, code)
+    return {"lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group}
+
+
+def _failover(
+    classpath: str, bootstrap: str, topic: str, names: Callable[[str], str], work: Path, log_dir: Path
+) -> dict[str, Any]:
+    """Two workers of one cluster; the one running the sink task stops, more lines are appended to the
+    source file, and the other worker takes the sink task over; returns what it observed."""
+    work.mkdir()
+    source, sink = work / "source.txt", work / "sink.txt"
+    source.write_text("".join(f"{line}\n" for line in _lines(0, LINES)))
+    cluster = _cluster_props(bootstrap, names)
+    workers: list[Worker] = []
+    try:
+        for _ in range(2):
+            worker = _start_worker(classpath, cluster, work, log_dir)
+            workers.append(worker)
+            _wait(worker, "REST API answer", 90, lambda w=worker: w.request("GET", "/"))
+        first = workers[0]
+        two = _wait(first, "a Stable worker group of two", 60, _stable_group(bootstrap, first, 2))
+        src, snk = _connectors(first, names, source, sink, topic)
+        _wait(first, f"{LINES} lines in the sink file", 90, _sink_lines(sink, LINES))
+        status = _wait(first, "sink connector and task RUNNING", 30, _running(first, snk))
+        # Stop whichever worker runs the sink task, so that the task has to move.
+        leaving = next(w for w in workers if status["tasks"][0]["worker_id"] == f"127.0.0.1:{w.port}")
+        staying = next(w for w in workers if w is not leaving)
+        code = _stop(leaving)
+        _assert_stopped_cleanly(leaving, code)
+        with source.open("a") as f:
+            f.write("".join(f"{line}\n" for line in _lines(LINES, LINES)))
+        one = _wait(staying, "a Stable worker group of one", 60, _stable_group(bootstrap, staying, 1))
+        staying_id = f"127.0.0.1:{staying.port}"
+        moved = {
+            kind: _wait(staying, f"{kind} connector and task RUNNING on the remaining worker", 60, lambda n=name: (
+                st if (st := _running(staying, n)()) and st["tasks"][0]["worker_id"] == staying_id else None
+            ))
+            for kind, name in (("source", src), ("sink", snk))
+        }
+        got = _wait(staying, f"{2 * LINES} lines in the sink file", 60, _sink_lines(sink, 2 * LINES))
+    finally:
+        codes = [_stop(w) for w in workers]
+    for worker, code in zip(workers, codes, strict=True):
+        _assert_stopped_cleanly(worker, code)
+    return {"two": two, "one": one, "moved": moved, "lines": got, "expected": _lines(0, 2 * LINES)}
 
 
 def test_a_distributed_connect_worker_runs_file_connectors_alike_direct_and_through_the_gateway(
@@ -238,3 +310,24 @@ def test_a_distributed_connect_worker_runs_file_connectors_alike_direct_and_thro
         5,
     ).groups[0]
     assert on_broker.group_state in ("Dead", ""), (on_broker.group_state, on_broker.protocol_type)
+
+
+def test_a_second_worker_takes_over_the_tasks_of_one_that_stops_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    connect_classpath: str, java_logs: Path, tmp_path: Path,
+) -> None:
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    results = {
+        name: _failover(connect_classpath, address, make_topic(1), names, tmp_path / name, java_logs)
+        for name, address in targets.items()
+    }
+    for name, r in results.items():
+        assert (r["two"]["protocol_type"], r["two"]["members"]) == ("connect", 2), (name, r["two"])
+        assert (r["one"]["protocol_type"], r["one"]["members"]) == ("connect", 1), (name, r["one"])
+        for kind, status in r["moved"].items():
+            assert [t["state"] for t in status["tasks"]] == ["RUNNING"], (name, kind, status)
+        # Every line once and in order, across the handover (the stopped sink task committed on its way out).
+        assert r["lines"] == r["expected"], (name, len(r["lines"]), r["lines"][LINES - 3 : LINES + 3])
+    assert results["direct"]["two"]["protocol"] == results["gateway"]["two"]["protocol"], results
