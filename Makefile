@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Fetch Apache Kafka (broker, tools, older clients) and Spark's Kafka connector from Maven Central
+# Fetch Apache Kafka (broker, tools, older clients, Streams, Connect) and Spark's Kafka connector from Maven Central
 # into ~/.cache/groupgate.
 kafka: $(STAMP)
 	$(BIN)/groupgate kafka fetch

@@ -1,7 +1,8 @@
 """Apache Kafka distributions fetched from Maven Central into a cache outside the repository.
 
 groupgate's development mode and its test harness run a real Apache Kafka broker and the Java tools
-(VerifiableProducer/VerifiableConsumer, the perf-test tools, older kafka-clients for legacy-client tests).
+(VerifiableProducer/VerifiableConsumer, the perf-test tools, older kafka-clients for legacy-client tests,
+Kafka Streams and a distributed Kafka Connect worker).
 The jars come from Maven Central, resolved by Maven itself (transitive runtime dependencies), into
 ``$GROUPGATE_CACHE`` (default ``~/.cache/groupgate``), one directory of jars per distribution.
 Other jar sets (Spark's Kafka connector for the rehearsal report, rehearsal/spark_kafka.py) are fetched
