@@ -47,6 +47,10 @@ _INT32 = struct.Struct(">i")
 _UPSTREAM_FRAME_LIMIT = 2**31 - 1
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
+# Answers the gateway computes itself that one connection may have in progress at once. Kafka handles one
+# request per connection at a time; a client that pipelines slow local requests (a DescribeGroups of many
+# groups the cluster is asked about) without reading must not pile up their answers in memory.
+_MAX_LOCAL = 16
 _LOW_PENDING = 256
 # After a failed attempt to open the upstream link, requests for the cluster are answered with errors
 # at once for this long (doubling per failure up to the max) instead of each trying to connect again.
@@ -116,6 +120,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
+        self._local = 0  # local answers in progress (_MAX_LOCAL)
         self.upstream: UpstreamLink | None = None
         self.closed = False
         self.peer: Any = None
@@ -281,6 +286,10 @@ class ClientConnection(asyncio.Protocol):
             if slot is not None:
                 try:
                     payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                except (ValueError, struct.error, IndexError) as e:
+                    # A request that does not read as its schema says (the broker would close too).
+                    log.info("unreadable request while the upstream is unreachable", peer=self.peer,
+                             api_key=api_key, api_version=version, error=str(e))
                 except Exception:  # noqa: BLE001 - an answer we cannot build: the connection closes below
                     log.exception("cannot build an error response", peer=self.peer, api_key=api_key)
             if payload is None:
@@ -470,6 +479,9 @@ class ClientConnection(asyncio.Protocol):
         self.pending.append(slot)
         metrics = self.metrics
         arrived = time.perf_counter()
+        self._local += 1
+        if self._local >= _MAX_LOCAL:
+            self.pause("local")
 
         async def run() -> None:
             try:
@@ -481,6 +493,10 @@ class ClientConnection(asyncio.Protocol):
                 metrics.errors[api_key] += 1
                 self.close()
                 return
+            finally:
+                self._local -= 1
+                if self._local < _MAX_LOCAL:
+                    self.resume("local")
             slot.data = frames.frame(response)
             metrics.local[api_key] += 1
             metrics.latency(api_key).observe(time.perf_counter() - arrived)

@@ -127,6 +127,12 @@ class GroupLayer:
         self._match_all = settings.managed_groups == ".*"
         self._managed = re2.compile(settings.managed_groups)
         self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
+        # What clients decide goes upstream on links of its own (share and streams requests forwarded as
+        # their bytes, the cluster's describe and list answers merged into the gateway's): the broker
+        # answers one request per connection at a time and closes a connection on a request it cannot
+        # read, so nothing a client sends may wait in front of, or break, the gateway's own commits and
+        # metadata on ``client``.
+        self.forward = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
         self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
         self.offsets = OffsetBridge(self)
         self.adoption = UpstreamLeaver(self)
@@ -248,6 +254,7 @@ class GroupLayer:
             h.cancel()
         self._timers.clear()
         self.client.close()
+        self.forward.close()
         if self.state_log is not None:
             try:
                 await self.state_log.sync()
@@ -663,7 +670,7 @@ class GroupLayer:
 
         try:
             # At most once: a heartbeat or commit lost in flight may have been applied; the client retries.
-            answer = await self.client.to_coordinator(
+            answer = await self.forward.to_coordinator(
                 group_id, api_key, version, bytes(payload), error_of, idempotent=False
             )
         except CoordinatorMoved as e:
@@ -696,7 +703,7 @@ class GroupLayer:
             else:
                 one = req_cls(group_ids=[gid], include_authorized_operations=msg.include_authorized_operations)
             try:
-                r = await self.client.to_coordinator(gid, api_key, version, one, lambda r: r.groups[0].error_code)
+                r = await self.forward.to_coordinator(gid, api_key, version, one, lambda r: r.groups[0].error_code)
                 g = r.groups[0]
             except UpstreamError as e:
                 error = e.error_code if isinstance(e, CoordinatorMoved) else COORDINATOR_NOT_AVAILABLE
@@ -747,11 +754,11 @@ class GroupLayer:
         """(type, state) of the cluster's share or streams group of this id, asked of its coordinator
         (ListGroups v5 filtered on those types); None when it has none."""
         try:
-            v = self.client.version(gc.LIST_GROUPS, 5)
+            v = self.forward.version(gc.LIST_GROUPS, 5)
             if v < 5:
                 return None  # a cluster without ListGroups v5 has no share or streams groups either
             req = codec.REQUESTS[gc.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
-            r = await self.client.to_coordinator(group_id, gc.LIST_GROUPS, v, req, lambda r: r.error_code)
+            r = await self.forward.to_coordinator(group_id, gc.LIST_GROUPS, v, req, lambda r: r.error_code)
         except UpstreamError as e:
             log.info("upstream group type lookup failed", group_id=group_id, error=str(e))
             return None
@@ -865,12 +872,12 @@ class GroupLayer:
     async def _forward_describe(self, api_key: int, group_id: str, version: int) -> Any:
         """One unmanaged group of a mixed describe batch, asked of its upstream coordinator."""
         try:
-            if not self.client.supports(api_key):
+            if not self.forward.supports(api_key):
                 raise UpstreamError("the upstream does not speak this api")
-            v = self.client.version(api_key, version)
+            v = self.forward.version(api_key, version)
             cls = codec.REQUESTS[api_key][v]
             req = cls(group_ids=[group_id]) if api_key == gc.CONSUMER_GROUP_DESCRIBE else cls(groups=[group_id])
-            r = await self.client.to_coordinator(group_id, api_key, v, req, lambda r: r.groups[0].error_code)
+            r = await self.forward.to_coordinator(group_id, api_key, v, req, lambda r: r.groups[0].error_code)
             return r.groups[0]
         except UpstreamError as e:
             if api_key == gc.CONSUMER_GROUP_DESCRIBE:
@@ -896,8 +903,8 @@ class GroupLayer:
             listed.extend(gc.listed_group(g) for g in reply.groups if self.managed(g.group_id))
         error = 0
         try:
-            v = self.client.version(gc.LIST_GROUPS, version)
-            up = await self.client.send_any(gc.LIST_GROUPS, v, msg, node_id=conn.node_id)
+            v = self.forward.version(gc.LIST_GROUPS, version)
+            up = await self.forward.send_any(gc.LIST_GROUPS, v, msg, node_id=conn.node_id)
             error = up.error_code
             for g in up.groups:
                 if self.managed(g.group_id) and self.has_state(g.group_id):

@@ -112,7 +112,10 @@ class Replies:
         if latest is None:
             return None
         known = self._topics
-        _, req = codec.decode_request(codec.METADATA, version, request_frame[4:])
+        try:
+            _, req = codec.decode_request(codec.METADATA, version, request_frame[4:])
+        except (ValueError, struct.error, IndexError):
+            return None  # a request the broker could not read either: no answer, the connection closes
         cls = codec.RESPONSES[codec.METADATA]
         if req.topics is None:
             topics = list({id(t): t for t in known.values()}.values())

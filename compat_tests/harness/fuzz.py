@@ -157,7 +157,11 @@ class RequestFuzzer:
     # Values -------------------------------------------------------------------------------------------
 
     def _int(self, kind: str, name: str) -> int:
+        """A value the field's type can carry (unsigned fields such as a uint16 port never get -1)."""
         lo, hi = _RANGES[kind]
+        return max(lo, min(hi, self._pick_int(lo, hi, name)))
+
+    def _pick_int(self, lo: int, hi: int, name: str) -> int:
         r = self.rng
         if _WAIT_FIELD.search(name):
             return r.choice([-1, 0, 1, 10, 100, 500, 1000, 6000])

@@ -96,6 +96,8 @@ async def settle(layer: Any) -> None:
 async def with_upstream(upstream: RecordingUpstream, **kw: Any) -> Any:
     layer = await started(**kw)
     upstream.replaced, layer.client = layer.client, upstream
+    layer.forward.close()
+    layer.forward = upstream  # the cluster lookups made for clients (group types) reach the same stand-in
     return layer
 
 

@@ -44,10 +44,11 @@ class Cluster:
         self.moved_once: set[str] = set()
 
     def install(self, layer: Any) -> None:
-        layer.client.version = lambda api_key, wanted: wanted
-        layer.client.supports = lambda api_key: True
-        layer.client.send_any = self.send_any
-        layer.client.to_coordinator = self.to_coordinator
+        for client in (layer.client, layer.forward):  # the gateway's own links and the clients' forwards
+            client.version = lambda api_key, wanted: wanted
+            client.supports = lambda api_key: True
+            client.send_any = self.send_any
+            client.to_coordinator = self.to_coordinator
 
     async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
         if api_key != gc.LIST_GROUPS:
