@@ -37,7 +37,7 @@ import confluent_kafka
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from gateway import codec
-from gateway.frames import read_uvarint
+from gateway.frames import read_uvarint, write_uvarint
 
 from .clients import ConfluentConsumer, values
 from .events import EventLog, ProducedRecord
@@ -64,13 +64,8 @@ _PACK = {"int8": _I8, "int16": _I16, "int32": _I32, "int64": _I64, "uint16": _U1
 
 
 def uvarint(value: int) -> bytes:
-    value &= 0xFFFFFFFF
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    """An unsigned varint; a negative (lying) length is written as its 32-bit two's complement."""
+    return write_uvarint(value & 0xFFFFFFFF)
 
 
 def _in_versions(spec: str | None, version: int) -> bool:
