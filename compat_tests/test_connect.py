@@ -108,7 +108,14 @@ def _start_worker(classpath: str, cluster: dict[str, str], work: Path, log_dir: 
     properties = work / f"worker-{port}.properties"
     properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     tool = java.JavaTool(
-        kafka_dist.CURRENT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath
+        kafka_dist.CURRENT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath,
+        # The herder's and the group clients' own account of a rebalance or a slow shutdown, in the worker's log.
+        log_levels={
+            "org.apache.kafka.connect.runtime.distributed": "info",
+            "org.apache.kafka.connect.runtime.Worker": "info",
+            "org.apache.kafka.connect.cli": "info",
+            "org.apache.kafka.clients.consumer.internals": "info",
+        },
     )
     tool.start()
     return Worker(tool, port, cluster["group.id"])
@@ -199,11 +206,14 @@ def _stable_group(bootstrap: str, worker: Worker, members: int) -> Callable[[], 
 
 def _stop(worker: Worker) -> int | None:
     """SIGTERM: ConnectDistributed's shutdown hook stops the herder, its tasks and leaves the group."""
-    return worker.tool.stop(grace_s=30)
+    return worker.tool.stop(grace_s=60)
 
 
 def _assert_stopped_cleanly(worker: Worker, code: int | None) -> None:
-    assert code in (0, 130, 143), worker.log(f"the worker did not stop cleanly on SIGTERM ({code})")
+    dump = worker.tool.thread_dump
+    assert code in (0, 130, 143), worker.log(f"the worker did not stop cleanly on SIGTERM ({code})") + (
+        f"\nthread dump before SIGKILL:\n{dump[-12000:]}" if dump else ""
+    )
 
 
 def _lines(first: int, n: int) -> list[str]:

@@ -188,7 +188,11 @@ class JavaTool:
     log_dir: Path | None = None
     # A classpath of the test's own choosing (a compiled program, Kafka Streams) instead of the tools'.
     classpath: str | None = None
+    # slf4j-simple levels of the test's choosing for some loggers (name -> level); the default stays warn.
+    log_levels: dict[str, str] = field(default_factory=dict)
     events: list[ToolEvent] = field(default_factory=list, init=False)
+    # The JVM's thread dump taken when the tool did not stop within its grace period (see ``stop``).
+    thread_dump: str = field(default="", init=False)
     lines: list[str] = field(default_factory=list, init=False)
     _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
@@ -208,6 +212,7 @@ class JavaTool:
             "-Djava.awt.headless=true",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            *(f"-Dorg.slf4j.simpleLogger.log.{name}={level}" for name, level in self.log_levels.items()),
             "-cp",
             self.classpath or tools_classpath(self.release),
             self.main_class,
@@ -311,6 +316,8 @@ class JavaTool:
                 os.killpg(self._proc.pid, sig)
                 self._proc.wait(grace_s)
             except subprocess.TimeoutExpired:
+                if sig != signal.SIGKILL:
+                    self._dump_threads()
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
             except ProcessLookupError:
@@ -318,6 +325,20 @@ class JavaTool:
         if self._reader is not None:
             self._reader.join(5)
         return self._proc.returncode
+
+    def _dump_threads(self) -> None:
+        """SIGQUIT makes the JVM print every thread's stack on stdout: what a tool that would not stop
+        was waiting for, kept in ``thread_dump`` for the test's failure message."""
+        assert self._proc is not None
+        with self._cond:
+            before = len(self.lines)
+        try:
+            os.kill(self._proc.pid, signal.SIGQUIT)
+        except ProcessLookupError:
+            return
+        time.sleep(2.0)
+        with self._cond:
+            self.thread_dump = "\n".join(self.lines[before:])
 
     def __enter__(self) -> JavaTool:
         return self.start()
