@@ -357,7 +357,9 @@ class FileStateLog:
         fsync: FsyncPolicy = "always",
         fsync_interval_ms: int = 100,
         compact_min_bytes: int = 64 * 1024 * 1024,
+        shard: int = 0,
     ) -> None:
+        self.shard = shard  # the shard this directory holds (gateway/state_store.py ShardLog)
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync_policy: FsyncPolicy = fsync
