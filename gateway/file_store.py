@@ -99,6 +99,7 @@ class FileStateStore:
             self._split_legacy()
         elif recorded is None:
             self._write_store_file()
+            log.info("new group state store", state_dir=str(self.dir), shards=self.shards)
         elif old:
             # The split was committed (store.json) but the old files were not all moved aside yet.
             self._move_aside(legacy_files(self.dir))

@@ -408,7 +408,7 @@ class FileStateLog:
             first = self.dir / _segment_name(0)
             first.touch()
             write_manifest(self.dir, 0, 0)
-            log.info("new group state log", state_dir=str(self.dir))
+            log.debug("new group state log", state_dir=str(self.dir))  # one per shard: the store says it once
             segments = [(0, first)]
         for i, (_, seg) in enumerate(segments):
             last = i == len(segments) - 1
