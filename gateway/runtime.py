@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from coordinator.timers import ScheduleTimer, TimerKey
+from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from translate.group_config import GroupResult, encode_any_record
 from translate.group_service import GroupService
 
@@ -168,13 +168,11 @@ class Shard:
             return
         loop = asyncio.get_running_loop()
         now = self.rt.now()
-        for change in result.timers:
-            old = self.timers.pop(change.key, None)
-            if old is not None:
-                old.cancel()
-            if isinstance(change, ScheduleTimer):
-                delay = max(0.0, (change.deadline_ms - now) / 1000.0)
-                self.timers[change.key] = loop.call_later(delay, self.fire, change.key)
+
+        def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
+            return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
+
+        apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
 
     async def release(self, result: GroupResult) -> None:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
