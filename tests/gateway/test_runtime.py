@@ -240,3 +240,33 @@ def test_the_shard_count_setting_takes_kafkas_name_and_defaults_to_50() -> None:
 def test_the_runtime_refuses_a_store_of_another_shard_count(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         CoordinatorRuntime(4, new_service=GroupService, store=FileStateStore(tmp_path, 8))
+
+
+async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``claims`` decodes to decide (a managed_groups pattern) and hands its decode to the handler."""
+    from gateway import codec, frames
+    from gateway.groups import Decoded
+
+    from ._groups_support import StubConnection, request_payload
+
+    layer = await started(managed_groups="app-.*")
+    try:
+        real = codec.decode_request
+        decodes: list[int] = []
+
+        def counting(api_key: int, version: int, payload: bytes) -> Any:
+            decodes.append(api_key)
+            return real(api_key, version, payload)
+
+        monkeypatch.setattr(codec, "decode_request", counting)
+        payload = request_payload(FindCoordinatorRequest[3](key="app-1", key_type=0), 3)
+        claim = layer.claims(len(payload).to_bytes(4, "big") + payload, gc.FIND_COORDINATOR, 3)
+        assert isinstance(claim, Decoded)
+        header = frames.parse_request_header(payload, codec.request_header_flexible(gc.FIND_COORDINATOR, 3))
+        out = await layer.handle(StubConnection(), header, payload, claim)  # type: ignore[arg-type]
+        assert codec.decode_response(gc.FIND_COORDINATOR, 3, out)[1].error_code == 0
+        assert decodes == [gc.FIND_COORDINATOR]  # once, by claims
+        other = request_payload(FindCoordinatorRequest[3](key="other", key_type=0), 3)
+        assert not layer.claims(len(other).to_bytes(4, "big") + other, gc.FIND_COORDINATOR, 3)  # passes through
+    finally:
+        await layer.stop()
