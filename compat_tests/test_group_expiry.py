@@ -33,6 +33,7 @@ from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import _read_exact, find_coordinator_endpoints, roundtrip, split_address
 from coordinator.records.codec import decode as decode_consumer_key
+from gateway.file_store import shard_dirs
 from gateway.state_log import FileStateLog
 from translate.group_records import decode_key as decode_classic_key
 
@@ -173,17 +174,18 @@ def _raw_empty_groups(address: str, groups: list[str]) -> None:
 
 
 def _state_log_groups(state_dir: Path) -> set[str]:
-    """The group ids with a live record in the state log (what a restart replays)."""
-    log = FileStateLog(state_dir)
-    try:
-        ids = set()
-        for r in log.replay():
-            version = int.from_bytes(r.key[:2], "big", signed=True)
-            ids.add(decode_classic_key(r.key) if version == 2 else decode_consumer_key(r.key, None).group_id)
-        log.compact()  # what compaction keeps: no byte of an expired group
-        return ids
-    finally:
-        log.close()
+    """The group ids with a live record in the state log's shards (what a restart replays)."""
+    ids = set()
+    for shard in shard_dirs(state_dir):
+        log = FileStateLog(shard)
+        try:
+            for r in log.replay():
+                version = int.from_bytes(r.key[:2], "big", signed=True)
+                ids.add(decode_classic_key(r.key) if version == 2 else decode_consumer_key(r.key, None).group_id)
+            log.compact()  # what compaction keeps: no byte of an expired group
+        finally:
+            log.close()
+    return ids
 
 
 def test_empty_groups_expire_from_the_gateway_while_their_offsets_stay_in_the_cluster(
@@ -204,7 +206,7 @@ def test_empty_groups_expire_from_the_gateway_while_their_offsets_stay_in_the_cl
     gw.stop()
     state_dir = tmp_path / "state"
     assert _state_log_groups(state_dir) == {live}
-    segments = b"".join(p.read_bytes() for p in state_dir.glob("*.log"))
+    segments = b"".join(p.read_bytes() for p in state_dir.glob("shard-*/*.log"))
     assert classic.encode() not in segments and consumer.encode() not in segments and raw[0].encode() not in segments
 
     # A restart from the same state does not bring any of them back.

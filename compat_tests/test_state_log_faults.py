@@ -53,8 +53,11 @@ NOT_COORDINATOR = 16
 RETRIABLE = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
 SESSION_MS = 4000
 
+# One shard: these scenarios are about one log on a failing disk (a full disk that every write meets, a
+# flipped bit in a log long enough to have a middle). Shards failing alone: tests/gateway/test_runtime.py.
 CONFIG = f"""
 [coordinator]
+"state.topic.num.partitions" = 1
 upstream_check_s = 0
 initial_rebalance_delay_ms = 0
 min_session_timeout_ms = 1000
@@ -173,7 +176,7 @@ class _Disk:
         else:
             assert gw.pid is not None
             self._pid = gw.pid
-            size = sum(p.stat().st_size for p in self.state.glob("*.log"))
+            size = sum(p.stat().st_size for p in self.state.glob("shard-*/*.log"))
             self._limits = resource.prlimit(gw.pid, resource.RLIMIT_FSIZE)
             # The soft limit only: raising it back needs no privilege.
             resource.prlimit(gw.pid, resource.RLIMIT_FSIZE, (size, self._limits[1]))
@@ -301,7 +304,7 @@ def test_a_full_disk_refuses_joins_cleanly_and_the_gateway_recovers_when_space_r
     )
 
     gw.restart(hard=True)  # the log loads and replays cleanly
-    report = verify(disk.state)
+    report = verify(disk.state / "shard-00")
     assert report.loadable and not [d for d in report.damage if d.kind != "torn tail"], report.damage
     # The expirations were durable: nobody comes back.
     assert not any(_members(address, groups).values()) and not any(_classic_members(address, classic).values())
@@ -349,7 +352,7 @@ def test_a_flipped_bit_mid_log_refuses_to_start_and_repair_drops_exactly_it(
                 r = _heartbeat(address, g, member, 0, topic)
                 assert r.error_code == 0
                 joined.append((g, member, r.member_epoch))
-        (segment,) = state.glob("*.log")
+        (segment,) = state.glob("shard-00/*.log")
         first_half = _entry_offsets(segment)
         # Then a third of the members leave: their removal is written after the first half.
         for i, (g, m, _) in enumerate(joined):

@@ -1,7 +1,8 @@
 """Kafka error codes the coordinator answers with (numbers as in Kafka's ``Errors`` enum).
 
 A failed call is an ``ApiError`` carrying the code and a message; the gateway puts both in the
-response. Only the codes the group coordinator can produce are listed.
+response. The codes the group coordinator produces, and those the gateway answers or reads in the
+cluster's answers around it, are listed; ``Errors.of`` turns a code from the wire into a member.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import enum
 class Errors(enum.IntEnum):
     NONE = 0
     UNKNOWN_SERVER_ERROR = -1
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
@@ -26,14 +30,26 @@ class Errors(enum.IntEnum):
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    FETCH_SESSION_ID_NOT_FOUND = 70
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNKNOWN_TOPIC_ID = 100
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+
+    @classmethod
+    def of(cls, code: int) -> Errors | int:
+        """A code read from the wire (an upstream answer): its member, or the bare int for a code this
+        enum does not list (passed on to the client as it came)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return int(code)
 
 
 class ApiError(Exception):

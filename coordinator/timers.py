@@ -11,7 +11,9 @@ translate/ may use its own kinds (e.g. ``join``/``sync``); the coordinator ignor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 TimerKey = tuple[str, str, str]
 
@@ -31,6 +33,30 @@ class CancelTimer:
 
 
 TimerChange = ScheduleTimer | CancelTimer
+
+T = TypeVar("T")
+
+
+def deadline(change: ScheduleTimer) -> int:
+    """What a driver that keeps only deadlines arms (``apply_timer_changes(timers, changes, deadline)``)."""
+    return change.deadline_ms
+
+
+def apply_timer_changes(
+    armed: MutableMapping[TimerKey, T],
+    changes: Iterable[TimerChange],
+    arm: Callable[[ScheduleTimer], T],
+    disarm: Callable[[T], None] | None = None,
+) -> None:
+    """Apply a call's timer changes to the caller's timer table, the one way every driver does it: a
+    schedule replaces the timer of its key (``disarm`` the old one, ``arm`` the new: a handle, a
+    deadline, whatever the caller keeps), a cancel removes it."""
+    for change in changes:
+        old = armed.pop(change.key, None)
+        if old is not None and disarm is not None:
+            disarm(old)
+        if isinstance(change, ScheduleTimer):
+            armed[change.key] = arm(change)
 
 
 def session_key(group_id: str, member_id: str) -> TimerKey:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
@@ -41,7 +42,7 @@ from .upstream import UpstreamError
 if TYPE_CHECKING:
     from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
-    from .groups import GroupLayer
+    from .upstream_client import UpstreamClient
 
 log = get_logger("gateway.adoption")
 
@@ -53,8 +54,18 @@ _REMEMBERED = 4096  # member ids already handled (each client presents its old i
 
 
 class UpstreamLeaver:
-    def __init__(self, layer: GroupLayer) -> None:
-        self.layer = layer
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        enabled: bool,
+        spawn: Callable[[Any], Any],
+        counters: collections.Counter[str],
+    ) -> None:
+        self.client = client
+        self.enabled = enabled  # coordinator.leave_abandoned_upstream_members
+        self.spawn = spawn
+        self.counters = counters
         # (group, member id) -> the kinds of leave already sent for it (True: ConsumerGroupHeartbeat, False:
         # LeaveGroup). Per kind: a commit cannot tell a KIP-848 member from a classic one, so the classic leave
         # it triggers must not stop the KIP-848 leave the member's heartbeat asks for later.
@@ -68,7 +79,7 @@ class UpstreamLeaver:
 
     def after_consumer(self, request: ConsumerGroupHeartbeatRequest, body: ConsumerGroupHeartbeatResponse) -> Any:
         """After a ConsumerGroupHeartbeat: a member (epoch > 0) of a group or member id the gateway lacks."""
-        if request.member_epoch <= 0 or not request.member_id or not self.layer.settings.leave_abandoned_upstream_members:
+        if request.member_epoch <= 0 or not request.member_id or not self.enabled:
             return body
         if body.error_code == GROUP_ID_NOT_FOUND:
             body = dataclasses.replace(
@@ -80,7 +91,7 @@ class UpstreamLeaver:
 
     def abandoned(self, group_id: str, member_id: str, consumer: bool = False, instance_id: str | None = None) -> None:
         """``member_id`` was presented for the managed group ``group_id`` and is unknown to the gateway."""
-        if not member_id or not self.layer.settings.leave_abandoned_upstream_members:
+        if not member_id or not self.enabled:
             return
         key = (group_id, member_id)
         sent = self._seen.setdefault(key, set())
@@ -89,11 +100,11 @@ class UpstreamLeaver:
         sent.add(consumer)
         if len(self._seen) > _REMEMBERED:
             self._seen.popitem(last=False)
-        self.layer._spawn(self._leave_consumer(group_id, member_id, instance_id) if consumer else self._leave(group_id, member_id))
+        self.spawn(self._leave_consumer(group_id, member_id, instance_id) if consumer else self._leave(group_id, member_id))
 
     async def _leave_consumer(self, group_id: str, member_id: str, instance_id: str | None) -> None:
         """A ConsumerGroupHeartbeat leave for the member, sent to the upstream coordinator on its behalf."""
-        client = self.layer.client
+        client = self.client
         try:
             if not client.supports(gc.CONSUMER_GROUP_HEARTBEAT):
                 return  # the cluster has no KIP-848 coordinator: the member cannot be there
@@ -105,7 +116,7 @@ class UpstreamLeaver:
             log.info("could not remove an abandoned member upstream", group_id=group_id, member_id=member_id, error=str(e))
             return
         if r.error_code == 0:
-            self.layer.counters["upstream_members_removed"] += 1
+            self.counters["upstream_members_removed"] += 1
             log.warning(
                 "removed a member the client left on the upstream coordinator",
                 group_id=group_id,
@@ -117,7 +128,7 @@ class UpstreamLeaver:
                      error=r.error_code)
 
     async def _leave(self, group_id: str, member_id: str) -> None:
-        client = self.layer.client
+        client = self.client
         try:
             version = client.version(gc.LEAVE_GROUP, 5)
             if version < 3:
@@ -133,7 +144,7 @@ class UpstreamLeaver:
             return
         errors = [m.error_code for m in r.members] or [r.error_code]
         if r.error_code == 0 and errors == [0]:
-            self.layer.counters["upstream_members_removed"] += 1
+            self.counters["upstream_members_removed"] += 1
             log.warning(
                 "removed a member the client left on the upstream coordinator",
                 group_id=group_id,

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from .config import GatewayConfig, load_config, parse_host_port
 from .logging import get_logger, setup_logging
 from .state_log import StateLogCorrupt
+from .state_store import StateStoreMismatch
 from .tls import check as check_tls
 
 log = get_logger("gateway.cli")
@@ -117,7 +118,9 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
         layer = GroupLayer(gw, config.coordinator)
         layer.install()
-        layer.open_state()  # before any listener or upstream connection: a damaged log is reported first
+        # Before any listener or upstream connection: a damaged log or a store written with another
+        # shard count is reported first.
+        await layer.open_state()
     admin = None
     if config.metrics_listen is not None:
         from .admin_http import AdminServer
@@ -200,6 +203,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.error("group state log is damaged; not starting", error=str(e), file=str(e.path), offset=e.offset)
         print(f"groupgate: {e}", file=sys.stderr, flush=True)
         return EXIT_STATE_CORRUPT
+    except StateStoreMismatch as e:
+        log.error("group state store does not match the configuration; not starting", error=str(e))
+        print(f"groupgate: {e}", file=sys.stderr, flush=True)
+        return EXIT_STATE_CORRUPT
     except Exception as e:  # noqa: BLE001 - reported as a clean exit status
         log.error("gateway failed", error=str(e))
         return 1
@@ -280,7 +287,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
     except KeyboardInterrupt:
         return 0
-    except StateLogCorrupt as e:
+    except (StateLogCorrupt, StateStoreMismatch) as e:
         print(f"groupgate: {e}", file=sys.stderr, flush=True)
         return EXIT_STATE_CORRUPT
     finally:
@@ -294,13 +301,19 @@ def cmd_state_verify(args: argparse.Namespace) -> int:
     from . import state_repair
 
     try:
-        report = state_repair.verify(args.state_dir)
+        reports = [state_repair.verify(d) for d in state_repair.log_dirs(args.state_dir)]
     except OSError as e:
         print(f"groupgate: {e}", file=sys.stderr)
         return 2
+    loadable = all(r.loadable for r in reports)
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
+        if len(reports) == 1 and reports[0].directory == Path(args.state_dir):
+            print(json.dumps(reports[0].as_dict(), indent=2))  # a single (pre-shard) log
+        else:
+            out = {"state_dir": str(args.state_dir), "shards": [r.as_dict() for r in reports], "loadable": loadable}
+            print(json.dumps(out, indent=2))
+        return 0 if loadable else EXIT_STATE_CORRUPT
+    for report in reports:
         manifest = "none" if report.manifest is None else f"segments {report.manifest[0]}..{report.manifest[1]}"
         print(f"state log {report.directory} (manifest: {manifest})")
         for s in report.segments:
@@ -315,14 +328,27 @@ def cmd_state_verify(args: argparse.Namespace) -> int:
         else:
             print(f"  NOT loadable: `groupgate serve` refuses to start; `groupgate state repair --state-dir {args.state_dir}`"
                   " drops the damaged ranges")
-    return 0 if report.loadable else EXIT_STATE_CORRUPT
+    return 0 if loadable else EXIT_STATE_CORRUPT
 
 
 def cmd_state_repair(args: argparse.Namespace) -> int:
     from . import state_repair
 
     try:
-        result = state_repair.repair(args.state_dir)
+        dirs = state_repair.log_dirs(args.state_dir)
+    except OSError as e:
+        print(f"groupgate: {e}", file=sys.stderr)
+        return 2
+    for d in dirs:
+        status = _repair_one(state_repair, d)
+        if status:
+            return status
+    return 0
+
+
+def _repair_one(state_repair: Any, directory: Path) -> int:
+    try:
+        result = state_repair.repair(directory)
     except (OSError, StateLogCorrupt) as e:
         # The damaged segments are only set aside after the new segment and manifest are in place.
         print(f"groupgate: repair failed (the damaged segments are still in place; run it again): {e}", file=sys.stderr)

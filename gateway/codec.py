@@ -15,6 +15,8 @@ import kafka.protocol.metadata
 import kafka.protocol.producer  # noqa: F401 - imported so their message classes register
 from kafka.protocol.api_message import ApiMessage
 
+from coordinator.errors import Errors
+
 from . import frames
 from .protocol import messages as _ours  # noqa: F401 - registers api keys 68, 69, 76-79, 88-92
 
@@ -35,9 +37,10 @@ DESCRIBE_SHARE_GROUP_OFFSETS = 90
 ALTER_SHARE_GROUP_OFFSETS = 91
 DELETE_SHARE_GROUP_OFFSETS = 92
 
-UNSUPPORTED_VERSION = 35
-COORDINATOR_NOT_AVAILABLE = 15
-INVALID_REQUEST = 42
+# The error codes the proxy path answers with, from the one error enum (coordinator/errors.py).
+UNSUPPORTED_VERSION = Errors.UNSUPPORTED_VERSION
+COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
+INVALID_REQUEST = Errors.INVALID_REQUEST
 
 
 def _walk(cls: Any) -> list[Any]:

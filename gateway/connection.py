@@ -399,8 +399,9 @@ class ClientConnection(asyncio.Protocol):
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
             # coordinates); the others pass through to the upstream as usual.
             claims = getattr(handler, "claims", None)
-            if claims is None or claims(frame, api_key, version):
-                self._answer_locally(handler, frame, api_key, version)
+            claim = True if claims is None else claims(frame, api_key, version)
+            if claim:
+                self._answer_locally(handler, frame, api_key, version, claim)
                 return
         slot: Slot | None = Slot()
         if api_key == codec.PRODUCE:
@@ -462,7 +463,11 @@ class ClientConnection(asyncio.Protocol):
         self.pending.append(Slot(frames.frame(payload)))
         self._flush()
 
-    def _answer_locally(self, handler: LocalHandler, frame: bytes, api_key: int, version: int) -> None:
+    def _answer_locally(
+        self, handler: LocalHandler, frame: bytes, api_key: int, version: int, claim: Any = True
+    ) -> None:
+        """``claim``: what the handler's ``claims`` returned; anything but True is what it decoded of the
+        frame, handed back to it so that the request is decoded once."""
         payload = frame[4:]
         try:
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
@@ -485,7 +490,10 @@ class ClientConnection(asyncio.Protocol):
 
         async def run() -> None:
             try:
-                response = await handler(self, header, payload)
+                if claim is True:
+                    response = await handler(self, header, payload)
+                else:
+                    response = await handler(self, header, payload, claim)  # type: ignore[call-arg]
             except asyncio.CancelledError:
                 raise
             except Exception:

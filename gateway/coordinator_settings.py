@@ -40,6 +40,16 @@ class CoordinatorSettings(BaseModel):
     # Run without a state_dir on purpose: after a restart every managed group starts empty and all its
     # members rejoin (offsets are kept: they live in the cluster).
     ephemeral_state: bool = False
+    # How many shards the group state is split into: a group belongs to shard
+    # abs(java_hash(group_id)) % P, as Kafka places a group on a partition of __consumer_offsets
+    # (offsets.topic.num.partitions, default 50). Each shard has its own log, request ordering and timers,
+    # and fails and reloads alone. The state is written with P: a state store refuses to start with another.
+    state_topic_num_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        validation_alias=_kafka("state_topic_num_partitions", "state.topic.num.partitions"),
+    )
     fsync: Literal["always", "interval", "never"] = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).

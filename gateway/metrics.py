@@ -25,10 +25,6 @@ from translate.group_records import GroupMetadataRecord
 from . import codec
 
 if TYPE_CHECKING:
-    from coordinator.timers import TimerKey
-    from translate.group_config import GroupResult
-    from translate.group_service import GroupService
-
     from .groups import GroupLayer
     from .server import Gateway
 
@@ -146,28 +142,6 @@ class GroupStats:
                 elif r.value.generation > 0 and self._classic_generation.get(r.group_id) != r.value.generation:
                     self._classic_generation[r.group_id] = r.value.generation
                     self.rebalances["classic"] += 1
-
-    def fire(self, calls: Any, service: GroupService, key: TimerKey, now_ms: int) -> GroupResult:
-        """Run one timer through ``calls.on_timer``, counting the members it removed."""
-        self.timers_fired[key[0]] += 1
-        gid = key[1]
-        before, group_type = _member_count(service, gid)
-        result: GroupResult = calls.on_timer(key, now_ms)
-        if before:
-            after, _ = _member_count(service, gid)
-            if after < before:
-                self.expired[group_type] += before - after
-        return result
-
-
-def _member_count(service: GroupService, gid: str) -> tuple[int, str]:
-    classic = service.classic_groups.groups.get(gid)
-    if classic is not None:
-        return len(classic.members), "classic"
-    consumer = service.coordinator.state.groups.get(gid)
-    if consumer is not None:
-        return len(consumer.members), "consumer"
-    return 0, "consumer"
 
 
 # --- exposition ---------------------------------------------------------------------------------------
@@ -355,21 +329,22 @@ class Health:
         )
 
     def _groups(self, out: Exposition, layer: GroupLayer) -> None:
-        service, stats = layer.service, layer.stats
+        stats = layer.stats
         # Every series from the first scrape on, at 0 until something counts.
         groups = dict.fromkeys(_GROUP_SERIES, 0)
         members = dict.fromkeys((("classic", "classic"), ("consumer", "classic"), ("consumer", "consumer")), 0)
-        for cg in service.classic_groups.groups.values():
-            if layer.managed(cg.group_id):
-                groups["classic", cg.state.value] += 1
-                members["classic", "classic"] += len(cg.members)
-        for g in service.coordinator.state.groups.values():
-            if not layer.managed(g.group_id):
-                continue
-            groups["consumer", g.state().value] += 1
-            classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
-            members["consumer", "classic"] += classic
-            members["consumer", "consumer"] += len(g.members) - classic
+        for service in layer.runtime.services():
+            for cg in service.classic_groups.groups.values():
+                if layer.managed(cg.group_id):
+                    groups["classic", cg.state.value] += 1
+                    members["classic", "classic"] += len(cg.members)
+            for g in service.coordinator.state.groups.values():
+                if not layer.managed(g.group_id):
+                    continue
+                groups["consumer", g.state().value] += 1
+                classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
+                members["consumer", "classic"] += classic
+                members["consumer", "consumer"] += len(g.members) - classic
         out.family(
             "groups",
             "gauge",
@@ -420,13 +395,19 @@ class Health:
             "members of adopted groups removed upstream",
             _events(c),
         )
-        log = layer.state_log
-        appended = getattr(log, "entries_appended", 0)
-        out.counter("state_log_appends_total", "Records appended to the group state log", appended)
-        out.counter("state_log_appended_bytes_total", "Bytes appended to the group state log", getattr(log, "bytes_appended", 0))
-        out.counter("state_log_fsyncs_total", "fsync calls of the group state log", getattr(log, "fsyncs", 0))
-        out.counter("state_log_compactions_total", "Compactions of the group state log", getattr(log, "compactions", 0))
-        out.gauge("state_log_bytes", "Size of the group state log's segments", getattr(log, "file_bytes", 0))
+        totals = layer.runtime.log_totals()
+        out.counter("state_log_appends_total", "Records appended to the group state log", totals["entries_appended"])
+        out.counter("state_log_appended_bytes_total", "Bytes appended to the group state log", totals["bytes_appended"])
+        out.counter("state_log_fsyncs_total", "fsync calls of the group state log", totals["fsyncs"])
+        out.counter("state_log_compactions_total", "Compactions of the group state log", totals["compactions"])
+        out.gauge("state_log_bytes", "Size of the group state log's segments", totals["file_bytes"])
+        shards = layer.runtime.shards
+        out.gauge("state_shards", "Shards of the group state (state.topic.num.partitions)", len(shards))
+        out.gauge(
+            "state_shards_unloaded",
+            "Shards whose groups are not served now: being re-read after a failed write, or fenced",
+            sum(1 for s in shards if s.unloaded is not None),
+        )
 
 
 _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]

@@ -13,29 +13,31 @@ OffsetCommit and OffsetFetch v10 name topics by id: the gateway resolves them th
 (a topic id it cannot resolve gets UNKNOWN_TOPIC_ID, as Kafka answers) and answers with ids again.
 
 An upstream that refuses a simple commit with a membership error has members of its own: clients
-that bypass the gateway. That is logged loudly and counted (GroupLayer.bypass_suspected).
+that bypass the gateway. That is logged loudly and counted (ClusterGroups.bypass_suspected).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kafka.errors import UnknownTopicIdError
-
 from coordinator.errors import Errors
-from coordinator.model import subscribed_topic_names
-from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
 
-from . import codec, frames
+from . import codec
 from . import group_codec as gc
 from .logging import get_logger
 from .upstream import UpstreamError
 
 if TYPE_CHECKING:
-    from .connection import ClientConnection
-    from .groups import GroupLayer
+    import collections
+
+    from .adoption import UpstreamLeaver
+    from .group_requests import RequestContext
+    from .metadata_watch import MetadataWatch
+    from .runtime import CoordinatorRuntime
+    from .upstream_client import UpstreamClient
 
 log = get_logger("gateway.offsets")
 
@@ -45,8 +47,8 @@ ILLEGAL_GENERATION = Errors.ILLEGAL_GENERATION
 UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
 REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
 GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
-GROUP_SUBSCRIBED_TO_TOPIC = 86
-UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
+GROUP_SUBSCRIBED_TO_TOPIC = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+UNKNOWN_TOPIC_ID = Errors.UNKNOWN_TOPIC_ID
 # OffsetCommit / OffsetFetch v10 (KIP-848) name topics by id only; the gateway speaks names upstream.
 TOPIC_ID_VERSION = 10
 # A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
@@ -100,14 +102,34 @@ def _commit_response(api_key: int, prefix: str, version: int, results: CommitRes
 
 
 class OffsetBridge:
-    def __init__(self, layer: GroupLayer) -> None:
-        self.layer = layer
+    """Offset APIs of managed groups: validated by the group's shard, written to and read from the cluster."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        watch: MetadataWatch,
+        groups: CoordinatorRuntime,
+        managed: Callable[[str], bool],
+        adoption: UpstreamLeaver,
+        bypass_suspected: Callable[[str, str], None],
+        counters: collections.Counter[str],
+        leave_abandoned: bool,
+    ) -> None:
+        self.client = client
+        self.watch = watch
+        self.groups = groups
+        self.managed = managed
+        self.adoption = adoption
+        self.bypass_suspected = bypass_suspected
+        self.counters = counters
+        self.leave_abandoned = leave_abandoned  # coordinator.leave_abandoned_upstream_members
 
     # --- commits ---------------------------------------------------------------------------------------
 
     async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         """Topic id -> name from the topic image, refreshed once when an id is unknown."""
-        watch = self.layer.watch
+        watch = self.watch
         names = {tid: name for name, (tid, _) in watch.topics.items()}
         if ids - names.keys():
             try:
@@ -118,11 +140,10 @@ class OffsetBridge:
         return names
 
     def _topic_ids(self) -> dict[str, uuid.UUID]:
-        return {name: tid for name, (tid, _) in self.layer.watch.topics.items()}
+        return {name: tid for name, (tid, _) in self.watch.topics.items()}
 
-    async def offset_commit(
-        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
-    ) -> Any:
+    async def offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
         unknown: CommitResults = []
         if version >= TOPIC_ID_VERSION:
             # Name every topic for the validation and the upstream write; ids nobody knows are
@@ -145,12 +166,11 @@ class OffsetBridge:
             api_version=version,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg, conn, header) if msg.topics or not unknown else []
+        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg, ctx) if msg.topics or not unknown else []
         return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results + unknown)
 
-    async def txn_offset_commit(
-        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
-    ) -> Any:
+    async def txn_offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
         check = OffsetCommitCheck(
             group_id=msg.group_id,
             member_id=msg.member_id if version >= 3 else "",
@@ -160,42 +180,41 @@ class OffsetBridge:
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, conn, header)
+        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, ctx)
         return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, results)
 
     async def _commit(
-        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any,
-        conn: ClientConnection | None = None, header: frames.RequestHeader | None = None,
+        self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any, ctx: RequestContext | None = None
     ) -> CommitResults:
         gid = check.group_id
-        if not self.layer.managed(gid):
+        if not self.managed(gid):
             # A group the gateway does not coordinate, here only because the client's version is newer
             # than the upstream's (GroupLayer.claims): the upstream validates it, at a version it has.
             return await self._forward_commit(gid, api_key, version, msg)
-        reply: OffsetCheckResponse = await self.layer.call(gid, check)
+        reply: OffsetCheckResponse = await self.groups.call(gid, check)
         error = int(reply.error_code)
         if error in (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION) and check.member_id and not self._known(gid):
             # A member of a group the gateway has never seen: one the cluster coordinated before the
             # group became managed here (docs/operations.md, "Adopting a live group"). Kafka answers
             # GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before); classic clients take the former
             # as a fatal commit error. UNKNOWN_MEMBER_ID makes them drop the old id and join here.
-            self.layer.counters["commits_unknown_group"] += 1
+            self.counters["commits_unknown_group"] += 1
             error = UNKNOWN_MEMBER_ID
         if error == UNKNOWN_MEMBER_ID:
-            self.layer.adoption.abandoned(gid, check.member_id)
+            self.adoption.abandoned(gid, check.member_id)
         if error != 0:
-            self.layer.counters["commits_fenced"] += 1
-            if conn is not None:
-                classic = self.layer.service.classic_groups.group(gid) is not None
+            self.counters["commits_fenced"] += 1
+            if ctx is not None:
+                classic = self.groups.group_kind(gid) == "classic"
                 kind = f"{_API_NAMES[api_key]}-refused:{_error_name(error)}"
-                self.layer.refused(conn, header, kind, _refusal_reason(check, error, classic))
+                ctx.refuse(kind, _refusal_reason(check, error, classic))
             return _partition_errors(msg.topics, error)
         # A simple commit upstream: the members exist only in the gateway's coordinator.
         wanted = min(version, gc.LOCAL_API[api_key][1])
         try:
-            v = self.layer.client.version(api_key, wanted)
+            v = self.client.version(api_key, wanted)
         except UpstreamError:
-            self.layer.counters["commits_failed"] += 1
+            self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
         if api_key == gc.OFFSET_COMMIT:
             msg.generation_id_or_member_epoch = -1
@@ -206,10 +225,10 @@ class OffsetBridge:
         try:
             # At most once: a commit lost in flight is answered CLUSTER_UNREACHABLE (retriable; never
             # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
-            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+            r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
-            self.layer.counters["commits_failed"] += 1
+            self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
         if v >= TOPIC_ID_VERSION:
             names = {t.topic_id: t.name for t in msg.topics}
@@ -229,18 +248,18 @@ class OffsetBridge:
                 group_id=gid,
                 errors=sorted(errors),
             )
-            self.layer.bypass_suspected(gid, "commit refused by the upstream coordinator")
+            self.bypass_suspected(gid, "commit refused by the upstream coordinator")
             held = self._refused_upstream_error(gid)
             if held is not None:
                 out = [(t, i, [(p, held if e in _MEMBERSHIP_ERRORS else e) for p, e in ps]) for t, i, ps in out]
-        self.layer.counters["commits"] += 1
+        self.counters["commits"] += 1
         return out
 
     async def _forward_commit(self, gid: str, api_key: int, version: int, msg: Any) -> CommitResults:
         try:
-            v = self.layer.client.version(api_key, version)
+            v = self.client.version(api_key, version)
             # At most once, as above; an unmanaged group's client is told what its own coordinator would say.
-            r = await self.layer.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+            r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
@@ -262,19 +281,18 @@ class OffsetBridge:
         KIP-848 or classic, COORDINATOR_LOAD_IN_PROGRESS, which the Java clients retry within the same
         commitSync and librdkafka retries, until the gateway has removed the cluster's old members
         (gateway/adoption.py). None: a group the gateway does not hold (the upstream's answer stands)."""
-        if self.layer.service.classic_groups.group(group_id) is not None:
+        kind = self.groups.group_kind(group_id)
+        if kind == "classic":
             return REBALANCE_IN_PROGRESS
-        return COORDINATOR_LOAD_IN_PROGRESS if self._known(group_id) else None
+        return COORDINATOR_LOAD_IN_PROGRESS if kind is not None else None
 
     def _known(self, group_id: str) -> bool:
-        service = self.layer.service
-        return service.classic_groups.group(group_id) is not None or group_id in service.coordinator.state.groups
+        return self.groups.group_kind(group_id) is not None
 
     # --- fetches ---------------------------------------------------------------------------------------
 
-    async def offset_fetch(
-        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
-    ) -> Any:
+    async def offset_fetch(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
         cls = gc.response_cls(gc.OFFSET_FETCH)
         if version < 8:
             topics = None if msg.topics is None else [(t.name, list(t.partition_indexes)) for t in msg.topics]
@@ -363,19 +381,19 @@ class OffsetBridge:
         require_stable: bool,
     ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str | None, int]]]]]:
         """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) from upstream."""
-        if self.layer.managed(gid) and member_id is not None:
-            reply: OffsetCheckResponse = await self.layer.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
+        if self.managed(gid) and member_id is not None:
+            reply: OffsetCheckResponse = await self.groups.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
             error = int(reply.error_code)
-            if error in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND) and self.layer.settings.leave_abandoned_upstream_members:
+            if error in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND) and self.leave_abandoned:
                 # A member id the gateway does not know, typically one the client still holds from the
                 # cluster's coordinator right after its group became managed here (docs/operations.md,
                 # "Adopting a live group"). The Java consumer fails poll() for good on an OffsetFetch
                 # answered UNKNOWN_MEMBER_ID; a fetch changes nothing, so it is answered as one without
                 # a member, and the client's next heartbeat moves it to the gateway's group.
-                self.layer.counters["fetches_unknown_member"] += 1
+                self.counters["fetches_unknown_member"] += 1
             elif error != 0:
                 return error, []
-        client = self.layer.client
+        client = self.client
         try:
             v = client.version(gc.OFFSET_FETCH, 9)
             req_cls = codec.REQUESTS[gc.OFFSET_FETCH]
@@ -416,32 +434,12 @@ class OffsetBridge:
 
     # --- deletes ---------------------------------------------------------------------------------------
 
-    def subscribed_topics(self, gid: str) -> frozenset[str]:
-        """Topics the managed group's members subscribe to (KIP-496: their offsets may not be deleted)."""
-        svc = self.layer.service
-        classic = svc.classic_groups.group(gid)
-        if classic is not None:
-            if classic.protocol_type != CONSUMER_PROTOCOL_TYPE or not classic.protocol_name:
-                return frozenset()
-            topics: set[str] = set()
-            for m in classic.members.values():
-                try:
-                    topics.update(decode_subscription(m.metadata(classic.protocol_name)).topics)
-                except (MalformedEmbeddedProtocol, ValueError):
-                    continue
-            return frozenset(topics)
-        group = svc.coordinator.group(gid)
-        if group is None:
-            return frozenset()
-        return frozenset().union(*(subscribed_topic_names(group, m) for m in group.members.values()))
-
-    async def offset_delete(
-        self, conn: ClientConnection, header: frames.RequestHeader, msg: Any, version: int
-    ) -> Any:
+    async def offset_delete(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
         cls = gc.response_cls(gc.OFFSET_DELETE)
         refused = []
-        if self.layer.managed(msg.group_id):
-            subscribed = self.subscribed_topics(msg.group_id)
+        if self.managed(msg.group_id):
+            subscribed = self.groups.subscribed_topics(msg.group_id)  # KIP-496
             refused = [t for t in msg.topics if t.name in subscribed]
             msg.topics = [t for t in msg.topics if t.name not in subscribed]
         refused_topics = [
@@ -459,7 +457,7 @@ class OffsetBridge:
         if not msg.topics:
             return cls[version](topics=refused_topics)
         try:
-            r = await self.layer.client.to_coordinator(
+            r = await self.client.to_coordinator(
                 msg.group_id, gc.OFFSET_DELETE, version, msg, lambda r: r.error_code
             )
         except UpstreamError as e:
@@ -470,7 +468,7 @@ class OffsetBridge:
 
     async def delete_upstream_group(self, gid: str) -> int:
         """Delete the group (its offsets) on the upstream; its error code."""
-        client = self.layer.client
+        client = self.client
         try:
             v = client.version(gc.DELETE_GROUPS, 2)
             req = codec.REQUESTS[gc.DELETE_GROUPS][v](groups_names=[gid])

@@ -185,11 +185,14 @@ class RebalanceEventLog:
 
     def __init__(self, path: str | Path, run: str, service: GroupService) -> None:
         self.sink: KafkaEventSink | None = None
+        self.run = run
+        self.derivers: dict[int, RebalanceEventDeriver] = {}
         if isinstance(path, str) and path.startswith(KAFKA_SCHEME):
             self.sink = KafkaEventSink(path)
             self.path = Path(path)
             self.written = 0
-            self.deriver = RebalanceEventDeriver(service, self._write, run, on_error=self._failed)
+            self.seq, self.mixes = 0, {}
+            self.deriver = self.deriver_for(service)
             log.info("producing rebalance events", uri=path, run=run)
             return
         self.path = Path(path)
@@ -197,18 +200,26 @@ class RebalanceEventLog:
         first_seq, mixes = _existing(self.path, run)
         self._file: IO[str] = self._open()
         self.written = 0
-        self.deriver = RebalanceEventDeriver(
-            service, self._write, run, first_seq=first_seq, client_mixes=mixes, on_error=self._failed
-        )
+        self.seq, self.mixes = first_seq, dict(mixes)
+        self.deriver = self.deriver_for(service)
         log.info("writing rebalance events", path=str(self.path), run=run, first_seq=first_seq)
+
+    def deriver_for(self, service: GroupService, shard: int = 0) -> RebalanceEventDeriver:
+        """The deriver of one shard's service (a new one after the shard was re-read). Every shard's events
+        go to this one log: ``seq`` is numbered here, as written, and the groups' client_mix is shared."""
+        deriver = RebalanceEventDeriver(
+            service, self._write, self.run, first_seq=self.seq, client_mixes=self.mixes, on_error=self._failed
+        )
+        deriver.mixes = self.mixes  # one table for all shards, carried across re-reads
+        self.derivers[shard] = deriver
+        if shard == 0:
+            self.deriver = deriver
+        return deriver
 
     def rebind(self, service: GroupService) -> None:
         """Derive events from a freshly loaded service (after the state log was re-read); seq and the
         groups' client_mix carry on."""
-        old = self.deriver
-        self.deriver = RebalanceEventDeriver(
-            service, self._write, old.run, first_seq=old.seq, client_mixes=old.mixes, on_error=self._failed
-        )
+        self.deriver_for(service)
 
     def _open(self) -> IO[str]:
         f = self.path.open("a", encoding="utf-8")
@@ -229,6 +240,8 @@ class RebalanceEventLog:
         log.info("rebalance event log reopened", path=str(self.path), written=self.written)
 
     def _write(self, event: dict[str, Any]) -> None:
+        event["seq"] = self.seq  # one sequence across the shards' derivers
+        self.seq += 1
         if self.sink is not None:
             self.sink.put(str(event["group"]), json.dumps(event, separators=(",", ":")))
             self.written += 1
@@ -240,7 +253,8 @@ class RebalanceEventLog:
 
     def _failed(self, exc: Exception) -> None:
         # The group call itself went through; only its events are missing from the log.
-        log.error("rebalance events not written", path=str(self.path), error=repr(exc), failures=self.deriver.failures)
+        failures = sum(d.failures for d in self.derivers.values())
+        log.error("rebalance events not written", path=str(self.path), error=repr(exc), failures=failures)
 
     def close(self) -> None:
         if self.sink is not None:

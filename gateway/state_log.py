@@ -357,7 +357,9 @@ class FileStateLog:
         fsync: FsyncPolicy = "always",
         fsync_interval_ms: int = 100,
         compact_min_bytes: int = 64 * 1024 * 1024,
+        shard: int = 0,
     ) -> None:
+        self.shard = shard  # the shard this directory holds (gateway/state_store.py ShardLog)
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync_policy: FsyncPolicy = fsync
@@ -406,7 +408,7 @@ class FileStateLog:
             first = self.dir / _segment_name(0)
             first.touch()
             write_manifest(self.dir, 0, 0)
-            log.info("new group state log", state_dir=str(self.dir))
+            log.debug("new group state log", state_dir=str(self.dir))  # one per shard: the store says it once
             segments = [(0, first)]
         for i, (_, seg) in enumerate(segments):
             last = i == len(segments) - 1

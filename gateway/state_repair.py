@@ -1,5 +1,8 @@
 """Reading a damaged group state log, and rebuilding it: ``groupgate state verify`` and ``state repair``.
 
+A state directory holds one log per shard (``shard-NN/``, gateway/file_store.py); both commands walk every
+shard's log (``log_dirs``). A directory of the older single-log layout is one log.
+
 The gateway itself never drops anything but a torn tail (gateway/state_log.py). Everything else that is
 damaged is for an operator to look at (``verify``, read-only) and to drop on purpose (``repair``), which
 says exactly which ranges it dropped and keeps the damaged segments beside the new one.
@@ -26,6 +29,19 @@ from .state_log import (
     scan_segment,
     write_manifest,
 )
+
+
+def log_dirs(state_dir: Path | str) -> list[Path]:
+    """The log directories of a state directory: its shards', or itself when it holds a single log."""
+    from .file_store import STORE_FILE, shard_dirs
+
+    d = Path(state_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d} is not a directory")
+    shards = shard_dirs(d)
+    if shards or (d / STORE_FILE).exists():
+        return shards
+    return [d]
 
 
 @dataclass(slots=True)

@@ -41,6 +41,11 @@ class ShardFenced(StateLogWriteFailed):
     and never write to it again; whatever this instance holds in memory for it is stale."""
 
 
+class StateStoreMismatch(Exception):
+    """The store holds state written with another shard count (or is not a store at all): a group's shard
+    depends on the count, so the gateway refuses to start rather than look groups up in the wrong shard."""
+
+
 class ShardLog(Protocol):
     """One shard's log, as the runtime uses it."""
 
@@ -86,6 +91,7 @@ __all__ = [
     "ShardFenced",
     "ShardLog",
     "StateStore",
+    "StateStoreMismatch",
     "java_string_hash",
     "shard_of",
 ]

@@ -30,16 +30,17 @@ import struct
 from collections import OrderedDict
 from typing import Any
 
-import kafka.errors
 from kafka.protocol.metadata import ApiVersionsResponse
+
+from coordinator.errors import Errors
 
 from . import codec
 from . import group_codec as gc
 
-NOT_LEADER_OR_FOLLOWER = kafka.errors.NotLeaderForPartitionError.errno
-REQUEST_TIMED_OUT = kafka.errors.RequestTimedOutError.errno
-FETCH_SESSION_ID_NOT_FOUND = kafka.errors.FetchSessionIdNotFoundError.errno
-LEADER_NOT_AVAILABLE = kafka.errors.LeaderNotAvailableError.errno
+NOT_LEADER_OR_FOLLOWER = Errors.NOT_LEADER_OR_FOLLOWER
+REQUEST_TIMED_OUT = Errors.REQUEST_TIMED_OUT
+FETCH_SESSION_ID_NOT_FOUND = Errors.FETCH_SESSION_ID_NOT_FOUND
+LEADER_NOT_AVAILABLE = Errors.LEADER_NOT_AVAILABLE
 LIST_OFFSETS = 2
 OFFSET_FOR_LEADER_EPOCH = 23
 _HEAD = struct.Struct(">hh")

@@ -14,6 +14,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from coordinator.errors import Errors
+
 from . import codec, frames
 from .logging import get_logger
 from .tls import connect_kwargs, note_upstream_failure
@@ -23,10 +25,10 @@ log = get_logger("gateway.upstream_client")
 
 _CLIENT_ID = "groupgate-coordinator"
 # Errors after which the coordinator of a group must be looked up again (Kafka's client does the same).
-NOT_COORDINATOR = 16
-COORDINATOR_NOT_AVAILABLE = 15
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS})
+# The cluster's answers that say the group's coordinator is elsewhere (or not ready): look it up again.
+COORDINATOR_MOVED = frozenset(
+    {Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS}
+)
 RAW = -1  # a request forwarded as the client's bytes, answered with the upstream's bytes
 _CORR = struct.Struct(">i")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.messages import ConsumerGroupHeartbeatResponse
-from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
+from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, TopicPartition
 from rehearsal.sim_clients import (
     ClassicClient,
@@ -297,12 +297,12 @@ class Simulation:
 
     def _apply(self, result: Any) -> None:
         self.records.extend(result.records)
-        for change in result.timers:
-            if isinstance(change, ScheduleTimer):
-                self._timers[change.key] = change.deadline_ms
-                self._push(max(change.deadline_ms, self.now), "timer", (change.key, change.deadline_ms))
-            elif isinstance(change, CancelTimer):
-                self._timers.pop(change.key, None)
+
+        def arm(change: ScheduleTimer) -> int:
+            self._push(max(change.deadline_ms, self.now), "timer", (change.key, change.deadline_ms))
+            return change.deadline_ms
+
+        apply_timer_changes(self._timers, result.timers, arm)
         for key, body in result.responses:
             pending = self._pending.get(key)
             if pending is None or key in self._answered:

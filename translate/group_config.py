@@ -9,20 +9,15 @@ key it answers), the records to make durable first, and the timer changes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
+from coordinator.outcome import Outcome, Reply, RequestKey
 from coordinator.records import Record as ConsumerGroupRecord
 from coordinator.records.codec import encode as encode_consumer_record
-from coordinator.state import Result as CoordinatorResult
-from coordinator.timers import TimerChange
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.conversion import MigrationPolicy
 from translate.group_records import GroupMetadataRecord, encode_record
-from translate.result import Result as ClassicResult
 
-RequestKey = Hashable
 AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
 
 
@@ -80,35 +75,16 @@ class GroupServiceConfig:
         return self.classic_groups
 
 
-@dataclass(slots=True)
-class Reply:
-    request_key: RequestKey
-    body: Any
-
-
-@dataclass(slots=True)
-class GroupResult:
-    responses: list[Reply] = field(default_factory=list)
-    records: list[AnyRecord] = field(default_factory=list)
-    timers: list[TimerChange] = field(default_factory=list)
-
-    def response_to(self, request_key: RequestKey) -> Any:
-        for reply in self.responses:
-            if reply.request_key == request_key:
-                return reply.body
-        return None
-
-    def take(self, other: ClassicResult) -> None:
-        self.responses.extend(Reply(r.request_key, r.body) for r in other.responses)
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
-
-    def take_coordinator(self, other: CoordinatorResult[Any]) -> None:
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
+# The group service's names for the one outcome type (coordinator/outcome.py).
+GroupResult = Outcome
 
 
 def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
     if isinstance(record, GroupMetadataRecord):
         return encode_record(record)
     return encode_consumer_record(record)
+
+
+__all__ = [
+    "AnyRecord", "ClassicGroupsMode", "GroupResult", "GroupServiceConfig", "Reply", "RequestKey", "encode_any_record",
+]

@@ -61,7 +61,7 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.model import ConsumerGroup, MemberState
+from coordinator.model import ConsumerGroup, MemberState, subscribed_topic_names
 from coordinator.records.codec import decode as decode_consumer_record
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import REBALANCE, SESSION, TimerKey
@@ -84,7 +84,7 @@ from translate.classic_messages import (
     SyncGroupRequest,
 )
 from translate.conversion import GroupConverter, classic_target_is_complete, leaves_partitions_unassigned
-from translate.embedded import CONSUMER_PROTOCOL_TYPE
+from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.errors import Errors
 from translate.group_config import (
     AnyRecord,
@@ -493,6 +493,50 @@ class GroupService:
         out.take(classic)
         out.take_coordinator(self.coordinator.expire_empty_groups(now_ms, retention))
         return out
+
+    # ---- reads (what the gateway may know of a group without reaching into the state) ----------
+    def group_kind(self, group_id: str) -> str | None:
+        """"classic" or "consumer" (a consumer group, converted ones too) while the group exists, else None."""
+        if self.classic_groups.group(group_id) is not None:
+            return "classic"
+        if group_id in self.coordinator.state.groups:
+            return "consumer"
+        return None
+
+    def group_ids(self) -> list[str]:
+        """Every group held (classic and consumer)."""
+        return [*self.classic_groups.groups, *self.coordinator.state.groups]
+
+    def group_count(self) -> int:
+        return len(self.classic_groups.groups) + len(self.coordinator.state.groups)
+
+    def member_count(self, group_id: str) -> tuple[int, str]:
+        """(members, "classic" | "consumer") of a group; (0, "consumer") when there is none."""
+        classic = self.classic_groups.groups.get(group_id)
+        if classic is not None:
+            return len(classic.members), "classic"
+        consumer = self.coordinator.state.groups.get(group_id)
+        if consumer is not None:
+            return len(consumer.members), "consumer"
+        return 0, "consumer"
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        """Topics the group's members subscribe to: KIP-496 refuses deleting their offsets."""
+        classic = self.classic_groups.group(group_id)
+        if classic is not None:
+            if classic.protocol_type != CONSUMER_PROTOCOL_TYPE or not classic.protocol_name:
+                return frozenset()
+            topics: set[str] = set()
+            for m in classic.members.values():
+                try:
+                    topics.update(decode_subscription(m.metadata(classic.protocol_name)).topics)
+                except (MalformedEmbeddedProtocol, ValueError):
+                    continue  # a member whose subscription cannot be read protects nothing
+            return frozenset(topics)
+        group = self.coordinator.group(group_id)
+        if group is None:
+            return frozenset()
+        return frozenset().union(*(subscribed_topic_names(group, m) for m in group.members.values()))
 
     # ---- metadata, replay, load ----------------------------------------------------------------
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:

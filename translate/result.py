@@ -1,4 +1,4 @@
-"""What a call into the classic front returns: responses, records and timer changes.
+"""What a call into the classic front returns (the one ``Outcome``): responses, records and timer changes.
 
 JoinGroup and SyncGroup are parked until the group reaches its barrier, so a call may answer
 requests other than the one it was given; every response is tagged with the opaque request key
@@ -8,15 +8,8 @@ the same Result is released (write-ahead).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass, field
-
-from coordinator.records import Record as ConsumerGroupRecord
+from coordinator.outcome import Outcome, Reply, RequestKey
 from coordinator.timers import CancelTimer, ScheduleTimer, TimerChange, TimerKey
-from translate.classic_messages import ClassicResponse
-from translate.group_records import GroupMetadataRecord
-
-RequestKey = Hashable
 
 
 def timer_key(kind: str, group_id: str, member_id: str = "") -> TimerKey:
@@ -38,27 +31,9 @@ Schedule = ScheduleTimer
 Cancel = CancelTimer
 
 
-@dataclass(slots=True)
-class Response:
-    request_key: RequestKey
-    body: ClassicResponse
-
-
-@dataclass(slots=True)
-class Result:
-    responses: list[Response] = field(default_factory=list)
-    # Classic groups write GroupMetadata records; classic members of consumer groups write the
-    # coordinator's records. Persist them in order.
-    records: list[GroupMetadataRecord | ConsumerGroupRecord] = field(default_factory=list)
-    timers: list[TimerChange] = field(default_factory=list)
-
-    def respond(self, request_key: RequestKey, body: ClassicResponse) -> None:
-        self.responses.append(Response(request_key, body))
-
-    def extend(self, other: Result) -> None:
-        self.responses.extend(other.responses)
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
+# One outcome type for every layer (coordinator/outcome.py); the classic front's names for it.
+Response = Reply
+Result = Outcome
 
 
 __all__ = [

@@ -227,3 +227,17 @@ def decode(key: bytes, value: bytes | None) -> Record:
         d = ConsumerGroupRegularExpressionValue.decode(value)
         out = RegularExpressionValue(tuple(d.topics), d.metadata_version, d.timestamp)
     return Record(rtype, k.group_id, sub_key, out)
+
+
+def group_of_key(key: bytes) -> str:
+    """The group id of a stored group record's key: every group coordinator record key (the classic
+    GroupMetadataKey and the consumer group keys alike) is an int16 key version followed by the group id
+    as an int16-length UTF-8 string, so this reads any of them without knowing its type.
+
+    Raises ValueError for a key too short to hold one (not a group record)."""
+    if len(key) < 4:
+        raise ValueError("a group record key holds a version and a group id")
+    length = int.from_bytes(key[2:4], "big", signed=True)
+    if length < 0 or len(key) < 4 + length:
+        raise ValueError("group id runs past the end of the key")
+    return key[4 : 4 + length].decode("utf-8")

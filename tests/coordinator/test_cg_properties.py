@@ -25,7 +25,7 @@ from coordinator.records import Record
 from coordinator.records.codec import decode, encode
 from coordinator.replay import replay
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.timers import ScheduleTimer, rebalance_key, session_key
+from coordinator.timers import apply_timer_changes, deadline, rebalance_key, session_key
 
 G = "g"
 TOPICS = ["t0", "t1", "t2", "t3"]
@@ -85,11 +85,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def _keep(self, res) -> None:  # type: ignore[no-untyped-def]
         self.records.extend(res.records)
-        for change in res.timers:  # the caller's timer wheel: schedule replaces, cancel removes
-            if isinstance(change, ScheduleTimer):
-                self.timers[change.key] = change.deadline_ms
-            else:
-                self.timers.pop(change.key, None)
+        apply_timer_changes(self.timers, res.timers, deadline)
 
     def _fire_due(self) -> None:
         while True:

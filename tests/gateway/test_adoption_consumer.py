@@ -96,8 +96,11 @@ async def settle(layer: Any) -> None:
 async def with_upstream(upstream: RecordingUpstream, **kw: Any) -> Any:
     layer = await started(**kw)
     upstream.replaced, layer.client = layer.client, upstream
+    # Every part that talks to the cluster's coordinators holds the link it was given.
+    layer.cluster.client = layer.adoption.client = layer.offsets.client = upstream
     layer.forward.close()
     layer.forward = upstream  # the cluster lookups made for clients (group types) reach the same stand-in
+    layer.cluster.forward = upstream
     return layer
 
 

@@ -236,7 +236,7 @@ async def test_a_member_of_a_group_the_gateway_never_saw_is_told_to_rejoin(versi
             out = await call(layer, gc.OFFSET_COMMIT, version, commit)
             assert out.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID
         # Nothing was created or written: the group is still unknown to the gateway.
-        assert "adopted" not in layer.service.classic_groups.groups
+        assert layer.runtime.group_kind("adopted") is None
         assert layer.counters["commits"] == 0 and layer.counters["commits_unknown_group"] == 2
         assert list(layer.adoption._seen) == [("adopted", "consumer-1-upstream")]
     finally:
@@ -315,7 +315,7 @@ def _fail_log_writes(monkeypatch: pytest.MonkeyPatch, layer: GroupLayer, how: st
     import gateway.state_log as mod
 
     real_write, real_fsync = mod.os.write, mod.os.fsync
-    fd = layer.state_log._fd  # type: ignore[union-attr]
+    fd = layer.runtime.shards[0].log._fd  # type: ignore[union-attr]
     calls: list[int] = []
 
     def write(f: int, data: Any) -> int:
@@ -358,13 +358,16 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
 
+    # One shard, so that both groups share the log that fails (tests/gateway/test_runtime.py has a failing
+    # shard beside working ones).
     state = tmp_path / "state"
-    layer = await started(state_dir=str(state))
-    layer.reload_backoff_s = (0.05, 0.2)
+    layer = await started(state_dir=str(state), state_topic_num_partitions=1)
+    layer.runtime.reload_backoff_s = (0.05, 0.2)
+    segment = state / "shard-00" / f"{0:020d}.log"
     try:
         kept, gen = await _classic_member(layer, "kept")
         assert layer.armed_timers() == 1  # kept's session timer
-        durable = (state / f"{0:020d}.log").stat().st_size
+        durable = segment.stat().st_size
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
         j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="lost", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
@@ -382,8 +385,8 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
         assert layer.unloaded is not None and layer.counters["state_log_failures"] == 1
         assert layer.armed_timers() == 0  # nothing expires from a memory that is no longer trusted
         # The log was cut back to what was acknowledged: loadable, no partial or unanswered record.
-        assert (state / f"{0:020d}.log").stat().st_size == durable
-        assert state_repair.verify(state).damage == []
+        assert segment.stat().st_size == durable
+        assert state_repair.verify(segment.parent).damage == []
         # Every group request is told to go away and come back, not served from memory.
         h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id="kept", generation_id=gen, member_id=kept))
         assert h.error_code == NOT_COORDINATOR
@@ -423,7 +426,7 @@ async def test_a_failed_state_log_write_unloads_the_groups_until_the_log_is_re_r
     finally:
         await layer.stop()
 
-    again = await started(state_dir=str(state))  # and a restart replays cleanly
+    again = await started(state_dir=str(state), state_topic_num_partitions=1)  # and a restart replays cleanly
     try:
         d = await call(again, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["kept", "lost"]))
         assert [[m.member_id for m in g.members] for g in d.groups] == [[kept], []]

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
-from coordinator.timers import CancelTimer, ScheduleTimer
+from coordinator.timers import apply_timer_changes, deadline
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from translate.classic_messages import (
     HeartbeatRequest,
@@ -49,11 +49,7 @@ class Driver:
     def _take(self, result: Any) -> None:
         for key, body in result.responses:
             self.answers[key] = body
-        for change in result.timers:
-            if isinstance(change, ScheduleTimer):
-                self.timers[change.key] = change.deadline_ms
-            elif isinstance(change, CancelTimer):
-                self.timers.pop(change.key, None)
+        apply_timer_changes(self.timers, result.timers, deadline)
 
     def send(self, request: object) -> int:
         key = next(self.keys)

@@ -9,6 +9,7 @@ from typing import Any
 
 from virtual_timers import fire_due
 
+from coordinator.timers import apply_timer_changes, deadline
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_messages import (
     HeartbeatRequest,
@@ -26,7 +27,7 @@ from translate.classic_messages import (
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.embedded import ConsumerProtocolSubscription, encode_subscription
 from translate.group_records import GroupMetadataRecord
-from translate.result import Cancel, Result, Schedule, TimerKey
+from translate.result import Result, TimerKey
 
 SESSION = 10_000
 REBALANCE = 30_000
@@ -61,11 +62,7 @@ class Harness:
             self.responses[response.request_key] = response.body
             self.answered_at[response.request_key] = self.now
         self.records.extend(result.records)
-        for change in result.timers:
-            if isinstance(change, Schedule):
-                self.timers[change.key] = change.deadline_ms
-            elif isinstance(change, Cancel):
-                self.timers.pop(change.key, None)
+        apply_timer_changes(self.timers, result.timers, deadline)
         return result
 
     def key(self) -> int:

@@ -16,7 +16,7 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
-from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
+from coordinator.timers import TimerKey, apply_timer_changes, deadline
 from translate.classic_messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -103,11 +103,7 @@ class Driver:
             assert reply.request_key not in self.responses, "a request was answered twice"
             self.responses[reply.request_key] = reply.body
         self.records.extend(result.records)
-        for change in result.timers:
-            if isinstance(change, ScheduleTimer):
-                self.timers[change.key] = change.deadline_ms
-            elif isinstance(change, CancelTimer):
-                self.timers.pop(change.key, None)
+        apply_timer_changes(self.timers, result.timers, deadline)
         return result
 
     def send(self, request: object) -> tuple[int, GroupResult]:

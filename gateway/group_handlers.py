@@ -1,0 +1,250 @@
+"""One handler per group API the gateway answers itself: ``handler(ctx, msg) -> response body``.
+
+A handler is given the request context (gateway/group_requests.py) and the decoded request, turns it
+into the sans-I/O request of translate/ or coordinator/, hands it to the group's shard through the
+runtime (gateway/runtime.py), merges the cluster's view where the API lists or describes groups the
+cluster holds too (gateway/cluster_groups.py), and encodes the answer at the client's version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from coordinator.errors import Errors
+from translate.classic_messages import JoinGroupRequest
+from translate.embedded import subscribed_topics
+from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse
+
+from . import codec
+from . import group_codec as gc
+from .adoption import UpstreamLeaver
+from .cluster_groups import ClusterGroups, classic_as_offsets_only, consumer_as_offsets_only
+from .group_requests import RequestContext
+from .metadata_watch import MetadataWatch
+from .offsets import OffsetBridge
+from .runtime import CoordinatorRuntime
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class GroupHandlers:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        cluster: ClusterGroups,
+        offsets: OffsetBridge,
+        adoption: UpstreamLeaver,
+        watch: MetadataWatch,
+        *,
+        managed: Callable[[str], bool],
+        home_node: Callable[[], int | None],
+        addr_of: Callable[[int], tuple[str, int] | None],
+    ) -> None:
+        self.runtime = runtime
+        self.cluster = cluster
+        self.offsets = offsets
+        self.adoption = adoption
+        self.watch = watch
+        self.managed = managed
+        self.home_node = home_node
+        self.addr_of = addr_of
+
+    def table(self) -> dict[int, Handler]:
+        """api key -> handler: every API the gateway answers for the groups it manages."""
+        return {
+            gc.FIND_COORDINATOR: self.find_coordinator,
+            gc.JOIN_GROUP: self.join_group,
+            gc.SYNC_GROUP: self.sync_group,
+            gc.HEARTBEAT: self.heartbeat,
+            gc.LEAVE_GROUP: self.leave_group,
+            gc.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            gc.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
+            gc.DESCRIBE_GROUPS: self.describe_groups,
+            gc.LIST_GROUPS: self.list_groups,
+            gc.DELETE_GROUPS: self.delete_groups,
+            gc.OFFSET_COMMIT: self.offsets.offset_commit,
+            gc.TXN_OFFSET_COMMIT: self.offsets.txn_offset_commit,
+            gc.OFFSET_FETCH: self.offsets.offset_fetch,
+            gc.OFFSET_DELETE: self.offsets.offset_delete,
+            codec.SHARE_GROUP_DESCRIBE: self.cluster_describe,
+            codec.STREAMS_GROUP_DESCRIBE: self.cluster_describe,
+            codec.DESCRIBE_SHARE_GROUP_OFFSETS: self.cluster_describe,
+        }
+
+    async def call(self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False) -> Any:
+        """One request through its group's shard. ``topics`` (and ``regex``: a pattern subscription) name
+        what it subscribes to: the topic image is refreshed for them first, in the group's turn, so that a
+        topic created a moment ago is assigned."""
+        prepare = None
+        if topics or regex:
+            wanted = list(topics)
+
+            async def prepare() -> None:
+                await self.watch.ensure(wanted, regex)
+
+        return await self.runtime.call(group_id, request, prepare)
+
+    # --- FindCoordinator -------------------------------------------------------------------------------
+
+    async def find_coordinator(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
+        key_type, keys = gc.find_coordinator_keys(msg, version)
+        unmanaged = [k for k in keys if key_type != gc.KEY_TYPE_GROUP or not self.managed(k)]
+        upstream = await self.cluster.find_upstream(key_type, unmanaged) if unmanaged else {}
+        node = self.home_node()
+        addr = self.addr_of(node) if node is not None else None
+        answers = []
+        for k in keys:
+            if k in upstream:
+                answers.append(upstream[k])
+            elif addr is None or node is None:
+                answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
+            elif self.runtime.shard_for(k).unloaded is not None:
+                answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "group state is being re-read"))
+            else:
+                answers.append((k, node, addr[0], addr[1], 0, None))
+        return gc.find_coordinator_response(version, answers)
+
+    # --- the classic protocol --------------------------------------------------------------------------
+
+    async def join_group(self, ctx: RequestContext, msg: Any) -> Any:
+        if await self.cluster.join_refused(msg.group_id):
+            # Kafka 4.3.1 answers a classic join of a share or streams group's id so.
+            return gc.response(
+                gc.JOIN_GROUP, ctx.api_version, error_code=Errors.INCONSISTENT_GROUP_PROTOCOL,
+                member_id=msg.member_id, generation_id=-1,
+            )
+        request = gc.join_group_request(msg, ctx.api_version, ctx.client_id, ctx.client_host)
+        assert isinstance(request, JoinGroupRequest)
+        # A consumer subscribing by pattern resolves it itself: its subscription names topics.
+        topics = subscribed_topics(request.protocol_type, [p.metadata for p in request.protocols])
+        body = await self.call(request.group_id, request, topics)
+        self.adoption.after_classic(request, body)
+        return gc.join_group_response(body, ctx.api_version)
+
+    async def sync_group(self, ctx: RequestContext, msg: Any) -> Any:
+        request = gc.sync_group_request(msg, ctx.api_version, ctx.client_id, ctx.client_host)
+        body = await self.call(request.group_id, request)
+        self.adoption.after_classic(request, body)
+        return gc.sync_group_response(body, ctx.api_version)
+
+    async def heartbeat(self, ctx: RequestContext, msg: Any) -> Any:
+        request = gc.heartbeat_request(msg, ctx.api_version, ctx.client_id, ctx.client_host)
+        body = await self.call(request.group_id, request)
+        self.adoption.after_classic(request, body)
+        return gc.heartbeat_response(body, ctx.api_version)
+
+    async def leave_group(self, ctx: RequestContext, msg: Any) -> Any:
+        request = gc.leave_group_request(msg, ctx.api_version, ctx.client_id, ctx.client_host)
+        body = await self.call(request.group_id, request)
+        self.adoption.after_classic(request, body)
+        return gc.leave_group_response(body, ctx.api_version)
+
+    # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
+        if msg.member_epoch == 0 and await self.cluster.join_refused(msg.group_id):
+            # Kafka: "Group ... is not a consumer group." when the id is a share or streams group's.
+            return gc.response(
+                gc.CONSUMER_GROUP_HEARTBEAT, version, error_code=Errors.GROUP_ID_NOT_FOUND,
+                error_message=f"Group {msg.group_id} is not a consumer group.", member_epoch=-1,
+            )
+        request = gc.consumer_group_heartbeat_request(msg, version, ctx.client_id, ctx.client_host)
+        topics = request.subscribed_topic_names or ()
+        regex = bool(request.subscribed_topic_regex)
+        body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics, regex))
+        return gc.consumer_group_heartbeat_response(body, version)
+
+    # --- describe, list, delete: the gateway's groups merged with the cluster's ------------------------
+
+    async def consumer_group_describe(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
+        ids = list(msg.group_ids)
+        found: dict[str, Any] = {}
+        if any(self.managed(g) for g in ids):
+            request = gc.consumer_group_describe_request(msg, version)
+            for reply in await self.runtime.read(ids, lambda part: dataclasses.replace(request, group_ids=part)):
+                for g in reply.groups:
+                    found[g.group_id] = gc.described_group(g)
+        # Managed ids the gateway holds no state for are asked of the cluster too (offsets-only groups);
+        # the gateway's own answer stands when the cluster cannot be asked.
+        for g in ids:
+            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
+                up = await self.cluster.describe(gc.CONSUMER_GROUP_DESCRIBE, g, version)
+                if g not in found or up.error_code == Errors.NONE:
+                    found[g] = up
+                if self.managed(g):
+                    consumer_as_offsets_only(found[g])
+        return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
+
+    async def describe_groups(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
+        ids = list(msg.groups)
+        found: dict[str, Any] = {}
+        local = [g for g in ids if self.managed(g)]
+        if local:
+            request = gc.describe_groups_request(msg, version)
+            for reply in await self.runtime.read(local, lambda part: dataclasses.replace(request, group_ids=part)):
+                for g in reply.groups:
+                    found[g.group_id] = gc.described_classic_group(g)
+        # A managed id the gateway holds no state for may still be a group of the cluster (offsets-only,
+        # share, streams): the cluster describes it, as it would without the gateway; the gateway's own
+        # answer (Dead) stands when the cluster cannot be asked.
+        for g in ids:
+            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
+                up = await self.cluster.describe(gc.DESCRIBE_GROUPS, g, version)
+                # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
+                # share or streams group); the gateway's when the cluster could not be asked.
+                if g not in found or up.error_code != Errors.COORDINATOR_NOT_AVAILABLE:
+                    found[g] = up
+                if self.managed(g):
+                    classic_as_offsets_only(found[g])
+        return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
+
+    async def list_groups(self, ctx: RequestContext, msg: Any) -> Any:
+        """The gateway's own groups merged with the cluster's: every group the cluster holds and the gateway
+        does not (offsets-only groups, share and streams groups, unmanaged groups) is listed as the cluster
+        lists it, so nothing that has offsets or members disappears from tools and lag exporters."""
+        version = ctx.api_version
+        listed: list[Any] = []
+        # Admin clients ask every broker and concatenate: list the gateway's groups on one listener only.
+        if ctx.node_id is None or ctx.node_id == self.home_node():
+            request = gc.list_groups_request(msg, version)
+            for reply in await self.runtime.read(None, lambda _part: request):
+                listed.extend(gc.listed_group(g) for g in reply.groups if self.managed(g.group_id))
+        error, upstream = await self.cluster.list_groups(msg, version, ctx.node_id)
+        listed.extend(upstream)
+        return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
+
+    async def delete_groups(self, ctx: RequestContext, msg: Any) -> Any:
+        version = ctx.api_version
+        request = gc.delete_groups_request(msg, version)
+        results: dict[str, int] = {}
+        for gid in request.group_ids:
+            if not self.managed(gid):
+                results[gid] = await self.offsets.delete_upstream_group(gid)
+                continue
+            reply: DeleteGroupsResponse = await self.call(gid, dataclasses.replace(request, group_ids=[gid]))
+            local = Errors.of(reply.results[0].error_code)
+            if local in (Errors.NONE, Errors.GROUP_ID_NOT_FOUND):
+                # The group's offsets live upstream: deleting the group deletes them there too.
+                upstream = await self.offsets.delete_upstream_group(gid)
+                gone = local == Errors.GROUP_ID_NOT_FOUND or upstream != Errors.GROUP_ID_NOT_FOUND
+                results[gid] = upstream if gone else 0
+            else:
+                results[gid] = int(local)
+        return gc.delete_groups_response(
+            DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in request.group_ids]), version
+        )
+
+    # --- the cluster's groups --------------------------------------------------------------------------
+
+    async def cluster_describe(self, ctx: RequestContext, msg: Any) -> Any:
+        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: the cluster's coordinators."""
+        return await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
+
+
+__all__ = ["GroupHandlers", "Handler"]

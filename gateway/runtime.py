@@ -1,0 +1,560 @@
+"""The coordinator runtime: group state as independent shards, as Kafka's CoordinatorRuntime runs one
+CoordinatorShard per ``__consumer_offsets`` partition.
+
+A group belongs to shard ``shard_of(group_id, P)`` (gateway/state_store.py; P is
+``state.topic.num.partitions``). Each shard is a small world of its own:
+
+- its own GroupService (the sans-I/O state machine of its groups only), so that loading, failing and
+  re-reading one shard never touches another's memory;
+- its own ShardLog from the StateStore (a directory of file logs or, later, a partition of a compacted
+  topic): records are appended in the order the service emitted them, and a response is released only
+  after ``sync()`` made every record appended to that shard so far durable (write-ahead);
+- its own ordering: requests of one group run in arrival order (a FIFO lock per group id, held while
+  metadata for the topics a request names is fetched and while the synchronous service runs; the
+  service calls of a shard never interleave, as they are synchronous on the one event loop), while
+  different shards' persistence and timers proceed independently;
+- its own timers (``loop.call_later`` handles keyed by the service's timer keys) and waiting requests
+  (JoinGroup / SyncGroup parked until another member's request or a timer completes them).
+
+A failed append or sync (StateLogWriteFailed) unloads only that shard, as Kafka's coordinator unloads a
+partition it cannot write: its memory holds changes whose records are not durable, so it is dropped
+(timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
+background with backoff. ``ShardFenced`` (a newer owner took the shard over) unloads it for good: it
+is never re-opened by this process, whose memory of it is stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
+from translate.group_config import GroupResult, encode_any_record
+from translate.group_service import GroupService
+
+from .logging import get_logger
+from .metrics import GroupStats
+from .state_log import Record, StateLogWriteFailed
+from .state_store import ShardFenced, ShardLog, StateStore, shard_of
+
+log = get_logger("gateway.runtime")
+
+TopicImage = Mapping[str, Any]
+
+
+class ShardUnloaded(Exception):
+    """The shard holding a group is not served from memory (a write failed and it is being re-read, or a
+    newer owner fenced it)."""
+
+
+class GroupCalls(Protocol):
+    """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
+    wraps it (gateway/rebalance_log.py)."""
+
+    def handle(self, request: object, request_key: Any, now_ms: int) -> GroupResult: ...
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult: ...
+
+    def on_metadata(self, topics: Any, now_ms: int) -> GroupResult: ...
+
+    def on_loaded(self, now_ms: int) -> GroupResult: ...
+
+    def expire_empty_groups(self, now_ms: int) -> GroupResult: ...
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log on the unload/reload path, where the log's own file may sit on the full disk."""
+    with contextlib.suppress(OSError):
+        emit(event, **fields)
+
+
+class Shard:
+    """One shard: its service, log, timers, waiting requests and per-group ordering."""
+
+    def __init__(self, runtime: CoordinatorRuntime, index: int) -> None:
+        self.rt = runtime
+        self.index = index
+        self.service: GroupService = runtime.new_service()
+        self.calls: GroupCalls = runtime.calls_for(self.service, index)
+        self.log: ShardLog | None = None
+        self.timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self.unloaded: str | None = None  # why, while the shard is not served from memory
+        self.fenced = False
+        self.reload_task: asyncio.Task[None] | None = None
+        # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
+        self.closed_totals = (0, 0, 0)
+
+    # --- load ------------------------------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """Open the shard's log and replay it into ``self.service``; the number of group records replayed.
+
+        Raises StateLogCorrupt for damage a crash cannot explain."""
+        store = self.rt.store
+        if store is None:
+            return 0
+        log_ = await store.open_shard(self.index)
+        if hasattr(log_, "bytes_appended"):
+            log_.bytes_appended, log_.fsyncs, log_.compactions = self.closed_totals  # type: ignore[attr-defined]
+        self.log = log_
+        replayed = 0
+        for rec in log_.replay():
+            if self.service.replay_bytes(rec.key, rec.value):
+                replayed += 1
+        return replayed
+
+    def check_loaded(self) -> None:
+        if self.unloaded is not None:
+            raise ShardUnloaded(self.unloaded)
+
+    # --- one request -----------------------------------------------------------------------------------
+
+    async def call(self, group_id: str, request: object, prepare: Callable[[], Awaitable[None]] | None) -> Any:
+        """Hand one request to the service in its group's arrival order; the response once released."""
+        key = next(self.rt.keys)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[key] = fut
+        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
+        self.locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                await self.rt.ready.wait()
+                if prepare is not None:
+                    await prepare()
+                self.check_loaded()
+                result = self.calls.handle(request, key, self.rt.now())
+                self.apply(result)
+        except BaseException:
+            self.waiting.pop(key, None)
+            raise
+        finally:
+            lock, users = self.locks[group_id]
+            if users <= 1:
+                del self.locks[group_id]
+            else:
+                self.locks[group_id] = (lock, users - 1)
+        try:
+            await self.release(result)
+            return await fut
+        finally:
+            self.waiting.pop(key, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: it is re-raised above or was never ours to raise
+
+    def apply(self, result: GroupResult) -> None:
+        """Append the records (made durable by ``release``) and apply the timer changes.
+
+        A failed append unloads the shard (the service already holds the change): ShardUnloaded."""
+        if result.records:
+            self.rt.stats.records(result.records)
+            if self.log is not None:
+                try:
+                    self.log.append(Record(*encode_any_record(r)) for r in result.records)
+                except StateLogWriteFailed as e:
+                    self.unload(e)
+                    raise ShardUnloaded(str(e)) from e
+        if not result.timers:
+            return
+        loop = asyncio.get_running_loop()
+        now = self.rt.now()
+
+        def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
+            return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
+
+        apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
+
+    async def release(self, result: GroupResult) -> None:
+        # Every record appended to the shard so far, not only this result's: a response must not reveal
+        # state that a crash could still take back.
+        log_ = self.log
+        if log_ is not None:
+            try:
+                await log_.sync()
+            except Exception as e:
+                # The records may be lost: none of this result's responses may be released (the waiting
+                # requests are answered with a retriable error instead of hanging), and the memory that
+                # holds them is dropped.
+                self.unload(e, log_)
+                gone = ShardUnloaded(str(e))
+                for reply in result.responses:
+                    fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(gone)
+                raise gone from e
+        if self.unloaded is not None:
+            # Unloaded while this result waited for its sync: a later write failed and cut the log back to
+            # what was acknowledged before, which may not include this result's records.
+            raise ShardUnloaded(self.unloaded)
+        for reply in result.responses:
+            fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+            if fut is not None and not fut.done():
+                fut.set_result(reply.body)
+
+    async def durable(self) -> None:
+        """Before a read-only answer: what it shows must not be taken back by a crash."""
+        self.check_loaded()
+        log_ = self.log
+        if log_ is not None:
+            try:
+                await log_.sync()
+            except Exception as e:
+                self.unload(e, log_)
+                raise ShardUnloaded(str(e)) from e
+        self.check_loaded()
+
+    # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
+
+    def fire(self, key: TimerKey) -> None:
+        self.timers.pop(key, None)
+        if self.unloaded is not None:
+            return
+        stats = self.rt.stats
+        stats.timers_fired[key[0]] += 1
+        before, group_type = self.service.member_count(key[1])
+        try:
+            result = self.calls.on_timer(key, self.rt.now())
+        except Exception:
+            log.exception("group timer failed", timer=list(key), shard=self.index)
+            return
+        if before:
+            after, _ = self.service.member_count(key[1])
+            if after < before:
+                stats.expired[group_type] += before - after  # members a session or rebalance timer removed
+        self.apply_in_background(result)
+
+    def apply_in_background(self, result: GroupResult) -> None:
+        try:
+            self.apply(result)
+        except ShardUnloaded:
+            return
+        if result.responses or result.records:
+            self.rt.spawn(self._release_quietly(result))
+
+    async def _release_quietly(self, result: GroupResult) -> None:
+        with contextlib.suppress(ShardUnloaded):
+            await self.release(result)
+
+    # --- unload and reload -----------------------------------------------------------------------------
+
+    def unload(self, error: BaseException, failed_log: ShardLog | None = None) -> None:
+        """Stop serving this shard from memory: it holds changes whose records are not durable.
+
+        Like Kafka's coordinator after a failed write to its partition: timers are cancelled, waiting
+        requests fail with a retriable error, and the shard is re-read from the store (``reload``) unless
+        a newer owner fenced it."""
+        if failed_log is not None and failed_log is not self.log:
+            return  # a sync of a log already replaced by a reload: that failure was handled
+        if self.unloaded is not None:
+            return
+        self.unloaded = f"{type(error).__name__}: {error}"
+        self.fenced = isinstance(error, ShardFenced)
+        counters = self.rt.counters
+        counters["state_log_failures"] += 1
+        counters["groups_unloaded"] += 1
+        waiting = len(self.waiting)
+        self.drop_memory()
+        gone = ShardUnloaded(self.unloaded)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()  # retrieved here: its caller may already be gone
+        self.waiting.clear()
+        if self.fenced:
+            counters["shards_fenced"] += 1
+            _say(
+                log.error,
+                "group state shard fenced by a newer owner: its groups are no longer served by this process "
+                "(answered NOT_COORDINATOR) and the shard is not re-read",
+                shard=self.index, error=self.unloaded, waiting_requests=waiting,
+            )
+            return
+        if self.reload_task is None or self.reload_task.done():  # else: failed while reloading
+            self.reload_task = self.rt.spawn(self._reload_forever())
+        _say(
+            log.error,
+            "group state log write failed: the shard's groups are unloaded (answered NOT_COORDINATOR) until "
+            "its log is re-read",
+            shard=self.index, error=self.unloaded, waiting_requests=waiting, state_dir=self.rt.where,
+        )
+
+    def drop_memory(self) -> None:
+        """Cancel the timers and close the log (the service is replaced by the next load)."""
+        for h in self.timers.values():
+            h.cancel()
+        self.timers.clear()
+        log_ = self.log
+        if log_ is not None:
+            if hasattr(log_, "bytes_appended"):
+                self.closed_totals = (log_.bytes_appended, log_.fsyncs, log_.compactions)  # type: ignore[attr-defined]
+            log_.close()
+            self.log = None
+
+    async def _reload_forever(self) -> None:
+        delay, longest = self.rt.reload_backoff_s
+        attempt = 0
+        while True:
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self.reload()
+            except asyncio.CancelledError:
+                raise
+            except ShardFenced as e:
+                self.unloaded = None
+                self.unload(e)  # fenced while re-opening: stays unloaded for good
+                return
+            except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
+                # Reading works on a full disk; the probe write or the first append decides.
+                self.drop_memory()
+                delay = min(delay * 2, longest)
+                _say(
+                    log.warning, "group state shard not reloaded yet",
+                    shard=self.index, attempt=attempt, error=str(e), retry_in_s=delay,
+                )
+                continue
+            _say(
+                log.info, "shard's groups reloaded from the state log",
+                shard=self.index, attempt=attempt, groups=self.service.group_count(),
+            )
+            return
+
+    async def reload(self) -> None:
+        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded."""
+        self.service = self.rt.new_service()
+        self.calls = self.rt.calls_for(self.service, self.index)
+        await self.load()
+        probe = getattr(self.log, "probe_write", None)
+        if probe is not None:
+            probe()
+        # Served again from here: requests arriving meanwhile share the sync below, so none of their
+        # answers is released unless that write works.
+        self.unloaded = None
+        try:
+            topics = self.rt.topics()
+            if topics is not None:
+                self.apply(self.calls.on_metadata(topics, self.rt.now()))
+            self.apply(self.calls.on_loaded(self.rt.now()))
+            if self.log is not None:
+                await self.log.sync()
+        except ShardUnloaded:
+            raise
+        except Exception as e:
+            self.unload(e)
+            raise
+        self.check_loaded()
+
+
+class CoordinatorRuntime:
+    """The shards and what spans them: placement, load, fan-out of cross-shard work, the clock."""
+
+    def __init__(
+        self,
+        shards: int,
+        *,
+        new_service: Callable[[], GroupService],
+        store: StateStore | None,
+        calls_for: Callable[[GroupService, int], GroupCalls] | None = None,
+        topics: Callable[[], TopicImage | None] = lambda: None,
+        stats: GroupStats | None = None,
+        counters: Any = None,
+        where: str | None = None,
+        now: Callable[[], int] = now_ms,
+    ) -> None:
+        if store is not None and store.shards != shards:
+            raise ValueError(f"the store has {store.shards} shards, the runtime {shards}")
+        self.shard_count = shards
+        self.new_service = new_service
+        self.store = store
+        self.calls_for: Callable[[GroupService, int], GroupCalls] = calls_for or (lambda service, _shard: service)
+        self.topics = topics  # the current topic image (None until fetched): handed to a reloaded shard
+        self.stats = stats if stats is not None else GroupStats()
+        self.counters: collections.Counter[str] = counters if counters is not None else collections.Counter()
+        self.where = where  # for log lines: the state dir or topic
+        self.now = now
+        self.ready = asyncio.Event()
+        self.keys = itertools.count(1)
+        self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.shards = [Shard(self, i) for i in range(shards)]
+
+    # --- placement -------------------------------------------------------------------------------------
+
+    def shard_of(self, group_id: str) -> int:
+        return shard_of(group_id, self.shard_count)
+
+    def shard_for(self, group_id: str) -> Shard:
+        return self.shards[shard_of(group_id, self.shard_count)]
+
+    def by_shard(self, group_ids: Sequence[str]) -> dict[int, list[str]]:
+        """The ids grouped by shard, each list in the order asked."""
+        out: dict[int, list[str]] = {}
+        for g in group_ids:
+            out.setdefault(self.shard_of(g), []).append(g)
+        return out
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """Open the store and replay every shard; the group records replayed.
+
+        Raises StateStoreMismatch / StateLogCorrupt: the gateway then refuses to start."""
+        if self.store is None:
+            return 0
+        await self.store.open()
+        replayed = 0
+        for shard in self.shards:
+            if shard.log is None:
+                replayed += await shard.load()
+        log.info("group state replayed", state=self.where, shards=self.shard_count, records=replayed)
+        return replayed
+
+    def start(self) -> None:
+        """Arm the replayed groups' timers (their records appended), then serve."""
+        now = self.now()
+        for shard in self.shards:
+            with contextlib.suppress(ShardUnloaded):  # a full disk at start: served once re-read
+                shard.apply(shard.calls.on_loaded(now))
+        self.ready.set()
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for shard in self.shards:
+            for h in shard.timers.values():
+                h.cancel()
+            shard.timers.clear()
+            if shard.log is not None:
+                try:
+                    await shard.log.sync()
+                except StateLogWriteFailed as e:
+                    log.error("group state shard not synced at shutdown", shard=shard.index, error=str(e))
+                shard.drop_memory()
+        if self.store is not None:
+            await self.store.close()
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    async def call(
+        self, group_id: str, request: object, prepare: Callable[[], Awaitable[None]] | None = None
+    ) -> Any:
+        """One request of one group, through its shard (``prepare`` runs in the group's turn first)."""
+        return await self.shard_for(group_id).call(group_id, request, prepare)
+
+    async def read(self, group_ids: Sequence[str] | None, request_for: Callable[[list[str]], object]) -> list[Any]:
+        """A read-only request on the shards holding ``group_ids`` (every served shard for None): the
+        response bodies, in shard order, released once what they show is durable."""
+        if group_ids is None:
+            targets = [(s, []) for s in self.shards if not s.fenced]
+        else:
+            targets = [(self.shards[n], ids) for n, ids in self.by_shard(group_ids).items()]
+        await self.ready.wait()
+        for shard, _ in targets:
+            shard.check_loaded()
+        now = self.now()
+        bodies = [shard.service.handle(request_for(ids), 0, now).responses[0].body for shard, ids in targets]
+        for shard, _ in targets:
+            await shard.durable()
+        return bodies
+
+    def check_loaded(self, group_ids: Sequence[str]) -> None:
+        for g in group_ids:
+            self.shard_for(g).check_loaded()
+
+    # --- fan-out ---------------------------------------------------------------------------------------
+
+    def loaded(self) -> Iterator[Shard]:
+        return (s for s in self.shards if s.unloaded is None)
+
+    def on_metadata(self, image: TopicImage) -> None:
+        now = self.now()
+        for shard in self.loaded():  # an unloaded shard gets the current image when it is re-read
+            shard.apply_in_background(shard.calls.on_metadata(image, now))
+
+    def expire_empty_groups(self) -> int:
+        """Kafka's periodic cleanup, shard by shard; the groups expired."""
+        now, expired = self.now(), 0
+        for shard in list(self.loaded()):
+            before = shard.service.group_count()
+            result = shard.calls.expire_empty_groups(now)
+            if result.records:
+                gone = before - shard.service.group_count()
+                expired += gone
+                log.info("expired empty groups", shard=shard.index, groups=gone, records=len(result.records))
+            shard.apply_in_background(result)
+        self.counters["groups_expired"] += expired
+        return expired
+
+    async def expire_forever(self, interval_s: float) -> None:
+        # offsets.retention.check.interval.ms: groups Empty for offsets.retention.minutes are deleted.
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.expire_empty_groups()
+            except Exception:
+                log.exception("expiring empty groups failed; trying again at the next check")
+
+    # --- reads -----------------------------------------------------------------------------------------
+
+    def services(self) -> Iterator[GroupService]:
+        """The services of the shards served now."""
+        return (s.service for s in self.loaded())
+
+    def has_state(self, group_id: str) -> bool:
+        """Whether a group of this id is held now (its shard loaded)."""
+        shard = self.shard_for(group_id)
+        return shard.unloaded is None and shard.service.group_kind(group_id) is not None
+
+    def group_kind(self, group_id: str) -> str | None:
+        shard = self.shard_for(group_id)
+        return None if shard.unloaded is not None else shard.service.group_kind(group_id)
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        shard = self.shard_for(group_id)
+        return frozenset() if shard.unloaded is not None else shard.service.subscribed_topics(group_id)
+
+    def group_ids(self) -> list[str]:
+        return [g for service in self.services() for g in service.group_ids()]
+
+    def group_count(self) -> int:
+        return sum(service.group_count() for service in self.services())
+
+    def armed_timers(self) -> int:
+        return sum(len(s.timers) for s in self.shards)
+
+    @property
+    def unloaded(self) -> str | None:
+        """Why the first unloaded shard is (None: every shard is served)."""
+        return next((s.unloaded for s in self.shards if s.unloaded is not None), None)
+
+    def log_totals(self) -> dict[str, int]:
+        """Summed over the shards' logs, for /metrics."""
+        out = {"entries_appended": 0, "bytes_appended": 0, "fsyncs": 0, "compactions": 0, "file_bytes": 0}
+        for s in self.shards:
+            if s.log is None:
+                out["bytes_appended"] += s.closed_totals[0]
+                out["fsyncs"] += s.closed_totals[1]
+                out["compactions"] += s.closed_totals[2]
+                continue
+            for name in out:
+                out[name] += getattr(s.log, name, 0)
+        return out
+
+
+__all__ = ["CoordinatorRuntime", "GroupCalls", "Shard", "ShardUnloaded", "now_ms"]

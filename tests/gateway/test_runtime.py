@@ -1,0 +1,272 @@
+"""The coordinator runtime's shards (gateway/runtime.py): placement, isolation of a failing shard, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import DescribeGroupsRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from coordinator.messages import ConsumerGroupHeartbeatRequest
+from coordinator.records.codec import group_of_key
+from gateway import group_codec as gc
+from gateway.file_store import FileStateStore, shard_dir
+from gateway.groups import GroupLayer
+from gateway.runtime import CoordinatorRuntime, ShardUnloaded
+from gateway.state_log import FileStateLog, Record
+from gateway.state_store import ShardFenced, shard_of
+from translate.group_service import GroupService
+
+from ._groups_support import call
+from .test_groups_layer import started
+
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def groups_in_distinct_shards(shards: int, n: int) -> list[str]:
+    """``n`` group ids, each in a shard of its own."""
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < n:
+        gid = f"g-{i}"
+        out.setdefault(shard_of(gid, shards), gid)
+        i += 1
+    return list(out.values())
+
+
+async def member(layer: GroupLayer, group: str) -> tuple[str, int]:
+    """One classic member joins and syncs: the group is Stable and its record written."""
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+    r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        protocol_type="consumer", protocols=protocols,
+    ))
+    assert r.error_code == 0
+    s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        group_id=group, generation_id=r.generation_id, member_id=r.member_id,
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=r.member_id, assignment=b"a")],
+    ))
+    assert s.error_code == 0
+    return r.member_id, r.generation_id
+
+
+def shard_groups(state: Path, shard: int) -> set[str]:
+    log = FileStateLog(shard_dir(state, shard))
+    try:
+        return {group_of_key(r.key) for r in log.replay()}
+    finally:
+        log.close()
+
+
+async def test_a_groups_records_go_to_its_shards_log_only(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    a, b, c = groups_in_distinct_shards(4, 3)
+    layer = await started(state_dir=str(state), **{"state.topic.num.partitions": 4})
+    try:
+        assert layer.runtime.shard_count == 4 and len(layer.runtime.shards) == 4
+        for g in (a, b, c):
+            await member(layer, g)
+            assert layer.runtime.shard_for(g).index == shard_of(g, 4)
+            assert layer.runtime.shard_for(g).service.group_kind(g) == "classic"
+            # No other shard's service holds it.
+            assert [s.index for s in layer.runtime.shards if s.service.group_kind(g)] == [shard_of(g, 4)]
+    finally:
+        await layer.stop()
+    for g in (a, b, c):
+        assert shard_groups(state, shard_of(g, 4)) == {g}
+    empty = {0, 1, 2, 3} - {shard_of(g, 4) for g in (a, b, c)}
+    assert all(shard_groups(state, n) == set() for n in empty)
+
+
+def _fail_writes_of(monkeypatch: pytest.MonkeyPatch, fd: int) -> list[int]:
+    import gateway.state_log as mod
+
+    real_write = mod.os.write
+    calls: list[int] = []
+
+    def write(f: int, data: Any) -> int:
+        if f != fd:
+            return real_write(f, data)
+        calls.append(len(data))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(mod.os, "write", write)
+    return calls
+
+
+async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    healthy, failing = groups_in_distinct_shards(4, 2)
+    layer = await started(state_dir=str(state), **{"state.topic.num.partitions": 4})
+    layer.runtime.reload_backoff_s = (0.05, 0.2)
+    try:
+        kept, kept_gen = await member(layer, healthy)
+        lost, lost_gen = await member(layer, failing)
+        bad = layer.runtime.shard_for(failing)
+        assert bad.log is not None
+        calls = _fail_writes_of(monkeypatch, bad.log._fd)  # type: ignore[attr-defined]
+        # A new member of the failing group writes a record: its shard cannot take it.
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id=failing, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=lost,
+            protocol_type="consumer", protocols=protocols,
+        ))
+        s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+            group_id=failing, generation_id=j.generation_id, member_id=lost,
+            assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=lost, assignment=b"b")],
+        ))
+        assert calls, "the failure was injected"
+        assert NOT_COORDINATOR in (j.error_code, s.error_code)
+        assert bad.unloaded is not None
+        assert [sh.index for sh in layer.runtime.shards if sh.unloaded is not None] == [bad.index]
+        # The failing shard's group is told to go away and come back ...
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
+        assert h.error_code == NOT_COORDINATOR
+        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=failing, key_type=0))
+        assert f.error_code == COORDINATOR_NOT_AVAILABLE
+        # ... while the other shard's group is served as before, timers and all.
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=healthy, generation_id=kept_gen, member_id=kept))
+        assert h.error_code == 0
+        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=healthy, key_type=0))
+        assert f.error_code == 0
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[healthy]))
+        assert [m.member_id for m in d.groups[0].members] == [kept]
+        assert layer.runtime.shard_for(healthy).timers  # its session timer still armed
+
+        monkeypatch.undo()  # the disk works again: the shard is re-read by itself
+        for _ in range(100):
+            if bad.unloaded is None:
+                break
+            await asyncio.sleep(0.05)
+        assert bad.unloaded is None
+        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
+        assert h.error_code in (0, 27)  # acknowledged membership survived (27: a rebalance restarted on load)
+    finally:
+        await layer.stop()
+
+
+class _FencingLog:
+    """A ShardLog (gateway/state_store.py) whose owner was fenced once ``fence`` is set."""
+
+    def __init__(self, shard: int, records: list[Record]) -> None:
+        self.shard = shard
+        self.records = records
+        self.fenced = False
+
+    def replay(self) -> Iterator[Record]:
+        return iter(list(self.records))
+
+    def append(self, records: Iterable[Record]) -> None:
+        if self.fenced:
+            raise ShardFenced(f"shard {self.shard}: a newer owner took it over")
+        self.records.extend(records)
+
+    async def sync(self) -> None:
+        if self.fenced:
+            raise ShardFenced(f"shard {self.shard}: a newer owner took it over")
+
+    def close(self) -> None:
+        pass
+
+
+class _Store:
+    def __init__(self, shards: int) -> None:
+        self.shards = shards
+        self.logs = {n: _FencingLog(n, []) for n in range(shards)}
+        self.opened: list[int] = []
+
+    async def open(self) -> None:
+        pass
+
+    async def open_shard(self, shard: int) -> _FencingLog:
+        self.opened.append(shard)
+        return self.logs[shard]
+
+    async def close(self) -> None:
+        pass
+
+
+def _join(group: str, member_id: str) -> ConsumerGroupHeartbeatRequest:
+    """A KIP-848 member joining (epoch 0): the group and member records are written at once."""
+    return ConsumerGroupHeartbeatRequest(
+        group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
+        subscribed_topic_names=["t"], topic_partitions=[],
+    )
+
+
+async def test_a_fenced_shard_stays_unloaded_and_the_others_serve() -> None:
+    store = _Store(3)
+    runtime = CoordinatorRuntime(3, new_service=GroupService, store=store)  # type: ignore[arg-type]
+    runtime.reload_backoff_s = (0.01, 0.02)
+    await runtime.load()
+    runtime.start()
+    try:
+        fenced_group, other = groups_in_distinct_shards(3, 2)
+        victim = runtime.shard_for(fenced_group)
+        store.logs[victim.index].fenced = True
+        with pytest.raises(ShardUnloaded):
+            await runtime.call(fenced_group, _join(fenced_group, "m1"))
+        assert victim.fenced and victim.unloaded is not None
+        await asyncio.sleep(0.1)
+        assert victim.unloaded is not None and store.opened.count(victim.index) == 1  # never re-opened
+        with pytest.raises(ShardUnloaded):
+            await runtime.call(fenced_group, _join(fenced_group, "m2"))
+        reply = await runtime.call(other, _join(other, "m3"))  # another shard serves on
+        assert reply.error_code == 0 and reply.member_epoch == 1
+        assert [group_of_key(r.key) for r in store.logs[runtime.shard_of(other)].records] and all(
+            group_of_key(r.key) == other for r in store.logs[runtime.shard_of(other)].records
+        )
+        assert runtime.counters["shards_fenced"] == 1
+    finally:
+        await runtime.stop()
+
+
+def test_the_shard_count_setting_takes_kafkas_name_and_defaults_to_50() -> None:
+    from gateway.coordinator_settings import CoordinatorSettings
+
+    assert CoordinatorSettings().state_topic_num_partitions == 50
+    assert CoordinatorSettings.model_validate({"state.topic.num.partitions": 7}).state_topic_num_partitions == 7
+    with pytest.raises(ValueError):
+        CoordinatorSettings.model_validate({"state.topic.num.partitions": 0})
+
+
+def test_the_runtime_refuses_a_store_of_another_shard_count(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        CoordinatorRuntime(4, new_service=GroupService, store=FileStateStore(tmp_path, 8))
+
+
+async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``claims`` decodes to decide (a managed_groups pattern) and hands its decode to the handler."""
+    from gateway import codec, frames
+    from gateway.groups import Decoded
+
+    from ._groups_support import StubConnection, request_payload
+
+    layer = await started(managed_groups="app-.*")
+    try:
+        real = codec.decode_request
+        decodes: list[int] = []
+
+        def counting(api_key: int, version: int, payload: bytes) -> Any:
+            decodes.append(api_key)
+            return real(api_key, version, payload)
+
+        monkeypatch.setattr(codec, "decode_request", counting)
+        payload = request_payload(FindCoordinatorRequest[3](key="app-1", key_type=0), 3)
+        claim = layer.claims(len(payload).to_bytes(4, "big") + payload, gc.FIND_COORDINATOR, 3)
+        assert isinstance(claim, Decoded)
+        header = frames.parse_request_header(payload, codec.request_header_flexible(gc.FIND_COORDINATOR, 3))
+        out = await layer.handle(StubConnection(), header, payload, claim)  # type: ignore[arg-type]
+        assert codec.decode_response(gc.FIND_COORDINATOR, 3, out)[1].error_code == 0
+        assert decodes == [gc.FIND_COORDINATOR]  # once, by claims
+        other = request_payload(FindCoordinatorRequest[3](key="other", key_type=0), 3)
+        assert not layer.claims(len(other).to_bytes(4, "big") + other, gc.FIND_COORDINATOR, 3)  # passes through
+    finally:
+        await layer.stop()
