@@ -10,17 +10,25 @@ the partition's leader.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compat_tests.harness.admin import admin, wait_for_leaders
 from compat_tests.harness.cluster import KafkaCluster
-from gateway.state_log import Record, StateLogWriteFailed
-from gateway.state_store import ShardFenced
+from coordinator import records as rec
+from coordinator.records import codec as consumer_codec
+from gateway.cli import main as cli_main
+from gateway.state_log import FileStateLog, Record, StateLogWriteFailed
+from gateway.state_store import ShardFenced, shard_of
+from gateway.state_tools import group_of_key
 from gateway.state_topic import KafkaStateStore, StateTopicMismatch, read_partition
+from translate.group_records import GroupMetadataRecord, GroupMetadataValue, encode_record
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -268,3 +276,76 @@ async def test_a_failed_write_leaves_the_shard_refusing_until_reopened(
         shard.append([Record(b"after", b"2")])
     await store.close()
     assert await _fresh_replay(kafka3, topic, 0) == [Record(b"ok", b"1")]
+
+
+async def test_state_import_copies_a_state_dir_idempotently_and_inspect_export_read_it(
+    kafka3: KafkaCluster, names: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = names("state")
+    groups = [f"{topic}-g{i}" for i in range(6)]
+    live: list[Record] = []
+    file_log = FileStateLog(tmp_path / "state")
+    for i, g in enumerate(groups):
+        recs = [
+            consumer_codec.encode(rec.Record(rec.RecordType.GROUP_METADATA, g, None, rec.GroupMetadataValue(i + 1))),
+            consumer_codec.encode(
+                rec.Record(rec.RecordType.TARGET_ASSIGNMENT_METADATA, g, None, rec.TargetAssignmentMetadataValue(i, 0))
+            ),
+        ]
+        file_log.append([Record(k, v) for k, v in recs])
+        live.extend(Record(k, v) for k, v in recs)
+    classic = f"{topic}-classic"
+    classic_kv = encode_record(GroupMetadataRecord(classic, GroupMetadataValue("consumer", 3, "range", None)))
+    gone = consumer_codec.encode(rec.Record(rec.RecordType.GROUP_METADATA, f"{topic}-gone", None, rec.GroupMetadataValue(9)))
+    file_log.append([Record(*classic_kv), Record(gone[0], gone[1]), Record(gone[0], None)])
+    live.append(Record(*classic_kv))
+    await file_log.sync()
+    file_log.close()
+
+    base = ["state", "import", "--state-dir", str(tmp_path / "state"), "--upstream", kafka3.bootstrap, "--topic", topic]
+    assert await asyncio.to_thread(cli_main, [*base, "--shards", str(SHARDS)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(live)} live records, {len(live)} written, 0 already there" in out, out
+
+    async def topic_content() -> list[list[Record]]:
+        reader = _store(kafka3, topic)
+        return [await read_partition(reader, s) for s in range(SHARDS)]
+
+    first = await topic_content()
+    for shard, records in enumerate(first):
+        for r in records:
+            assert shard_of(group_of_key(r.key), SHARDS) == shard
+    assert sorted((r.key, r.value) for shard in first for r in shard) == sorted((r.key, r.value) for r in live)
+
+    # Again: nothing new is written, the topic holds the same records.
+    assert await asyncio.to_thread(cli_main, base) == 0
+    out = capsys.readouterr().out
+    assert f"{len(live)} live records, 0 written, {len(live)} already there" in out, out
+    assert await topic_content() == first
+
+    exported = [json.loads(line) for line in await _cli_lines(capsys, ["state", "export", "--upstream", kafka3.bootstrap,
+                                                                       "--topic", topic])]
+    assert sorted((base64.b64decode(e["key"]), base64.b64decode(e["value"])) for e in exported) == sorted(
+        (r.key, r.value) for r in live
+    )
+
+    inspected = [json.loads(line) for line in await _cli_lines(capsys, ["state", "inspect", "--upstream", kafka3.bootstrap,
+                                                                        "--topic", topic, "--group", groups[2]])]
+    assert [(e["type"], e["group_id"]) for e in inspected] == [
+        ("GROUP_METADATA", groups[2]),
+        ("TARGET_ASSIGNMENT_METADATA", groups[2]),
+    ]
+    assert inspected[0]["value"]["epoch"] == 3 and inspected[0]["shard"] == shard_of(groups[2], SHARDS)
+    classic_line = [json.loads(line) for line in await _cli_lines(
+        capsys, ["state", "inspect", "--upstream", kafka3.bootstrap, "--topic", topic, "--group", classic]
+    )]
+    assert classic_line[0]["type"] == "CLASSIC_GROUP_METADATA" and classic_line[0]["value"]["generation"] == 3
+
+    assert await asyncio.to_thread(cli_main, ["state", "export", "--upstream", kafka3.bootstrap, "--topic",
+                                              names("missing")]) == 1
+    assert "there is no state topic" in capsys.readouterr().err
+
+
+async def _cli_lines(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]:
+    assert await asyncio.to_thread(cli_main, argv) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if line.strip()]

@@ -328,6 +328,17 @@ class KafkaStateStore:
         for w in self.topic_check.warnings:
             log.warning("state topic", topic=self.topic, warning=w)
 
+    async def partitions(self) -> int | None:
+        """The state topic's partition count as it is now (None: no such topic), creating nothing: for the
+        read-only tools, which take the shard count from the topic."""
+        admin = AIOKafkaAdminClient(client_id=f"{self.client_id}-admin", **self._client_kwargs())
+        await admin.start()
+        try:
+            described = await self._describe(admin)
+        finally:
+            await admin.close()
+        return None if described is None else len(described["partitions"])
+
     async def _ensure_topic(self, admin: AIOKafkaAdminClient) -> TopicCheck:
         brokers = len((await admin.describe_cluster())["brokers"])
         rf = self.replication_factor or default_replication_factor(brokers)
