@@ -343,13 +343,14 @@ class KafkaStateStore:
         brokers = len((await admin.describe_cluster())["brokers"])
         rf = self.replication_factor or default_replication_factor(brokers)
         mir = self.min_insync_replicas or default_min_insync_replicas(rf)
-        if rf > brokers:
-            raise StateTopicError(
-                f"state topic {self.topic}: replication factor {rf} needs at least {rf} brokers; the cluster has {brokers}"
-            )
         created = False
         described = await self._describe(admin)
         if described is None:
+            if rf > brokers:
+                raise StateTopicError(
+                    f"cannot create state topic {self.topic}: replication factor {rf} needs at least {rf} brokers; "
+                    f"the cluster has {brokers}"
+                )
             resp = await admin.create_topics(
                 [
                     NewTopic(
@@ -389,7 +390,8 @@ class KafkaStateStore:
         warnings: list[str] = []
         if actual_rf < rf:
             warnings.append(f"replication factor {actual_rf} is lower than the {rf} configured/expected")
-        actual_mir = int(configs["min.insync.replicas"]) if configs.get("min.insync.replicas") else None
+        mir_value = configs.get("min.insync.replicas")
+        actual_mir = int(mir_value) if mir_value else None
         if actual_mir is not None and actual_mir < mir:
             warnings.append(f"min.insync.replicas={actual_mir} is lower than the {mir} configured/expected")
         return TopicCheck(created, len(partitions), actual_rf, policy, actual_mir, tuple(warnings))
