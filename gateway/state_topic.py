@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import ssl
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -279,8 +280,8 @@ class KafkaStateStore:
         self.client_id = client_id
         # Transactions committed by all shards (group commit makes this lower than the sync() calls).
         self.transactions = 0
-        # Duration of each committed transaction (begin to commit), for operators and benchmarks.
-        self.write_latency_ms: list[float] = []
+        # Duration of the latest committed transactions (begin to commit), for operators and benchmarks.
+        self.write_latency_ms: deque[float] = deque(maxlen=1024)
         self.topic_check: TopicCheck | None = None
         self._logs: dict[int, KafkaShardLog] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -483,7 +484,11 @@ class KafkaStateStore:
     def _release(self, shard_log: KafkaShardLog) -> None:
         if self._logs.get(shard_log.shard) is shard_log:
             del self._logs[shard_log.shard]
-        task = asyncio.ensure_future(_stop_quietly(shard_log._producer))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # closed after the event loop: the producer's connections went with it
+        task = loop.create_task(_stop_quietly(shard_log._producer))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 

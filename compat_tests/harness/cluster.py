@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,11 @@ class KafkaCluster:
         self.wait_brokers(self.nodes, timeout_s)
 
     def stop(self) -> None:
-        for b in self.brokers.values():
-            b.stop(grace_s=10.0)
+        # All at once: stopped one by one, the last voters wait out their grace period for a quorum.
+        threads = [threading.Thread(target=b.stop, kwargs={"grace_s": 10.0}) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         if self.base_dir is not None:
             shutil.rmtree(self.base_dir, ignore_errors=True)
