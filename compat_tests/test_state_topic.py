@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compat_tests.harness.admin import admin, wait_for_leaders
-from compat_tests.harness.cluster import KafkaCluster
+from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
 from coordinator import records as rec
 from coordinator.records import codec as consumer_codec
 from gateway.cli import main as cli_main
@@ -33,6 +33,7 @@ from translate.group_records import GroupMetadataRecord, GroupMetadataValue, enc
 pytestmark = pytest.mark.timeout(120)
 
 SHARDS = 3
+TXN_STATE_PARTITIONS = CLUSTER_CONFIG["transaction.state.log.num.partitions"]
 
 
 def _store(kafka3: KafkaCluster, topic: str, **kw: object) -> KafkaStateStore:
@@ -256,6 +257,53 @@ async def test_no_acknowledged_record_is_lost_when_the_partition_leader_is_kille
     finally:
         if killed is not None:
             await asyncio.to_thread(kafka3.restart, killed)
+
+
+async def test_not_enough_replicas_is_retried_within_the_bound_then_fails_the_shard(
+    kafka3: KafkaCluster, names: Callable[[str], str]
+) -> None:
+    """min.insync.replicas 3 with one follower down: the partition answers NOT_ENOUGH_REPLICAS, which the
+    client retries until the store's write bound, then the sync fails (not as fencing). Once the node is
+    back, a re-opened shard replays what was committed and writes again."""
+    topic = names("state")
+    store = _store(kafka3, topic, min_insync_replicas=3, write_timeout_ms=4_000)
+    await store.open()
+    shard = await store.open_shard(0)
+    shard.append([Record(b"k", b"1")])
+    await shard.sync()
+    leader = await asyncio.to_thread(kafka3.leader, topic, 0)
+    # Not the transaction coordinator of the shard's transactional id either (the leader of its
+    # __transaction_state partition, placed as groups are), so that only the ISR is short.
+    txn_partition = shard_of(store.transactional_id(0), int(TXN_STATE_PARTITIONS))
+    coordinator = await asyncio.to_thread(kafka3.leader, "__transaction_state", txn_partition)
+    follower = next(n for n in kafka3.brokers if n not in (leader, coordinator))
+    await asyncio.to_thread(kafka3.kill, follower)
+    try:
+        deadline = time.monotonic() + 30
+        while follower in await asyncio.to_thread(kafka3.isr, topic, 0):
+            assert time.monotonic() < deadline, "the killed follower never left the ISR"
+            await asyncio.sleep(0.3)
+        shard.append([Record(b"k", b"2")])
+        with pytest.raises(StateLogWriteFailed, match="not committed within 4s") as info:
+            await shard.sync()
+        assert not isinstance(info.value, ShardFenced)
+        with pytest.raises(StateLogWriteFailed):
+            shard.append([Record(b"k", b"3")])
+    finally:
+        await asyncio.to_thread(kafka3.restart, follower)
+    deadline = time.monotonic() + 60
+    while len(await asyncio.to_thread(kafka3.isr, topic, 0)) < 3:
+        assert time.monotonic() < deadline, "the restarted follower never rejoined the ISR"
+        await asyncio.sleep(0.3)
+    again = await store.open_shard(0)
+    replayed = list(again.replay())
+    # The timed-out transaction's outcome was unknown: its commit may have completed once the ISR was
+    # whole again, or the re-open aborted it. Either way the re-opened shard holds a settled answer.
+    assert replayed in ([Record(b"k", b"1")], [Record(b"k", b"1"), Record(b"k", b"2")]), replayed
+    again.append([Record(b"k", b"4")])
+    await again.sync()
+    await store.close()
+    assert await _fresh_replay(kafka3, topic, 0) == [*replayed, Record(b"k", b"4")]
 
 
 async def test_a_failed_write_leaves_the_shard_refusing_until_reopened(

@@ -62,6 +62,8 @@ DEFAULT_APPEND_LINGER_MS = 5
 # How long one transaction (begin, produce, commit, with the client's retries) may take before the
 # shard gives up on it.
 DEFAULT_WRITE_TIMEOUT_MS = 30_000
+# How long a shard's producer may take to deliver what is queued when the shard is closed or failed.
+STOP_GRACE_S = 2.0
 # How long opening a shard (fencing and reading the partition to its end) may take.
 DEFAULT_LOAD_TIMEOUT_MS = 60_000
 
@@ -507,9 +509,20 @@ def _retrieve(f: asyncio.Future[Any]) -> None:
         f.exception()
 
 
-async def _stop_quietly(producer: AIOKafkaProducer) -> None:
-    with contextlib.suppress(Exception):
-        await producer.stop()
+async def _stop_quietly(producer: AIOKafkaProducer, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a shard's producer. stop() first delivers what is queued, which an idempotent producer retries
+    without end; after ``grace_s`` its sender is cancelled instead (aiokafka has no stop-without-flush), so
+    a shard whose partition stays unreachable never holds up closing the store."""
+    stopping = asyncio.ensure_future(producer.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=grace_s)
+    if not done:
+        sender_task = producer._sender.sender_task
+        if sender_task is not None:
+            sender_task.cancel()
+        await asyncio.wait({stopping}, timeout=grace_s)
+    if stopping.done() and not stopping.cancelled():
+        with contextlib.suppress(Exception):
+            stopping.result()
 
 
 async def read_partition(store: KafkaStateStore, shard: int, *, timeout_ms: int | None = None) -> list[Record]:

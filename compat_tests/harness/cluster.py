@@ -99,14 +99,23 @@ class KafkaCluster:
         alive = [b.bootstrap for b in self.brokers.values() if b.alive()]
         return KafkaAdminClient(bootstrap_servers=alive, request_timeout_ms=10_000, client_id="kafka3-harness")
 
-    def _metadata(self, topic: str | None = None) -> dict:  # type: ignore[type-arg]
-        admin = self._admin()
-        try:
-            if topic is None:
-                return admin.describe_cluster()  # type: ignore[no-any-return]
-            return admin.describe_topics([topic])[0]  # type: ignore[no-any-return]
-        finally:
-            admin.close()
+    def _metadata(self, topic: str | None = None, timeout_s: float = 15.0) -> dict:  # type: ignore[type-arg]
+        """Cluster (or one topic's) metadata from a live node; a node just killed can still be picked by
+        the client for a request, so failures are retried for a while."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                admin = self._admin()
+                try:
+                    if topic is None:
+                        return admin.describe_cluster()  # type: ignore[no-any-return]
+                    return admin.describe_topics([topic])[0]  # type: ignore[no-any-return]
+                finally:
+                    admin.close()
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
 
     def wait_brokers(self, count: int, timeout_s: float = 60.0) -> None:
         """Wait until ``count`` brokers are registered and unfenced (listed in Metadata)."""
