@@ -211,13 +211,17 @@ def _run(coro: Any) -> int:
 
     from .logging import setup_logging
 
-    if not structlog.is_configured():
+    configured = structlog.is_configured()
+    if not configured:
         setup_logging(level="warning")  # to stderr: stdout carries the JSON lines
     try:
         return asyncio.run(coro)  # type: ignore[no-any-return]
     except (StateTopicError, StateLogWriteFailed, ValueError, OSError, KafkaError) as e:
         print(f"groupgate: {e}", file=sys.stderr)
         return 1
+    finally:
+        if not configured:
+            structlog.reset_defaults()  # the stream it bound may not outlive the command (embedded use, tests)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

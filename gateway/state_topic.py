@@ -214,15 +214,17 @@ class KafkaShardLog:
         self._waiters = keep
 
     def _fail(self, exc: StateLogWriteFailed) -> None:
-        if self._failed is None:
+        first = self._failed is None
+        if first:
             self._failed = exc
-            log.warning("state topic shard stops taking writes", shard=self.shard, error=str(exc))
         for _, fut in self._waiters:
             if not fut.done():
-                fut.set_exception(self._failed)
+                fut.set_exception(self._failed)  # type: ignore[arg-type]
         self._waiters.clear()
         self._pending.clear()
         self._store._release(self)
+        if first:
+            log.warning("state topic shard stops taking writes", shard=self.shard, error=str(exc))
 
     def close(self) -> None:
         """Stop writing: records not yet synced are dropped (they were never acknowledged)."""
