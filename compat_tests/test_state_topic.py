@@ -172,6 +172,9 @@ async def test_a_transaction_open_at_takeover_is_aborted(kafka3: KafkaCluster, n
     producer = a._producer  # drive the zombie's producer by hand to stop it between produce and commit
     await producer.begin_transaction()
     await (await producer.send(topic, key=b"k", value=b"in-flight", partition=0))
+    # A reader meanwhile stops at the last stable offset: the open transaction is neither returned nor
+    # waited for.
+    assert await read_partition(_store(kafka3, topic), 0, timeout_ms=20_000) == [Record(b"k", b"committed")]
 
     b = await b_store.open_shard(0)
     assert list(b.replay()) == [Record(b"k", b"committed")]
