@@ -453,6 +453,9 @@ class KafkaStateStore:
     async def open_shard(self, shard: int) -> KafkaShardLog:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} is outside 0..{self.shards - 1}")
+        if self.topic_check is None:
+            # Producing to a missing topic could have the cluster auto-create it with the wrong layout.
+            raise RuntimeError("open() the store (create or verify its topic) before opening a shard")
         old = self._logs.pop(shard, None)
         if old is not None:
             old.close()

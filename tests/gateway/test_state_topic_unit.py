@@ -194,7 +194,9 @@ def test_replication_defaults_follow_the_cluster_size() -> None:
     assert [default_min_insync_replicas(rf) for rf in (1, 2, 3)] == [1, 2, 2]
 
 
-async def test_open_shard_refuses_a_shard_outside_the_store() -> None:
+async def test_open_shard_refuses_a_shard_outside_the_store_or_before_open() -> None:
     store = KafkaStateStore("127.0.0.1:1", shards=2)
     with pytest.raises(ValueError, match="outside 0..1"):
         await store.open_shard(2)
+    with pytest.raises(RuntimeError, match="before opening a shard"):
+        await store.open_shard(1)
