@@ -189,13 +189,11 @@ def add_commands(ssub: Any) -> None:
 
 def _store(args: argparse.Namespace, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
     from .config import load_config
-    from .tls import upstream_context
 
     config = load_config(args.config, flags={"upstream": args.upstream})
-    c = config.coordinator
     if args.topic:
-        c = c.model_copy(update={"state_topic": args.topic})
-    return KafkaStateStore.from_settings(c, config.upstream, shards=shards, ssl_context=upstream_context(config))
+        config.coordinator.state_topic = args.topic  # validated on assignment (a legal topic name)
+    return KafkaStateStore.from_config(config, shards=shards)
 
 
 async def _existing(store: KafkaStateStore) -> KafkaStateStore:

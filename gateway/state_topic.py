@@ -50,6 +50,7 @@ from .state_log import Record, StateLogWriteFailed
 from .state_store import DEFAULT_SHARDS, ShardFenced
 
 if TYPE_CHECKING:
+    from .config import GatewayConfig
     from .coordinator_settings import CoordinatorSettings
 
 log = get_logger("gateway.state_topic")
@@ -311,6 +312,13 @@ class KafkaStateStore:
             write_timeout_ms=settings.state_write_timeout_ms,
             ssl_context=ssl_context,
         )
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, *, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
+        """The store of a gateway configuration: its upstream cluster (and upstream TLS), its settings."""
+        from .tls import upstream_context
+
+        return cls.from_settings(config.coordinator, config.upstream, shards=shards, ssl_context=upstream_context(config))
 
     def transactional_id(self, shard: int) -> str:
         return f"{self.transactional_id_prefix}{shard}"
