@@ -68,6 +68,7 @@ async def test_open_creates_the_topic_verifies_it_and_refuses_a_partition_mismat
     configs = client.describe_configs([res])[res].result(timeout=10)
     assert configs["cleanup.policy"].value == "compact"
     assert configs["min.insync.replicas"].value == "2"
+    assert configs["unclean.leader.election.enable"].value == "false"
 
     again = _store(kafka3, topic)
     await again.open()

@@ -370,7 +370,12 @@ class KafkaStateStore:
                         self.topic,
                         num_partitions=self.shards,
                         replication_factor=rf,
-                        topic_configs={"cleanup.policy": "compact", "min.insync.replicas": str(mir)},
+                        topic_configs={
+                            "cleanup.policy": "compact",
+                            "min.insync.replicas": str(mir),
+                            # An out-of-sync replica elected leader would drop acknowledged state.
+                            "unclean.leader.election.enable": "false",
+                        },
                     )
                 ]
             )
@@ -407,6 +412,8 @@ class KafkaStateStore:
         actual_mir = int(mir_value) if mir_value else None
         if actual_mir is not None and actual_mir < mir:
             warnings.append(f"min.insync.replicas={actual_mir} is lower than the {mir} configured/expected")
+        if (configs.get("unclean.leader.election.enable") or "").lower() == "true":
+            warnings.append("unclean.leader.election.enable=true: a lagging replica made leader loses acknowledged state")
         return TopicCheck(created, len(partitions), actual_rf, policy, actual_mir, tuple(warnings))
 
     async def _describe(self, admin: AIOKafkaAdminClient) -> dict[str, Any] | None:
