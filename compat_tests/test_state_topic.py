@@ -205,9 +205,13 @@ async def test_concurrent_syncs_share_transactions(kafka3: KafkaCluster, names: 
     assert replayed == [Record(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(calls)]
 
 
-async def test_no_acknowledged_record_is_lost_when_the_partition_leader_is_killed(
-    kafka3: KafkaCluster, names: Callable[[str], str]
+@pytest.mark.parametrize("victim", ["partition-leader", "transaction-coordinator"])
+async def test_no_acknowledged_record_is_lost_when_a_broker_is_killed_mid_stream(
+    kafka3: KafkaCluster, names: Callable[[str], str], victim: str
 ) -> None:
+    """SIGKILL the broker leading the shard's partition, or the one coordinating its transactional id (the
+    leader of its __transaction_state partition), while four writers append and sync: every sync that
+    returned is in the log afterwards, in order per writer, and appends succeed again once the role moved."""
     topic = names("state")
     store = _store(kafka3, topic)
     await store.open()
@@ -236,11 +240,15 @@ async def test_no_acknowledged_record_is_lost_when_the_partition_leader_is_kille
     killed = None
     try:
         await until(40, 20)
-        killed = await asyncio.to_thread(kafka3.leader, topic, shard_no)
+        txn_partition = shard_of(store.transactional_id(shard_no), int(TXN_STATE_PARTITIONS))
+        if victim == "partition-leader":
+            killed = await asyncio.to_thread(kafka3.leader, topic, shard_no)
+        else:
+            killed = await asyncio.to_thread(kafka3.leader, "__transaction_state", txn_partition)
         await asyncio.to_thread(kafka3.kill, killed)
         at_kill = len(acked)
-        new_leader = await asyncio.to_thread(kafka3.wait_leader, topic, shard_no, not_on=killed)
-        assert new_leader != killed
+        assert await asyncio.to_thread(kafka3.wait_leader, topic, shard_no, not_on=killed) != killed
+        assert await asyncio.to_thread(kafka3.wait_leader, "__transaction_state", txn_partition, not_on=killed) != killed
         # Appends go on once leadership has moved (the client retries across the change).
         await until(at_kill + 60, 40)
     finally:
