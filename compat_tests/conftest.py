@@ -1,6 +1,8 @@
 """Fixtures of the compatibility suites: a real broker, the gateway in front of it, names and topics.
 
 - ``kafka``: one single-node KRaft broker (process backend) for the whole session.
+- ``kafka3``: a 3-node KRaft cluster (three combined broker+controller voters, replication factor 3) for the
+  session, started only when a test asks for it.
 - ``kafka_container``: the testcontainers backend; skipped with "no Docker engine" when none answers.
 - ``gateway`` / ``module_gateway``: ``groupgate serve`` as a child process in front of ``kafka``, so a test
   can SIGKILL and restart it. ``pytest --compat-direct`` points these fixtures at the broker itself, to
@@ -24,6 +26,7 @@ from compat_tests.harness.brokers import (
     docker_unavailable_reason,
     free_port_block,
 )
+from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 
@@ -59,6 +62,16 @@ def kafka() -> Iterator[ProcessBackend]:
         yield backend
     finally:
         backend.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka3() -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The ``groupgate`` command: serve, dev, state verify|repair, kafka fetch (and rehearse, when the rehearsal
+"""The ``groupgate`` command: serve, dev, state verify|repair|inspect|export|import, kafka fetch (and rehearse, when the rehearsal
 package provides it).
 
 ``kafka fetch`` also fetches Spark's Kafka connector when PySpark is installed (rehearsal/spark_kafka.py)."""
@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--state-dir", required=True, help="the gateway's --state-dir")
     repair.set_defaults(func=cmd_state_repair)
+    from .state_tools import add_commands as add_state_topic_commands  # inspect, export, import (the topic)
+
+    add_state_topic_commands(ssub)
 
     kafka = sub.add_parser("kafka", help="Apache Kafka distributions")
     ksub = kafka.add_subparsers(dest="kafka_command", required=True)

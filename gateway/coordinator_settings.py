@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from translate.group_config import GroupServiceConfig
 
+# The cluster state store's defaults (gateway/state_topic.py), here so that reading settings stays cheap.
+DEFAULT_STATE_TOPIC = "__groupgate_groups"
+DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX = "groupgate-groups-"
+_TOPIC_NAME = re2.compile(r"[a-zA-Z0-9._-]{1,249}")
+
 # The server assignors coordinator/assignors provides (Kafka's group.consumer.assignors names). Known
 # here without importing the coordinator, so that reading the configuration stays cheap.
 KNOWN_ASSIGNORS = ("uniform", "range")
@@ -52,6 +57,24 @@ class CoordinatorSettings(BaseModel):
     )
     fsync: Literal["always", "interval", "never"] = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
+    # Where group state is kept: "file" (the log under state_dir) or "kafka" (a compacted topic of the
+    # upstream cluster, one partition per shard: gateway/state_topic.py, docs/ARCHITECTURE.md).
+    state_store: Literal["file", "kafka"] = "file"
+    # The cluster store's topic; created at start when missing (cleanup.policy=compact), verified when present.
+    state_topic: str = DEFAULT_STATE_TOPIC
+    # None: min(3, brokers in the cluster), as Kafka's internal topics are usually replicated.
+    state_topic_replication_factor: int | None = Field(default=None, ge=1)
+    # The topic's min.insync.replicas; None: min(2, replication factor).
+    state_topic_min_insync_replicas: int | None = Field(default=None, ge=1)
+    # Shard N is written by the transactional id <prefix>N; a new owner of the id fences the older one.
+    state_transactional_id_prefix: str = Field(default=DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX, min_length=1)
+    # How long a shard waits for more appends before committing them in one transaction.
+    state_append_linger_ms: float = Field(
+        default=5, ge=0, validation_alias=_kafka("state_append_linger_ms", "group.coordinator.append.linger.ms")
+    )
+    # One transaction (with the client's retries across leader changes) gives up after this long; the
+    # shard must then be re-opened.
+    state_write_timeout_ms: int = Field(default=30_000, ge=1)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).
     metadata_refresh_s: float = Field(default=5.0, gt=0)
     # How often managed groups are checked for members on the upstream coordinator (clients that bypass
@@ -180,6 +203,13 @@ class CoordinatorSettings(BaseModel):
             re2.compile(v)
         except Exception as e:  # noqa: BLE001 - re2.error
             raise ValueError(f"managed_groups is not a valid RE2 pattern: {e}") from None
+        return v
+
+    @field_validator("state_topic")
+    @classmethod
+    def _check_state_topic(cls, v: str) -> str:
+        if v in (".", "..") or not _TOPIC_NAME.fullmatch(v):
+            raise ValueError(f"state_topic {v!r} is not a legal Kafka topic name")
         return v
 
     @field_validator("rebalance_events")

@@ -86,6 +86,8 @@ class EmbeddedKafka:
     # An additional SSL listener on ssl_port (0 = a free port), beside the PLAINTEXT one (None = none).
     tls: BrokerTls | None = None
     ssl_port: int = 0
+    # The cluster id the storage is formatted with (None: a fresh one); the nodes of one cluster share it.
+    cluster_id: str | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
 
@@ -131,7 +133,9 @@ class EmbeddedKafka:
         cfg.update(self.overrides)
         return cfg
 
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> EmbeddedKafka:
+    def start(self, timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True) -> EmbeddedKafka:
+        """Start the JVM; with ``wait`` (the default) return once the client listener serves. A node of a
+        multi-voter cluster only serves once a quorum is up, so a cluster starts all nodes, then waits."""
         dist = kafka_dist.broker(self.version)
         kafka_dist.fetch(dist)
         if self.data_dir is None:
@@ -161,7 +165,7 @@ class EmbeddedKafka:
         meta = self.data_dir / "logs" / "meta.properties"
         if not meta.exists():
             fmt = subprocess.run(
-                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", new_cluster_id(), "-g"],
+                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", self.cluster_id or new_cluster_id(), "-g"],
                 capture_output=True,
                 text=True,
             )
@@ -176,10 +180,11 @@ class EmbeddedKafka:
             start_new_session=True,
         )
         log.close()
-        self._wait_ready(timeout_s)
+        if wait:
+            self.wait_ready(timeout_s)
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         # The client listener only accepts connections once the broker is unfenced.
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -1,0 +1,274 @@
+"""Operating on the cluster state store: ``groupgate state inspect|export|import``.
+
+- ``inspect``: one shard's records as JSON lines, decoded (record type, group, member, value fields).
+- ``export``: the records of every shard (or one) as JSON lines of base64 key/value bytes, for backups and
+  for other tools; a tombstone has ``"value": null``.
+- ``import``: copies the live records of a file state directory (``--state-dir``) into the topic, each into
+  its group's shard. Idempotent: a key whose latest value in the topic already equals the file's is not
+  written again, so running it twice adds nothing and leaves the same compacted content.
+
+Reading never fences: it uses a read_committed consumer, not the shard's transactional id, so a running
+gateway keeps its shards. Importing does fence (it writes as the shard's owner): stop the gateway first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import dataclasses
+import enum
+import json
+import sys
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka.errors import KafkaError
+
+from translate.group_records import GROUP_METADATA_KEY_VERSION as _CLASSIC_KEY_VERSION
+
+from .state_log import Record, StateLogWriteFailed
+from .state_store import DEFAULT_SHARDS, shard_of
+from .state_topic import KafkaStateStore, StateTopicError, read_partition
+
+
+def group_of_key(key: bytes) -> str:
+    """The group id a state record's key belongs to (classic GroupMetadata or a consumer-group record)."""
+    if len(key) >= 2 and int.from_bytes(key[:2], "big", signed=True) == _CLASSIC_KEY_VERSION:
+        from translate.group_records import decode_key
+
+        return decode_key(key)
+    from coordinator.records.codec import decode
+
+    return decode(key, None).group_id
+
+
+def _jsonable(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _jsonable(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, enum.Enum):
+        return v.name
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def describe_record(record: Record) -> dict[str, Any]:
+    """A record as a JSON-able dict: its kind, group, sub-key and decoded value (None for a tombstone)."""
+    out: dict[str, Any] = {}
+    try:
+        if len(record.key) >= 2 and int.from_bytes(record.key[:2], "big", signed=True) == _CLASSIC_KEY_VERSION:
+            from translate.group_records import decode_record
+
+            classic = decode_record(record.key, record.value)
+            out.update(type="CLASSIC_GROUP_METADATA", group_id=classic.group_id, value=_jsonable(classic.value))
+        else:
+            from coordinator.records.codec import decode
+
+            rec = decode(record.key, record.value)
+            out.update(type=rec.type.name, group_id=rec.group_id)
+            if rec.sub_key is not None:
+                out["sub_key"] = rec.sub_key
+            out["value"] = _jsonable(rec.value)
+    except Exception as exc:  # noqa: BLE001 - an undecodable record is shown, not fatal to the listing
+        out.update(type="UNDECODABLE", error=f"{type(exc).__name__}: {exc}")
+    out["tombstone"] = record.value is None
+    return out
+
+
+def export_line(shard: int, record: Record) -> dict[str, Any]:
+    return {
+        "shard": shard,
+        "key": base64.b64encode(record.key).decode(),
+        "value": None if record.value is None else base64.b64encode(record.value).decode(),
+    }
+
+
+async def read_shards(store: KafkaStateStore, shards: Iterable[int]) -> dict[int, list[Record]]:
+    return {s: await read_partition(store, s) for s in shards}
+
+
+def latest(records: Iterable[Record]) -> dict[bytes, bytes | None]:
+    """Each key's latest value (None: tombstoned): what compaction converges to."""
+    out: dict[bytes, bytes | None] = {}
+    for r in records:
+        out[r.key] = r.value
+    return out
+
+
+@dataclass(slots=True)
+class ImportReport:
+    live_keys: int = 0  # live records in the state directory
+    written: int = 0  # records produced to the topic
+    unchanged: int = 0  # already in the topic with the same value
+    shards: dict[int, int] = dataclasses.field(default_factory=dict)  # shard -> records written
+
+
+async def import_records(store: KafkaStateStore, records: Iterable[Record]) -> ImportReport:
+    """Write ``records`` (live records: no tombstones) into their groups' shards, skipping every key whose
+    latest value in the topic is already the same. Opens (so fences) each shard it writes to."""
+    report = ImportReport()
+    by_shard: dict[int, list[Record]] = {}
+    for r in records:
+        report.live_keys += 1
+        by_shard.setdefault(shard_of(group_of_key(r.key), store.shards), []).append(r)
+    for shard, wanted in sorted(by_shard.items()):
+        log = await store.open_shard(shard)
+        try:
+            present = latest(log.replay())
+            todo = [r for r in wanted if r.key not in present or present[r.key] != r.value]
+            report.unchanged += len(wanted) - len(todo)
+            if todo:
+                log.append(todo)
+                await log.sync()
+                report.written += len(todo)
+                report.shards[shard] = len(todo)
+        finally:
+            log.close()
+    return report
+
+
+def file_state_records(state_dir: Path | str) -> list[Record]:
+    """The live records of a file state directory; refuses one that `serve` would refuse too."""
+    from .state_repair import verify
+
+    report = verify(state_dir)
+    if not report.loadable:
+        raise ValueError(
+            f"{state_dir}: the state log is damaged ({len(report.damage)} range(s)); run `groupgate state verify` "
+            "and `groupgate state repair` first"
+        )
+    return report.records
+
+
+# --- the commands ---------------------------------------------------------------------------------------
+
+
+def add_commands(ssub: Any) -> None:
+    """``state inspect|export|import`` on the subparsers of ``groupgate state``."""
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="TOML file: upstream, upstream TLS and the [coordinator] state_topic settings")
+        p.add_argument("--upstream", help="bootstrap HOST:PORT[,HOST:PORT...] of the cluster holding the topic")
+        p.add_argument("--topic", help="the state topic (default: coordinator.state_topic, __groupgate_groups)")
+
+    inspect = ssub.add_parser("inspect", help="one shard of the state topic, decoded, as JSON lines (read-only)")
+    common(inspect)
+    which = inspect.add_mutually_exclusive_group(required=True)
+    which.add_argument("--shard", type=int, help="the shard (partition) to read")
+    which.add_argument("--group", help="the shard of this group, and only this group's records")
+    inspect.set_defaults(func=cmd_inspect)
+
+    export = ssub.add_parser(
+        "export", help="the state topic's records as JSON lines of base64 key/value (read-only)"
+    )
+    common(export)
+    export.add_argument("--shard", type=int, help="only this shard (default: all)")
+    export.set_defaults(func=cmd_export)
+
+    imp = ssub.add_parser(
+        "import", help="copy a --state-dir's group state into the state topic, idempotently (stop the gateway first)"
+    )
+    common(imp)
+    imp.add_argument("--state-dir", required=True, help="the file state directory to copy from")
+    imp.add_argument(
+        "--shards", type=int, help=f"shard count when the topic is created (default: {DEFAULT_SHARDS}; "
+        "an existing topic's own count otherwise)"
+    )
+    imp.set_defaults(func=cmd_import)
+
+
+def _store(args: argparse.Namespace, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
+    from .config import load_config
+
+    config = load_config(args.config, flags={"upstream": args.upstream})
+    if args.topic:
+        config.coordinator.state_topic = args.topic  # validated on assignment (a legal topic name)
+    return KafkaStateStore.from_config(config, shards=shards)
+
+
+async def _existing(store: KafkaStateStore) -> KafkaStateStore:
+    partitions = await store.partitions()
+    if partitions is None:
+        raise StateTopicError(f"there is no state topic {store.topic} on {store.bootstrap}")
+    store.shards = partitions
+    return store
+
+
+def _run(coro: Any) -> int:
+    import structlog
+
+    from .logging import setup_logging
+
+    configured = structlog.is_configured()
+    if not configured:
+        setup_logging(level="warning")  # to stderr: stdout carries the JSON lines
+    try:
+        return asyncio.run(coro)  # type: ignore[no-any-return]
+    except (StateTopicError, StateLogWriteFailed, ValueError, OSError, KafkaError) as e:
+        print(f"groupgate: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if not configured:
+            structlog.reset_defaults()  # the stream it bound may not outlive the command (embedded use, tests)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        store = await _existing(_store(args))
+        shard = args.shard if args.group is None else shard_of(args.group, store.shards)
+        if not 0 <= shard < store.shards:
+            raise ValueError(f"shard {shard} is outside 0..{store.shards - 1}")
+        for seq, record in enumerate(await read_partition(store, shard)):
+            line = describe_record(record)
+            if args.group is not None and line.get("group_id") != args.group:
+                continue
+            print(json.dumps({"shard": shard, "seq": seq, **line}, sort_keys=True))
+        return 0
+
+    return _run(run())
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        store = await _existing(_store(args))
+        shards = range(store.shards) if args.shard is None else [args.shard]
+        for shard in shards:
+            for record in await read_partition(store, shard):
+                print(json.dumps(export_line(shard, record)))
+        return 0
+
+    return _run(run())
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        records = file_state_records(args.state_dir)
+        store = _store(args, shards=args.shards or DEFAULT_SHARDS)
+        partitions = await store.partitions()
+        if partitions is not None:
+            if args.shards is not None and args.shards != partitions:
+                raise ValueError(f"--shards {args.shards}, but {store.topic} has {partitions} partitions")
+            store.shards = partitions
+        await store.open()
+        try:
+            report = await import_records(store, records)
+        finally:
+            await store.close()
+        print(
+            f"imported {args.state_dir} into {store.topic}: {report.live_keys} live records, {report.written} "
+            f"written, {report.unchanged} already there"
+            + "".join(f"\n  shard {s}: {n} written" for s, n in sorted(report.shards.items()))
+        )
+        return 0
+
+    return _run(run())

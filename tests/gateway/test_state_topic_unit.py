@@ -1,0 +1,202 @@
+"""The cluster state store's own logic, without a cluster: group commit, failure and fencing handling of a
+shard log (driven by a stand-in for the transactional producer), its settings, and its defaults.
+
+The store against a real 3-node cluster is compat_tests/test_state_topic.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import errors as kafka_errors
+from pydantic import ValidationError
+
+from gateway.coordinator_settings import CoordinatorSettings
+from gateway.state_log import Record, StateLogWriteFailed
+from gateway.state_store import ShardFenced
+from gateway.state_topic import (
+    KafkaShardLog,
+    KafkaStateStore,
+    _is_fenced,
+    default_min_insync_replicas,
+    default_replication_factor,
+)
+
+
+class FakeProducer:
+    """The transactional producer calls a shard log makes, recorded; ``fail_commit`` makes commits fail."""
+
+    def __init__(self, commit_delay_s: float = 0.01) -> None:
+        self.commit_delay_s = commit_delay_s
+        self.fail_commit: BaseException | None = None
+        self.hang = False
+        self.current: list[Record] | None = None
+        self.committed: list[list[Record]] = []
+        self.stopped = False
+
+    async def begin_transaction(self) -> None:
+        assert self.current is None, "transactions overlap"
+        self.current = []
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1) -> Any:
+        assert self.current is not None, "send outside a transaction"
+        assert key is not None
+        self.current.append(Record(key, value))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def commit_transaction(self) -> None:
+        await asyncio.sleep(self.commit_delay_s)
+        while self.hang:
+            await asyncio.sleep(1)
+        if self.fail_commit is not None:
+            raise self.fail_commit
+        assert self.current is not None
+        self.committed.append(self.current)
+        self.current = None
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+def _log(**store_kw: Any) -> tuple[KafkaStateStore, KafkaShardLog, FakeProducer]:
+    store = KafkaStateStore("127.0.0.1:1", shards=4, topic="t", **store_kw)
+    producer = FakeProducer()
+    shard = KafkaShardLog(store, 3, producer, [Record(b"old", b"1")])  # type: ignore[arg-type]
+    store._logs[3] = shard
+    return store, shard, producer
+
+
+def _r(i: int) -> Record:
+    return Record(f"k{i}".encode(), None if i % 5 == 0 else f"v{i}".encode())
+
+
+async def test_concurrent_syncs_share_transactions_in_append_order() -> None:
+    store, shard, producer = _log(append_linger_ms=2)
+    assert list(shard.replay()) == [Record(b"old", b"1")]
+    await shard.sync()  # nothing appended: no transaction
+    assert producer.committed == []
+
+    async def one(i: int) -> None:
+        shard.append([_r(i)])
+        await shard.sync()
+
+    await asyncio.gather(*(one(i) for i in range(50)))
+    flat = [r for txn in producer.committed for r in txn]
+    assert flat == [_r(i) for i in range(50)]  # tombstones stay None
+    assert 1 <= len(producer.committed) < 50
+    assert shard.transactions == store.transactions == len(producer.committed)
+
+
+async def test_appends_during_a_transaction_go_into_the_next_one() -> None:
+    _, shard, producer = _log(append_linger_ms=0)
+    producer.commit_delay_s = 0.05
+    shard.append([_r(1)])
+    first = asyncio.create_task(shard.sync())
+    await asyncio.sleep(0.01)  # the first transaction is in flight
+    shard.append([_r(2), _r(3)])
+    await shard.sync()
+    await first
+    assert producer.committed == [[_r(1)], [_r(2), _r(3)]]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [kafka_errors.ProducerFenced(), kafka_errors.InvalidProducerEpoch()],
+    ids=["ProducerFenced", "InvalidProducerEpoch"],
+)
+async def test_a_fenced_producer_fences_the_shard_for_good(error: BaseException) -> None:
+    store, shard, producer = _log()
+    producer.fail_commit = error
+    shard.append([_r(1)])
+    waiters = [asyncio.create_task(shard.sync()) for _ in range(3)]
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(r, ShardFenced) for r in results), results
+    with pytest.raises(ShardFenced):
+        shard.append([_r(2)])
+    with pytest.raises(ShardFenced):
+        await shard.sync()
+    await store.close()
+    assert producer.stopped and 3 not in store._logs
+
+
+def test_fencing_is_recognised_inside_the_clients_wrapping_errors() -> None:
+    wrapped = kafka_errors.KafkaError("Unexpected error during batch delivery")
+    wrapped.__cause__ = kafka_errors.InvalidProducerEpoch()
+    assert _is_fenced(wrapped)
+    assert not _is_fenced(kafka_errors.NotEnoughReplicasError())
+    assert not _is_fenced(kafka_errors.KafkaTimeoutError())
+
+
+async def test_a_write_that_does_not_finish_in_time_fails_the_shard_but_is_not_fencing() -> None:
+    _, shard, producer = _log(write_timeout_ms=50)
+    producer.hang = True
+    shard.append([_r(1)])
+    with pytest.raises(StateLogWriteFailed, match="outcome is unknown") as info:
+        await shard.sync()
+    assert not isinstance(info.value, ShardFenced)
+    with pytest.raises(StateLogWriteFailed):
+        shard.append([_r(2)])
+
+
+async def test_a_non_retriable_error_fails_the_shard() -> None:
+    _, shard, producer = _log()
+    producer.fail_commit = kafka_errors.KafkaError("broken")
+    shard.append([_r(1)])
+    with pytest.raises(StateLogWriteFailed, match="write failed") as info:
+        await shard.sync()
+    assert not isinstance(info.value, ShardFenced)
+
+
+async def test_close_fails_pending_syncs_and_refuses_appends() -> None:
+    store, shard, producer = _log(append_linger_ms=1000)
+    shard.append([_r(1)])
+    pending = asyncio.create_task(shard.sync())
+    await asyncio.sleep(0)
+    shard.close()
+    with pytest.raises(StateLogWriteFailed):
+        await pending
+    with pytest.raises(StateLogWriteFailed):
+        shard.append([_r(2)])
+    await store.close()
+    assert producer.committed == [] and producer.stopped
+
+
+def test_settings_defaults_kafka_names_and_the_store_built_from_them() -> None:
+    s = CoordinatorSettings()
+    assert s.state_store == "file" and s.state_topic == "__groupgate_groups"
+    assert s.state_append_linger_ms == 5
+    s = CoordinatorSettings.model_validate(
+        {
+            "state_store": "kafka",
+            "state_topic": "groups.state",
+            "group.coordinator.append.linger.ms": 0,
+            "state_topic_replication_factor": 2,
+            "state_transactional_id_prefix": "gw-a-",
+        }
+    )
+    store = KafkaStateStore.from_settings(s, "127.0.0.1:9092", shards=7)
+    assert (store.topic, store.shards, store.append_linger_ms) == ("groups.state", 7, 0)
+    assert store.replication_factor == 2 and store.min_insync_replicas is None
+    assert store.transactional_id(6) == "gw-a-6"
+    for bad in ("bad topic", "", "..", "x" * 250):
+        with pytest.raises(ValidationError):
+            CoordinatorSettings(state_topic=bad)
+    with pytest.raises(ValidationError):
+        CoordinatorSettings.model_validate({"state_store": "zookeeper"})
+
+
+def test_replication_defaults_follow_the_cluster_size() -> None:
+    assert [default_replication_factor(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert [default_min_insync_replicas(rf) for rf in (1, 2, 3)] == [1, 2, 2]
+
+
+async def test_open_shard_refuses_a_shard_outside_the_store_or_before_open() -> None:
+    store = KafkaStateStore("127.0.0.1:1", shards=2)
+    with pytest.raises(ValueError, match="outside 0..1"):
+        await store.open_shard(2)
+    with pytest.raises(RuntimeError, match="before opening a shard"):
+        await store.open_shard(1)
