@@ -37,13 +37,9 @@ from .state_topic import KafkaStateStore, StateTopicError, read_partition
 
 def group_of_key(key: bytes) -> str:
     """The group id a state record's key belongs to (classic GroupMetadata or a consumer-group record)."""
-    if len(key) >= 2 and int.from_bytes(key[:2], "big", signed=True) == _CLASSIC_KEY_VERSION:
-        from translate.group_records import decode_key
+    from coordinator.records.codec import group_of_key as of_key
 
-        return decode_key(key)
-    from coordinator.records.codec import decode
-
-    return decode(key, None).group_id
+    return of_key(key)
 
 
 def _jsonable(v: Any) -> Any:
@@ -138,16 +134,20 @@ async def import_records(store: KafkaStateStore, records: Iterable[Record]) -> I
 
 
 def file_state_records(state_dir: Path | str) -> list[Record]:
-    """The live records of a file state directory; refuses one that `serve` would refuse too."""
-    from .state_repair import verify
+    """The live records of a file state directory (every shard of a sharded one, or a single log of the
+    older layout); refuses one that `serve` would refuse too."""
+    from .state_repair import log_dirs, verify
 
-    report = verify(state_dir)
-    if not report.loadable:
-        raise ValueError(
-            f"{state_dir}: the state log is damaged ({len(report.damage)} range(s)); run `groupgate state verify` "
-            "and `groupgate state repair` first"
-        )
-    return report.records
+    records: list[Record] = []
+    for d in log_dirs(state_dir):
+        report = verify(d)
+        if not report.loadable:
+            raise ValueError(
+                f"{d}: the state log is damaged ({len(report.damage)} range(s)); run `groupgate state verify` "
+                "and `groupgate state repair` first"
+            )
+        records.extend(report.records)
+    return records
 
 
 # --- the commands ---------------------------------------------------------------------------------------

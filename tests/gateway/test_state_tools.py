@@ -106,3 +106,30 @@ async def test_import_places_records_in_their_groups_shards_and_is_idempotent() 
     assert (third.written, third.unchanged) == (1, 10)
     assert latest(store.logs[shard_of("legacy", 5)])[_classic("legacy", 3).key] == _classic("legacy", 3).value
     assert Record(b"only-in-topic", b"x") in store.logs[0]
+
+
+def test_file_state_records_reads_every_shard_of_a_sharded_state_dir(tmp_path) -> None:
+    import asyncio
+
+    from gateway.file_store import FileStateStore
+    from gateway.state_tools import file_state_records
+
+    wanted = [_consumer(f"g{i}", 1) for i in range(12)] + [_classic(f"c{i}", 2) for i in range(6)]
+
+    async def write() -> None:
+        store = FileStateStore(tmp_path, 4, fsync="never")
+        await store.open()
+        by_shard: dict[int, list[Record]] = {}
+        for r in wanted:
+            by_shard.setdefault(shard_of(group_of_key(r.key), 4), []).append(r)
+        assert len(by_shard) > 1  # the records really are spread over several shards
+        for shard, records in by_shard.items():
+            log = await store.open_shard(shard)
+            log.append(records)
+            await log.sync()
+            log.close()
+        await store.close()
+
+    asyncio.run(write())
+    got = file_state_records(tmp_path)
+    assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in wanted)
