@@ -1,6 +1,8 @@
 """Fixtures of the compatibility suites: a real broker, the gateway in front of it, names and topics.
 
 - ``kafka``: one single-node KRaft broker (process backend) for the whole session.
+- ``sasl_kafka``: a second single-node broker with a SASL_PLAINTEXT listener and ACLs enforced
+  (compat_tests/harness/sasl.py), started on first use only.
 - ``kafka_container``: the testcontainers backend; skipped with "no Docker engine" when none answers.
 - ``gateway`` / ``module_gateway``: ``groupgate serve`` as a child process in front of ``kafka``, so a test
   can SIGKILL and restart it. ``pytest --compat-direct`` points these fixtures at the broker itself, to
@@ -26,6 +28,8 @@ from compat_tests.harness.brokers import (
 )
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
+from compat_tests.harness.sasl import USERS
+from gateway.embedded_kafka import BrokerSasl, EmbeddedKafka
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,6 +63,17 @@ def kafka() -> Iterator[ProcessBackend]:
         yield backend
     finally:
         backend.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka() -> Iterator[EmbeddedKafka]:
+    """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap``, StandardAuthorizer, super.users=User:admin."""
+    broker = EmbeddedKafka(sasl=BrokerSasl(users=USERS), heap="384m")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
 
 
 @pytest.fixture(scope="session")

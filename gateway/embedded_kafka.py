@@ -72,6 +72,28 @@ class BrokerTls:
     require_client_cert: bool = False
 
 
+@dataclass(frozen=True)
+class BrokerSasl:
+    """An extra SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256/512 and the StandardAuthorizer.
+
+    ``users`` (name -> password) are known to PLAIN (from the listener's JAAS configuration) and to both
+    SCRAM mechanisms (credentials written at format time, as KRaft takes them). The PLAINTEXT and
+    CONTROLLER listeners stay unauthenticated: their principal is User:ANONYMOUS, which must be a super
+    user for the node to talk to its own controller; the PLAINTEXT listener is thereby an administrator's
+    back door, which the test harness uses for setup (topics, ACLs) and which tests never hand a client.
+    """
+
+    users: Mapping[str, str]
+    super_users: tuple[str, ...] = ("admin",)
+    # allow.everyone.if.no.acl.found: off, as secured clusters run.
+    allow_everyone_if_no_acl_found: bool = False
+    mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclass
 class EmbeddedKafka:
     """One broker process. Use as a context manager, or call start()/stop()."""
@@ -86,6 +108,9 @@ class EmbeddedKafka:
     # An additional SSL listener on ssl_port (0 = a free port), beside the PLAINTEXT one (None = none).
     tls: BrokerTls | None = None
     ssl_port: int = 0
+    # An additional SASL_PLAINTEXT listener on sasl_port (0 = a free port), with ACLs enforced.
+    sasl: BrokerSasl | None = None
+    sasl_port: int = 0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
 
@@ -97,6 +122,11 @@ class EmbeddedKafka:
     def ssl_bootstrap(self) -> str:
         assert self.tls is not None, "no SSL listener configured"
         return f"{self.host}:{self.ssl_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        assert self.sasl is not None, "no SASL listener configured"
+        return f"{self.host}:{self.sasl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -128,8 +158,34 @@ class EmbeddedKafka:
                 cfg["ssl.truststore.type"] = "PEM"
                 cfg["ssl.truststore.location"] = self.tls.truststore
             cfg["ssl.client.auth"] = "required" if self.tls.require_client_cert else "none"
+        if self.sasl is not None:
+            sasl = self.sasl
+            cfg["listeners"] += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
+            cfg["advertised.listeners"] += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
+            cfg["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            cfg["sasl.enabled.mechanisms"] = ",".join(sasl.mechanisms)
+            prefix = "listener.name.sasl_plaintext."
+            users = " ".join(f"user_{name}={_jaas_quote(pw)}" for name, pw in sasl.users.items())
+            cfg[prefix + "plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
+            for mech in ("scram-sha-256", "scram-sha-512"):
+                cfg[prefix + f"{mech}.sasl.jaas.config"] = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            cfg["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            cfg["super.users"] = ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in sasl.super_users)])
+            cfg["allow.everyone.if.no.acl.found"] = str(sasl.allow_everyone_if_no_acl_found).lower()
         cfg.update(self.overrides)
         return cfg
+
+    def _scram_args(self) -> list[str]:
+        if self.sasl is None:
+            return []
+        out = []
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            if mech in self.sasl.mechanisms:
+                for name, pw in self.sasl.users.items():
+                    out += ["--add-scram", f"{mech}=[name={name},password={pw}]"]
+        return out
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> EmbeddedKafka:
         dist = kafka_dist.broker(self.version)
@@ -142,6 +198,8 @@ class EmbeddedKafka:
         self.controller_port = self.controller_port or free_port(self.host)
         if self.tls is not None:
             self.ssl_port = self.ssl_port or free_port(self.host)
+        if self.sasl is not None:
+            self.sasl_port = self.sasl_port or free_port(self.host)
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
         java = java_binary()
@@ -161,7 +219,7 @@ class EmbeddedKafka:
         meta = self.data_dir / "logs" / "meta.properties"
         if not meta.exists():
             fmt = subprocess.run(
-                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", new_cluster_id(), "-g"],
+                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", new_cluster_id(), "-g", *self._scram_args()],
                 capture_output=True,
                 text=True,
             )
