@@ -16,8 +16,8 @@ from typing import Any
 
 from . import codec, frames
 from .logging import get_logger
-from .tls import connect_kwargs, note_upstream_failure
-from .upstream import BrokerDirectory, UpstreamError, set_nodelay
+from .tls import note_upstream_failure
+from .upstream import BrokerDirectory, UpstreamAuthError, UpstreamError, open_authenticated, set_nodelay
 
 log = get_logger("gateway.upstream_client")
 
@@ -135,8 +135,9 @@ class UpstreamClient:
         self._connecting[addr] = fut
         try:
             tls = self.directory.tls
+            # SASL-authenticated when the gateway has upstream credentials (docs/gateway.md, "SASL").
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*addr, **connect_kwargs(tls, addr[0])),
+                open_authenticated(addr[0], addr[1], tls, self.directory.config.upstream_sasl()),
                 self.directory.config.upstream_connect_timeout_s,
             )
             set_nodelay(writer.transport)
@@ -144,7 +145,12 @@ class UpstreamClient:
             self._links[addr] = link
             fut.set_result(link)
             return link
-        except (OSError, TimeoutError) as e:
+        except UpstreamAuthError as e:
+            log.error("upstream refused the gateway's SASL credentials", error=str(e))
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             note_upstream_failure(self.directory.tls, addr[0], addr[1], e)
             err = UpstreamError(f"{addr[0]}:{addr[1]}: {type(e).__name__}: {e}")
             fut.set_exception(err)
