@@ -76,8 +76,9 @@ async def _exchange(
 
 async def authenticate(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, credentials: tuple[str, str, str]
-) -> None:
-    """Authenticate a fresh connection (nothing else sent on it yet). Raises AuthenticationFailed; a lost
+) -> int:
+    """Authenticate a fresh connection (nothing else sent on it yet); returns the session lifetime the
+    broker grants (KIP-368, connections.max.reauth.ms; 0 = unlimited). Raises AuthenticationFailed; a lost
     connection raises what the stream raises (OSError, IncompleteReadError)."""
     mechanism, username, password = credentials
     hs = await _exchange(
@@ -93,6 +94,7 @@ async def authenticate(
         raise AuthenticationFailed(f"SaslHandshake failed with error {hs.error_code}")
     mech = _mechanism(mechanism, username, password)
     corr = 2
+    lifetime_ms = 0
     while not mech.is_done():
         try:
             token = mech.auth_bytes()
@@ -107,6 +109,7 @@ async def authenticate(
             corr,
         )
         corr += 1
+        lifetime_ms = r.session_lifetime_ms
         if r.error_code != 0:
             raise AuthenticationFailed(
                 f"{mechanism} authentication of {username!r} refused: {r.error_message or f'error {r.error_code}'}"
@@ -118,6 +121,7 @@ async def authenticate(
             raise AuthenticationFailed(f"{mechanism}: the broker's answer does not verify: {e}") from None
     if not mech.is_authenticated():
         raise AuthenticationFailed(f"{mechanism} authentication of {username!r} did not complete")
+    return int(lifetime_ms or 0)
 
 
 async def offered_mechanisms(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> list[str] | None:

@@ -43,19 +43,21 @@ class UpstreamAuthError(UpstreamError):
 
 async def open_authenticated(
     host: str, port: int, tls: ssl.SSLContext | None, credentials: tuple[str, str, str] | None
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection of the gateway's own to a broker, SASL-authenticated when credentials are configured."""
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """A connection of the gateway's own to a broker, SASL-authenticated when credentials are configured;
+    with the session lifetime the broker granted (ms, 0 = unlimited)."""
     reader, writer = await asyncio.open_connection(host, port, **connect_kwargs(tls, host))
+    lifetime_ms = 0
     if credentials is not None:
         try:
-            await sasl.authenticate(reader, writer, credentials)
+            lifetime_ms = await sasl.authenticate(reader, writer, credentials)
         except sasl.AuthenticationFailed as e:
             writer.close()
             raise UpstreamAuthError(f"{host}:{port}: {e}") from None
         except BaseException:
             writer.close()
             raise
-    return reader, writer
+    return reader, writer, lifetime_ms
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -82,7 +84,7 @@ async def request_once(
     one request, decode its response, close."""
 
     async def go() -> Any:
-        reader, writer = await open_authenticated(host, port, tls, credentials)
+        reader, writer, _ = await open_authenticated(host, port, tls, credentials)
         try:
             msg.with_header(correlation_id=1, client_id=_CLIENT_ID)
             writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
