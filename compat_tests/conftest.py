@@ -28,7 +28,7 @@ from compat_tests.harness.brokers import (
 )
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
-from compat_tests.harness.sasl import USERS
+from compat_tests.harness.sasl import SASL_SESSION_MS, USERS
 from gateway.embedded_kafka import BrokerSasl, EmbeddedKafka
 
 
@@ -68,7 +68,11 @@ def kafka() -> Iterator[ProcessBackend]:
 @pytest.fixture(scope="session")
 def sasl_kafka() -> Iterator[EmbeddedKafka]:
     """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap``, StandardAuthorizer, super.users=User:admin."""
-    broker = EmbeddedKafka(sasl=BrokerSasl(users=USERS), heap="384m")
+    # A short session lifetime (KIP-368): clients re-authenticate, and the gateway renews its own links,
+    # within a test of a few seconds.
+    broker = EmbeddedKafka(
+        sasl=BrokerSasl(users=USERS), heap="384m", overrides={"connections.max.reauth.ms": str(SASL_SESSION_MS)}
+    )
     broker.start()
     try:
         yield broker

@@ -15,6 +15,8 @@ ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
 BOB = ("bob", "bob-secret")
 USERS = dict([ADMIN, ALICE, BOB])
+# The broker's connections.max.reauth.ms.
+SASL_SESSION_MS = 4000
 
 
 def confluent_conf(bootstrap: str, mechanism: str, user: tuple[str, str], **extra: Any) -> dict[str, Any]:
