@@ -32,6 +32,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import free_port_block
 from compat_tests.harness.gateway_proc import GatewayProcess, groupgate_binary
 from compat_tests.harness.java import (
     OffsetsCommitted,
@@ -41,11 +42,12 @@ from compat_tests.harness.java import (
     verifiable_producer,
 )
 from compat_tests.harness.sasl import ADMIN, ALICE, BOB, SASL_SESSION_MS, confluent_conf, java_props
+from compat_tests.harness.tls_certs import make_pki, openssl_missing_reason
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from translate import authorizer as az
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 WAIT_S = 30.0
@@ -182,6 +184,60 @@ def test_java_clients_through_the_gateway(
     assert sum(e.count for e in consumer.of_type(RecordsConsumed)) == n, consumer.tail()
     commits = consumer.of_type(OffsetsCommitted)
     assert commits and all(e.success for e in commits), consumer.tail()
+
+
+def test_sasl_ssl_listener(
+    sasl_kafka: EmbeddedKafka, secured_topic: str, names: Callable[[str], str], tmp_path: Path
+) -> None:
+    """SASL_SSL on the client side: TLS terminates at the gateway, the SASL exchange passes through."""
+    reason = openssl_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    pki = make_pki(tmp_path / "pki")
+    pw = tmp_path / "pw"
+    pw.write_text(ADMIN[1])
+    gw = GatewayProcess(
+        upstream=sasl_kafka.sasl_bootstrap, listen_port=free_port_block(3), log_dir=tmp_path,
+        extra_args=["--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                    "--listener-security-protocol", "SASL_SSL", "--upstream-sasl-mechanism", "PLAIN",
+                    "--upstream-sasl-username", ADMIN[0], "--upstream-sasl-password-file", str(pw)],
+    ).start()
+    try:
+        group = names("group")
+        grant(
+            sasl_kafka,
+            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.WRITE),
+            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.READ),
+            (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
+        )
+        tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca}
+        values = [f"tls-{i}".encode() for i in range(10)]
+        p = Producer({**confluent_conf(gw.bootstrap, "SCRAM-SHA-256", ALICE), **tls})
+        for v in values:
+            p.produce(secured_topic, v)
+        assert p.flush(WAIT_S) == 0
+        c = Consumer({**confluent_conf(gw.bootstrap, "SCRAM-SHA-256", ALICE), **tls, "group.id": group,
+                      "auto.offset.reset": "earliest"})
+        got: list[bytes] = []
+        try:
+            c.subscribe([secured_topic])
+            deadline = time.monotonic() + WAIT_S
+            while len(got) < len(values) and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    got.append(m.value())
+        finally:
+            c.close()
+        assert sorted(got) == sorted(values)
+        # A client that skips SASL on that listener gets nothing but a closed connection.
+        errors: list[KafkaError] = []
+        a = AdminClient({"bootstrap.servers": gw.bootstrap, **tls, "security.protocol": "SSL",
+                         "error_cb": errors.append})
+        with pytest.raises(KafkaException):
+            a.list_topics(timeout=3)
+    finally:
+        gw.stop()
 
 
 # --- refusals are the cluster's, the same either way ---------------------------------------------------
