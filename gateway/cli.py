@@ -196,6 +196,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     setup_logging(config.log_format, config.log_level)
+    if config.upstream_sasl_mechanism is not None and not config.listener_sasl():
+        # Clients' own connections carry no credentials then: a SASL cluster refuses their requests.
+        log.warning(
+            "the upstream takes SASL but the client listeners do not: clients cannot authenticate; "
+            "set listener_security_protocol to SASL_PLAINTEXT or SASL_SSL",
+        )
     # A file size limit (ulimit -f) must fail the state log's write (EFBIG), which it survives like a
     # full disk, instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
