@@ -348,11 +348,41 @@ def test_wrong_password_fails_librdkafka_alike(mechanism: str, targets: dict[str
     assert seen["gateway"] == seen["direct"]
 
 
+def test_unknown_mechanism_is_answered_alike(targets: dict[str, str]) -> None:
+    seen = {}
+    for name, b in targets.items():
+        host, port = b.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(_frame(SaslHandshakeRequest[1](mechanism="NOT-A-MECHANISM"), 1, 1))
+            hs = codec.decode_response(17, 1, _read(s) or b"")[1]
+            seen[name] = (hs.error_code, sorted(hs.mechanisms))
+    assert seen["direct"][0] == 33  # UNSUPPORTED_SASL_MECHANISM, with what the cluster offers
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_malformed_token_is_refused_alike(targets: dict[str, str]) -> None:
+    """A PLAIN token without its NUL separators: the cluster's refusal, the same way."""
+    seen = {}
+    for name, b in targets.items():
+        host, port = b.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
+            assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
+            s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=b"no-separators-here"), 2, 2))
+            r = codec.decode_response(36, 2, _read(s) or b"")[1]
+            s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
+            seen[name] = (r.error_code, r.error_message, _closed(s))
+    assert seen["direct"][0] != 0 and seen["direct"][2]
+    assert seen["gateway"] == seen["direct"]
+
+
 def test_requests_before_authentication_close_the_connection_alike(targets: dict[str, str]) -> None:
     for name, b in targets.items():
         host, port = b.rsplit(":", 1)
-        # Metadata (passed through) and JoinGroup (which the gateway answers itself for its groups).
+        # Metadata (passed through), JoinGroup (which the gateway answers itself for its groups), and
+        # SaslAuthenticate before any SaslHandshake (out of order).
         for frame in (
+            _frame(SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0alice-secret"), 2, 1),
             _frame(MetadataRequest[12](topics=[]), 12, 1),
             _frame(codec.REQUESTS[11][5](group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                          member_id="", group_instance_id=None, protocol_type="consumer",

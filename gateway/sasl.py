@@ -187,6 +187,7 @@ class ClientSasl:
         self._in_flight = False
         self.session_expires_ms: int | None = None  # KIP-368; None = no lifetime
         self.reauthentications = 0
+        self.failure = "request after failed SASL authentication"
 
     @property
     def authenticated(self) -> bool:
@@ -196,7 +197,7 @@ class ClientSasl:
         """Whether the connection may send this request now; records what the request says. ``payload``
         is the request without its size prefix."""
         if self.state == "failed":
-            return Verdict(False, "request after failed SASL authentication")
+            return Verdict(False, self.failure)
         if self.state == "authenticated":
             if api_key == SASL_HANDSHAKE:
                 return self._handshake(version, payload)
@@ -231,8 +232,6 @@ class ClientSasl:
             _, msg = codec.decode_request(SASL_HANDSHAKE, version, payload)
         except Exception:  # noqa: BLE001
             return Verdict(False, "unreadable SaslHandshake request")
-        if msg.mechanism not in KNOWN_MECHANISMS:
-            return Verdict(False, f"SASL mechanism {msg.mechanism!r} cannot be inspected by the gateway")
         if self.state == "authenticated":
             self.reauthentications += 1
         self.mechanism = msg.mechanism
@@ -251,6 +250,12 @@ class ClientSasl:
         if api_key == SASL_HANDSHAKE:
             if msg.error_code != 0:
                 self.state = "failed"  # the broker closes the connection after this answer
+            elif self.mechanism not in KNOWN_MECHANISMS:
+                # The cluster takes a mechanism whose exchange the gateway cannot follow (it could not tell
+                # when the client is authenticated): the connection closes at the client's first token.
+                # An unknown one the cluster itself refuses (above) gets the cluster's own answer.
+                self.state = "failed"
+                self.failure = f"SASL mechanism {self.mechanism} cannot be inspected by the gateway"
             return
         if self.state != "authenticate":
             return  # e.g. ILLEGAL_SASL_STATE for a SaslAuthenticate after authentication: nothing changes

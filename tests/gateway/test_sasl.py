@@ -112,7 +112,17 @@ def test_refused_authentication_closes_everything_after() -> None:
 
 
 def test_unknown_mechanisms_and_handshake_v0_are_refused() -> None:
-    assert not handshake(ClientSasl(), "GSSAPI")
+    # The cluster answers a mechanism it does not offer itself (UNSUPPORTED_SASL_MECHANISM, then closes).
+    s = ClientSasl()
+    assert handshake(s, "FOO")
+    s.on_response(SASL_HANDSHAKE, 1, _resp(SASL_HANDSHAKE, SaslHandshakeResponse, 1, error_code=33,
+                                           mechanisms=["PLAIN"]), 0)
+    assert s.state == "failed"
+    # One it offers but the gateway cannot follow: the client's first token closes the connection.
+    s = ClientSasl()
+    handshake_ok(s, "GSSAPI")
+    verdict = s.on_request(SASL_AUTHENTICATE, 2, _req(SaslAuthenticateRequest, 2, auth_bytes=b"x"), 0)
+    assert not verdict.ok and "GSSAPI" in verdict.reason
     assert not handshake(ClientSasl(), "PLAIN", version=0)
 
 
