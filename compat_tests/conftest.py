@@ -29,7 +29,8 @@ from compat_tests.harness.brokers import (
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from compat_tests.harness.sasl import SASL_SESSION_MS, USERS
-from gateway.embedded_kafka import BrokerSasl, EmbeddedKafka
+from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
+from gateway.embedded_kafka import BrokerSasl, BrokerTls, EmbeddedKafka
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,12 +67,22 @@ def kafka() -> Iterator[ProcessBackend]:
 
 
 @pytest.fixture(scope="session")
-def sasl_kafka() -> Iterator[EmbeddedKafka]:
-    """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap``, StandardAuthorizer, super.users=User:admin."""
+def sasl_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki | None:
+    """Certificates for the SASL broker's SASL_SSL listener; None without openssl."""
+    return None if openssl_missing_reason() else make_pki(tmp_path_factory.mktemp("sasl-pki"))
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka(sasl_pki: Pki | None) -> Iterator[EmbeddedKafka]:
+    """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap`` (and on ``sasl_ssl_bootstrap``, with certificates
+    from ``sasl_pki``, when openssl is there), StandardAuthorizer, super.users=User:admin."""
     # A short session lifetime (KIP-368): clients re-authenticate, and the gateway renews its own links,
     # within a test of a few seconds.
     broker = EmbeddedKafka(
-        sasl=BrokerSasl(users=USERS), heap="384m", overrides={"connections.max.reauth.ms": str(SASL_SESSION_MS)}
+        sasl=BrokerSasl(users=USERS),
+        tls=None if sasl_pki is None else BrokerTls(keystore=sasl_pki.server_keystore),
+        heap="384m",
+        overrides={"connections.max.reauth.ms": str(SASL_SESSION_MS)},
     )
     broker.start()
     try:

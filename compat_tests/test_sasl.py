@@ -42,7 +42,7 @@ from compat_tests.harness.java import (
     verifiable_producer,
 )
 from compat_tests.harness.sasl import ADMIN, ALICE, BOB, SASL_SESSION_MS, confluent_conf, java_props
-from compat_tests.harness.tls_certs import make_pki, openssl_missing_reason
+from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from translate import authorizer as az
@@ -96,6 +96,21 @@ def grant(sasl_kafka: EmbeddedKafka, *acls: tuple[ResourceType, str, str, AclOpe
     admin = _admin(sasl_kafka)  # kept alive until the results are in
     for f in admin.create_acls(bindings).values():
         f.result(timeout=WAIT_S)
+    wait_for_acls(admin, bindings)
+
+
+def wait_for_acls(admin: AdminClient, bindings: list[AclBinding]) -> None:
+    """Until the broker's authorizer lists them: CreateAcls returns once the controller committed them,
+    and the broker applies that metadata a moment later (DescribeAcls reads the broker's authorizer)."""
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        listed = set(admin.describe_acls(everything).result(timeout=WAIT_S))
+        if all(b in listed for b in bindings):
+            return
+        assert time.monotonic() < deadline, f"ACLs not applied within {WAIT_S}s: {bindings}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -480,6 +495,7 @@ def test_group_authorized_operations_match_the_broker(
     ]
     for f in admin.create_acls(bindings).values():
         f.result(timeout=WAIT_S)
+    wait_for_acls(admin, bindings)
     listed = admin.describe_acls(
         AclBindingFilter(ResourceType.GROUP, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                          AclPermissionType.ANY)
@@ -511,3 +527,34 @@ def test_group_authorized_operations_match_the_broker(
                                           group), user
         else:
             assert ours == broker_bits, (user, ours, broker_bits)
+
+
+def test_gateway_authenticates_over_sasl_ssl(
+    sasl_kafka: EmbeddedKafka, sasl_pki: Pki | None, tmp_path: Path, names: Callable[[str], str]
+) -> None:
+    """security.protocol=SASL_SSL upstream: TLS to the brokers (CA checked) and SCRAM inside it, for the
+    gateway's own connections and for the clients' exchanges it passes through."""
+    if sasl_pki is None:
+        pytest.skip(openssl_missing_reason() or "no certificates")
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
+    group = names("group")
+    grant(
+        sasl_kafka,
+        (ResourceType.TOPIC, topic, "User:alice", AclOperation.WRITE),
+        (ResourceType.TOPIC, topic, "User:alice", AclOperation.READ),
+        (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
+    )
+    pw = tmp_path / "pw"
+    pw.write_text(ADMIN[1])
+    gw = GatewayProcess(
+        upstream=sasl_kafka.sasl_ssl_bootstrap, listen_port=free_port_block(3), log_dir=tmp_path,
+        extra_args=["--listener-security-protocol", "SASL_PLAINTEXT", "--upstream-security-protocol", "SASL_SSL",
+                    "--upstream-tls-ca", sasl_pki.ca, "--upstream-sasl-mechanism", "SCRAM-SHA-256",
+                    "--upstream-sasl-username", ADMIN[0], "--upstream-sasl-password-file", str(pw)],
+    ).start()
+    try:
+        values = [f"sasl-ssl-{i}".encode() for i in range(10)]
+        got = _produce_consume(gw.bootstrap, "SCRAM-SHA-512", topic, group, values)
+        assert sorted(got) == sorted(values)
+    finally:
+        gw.stop()

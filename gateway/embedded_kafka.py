@@ -111,6 +111,8 @@ class EmbeddedKafka:
     # An additional SASL_PLAINTEXT listener on sasl_port (0 = a free port), with ACLs enforced.
     sasl: BrokerSasl | None = None
     sasl_port: int = 0
+    # With both tls and sasl: a SASL_SSL listener too.
+    sasl_ssl_port: int = 0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
 
@@ -127,6 +129,11 @@ class EmbeddedKafka:
     def sasl_bootstrap(self) -> str:
         assert self.sasl is not None, "no SASL listener configured"
         return f"{self.host}:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.sasl is not None and self.tls is not None, "no SASL_SSL listener configured"
+        return f"{self.host}:{self.sasl_ssl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -160,17 +167,23 @@ class EmbeddedKafka:
             cfg["ssl.client.auth"] = "required" if self.tls.require_client_cert else "none"
         if self.sasl is not None:
             sasl = self.sasl
-            cfg["listeners"] += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
-            cfg["advertised.listeners"] += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
-            cfg["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-            cfg["sasl.enabled.mechanisms"] = ",".join(sasl.mechanisms)
-            prefix = "listener.name.sasl_plaintext."
+            listeners = [("SASL_PLAINTEXT", self.sasl_port)]
+            if self.tls is not None:
+                listeners.append(("SASL_SSL", self.sasl_ssl_port))  # with the SSL listener's key material
             users = " ".join(f"user_{name}={_jaas_quote(pw)}" for name, pw in sasl.users.items())
-            cfg[prefix + "plain.sasl.jaas.config"] = (
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-            )
-            for mech in ("scram-sha-256", "scram-sha-512"):
-                cfg[prefix + f"{mech}.sasl.jaas.config"] = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            cfg["sasl.enabled.mechanisms"] = ",".join(sasl.mechanisms)
+            for name, port in listeners:
+                cfg["listeners"] += f",{name}://{self.host}:{port}"
+                cfg["advertised.listeners"] += f",{name}://{self.host}:{port}"
+                cfg["listener.security.protocol.map"] += f",{name}:{name}"
+                prefix = f"listener.name.{name.lower()}."
+                cfg[prefix + "plain.sasl.jaas.config"] = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                )
+                for mech in ("scram-sha-256", "scram-sha-512"):
+                    cfg[prefix + f"{mech}.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
             cfg["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
             cfg["super.users"] = ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in sasl.super_users)])
             cfg["allow.everyone.if.no.acl.found"] = str(sasl.allow_everyone_if_no_acl_found).lower()
@@ -200,6 +213,8 @@ class EmbeddedKafka:
             self.ssl_port = self.ssl_port or free_port(self.host)
         if self.sasl is not None:
             self.sasl_port = self.sasl_port or free_port(self.host)
+            if self.tls is not None:
+                self.sasl_ssl_port = self.sasl_ssl_port or free_port(self.host)
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
         java = java_binary()
