@@ -354,7 +354,7 @@ def test_wrong_password_fails_librdkafka_alike(mechanism: str, targets: dict[str
         errors: list[KafkaError] = []
         a = AdminClient(confluent_conf(b, mechanism, (BOB[0], "wrong"), error_cb=errors.append))
         with pytest.raises(KafkaException):
-            a.list_topics(timeout=5)
+            a.list_topics(timeout=2)
         a.poll(1)  # serves the error callbacks
         auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
         assert auth, (name, errors)

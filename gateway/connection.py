@@ -294,7 +294,9 @@ class ClientConnection(asyncio.Protocol):
         gw = self.gw
         for slot, frame, api_key, version, corr in requests:
             payload = None
-            if slot is not None:
+            # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
+            # fatal to Java clients; a closed connection is retried, like a broker that is down.
+            if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
                     payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
                 except (ValueError, struct.error, IndexError) as e:
