@@ -41,6 +41,14 @@ class UpstreamAuthError(UpstreamError):
     Not retried: the same credentials would be refused again (start-up fails with this message)."""
 
 
+def upstream_credentials(config: GatewayConfig) -> tuple[str, str, str] | None:
+    """The gateway's SASL credentials; a password file that became unreadable is an UpstreamAuthError."""
+    try:
+        return config.upstream_sasl()
+    except ValueError as e:
+        raise UpstreamAuthError(str(e)) from None
+
+
 async def open_authenticated(
     host: str, port: int, tls: ssl.SSLContext | None, credentials: tuple[str, str, str] | None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
@@ -210,7 +218,7 @@ class BrokerDirectory:
     async def refresh(self) -> None:
         """Ask one reachable upstream for ApiVersions and the full broker list. Raises UpstreamError."""
         timeout = self.config.upstream_request_timeout_s
-        credentials = self.config.upstream_sasl()
+        credentials = upstream_credentials(self.config)
         errors = []
         for host, port in self.candidates():
             av = None

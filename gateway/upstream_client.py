@@ -17,7 +17,14 @@ from typing import Any
 from . import codec, frames
 from .logging import get_logger
 from .tls import note_upstream_failure
-from .upstream import BrokerDirectory, UpstreamAuthError, UpstreamError, open_authenticated, set_nodelay
+from .upstream import (
+    BrokerDirectory,
+    UpstreamAuthError,
+    UpstreamError,
+    open_authenticated,
+    set_nodelay,
+    upstream_credentials,
+)
 
 log = get_logger("gateway.upstream_client")
 
@@ -157,7 +164,7 @@ class UpstreamClient:
             tls = self.directory.tls
             # SASL-authenticated when the gateway has upstream credentials (docs/gateway.md, "SASL").
             reader, writer, lifetime_ms = await asyncio.wait_for(
-                open_authenticated(addr[0], addr[1], tls, self.directory.config.upstream_sasl()),
+                open_authenticated(addr[0], addr[1], tls, upstream_credentials(self.directory.config)),
                 self.directory.config.upstream_connect_timeout_s,
             )
             set_nodelay(writer.transport)

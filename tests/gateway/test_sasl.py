@@ -187,3 +187,14 @@ def test_upstream_password_from_a_file(tmp_path: pytest.TempPathFactory) -> None
 def test_inconsistent_sasl_settings_are_refused(settings: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         _cfg(**settings)
+
+
+def test_an_unreadable_password_file_is_an_upstream_auth_error(tmp_path: pytest.TempPathFactory) -> None:
+    from gateway.upstream import UpstreamAuthError, upstream_credentials
+
+    f = tmp_path / "pw"  # type: ignore[operator]
+    f.write_text("x")
+    c = _cfg(upstream_sasl_mechanism="PLAIN", upstream_sasl_username="gw", upstream_sasl_password_file=str(f))
+    f.unlink()
+    with pytest.raises(UpstreamAuthError, match="upstream_sasl_password_file"):
+        upstream_credentials(c)
