@@ -558,3 +558,39 @@ def test_gateway_authenticates_over_sasl_ssl(
         assert sorted(got) == sorted(values)
     finally:
         gw.stop()
+
+
+def test_the_gateway_reads_the_clusters_acls(sasl_kafka: EmbeddedKafka, names: Callable[[str], str]) -> None:
+    """gateway/acls.py under the gateway's own SASL principal: the ACLs the broker enforces; a principal
+    without DESCRIBE on the cluster is refused with the cluster's error."""
+    import asyncio
+
+    from gateway.acls import AclReadError, read_snapshot
+    from gateway.config import GatewayConfig
+    from gateway.upstream import BrokerDirectory
+    from gateway.upstream_client import UpstreamClient
+
+    group = names("group")
+    grant(sasl_kafka, (ResourceType.GROUP, group, "User:alice", AclOperation.READ))
+
+    async def read(user: tuple[str, str]) -> az.AclSnapshot:
+        config = GatewayConfig.model_validate({
+            "upstream": sasl_kafka.sasl_bootstrap, "upstream_sasl_mechanism": "SCRAM-SHA-256",
+            "upstream_sasl_username": user[0], "upstream_sasl_password": user[1],
+        })
+        directory = BrokerDirectory(config)
+        await directory.refresh()
+        client = UpstreamClient(directory, lambda: 10.0)
+        try:
+            return await read_snapshot(client, frozenset({"User:admin"}))
+        finally:
+            client.close()
+
+    snap = asyncio.run(read(ADMIN))
+    assert az.AclBinding(az.ResourceType.GROUP, group, az.PatternType.LITERAL, "User:alice", "*", az.Operation.READ,
+                         az.Permission.ALLOW) in snap.bindings
+    assert snap.authorize("User:alice", "127.0.0.1", az.Operation.READ, az.ResourceType.GROUP, group)
+    assert not snap.authorize("User:bob", "127.0.0.1", az.Operation.READ, az.ResourceType.GROUP, group)
+    with pytest.raises(AclReadError) as refused:
+        asyncio.run(read(ALICE))
+    assert refused.value.error_code == 31  # CLUSTER_AUTHORIZATION_FAILED: DescribeAcls needs DESCRIBE on the cluster
