@@ -149,6 +149,13 @@ class ClientConnection(asyncio.Protocol):
         # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
         self.sasl: ClientSasl | None = ClientSasl() if gateway.config.listener_sasl() else None
 
+    @property
+    def principal(self) -> str | None:
+        """``User:<name>`` once the client authenticated on a SASL listener; None otherwise (for the
+        authorization of what the gateway answers itself; the client's host is ``peer[0]``)."""
+        sasl = self.sasl
+        return sasl.principal if sasl is not None and sasl.authenticated else None
+
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
