@@ -3,6 +3,8 @@
 - ``kafka``: one single-node KRaft broker (process backend) for the whole session.
 - ``kafka3``: a 3-node KRaft cluster (three combined broker+controller voters, replication factor 3) for the
   session, started only when a test asks for it.
+- ``sasl_kafka``: a second single-node broker with a SASL_PLAINTEXT listener and ACLs enforced
+  (compat_tests/harness/sasl.py), started on first use only.
 - ``kafka_container``: the testcontainers backend; skipped with "no Docker engine" when none answers.
 - ``gateway`` / ``module_gateway``: ``groupgate serve`` as a child process in front of ``kafka``, so a test
   can SIGKILL and restart it. ``pytest --compat-direct`` points these fixtures at the broker itself, to
@@ -29,6 +31,9 @@ from compat_tests.harness.brokers import (
 from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
+from compat_tests.harness.sasl import SASL_SESSION_MS, USERS
+from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
+from gateway.embedded_kafka import BrokerSasl, BrokerTls, EmbeddedKafka
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,6 +77,31 @@ def kafka3() -> Iterator[KafkaCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki | None:
+    """Certificates for the SASL broker's SASL_SSL listener; None without openssl."""
+    return None if openssl_missing_reason() else make_pki(tmp_path_factory.mktemp("sasl-pki"))
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka(sasl_pki: Pki | None) -> Iterator[EmbeddedKafka]:
+    """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap`` (and on ``sasl_ssl_bootstrap``, with certificates
+    from ``sasl_pki``, when openssl is there), StandardAuthorizer, super.users=User:admin."""
+    # A short session lifetime (KIP-368): clients re-authenticate, and the gateway renews its own links,
+    # within a test of a few seconds.
+    broker = EmbeddedKafka(
+        sasl=BrokerSasl(users=USERS),
+        tls=None if sasl_pki is None else BrokerTls(keystore=sasl_pki.server_keystore),
+        heap="384m",
+        overrides={"connections.max.reauth.ms": str(SASL_SESSION_MS)},
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
 
 
 @pytest.fixture(scope="session")

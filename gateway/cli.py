@@ -24,6 +24,7 @@ from .logging import get_logger, setup_logging
 from .state_log import StateLogCorrupt
 from .state_store import StateStoreMismatch
 from .tls import check as check_tls
+from .upstream import UpstreamAuthError
 
 log = get_logger("gateway.cli")
 
@@ -91,6 +92,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "upstream_tls_cert": getattr(args, "upstream_tls_cert", None),
         "upstream_tls_key": getattr(args, "upstream_tls_key", None),
         "upstream_tls_check_hostname": False if getattr(args, "upstream_tls_no_check_hostname", False) else None,
+        "listener_security_protocol": getattr(args, "listener_security_protocol", None),
+        "upstream_security_protocol": getattr(args, "upstream_security_protocol", None),
+        "upstream_sasl_mechanism": getattr(args, "upstream_sasl_mechanism", None),
+        "upstream_sasl_username": getattr(args, "upstream_sasl_username", None),
+        "upstream_sasl_password_file": getattr(args, "upstream_sasl_password_file", None),
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
@@ -179,6 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _flags(args))
         check_tls(config)
+        config.upstream_sasl()  # a password file that cannot be read is a configuration error
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -192,6 +199,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     setup_logging(config.log_format, config.log_level)
+    if config.upstream_sasl_mechanism is not None and not config.listener_sasl():
+        # Clients' own connections carry no credentials then: a SASL cluster refuses their requests.
+        log.warning(
+            "the upstream takes SASL but the client listeners do not: clients cannot authenticate; "
+            "set listener_security_protocol to SASL_PLAINTEXT or SASL_SSL",
+        )
     # A file size limit (ulimit -f) must fail the state log's write (EFBIG), which it survives like a
     # full disk, instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -207,6 +220,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.error("group state store does not match the configuration; not starting", error=str(e))
         print(f"groupgate: {e}", file=sys.stderr, flush=True)
         return EXIT_STATE_CORRUPT
+    except UpstreamAuthError as e:
+        # Wrong or missing upstream credentials: a configuration error, not a crash to retry.
+        log.error("upstream authentication failed; not starting", error=str(e))
+        print(f"groupgate: upstream authentication failed: {e}", file=sys.stderr, flush=True)
+        return 2
     except Exception as e:  # noqa: BLE001 - reported as a clean exit status
         log.error("gateway failed", error=str(e))
         return 1
@@ -443,6 +461,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="verify the brokers' certificate chain but not that it names the broker's host",
     )
+    # SASL (docs/gateway.md, "SASL"); no flag for the password itself (command lines are visible to every
+    # local user): GROUPGATE_UPSTREAM_SASL_PASSWORD, the configuration file, or --upstream-sasl-password-file.
+    protocols = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    serve.add_argument(
+        "--listener-security-protocol", choices=protocols, help="SASL_*: clients authenticate (passed through to the cluster)"
+    )
+    serve.add_argument("--upstream-security-protocol", choices=protocols, help="security.protocol towards the brokers")
+    serve.add_argument(
+        "--upstream-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], help="sasl.mechanism towards the brokers"
+    )
+    serve.add_argument("--upstream-sasl-username", metavar="NAME", help="the gateway's own SASL user name")
+    serve.add_argument("--upstream-sasl-password-file", metavar="PATH", help="file holding the gateway's SASL password")
     serve.add_argument(
         "--ephemeral-state",
         action="store_true",

@@ -12,11 +12,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from .coordinator_settings import CoordinatorSettings
 
 ENV_PREFIX = "GROUPGATE_"
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -101,6 +103,26 @@ class GatewayConfig(BaseModel):
     upstream_tls_cert: str | None = None
     upstream_tls_key: str | None = None
     upstream_tls_check_hostname: bool = True
+    # SASL on the client listeners (docs/gateway.md, "SASL"): SASL_PLAINTEXT / SASL_SSL pass each client's
+    # SaslHandshake/SaslAuthenticate through to the cluster on its own upstream connection and refuse
+    # everything else before authentication succeeds. None: PLAINTEXT, or SSL when listener_tls_cert is set.
+    listener_security_protocol: SecurityProtocol | None = Field(
+        default=None,
+        validation_alias=AliasChoices("listener_security_protocol", "listener.security.protocol"),
+    )
+    # The gateway's own connections to the cluster (metadata, group write-through, forwarding) with
+    # Kafka's client names: security.protocol, sasl.mechanism; the JAAS username/password as settings of
+    # their own. The password may come from a file instead (its content, without a trailing newline).
+    upstream_security_protocol: SecurityProtocol | None = Field(
+        default=None,
+        validation_alias=AliasChoices("upstream_security_protocol", "security.protocol"),
+    )
+    upstream_sasl_mechanism: SaslMechanism | None = Field(
+        default=None, validation_alias=AliasChoices("upstream_sasl_mechanism", "sasl.mechanism")
+    )
+    upstream_sasl_username: str | None = None
+    upstream_sasl_password: SecretStr | None = None
+    upstream_sasl_password_file: str | None = None
     # The group coordinator the gateway runs (docs/gateway.md, "The group coordinator").
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
 
@@ -147,6 +169,45 @@ class GatewayConfig(BaseModel):
                 raise ValueError(f"{', '.join(extra)} set but upstream_tls is off")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _security_protocol_implies_tls(cls, data: Any) -> Any:
+        # security.protocol=SSL / SASL_SSL switches TLS to the upstream on, as it does in a Kafka client.
+        if isinstance(data, dict):
+            proto = data.get("upstream_security_protocol", data.get("security.protocol"))
+            if isinstance(proto, str) and proto.endswith("SSL") and data.get("upstream_tls") is None:
+                data = {**data, "upstream_tls": True}
+        return data
+
+    @model_validator(mode="after")
+    def _check_sasl(self) -> GatewayConfig:
+        proto = self.upstream_security_protocol
+        if proto is not None and proto.endswith("SSL") != self.upstream_tls:
+            raise ValueError(f"upstream_security_protocol={proto} contradicts upstream_tls={self.upstream_tls}")
+        sasl = proto is not None and proto.startswith("SASL_")
+        if sasl or self.upstream_sasl_mechanism is not None:
+            if proto is not None and not sasl:
+                raise ValueError(f"upstream_sasl_mechanism is set but upstream_security_protocol is {proto}")
+            missing = [
+                n for n in ("upstream_sasl_mechanism", "upstream_sasl_username") if getattr(self, n) is None
+            ]
+            if self.upstream_sasl_password is None and self.upstream_sasl_password_file is None:
+                missing.append("upstream_sasl_password (or upstream_sasl_password_file)")
+            if missing:
+                raise ValueError(f"upstream SASL needs {', '.join(missing)}")
+        elif self.upstream_sasl_username is not None or self.upstream_sasl_password is not None:
+            raise ValueError("upstream_sasl_username/password set but upstream_sasl_mechanism is not")
+        if self.upstream_sasl_password is not None and self.upstream_sasl_password_file is not None:
+            raise ValueError("upstream_sasl_password and upstream_sasl_password_file: set one, not both")
+        lp = self.listener_security_protocol
+        if lp is not None and lp.endswith("SSL") != (self.listener_tls_cert is not None):
+            raise ValueError(
+                f"listener_security_protocol={lp} needs listener_tls_cert/listener_tls_key set"
+                if lp.endswith("SSL")
+                else f"listener_security_protocol={lp} but listener_tls_cert is set (use SSL or SASL_SSL)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _check_range(self) -> GatewayConfig:
         base = self.effective_port_base()
@@ -171,6 +232,26 @@ class GatewayConfig(BaseModel):
         return self
 
     # --- derived values -------------------------------------------------------------------------------
+
+    def listener_sasl(self) -> bool:
+        """Client listeners speak SASL (passthrough to the cluster, with inspection)."""
+        return self.listener_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def upstream_sasl(self) -> tuple[str, str, str] | None:
+        """(mechanism, username, password) of the gateway's own connections, or None without SASL.
+        Reads the password file each time (a rotated secret is picked up on the next connection)."""
+        if self.upstream_sasl_mechanism is None:
+            return None
+        assert self.upstream_sasl_username is not None
+        if self.upstream_sasl_password_file is not None:
+            try:
+                password = Path(self.upstream_sasl_password_file).read_text().rstrip("\r\n")
+            except OSError as e:
+                raise ValueError(f"upstream_sasl_password_file={self.upstream_sasl_password_file}: {e.strerror or e}") from e
+        else:
+            assert self.upstream_sasl_password is not None
+            password = self.upstream_sasl_password.get_secret_value()
+        return self.upstream_sasl_mechanism, self.upstream_sasl_username, password
 
     def upstream_addresses(self) -> list[tuple[str, int]]:
         return [parse_host_port(x) for x in self.upstream.split(",") if x.strip()]

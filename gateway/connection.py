@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
 from .refusals import client_id_of
+from .sasl import SASL_APIS, ClientSasl
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
 
@@ -144,6 +145,16 @@ class ClientConnection(asyncio.Protocol):
         self.last_write_buffer = 0
         self.partial_seq = -1
         self.partial_since = 0.0
+        # SASL listeners (gateway/sasl.py): the client's exchange with the cluster, followed to learn its
+        # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
+        self.sasl: ClientSasl | None = ClientSasl() if gateway.config.listener_sasl() else None
+
+    @property
+    def principal(self) -> str | None:
+        """``User:<name>`` once the client authenticated on a SASL listener; None otherwise (for the
+        authorization of what the gateway answers itself; the client's host is ``peer[0]``)."""
+        sasl = self.sasl
+        return sasl.principal if sasl is not None and sasl.authenticated else None
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -262,6 +273,13 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or link is not self.upstream:
             return
         self.upstream = None
+        if self.sasl is not None:
+            # The client authenticated on that link, not on the next one: it must reconnect and authenticate
+            # again (a broker also closes after a failed exchange or an expired session).
+            log.info("upstream connection of a SASL client lost; closing the client connection",
+                     peer=self.peer, node_id=self.node_id, principal=self.sasl.principal)
+            self.close()
+            return
         self.resume("upstream-backpressure")  # that link will not drain any more
         inflight = list(link.inflight)
         link.inflight.clear()
@@ -283,7 +301,9 @@ class ClientConnection(asyncio.Protocol):
         gw = self.gw
         for slot, frame, api_key, version, corr in requests:
             payload = None
-            if slot is not None:
+            # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
+            # fatal to Java clients; a closed connection is retried, like a broker that is down.
+            if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
                     payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
                 except (ValueError, struct.error, IndexError) as e:
@@ -372,6 +392,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
+        if self.sasl is not None and not self._sasl_admits(frame, api_key, version):
+            return
         rng = self.gw.directory.api_ranges.get(api_key)
         if rng is None:
             self.metrics.errors[-1] += 1
@@ -435,6 +457,20 @@ class ClientConnection(asyncio.Protocol):
         if not self._linking:
             self._linking = True
             self._spawn(self._connect_upstream())
+
+    def _sasl_admits(self, frame: bytes, api_key: int, version: int) -> bool:
+        """Kafka's server-side SASL states: a request the connection may not send now closes it."""
+        assert self.sasl is not None
+        verdict = self.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
+        if verdict.ok:
+            return True
+        self.gw.refusals.note(
+            self.peer, client_id_of(frame), "sasl-state",
+            f"{verdict.reason}; connection closed as Kafka does", api_key=api_key, api_version=version,
+        )
+        self.metrics.errors[api_key] += 1
+        self.close()
+        return False
 
     def _write_upstream(
         self, link: UpstreamLink, frame: bytes, slot: Slot | None, api_key: int, version: int, corr: int
@@ -525,6 +561,15 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         _, slot, api_key, version, request = link.inflight.popleft()
+        if self.sasl is not None and api_key in SASL_APIS:
+            was = self.sasl.principal if self.sasl.authenticated else None
+            self.sasl.on_response(api_key, version, frame[4:], int(time.monotonic() * 1000))
+            if self.sasl.authenticated and self.sasl.principal != was:
+                log.debug("client authenticated", peer=self.peer, principal=self.sasl.principal,
+                         mechanism=self.sasl.mechanism, reauthentications=self.sasl.reauthentications)
+            elif self.sasl.state == "failed":
+                log.info("client SASL authentication refused by the cluster", peer=self.peer,
+                         mechanism=self.sasl.mechanism)
         first = _ENDPOINTS_FROM.get(api_key)
         if first is not None and version >= first:
             try:

@@ -72,6 +72,28 @@ class BrokerTls:
     require_client_cert: bool = False
 
 
+@dataclass(frozen=True)
+class BrokerSasl:
+    """An extra SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256/512 and the StandardAuthorizer.
+
+    ``users`` (name -> password) are known to PLAIN (from the listener's JAAS configuration) and to both
+    SCRAM mechanisms (credentials written at format time, as KRaft takes them). The PLAINTEXT and
+    CONTROLLER listeners stay unauthenticated: their principal is User:ANONYMOUS, which must be a super
+    user for the node to talk to its own controller; the PLAINTEXT listener is thereby an administrator's
+    back door, which the test harness uses for setup (topics, ACLs) and which tests never hand a client.
+    """
+
+    users: Mapping[str, str]
+    super_users: tuple[str, ...] = ("admin",)
+    # allow.everyone.if.no.acl.found: off, as secured clusters run.
+    allow_everyone_if_no_acl_found: bool = False
+    mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclass
 class EmbeddedKafka:
     """One broker process. Use as a context manager, or call start()/stop()."""
@@ -88,6 +110,11 @@ class EmbeddedKafka:
     ssl_port: int = 0
     # The cluster id the storage is formatted with (None: a fresh one); the nodes of one cluster share it.
     cluster_id: str | None = None
+    # An additional SASL_PLAINTEXT listener on sasl_port (0 = a free port), with ACLs enforced.
+    sasl: BrokerSasl | None = None
+    sasl_port: int = 0
+    # With both tls and sasl: a SASL_SSL listener too.
+    sasl_ssl_port: int = 0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
 
@@ -99,6 +126,16 @@ class EmbeddedKafka:
     def ssl_bootstrap(self) -> str:
         assert self.tls is not None, "no SSL listener configured"
         return f"{self.host}:{self.ssl_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        assert self.sasl is not None, "no SASL listener configured"
+        return f"{self.host}:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.sasl is not None and self.tls is not None, "no SASL_SSL listener configured"
+        return f"{self.host}:{self.sasl_ssl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -130,8 +167,40 @@ class EmbeddedKafka:
                 cfg["ssl.truststore.type"] = "PEM"
                 cfg["ssl.truststore.location"] = self.tls.truststore
             cfg["ssl.client.auth"] = "required" if self.tls.require_client_cert else "none"
+        if self.sasl is not None:
+            sasl = self.sasl
+            listeners = [("SASL_PLAINTEXT", self.sasl_port)]
+            if self.tls is not None:
+                listeners.append(("SASL_SSL", self.sasl_ssl_port))  # with the SSL listener's key material
+            users = " ".join(f"user_{name}={_jaas_quote(pw)}" for name, pw in sasl.users.items())
+            cfg["sasl.enabled.mechanisms"] = ",".join(sasl.mechanisms)
+            for name, port in listeners:
+                cfg["listeners"] += f",{name}://{self.host}:{port}"
+                cfg["advertised.listeners"] += f",{name}://{self.host}:{port}"
+                cfg["listener.security.protocol.map"] += f",{name}:{name}"
+                prefix = f"listener.name.{name.lower()}."
+                cfg[prefix + "plain.sasl.jaas.config"] = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                )
+                for mech in ("scram-sha-256", "scram-sha-512"):
+                    cfg[prefix + f"{mech}.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
+            cfg["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            cfg["super.users"] = ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in sasl.super_users)])
+            cfg["allow.everyone.if.no.acl.found"] = str(sasl.allow_everyone_if_no_acl_found).lower()
         cfg.update(self.overrides)
         return cfg
+
+    def _scram_args(self) -> list[str]:
+        if self.sasl is None:
+            return []
+        out = []
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            if mech in self.sasl.mechanisms:
+                for name, pw in self.sasl.users.items():
+                    out += ["--add-scram", f"{mech}=[name={name},password={pw}]"]
+        return out
 
     def start(self, timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True) -> EmbeddedKafka:
         """Start the JVM; with ``wait`` (the default) return once the client listener serves. A node of a
@@ -146,6 +215,10 @@ class EmbeddedKafka:
         self.controller_port = self.controller_port or free_port(self.host)
         if self.tls is not None:
             self.ssl_port = self.ssl_port or free_port(self.host)
+        if self.sasl is not None:
+            self.sasl_port = self.sasl_port or free_port(self.host)
+            if self.tls is not None:
+                self.sasl_ssl_port = self.sasl_ssl_port or free_port(self.host)
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
         java = java_binary()
@@ -165,7 +238,7 @@ class EmbeddedKafka:
         meta = self.data_dir / "logs" / "meta.properties"
         if not meta.exists():
             fmt = subprocess.run(
-                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", self.cluster_id or new_cluster_id(), "-g"],
+                [*jvm, "kafka.tools.StorageTool", "format", "-c", str(props), "-t", self.cluster_id or new_cluster_id(), "-g", *self._scram_args()],
                 capture_output=True,
                 text=True,
             )

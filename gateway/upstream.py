@@ -18,7 +18,7 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from . import codec, frames
+from . import codec, frames, sasl
 from .config import GatewayConfig
 from .logging import get_logger
 from .rewrite import ApiRanges, Broker, gateway_api_ranges, narrow_features, narrowed_apis
@@ -34,6 +34,38 @@ _METADATA_V = 12
 
 class UpstreamError(ConnectionError):
     pass
+
+
+class UpstreamAuthError(UpstreamError):
+    """The cluster refused the gateway's own SASL credentials, or wants SASL and none are configured.
+    Not retried: the same credentials would be refused again (start-up fails with this message)."""
+
+
+def upstream_credentials(config: GatewayConfig) -> tuple[str, str, str] | None:
+    """The gateway's SASL credentials; a password file that became unreadable is an UpstreamAuthError."""
+    try:
+        return config.upstream_sasl()
+    except ValueError as e:
+        raise UpstreamAuthError(str(e)) from None
+
+
+async def open_authenticated(
+    host: str, port: int, tls: ssl.SSLContext | None, credentials: tuple[str, str, str] | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """A connection of the gateway's own to a broker, SASL-authenticated when credentials are configured;
+    with the session lifetime the broker granted (ms, 0 = unlimited)."""
+    reader, writer = await asyncio.open_connection(host, port, **connect_kwargs(tls, host))
+    lifetime_ms = 0
+    if credentials is not None:
+        try:
+            lifetime_ms = await sasl.authenticate(reader, writer, credentials)
+        except sasl.AuthenticationFailed as e:
+            writer.close()
+            raise UpstreamAuthError(f"{host}:{port}: {e}") from None
+        except BaseException:
+            writer.close()
+            raise
+    return reader, writer, lifetime_ms
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -54,11 +86,13 @@ async def request_once(
     msg: Any,
     timeout_s: float,
     tls: ssl.SSLContext | None = None,
+    credentials: tuple[str, str, str] | None = None,
 ) -> Any:
-    """Open a connection (TLS when ``tls`` is given), send one request, decode its response, close."""
+    """Open a connection (TLS when ``tls`` is given, SASL-authenticated when ``credentials`` are), send
+    one request, decode its response, close."""
 
     async def go() -> Any:
-        reader, writer = await asyncio.open_connection(host, port, **connect_kwargs(tls, host))
+        reader, writer, _ = await open_authenticated(host, port, tls, credentials)
         try:
             msg.with_header(correlation_id=1, client_id=_CLIENT_ID)
             writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
@@ -73,6 +107,8 @@ async def request_once(
 
     try:
         return await asyncio.wait_for(go(), timeout_s)
+    except UpstreamAuthError:
+        raise  # an OSError too (ConnectionError), but no connection problem: not to be retried
     except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
         note_upstream_failure(tls, host, port, e)
         raise UpstreamError(f"{host}:{port}: {type(e).__name__}: {e}") from e
@@ -182,8 +218,10 @@ class BrokerDirectory:
     async def refresh(self) -> None:
         """Ask one reachable upstream for ApiVersions and the full broker list. Raises UpstreamError."""
         timeout = self.config.upstream_request_timeout_s
+        credentials = upstream_credentials(self.config)
         errors = []
         for host, port in self.candidates():
+            av = None
             try:
                 av = await request_once(
                     host,
@@ -195,6 +233,7 @@ class BrokerDirectory:
                     ),
                     timeout,
                     self.tls,
+                    credentials,
                 )
                 md = await request_once(
                     host,
@@ -204,8 +243,16 @@ class BrokerDirectory:
                     MetadataRequest[_METADATA_V](topics=[]),
                     timeout,
                     self.tls,
+                    credentials,
                 )
+            except UpstreamAuthError as e:
+                self.upstream_failed(str(e))
+                raise
             except UpstreamError as e:
+                if av is not None and credentials is None:
+                    # ApiVersions answered, Metadata closed the connection: what a SASL listener does
+                    # to a client that did not authenticate. Ask it, to say so rather than retry.
+                    await self._refuse_if_sasl(host, port, timeout)
                 errors.append(str(e))
                 continue
             if av.error_code == 0:
@@ -223,12 +270,35 @@ class BrokerDirectory:
         self.upstream_failed(error)
         raise UpstreamError(error)
 
+    async def _refuse_if_sasl(self, host: str, port: int, timeout_s: float) -> None:
+        async def probe() -> list[str] | None:
+            reader, writer = await asyncio.open_connection(host, port, **connect_kwargs(self.tls, host))
+            try:
+                return await sasl.offered_mechanisms(reader, writer)
+            finally:
+                writer.close()
+
+        try:
+            offered = await asyncio.wait_for(probe(), timeout_s)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, sasl.AuthenticationFailed):
+            return
+        if offered is not None:
+            error = (
+                f"{host}:{port} requires SASL authentication (mechanisms {', '.join(offered)}) and no upstream "
+                "credentials are configured: set upstream_sasl_mechanism, upstream_sasl_username and "
+                "upstream_sasl_password (or upstream_sasl_password_file)"
+            )
+            self.upstream_failed(error)
+            raise UpstreamAuthError(error)
+
     async def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 await self.refresh()
                 return
+            except UpstreamAuthError:
+                raise
             except UpstreamError as e:
                 if time.monotonic() >= deadline:
                     raise

@@ -18,8 +18,15 @@ from coordinator.errors import Errors
 
 from . import codec, frames
 from .logging import get_logger
-from .tls import connect_kwargs, note_upstream_failure
-from .upstream import BrokerDirectory, UpstreamError, set_nodelay
+from .tls import note_upstream_failure
+from .upstream import (
+    BrokerDirectory,
+    UpstreamAuthError,
+    UpstreamError,
+    open_authenticated,
+    set_nodelay,
+    upstream_credentials,
+)
 
 log = get_logger("gateway.upstream_client")
 
@@ -33,10 +40,21 @@ RAW = -1  # a request forwarded as the client's bytes, answered with the upstrea
 _CORR = struct.Struct(">i")
 
 
+# A link whose SASL session has a lifetime (KIP-368) is replaced at this fraction of it: a broker closes a
+# connection that sends a request after its session expired, and re-authenticating in place would have to
+# stop the pipeline; a fresh link is simpler.
+_RENEW_AT = 0.8
+
+
 class _Link:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session_lifetime_ms: int = 0
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        now = asyncio.get_running_loop().time()
+        self.renew_at = now + session_lifetime_ms * _RENEW_AT / 1000 if session_lifetime_ms > 0 else None
+        self.retired = False
         # correlation id -> (future, api key, version); api key RAW: the future gets the payload undecoded
         self.waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self.corr = itertools.count(1)
@@ -53,6 +71,8 @@ class _Link:
                 entry = self.waiting.pop(corr, None)
                 if entry is None:
                     continue
+                if self.retired and not self.waiting:
+                    self.close()  # replaced: its last answer is in
                 fut, api_key, version = entry
                 if fut.done():
                     continue
@@ -129,7 +149,14 @@ class UpstreamClient:
     async def _link(self, addr: tuple[str, int]) -> _Link:
         link = self._links.get(addr)
         if link is not None and not link.closed:
-            return link
+            if link.renew_at is None or asyncio.get_running_loop().time() < link.renew_at:
+                return link
+            # Its SASL session nears its end: new requests go to a fresh link; this one closes once the
+            # answers it still owes are in.
+            del self._links[addr]
+            link.retired = True
+            if not link.waiting:
+                link.close()
         pending = self._connecting.get(addr)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -137,16 +164,22 @@ class UpstreamClient:
         self._connecting[addr] = fut
         try:
             tls = self.directory.tls
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*addr, **connect_kwargs(tls, addr[0])),
+            # SASL-authenticated when the gateway has upstream credentials (docs/gateway.md, "SASL").
+            reader, writer, lifetime_ms = await asyncio.wait_for(
+                open_authenticated(addr[0], addr[1], tls, upstream_credentials(self.directory.config)),
                 self.directory.config.upstream_connect_timeout_s,
             )
             set_nodelay(writer.transport)
-            link = _Link(reader, writer)
+            link = _Link(reader, writer, lifetime_ms)
             self._links[addr] = link
             fut.set_result(link)
             return link
-        except (OSError, TimeoutError) as e:
+        except UpstreamAuthError as e:
+            log.error("upstream refused the gateway's SASL credentials", error=str(e))
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             note_upstream_failure(self.directory.tls, addr[0], addr[1], e)
             err = UpstreamError(f"{addr[0]}:{addr[1]}: {type(e).__name__}: {e}")
             fut.set_exception(err)
