@@ -107,6 +107,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "enabled": None if args.coordinator is None else args.coordinator == "on",
         "state_dir": getattr(args, "coordinator_state_dir", None),
         "ephemeral_state": True if getattr(args, "ephemeral_state", False) else None,
+        "state_store": getattr(args, "state_store", None),
         "rebalance_events": args.rebalance_events,
         "rebalance_run": args.rebalance_run,
     }
@@ -189,15 +190,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
-    c = config.coordinator
-    if c.enabled and c.state_dir is None and not c.ephemeral_state:
-        print(
-            "groupgate: the group coordinator needs somewhere to keep group state across restarts: give "
-            "--state-dir DIR (coordinator.state_dir), or --ephemeral-state (coordinator.ephemeral_state) to "
-            "keep it in memory only, so that every managed group rebalances from scratch after a restart",
-            file=sys.stderr,
-        )
-        return 2
+    config = config.model_copy(update={"coordinator": config.coordinator.with_default_store()})
     setup_logging(config.log_format, config.log_level)
     if config.upstream_sasl_mechanism is not None and not config.listener_sasl():
         # Clients' own connections carry no credentials then: a SASL cluster refuses their requests.
@@ -283,16 +276,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
         config = config.model_copy(update={"listen_port": 0, "broker_port_base": None})
     state = Path(args.state_dir) if args.state_dir else None
-    if state is None and config.coordinator.state_dir is None:
-        # dev keeps the broker's data in a temporary directory too: nothing is meant to outlive the run.
-        config = config.model_copy(
-            update={"coordinator": config.coordinator.model_copy(update={"ephemeral_state": True})}
-        )
-    if state is not None and config.coordinator.state_dir is None:
-        # The group state lives beside the embedded broker's data, so both survive a restart.
-        config = config.model_copy(
-            update={"coordinator": config.coordinator.model_copy(update={"state_dir": str(state / "groups")})}
-        )
+    c = config.coordinator
+    if state is not None and c.state_dir is None and c.state_store is None and (state / "groups").is_dir():
+        # A state dir from before group state moved into the cluster: keep using its files (nothing is
+        # lost); `groupgate state import` moves them into the topic.
+        log.info("group state stays in the files of this state dir", state_dir=str(state / "groups"))
+        config = config.model_copy(update={"coordinator": c.model_copy(update={"state_dir": str(state / "groups")})})
+    # Otherwise dev keeps group state where serve does by default: in the state topic of the cluster, here
+    # the embedded broker (whose data, and so the topic, lives in a temporary directory without --state-dir).
+    config = config.model_copy(update={"coordinator": config.coordinator.with_default_store()})
     kafka = EmbeddedKafka(data_dir=state)
     config = follow_embedded_broker(config, kafka.setting)
     # SIGTERM during broker start-up must still stop the broker: turn it into KeyboardInterrupt.
@@ -450,7 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--state-dir",
         dest="coordinator_state_dir",
-        help="group coordinator state log directory (required with the coordinator on, unless --ephemeral-state)",
+        help="keep group state in per-shard log files here instead of the cluster's state topic",
+    )
+    serve.add_argument(
+        "--state-store",
+        choices=["kafka", "file"],
+        help="where group state is kept: the cluster's compacted state topic (the default without --state-dir "
+        "or --ephemeral-state) or the files under --state-dir",
     )
     serve.add_argument("--upstream-tls", action="store_true", help="connect to the upstream brokers over TLS")
     serve.add_argument("--upstream-tls-ca", metavar="PEM", help="CA bundle for the brokers (default: system trust)")

@@ -57,9 +57,11 @@ class CoordinatorSettings(BaseModel):
     )
     fsync: Literal["always", "interval", "never"] = "always"
     fsync_interval_ms: int = Field(default=100, ge=1)
-    # Where group state is kept: "file" (the log under state_dir) or "kafka" (a compacted topic of the
-    # upstream cluster, one partition per shard: gateway/state_topic.py, docs/ARCHITECTURE.md).
-    state_store: Literal["file", "kafka"] = "file"
+    # Where group state is kept: "kafka" (a compacted topic of the upstream cluster, one partition per
+    # shard: gateway/state_topic.py, docs/ARCHITECTURE.md) or "file" (the shard logs under state_dir).
+    # None: "file" when state_dir is set, else memory only. `serve` and `dev` choose "kafka" unless told
+    # otherwise (state_dir, or ephemeral_state for memory on purpose).
+    state_store: Literal["file", "kafka"] | None = None
     # The cluster store's topic; created at start when missing (cleanup.policy=compact), verified when present.
     state_topic: str = DEFAULT_STATE_TOPIC
     # None: min(3, brokers in the cluster), as Kafka's internal topics are usually replicated.
@@ -229,6 +231,33 @@ class CoordinatorSettings(BaseModel):
         if isinstance(v, str):  # Kafka's list syntax: "uniform,range"
             return [x.strip() for x in v.split(",") if x.strip()]
         return v
+
+    @model_validator(mode="after")
+    def _check_state_store(self) -> CoordinatorSettings:
+        if self.state_store == "file" and self.state_dir is None:
+            raise ValueError("state_store = \"file\" needs state_dir (--state-dir)")
+        if self.state_store == "kafka" and (self.state_dir is not None or self.ephemeral_state):
+            raise ValueError(
+                "state_store = \"kafka\" keeps group state in the cluster: drop state_dir / ephemeral_state"
+            )
+        if self.state_dir is not None and self.ephemeral_state:
+            raise ValueError("state_dir and ephemeral_state: set one, not both")
+        return self
+
+    @property
+    def effective_state_store(self) -> Literal["file", "kafka", "memory"]:
+        """Where group state is kept: the explicit ``state_store``, else the file logs under ``state_dir``,
+        else memory."""
+        if self.state_store is not None:
+            return self.state_store
+        return "file" if self.state_dir is not None else "memory"
+
+    def with_default_store(self) -> CoordinatorSettings:
+        """The settings `serve` and `dev` run with: group state in the cluster's state topic unless a
+        state_dir, ephemeral_state or state_store says otherwise (or the coordinator is off)."""
+        if self.enabled and self.state_store is None and self.state_dir is None and not self.ephemeral_state:
+            return self.model_copy(update={"state_store": "kafka"})
+        return self
 
     @model_validator(mode="after")
     def _check_bounds(self) -> CoordinatorSettings:

@@ -53,6 +53,7 @@ from .metrics import GroupStats
 from .offsets import OffsetBridge
 from .rebalance_log import RebalanceEventLog
 from .runtime import CoordinatorRuntime, GroupCalls, ShardUnloaded
+from .state_store import StateStore
 from .upstream import UpstreamError
 from .upstream_client import UpstreamClient
 
@@ -106,12 +107,20 @@ class GroupLayer:
         self.forward = UpstreamClient(gw.directory, timeout)  # client-driven traffic: links of its own
         self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
         self.events: RebalanceEventLog | None = None
-        store = None
-        if settings.state_dir is not None:
+        store: StateStore | None = None
+        where: str | None = settings.state_dir
+        kind = settings.effective_state_store
+        if kind == "file":
+            assert settings.state_dir is not None
             store = FileStateStore(
                 Path(settings.state_dir), settings.state_topic_num_partitions,
                 fsync=settings.fsync, fsync_interval_ms=settings.fsync_interval_ms,
             )
+        elif kind == "kafka":
+            from .state_topic import KafkaStateStore  # the Kafka client library loads only when used
+
+            store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
+            where = f"topic {settings.state_topic}"
         self.runtime = CoordinatorRuntime(
             settings.state_topic_num_partitions,
             new_service=self._new_service,
@@ -120,7 +129,7 @@ class GroupLayer:
             topics=lambda: self.watch.topics if self.watch.loaded else None,
             stats=self.stats,
             counters=self.counters,
-            where=settings.state_dir,
+            where=where,
         )
         self.cluster = ClusterGroups(
             self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
@@ -204,10 +213,8 @@ class GroupLayer:
 
     async def start(self) -> None:
         """Replay the state, load topic metadata, re-arm timers, then serve."""
-        if self.settings.state_dir is None:
-            # `serve` refuses to start like this unless asked to (ephemeral_state); `dev` runs so by default.
-            note = log.info if self.settings.ephemeral_state else log.warning
-            note("no coordinator state_dir: group state lives in memory and is lost on restart")
+        if self.settings.effective_state_store == "memory":
+            log.info("ephemeral_state: group state lives in memory and is lost on restart")
         await self.open_state()
         try:
             await self.watch.refresh()

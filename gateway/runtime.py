@@ -47,6 +47,9 @@ log = get_logger("gateway.runtime")
 TopicImage = Mapping[str, Any]
 
 
+_PARALLEL_LOADS = 8  # shards opened at once when the runtime loads
+
+
 class ShardUnloaded(Exception):
     """The shard holding a group is not served from memory (a write failed and it is being re-read, or a
     newer owner fenced it)."""
@@ -412,10 +415,16 @@ class CoordinatorRuntime:
         if self.store is None:
             return 0
         await self.store.open()
-        replayed = 0
-        for shard in self.shards:
-            if shard.log is None:
-                replayed += await shard.load()
+        # Shards load side by side (a cluster store fences and reads one partition per shard), a few
+        # at a time so that a large shard count does not open every connection at once.
+        gate = asyncio.Semaphore(_PARALLEL_LOADS)
+
+        async def load(shard: Shard) -> int:
+            async with gate:
+                return await shard.load()
+
+        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None))
+        replayed = sum(counts)
         log.info("group state replayed", state=self.where, shards=self.shard_count, records=replayed)
         return replayed
 

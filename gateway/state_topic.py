@@ -47,7 +47,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from .coordinator_settings import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from .logging import get_logger
 from .state_log import Record, StateLogWriteFailed
-from .state_store import DEFAULT_SHARDS, ShardFenced
+from .state_store import DEFAULT_SHARDS, ShardFenced, StateStoreMismatch
 
 if TYPE_CHECKING:
     from .config import GatewayConfig
@@ -73,7 +73,7 @@ class StateTopicError(Exception):
     """The state topic cannot be used as configured (missing rights, creation refused, ...)."""
 
 
-class StateTopicMismatch(StateTopicError):
+class StateTopicMismatch(StateTopicError, StateStoreMismatch):
     """The state topic exists with settings the store refuses to use (partition count, cleanup policy)."""
 
 
@@ -266,6 +266,7 @@ class KafkaStateStore:
         request_timeout_ms: int = 30_000,
         transaction_timeout_ms: int = 60_000,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: tuple[str, str, str] | None = None,
         client_id: str = "groupgate-state",
     ) -> None:
         if shards < 1:
@@ -282,6 +283,7 @@ class KafkaStateStore:
         self.request_timeout_ms = request_timeout_ms
         self.transaction_timeout_ms = transaction_timeout_ms
         self.ssl_context = ssl_context
+        self.sasl = sasl  # (mechanism, username, password) of the gateway's own principal
         self.client_id = client_id
         # Transactions committed by all shards (group commit makes this lower than the sync() calls).
         self.transactions = 0
@@ -299,6 +301,7 @@ class KafkaStateStore:
         *,
         shards: int = DEFAULT_SHARDS,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: tuple[str, str, str] | None = None,
     ) -> KafkaStateStore:
         """The store the ``state_topic*`` settings describe, on the cluster at ``bootstrap``."""
         return cls(
@@ -311,6 +314,7 @@ class KafkaStateStore:
             append_linger_ms=settings.state_append_linger_ms,
             write_timeout_ms=settings.state_write_timeout_ms,
             ssl_context=ssl_context,
+            sasl=sasl,
         )
 
     @classmethod
@@ -318,7 +322,10 @@ class KafkaStateStore:
         """The store of a gateway configuration: its upstream cluster (and upstream TLS), its settings."""
         from .tls import upstream_context
 
-        return cls.from_settings(config.coordinator, config.upstream, shards=shards, ssl_context=upstream_context(config))
+        return cls.from_settings(
+            config.coordinator, config.upstream, shards=shards, ssl_context=upstream_context(config),
+            sasl=config.upstream_sasl(),
+        )
 
     def transactional_id(self, shard: int) -> str:
         return f"{self.transactional_id_prefix}{shard}"
@@ -327,6 +334,13 @@ class KafkaStateStore:
         kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "request_timeout_ms": self.request_timeout_ms}
         if self.ssl_context is not None:
             kw.update(security_protocol="SSL", ssl_context=self.ssl_context)
+        if self.sasl is not None:
+            # The same principal and mechanism as the gateway's other upstream connections.
+            mechanism, username, password = self.sasl
+            kw.update(
+                security_protocol="SASL_SSL" if self.ssl_context is not None else "SASL_PLAINTEXT",
+                sasl_mechanism=mechanism, sasl_plain_username=username, sasl_plain_password=password,
+            )
         return kw
 
     # --- the topic ----------------------------------------------------------------------------------

@@ -39,12 +39,25 @@ def test_a_bad_metrics_address_is_an_invalid_configuration():
     assert out == "" and "metrics_listen" in err
 
 
-def test_serve_without_a_state_dir_refuses_to_start():
-    """Group state that vanishes on restart is a choice the operator makes, not a default."""
-    proc = _serve("--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0")
+def test_state_kept_in_the_cluster_and_a_state_dir_at_once_is_an_invalid_configuration():
+    """Without --state-dir or --ephemeral-state, group state goes to the cluster's state topic; asking for
+    the topic and a directory at once is refused rather than one of them silently ignored."""
+    proc = _serve("--upstream", "127.0.0.1:1", "--state-dir", "/nonexistent", "--state-store", "kafka")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    assert out == "" and "--state-dir DIR" in err and "--ephemeral-state" in err
+    assert out == "" and "invalid configuration" in err and "state_store" in err
+
+
+def test_where_group_state_is_kept_by_default():
+    from gateway.coordinator_settings import CoordinatorSettings
+
+    # What serve and dev run with: the cluster's state topic unless told otherwise.
+    assert CoordinatorSettings().with_default_store().effective_state_store == "kafka"
+    assert CoordinatorSettings(state_dir="/x").with_default_store().effective_state_store == "file"
+    assert CoordinatorSettings(ephemeral_state=True).with_default_store().effective_state_store == "memory"
+    assert CoordinatorSettings(enabled=False).with_default_store().state_store is None
+    with pytest.raises(ValueError, match="needs state_dir"):
+        CoordinatorSettings(state_store="file")
 
 
 @pytest.mark.kafka

@@ -167,7 +167,7 @@ async def test_close_fails_pending_syncs_and_refuses_appends() -> None:
 
 def test_settings_defaults_kafka_names_and_the_store_built_from_them() -> None:
     s = CoordinatorSettings()
-    assert s.state_store == "file" and s.state_topic == "__groupgate_groups"
+    assert s.state_store is None and s.state_topic == "__groupgate_groups"
     assert s.state_append_linger_ms == 5
     s = CoordinatorSettings.model_validate(
         {
