@@ -12,6 +12,7 @@ with their own transactional producers.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from compat_tests.harness import java
 from compat_tests.harness.probe import roundtrip
 from gateway import kafka_dist
+from gateway.embedded_kafka import java_binary
 
 pytestmark = pytest.mark.kafka
 
@@ -443,3 +445,65 @@ def test_a_librdkafka_producer_recovers_from_a_gateway_restart_mid_transaction(
     expected = [f"t{k}-{i}" for k in range(4) for i in range(5)]
     seen = _read_confluent(module_gateway.bootstrap, topic, "read_committed", len(expected))
     assert seen == sorted(expected)  # each committed transaction once, nothing twice
+
+
+# --- kafka-transactions on a running transaction ----------------------------------------------------
+
+
+def _transactions_tool(bootstrap: str, *args: str) -> tuple[int, list[str]]:
+    """Kafka 4.3.1's ``kafka-transactions.sh --bootstrap-server BOOTSTRAP ARGS``: exit code, stdout rows."""
+    cmd = [
+        java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
+        "-cp", java.tools_classpath(kafka_dist.CURRENT_KAFKA), "org.apache.kafka.tools.TransactionsCommand",
+        "--bootstrap-server", bootstrap, *args,
+    ]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    return r.returncode, [line.split() for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+
+
+def _running_transaction_views(bootstrap: str, topic: str, txn_id: str) -> dict[str, Any]:
+    """Open a transaction (records written to two partitions, not committed), then what ``list`` and
+    ``describe`` print of it; the transaction is committed afterwards."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce(topic, value=b"open", partition=p)
+    producer.flush(30)
+    try:
+        rc_list, listed = _transactions_tool(bootstrap, "list")
+        rc_describe, described = _transactions_tool(bootstrap, "describe", "--transactional-id", txn_id)
+    finally:
+        producer.commit_transaction(30)
+    # Producer ids, start times and durations are the cluster's per run; the header names what is masked.
+    [header] = [row for row in listed if row[:1] == ["TransactionalId"]]
+    [mine] = [dict(zip(header, row, strict=True)) for row in listed if row[:1] == [txn_id]]
+    d_header = described[0]
+    d_row = dict(zip(d_header, described[1], strict=True)) if len(described) > 1 else {}
+    for key in ("ProducerId", "CurrentTransactionStartTimeMs", "TransactionDurationMs"):
+        for row in (mine, d_row):
+            if key in row:
+                row[key] = "<masked>"
+    for row in (mine, d_row):
+        row["TransactionalId"] = "<txn>"
+        if "TopicPartitions" in row:
+            row["TopicPartitions"] = ",".join(sorted(row["TopicPartitions"].replace(topic, "<topic>").split(",")))
+    return {"list": (rc_list, header, mine), "describe": (rc_describe, d_header, d_row)}
+
+
+def test_transactions_tool_lists_and_describes_a_running_transaction_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """ListTransactions goes to every broker, DescribeTransactions to the transaction's coordinator
+    (FindCoordinator with key type transaction): through the gateway both answer as the cluster does."""
+    targets = _targets(kafka, module_gateway)
+    views = {
+        name: _running_transaction_views(address, make_topic(TOPIC_PARTITIONS), names(f"txn-{name}"))
+        for name, address in targets.items()
+    }
+    direct = views["direct"]
+    assert direct["list"][0] == 0 and direct["list"][2]["TransactionState"] == "Ongoing", direct["list"]
+    assert direct["describe"][0] == 0, direct["describe"]
+    assert direct["describe"][2]["TransactionState"] == "Ongoing", direct["describe"]
+    assert direct["describe"][2]["TopicPartitions"] == "<topic>-0,<topic>-1", direct["describe"]
+    assert views["gateway"] == direct
