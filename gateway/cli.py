@@ -140,6 +140,10 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await gw.start()
         if layer is not None:
             await layer.start()
+            from .cluster_group_configs import ClusterGroupConfigs
+
+            # Per-group configs as the cluster stores them (kafka-configs --entity-type groups).
+            ClusterGroupConfigs(layer).install()
     except BaseException:
         await gw.stop()
         if admin is not None:
