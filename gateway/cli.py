@@ -119,6 +119,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
     gw = Gateway(config)
     layer = None
+    group_configs = None
     if config.coordinator.enabled:
         from .groups import GroupLayer
 
@@ -143,7 +144,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
             from .cluster_group_configs import ClusterGroupConfigs
 
             # Per-group configs as the cluster stores them (kafka-configs --entity-type groups).
-            ClusterGroupConfigs(layer).install()
+            group_configs = ClusterGroupConfigs(layer)
+            group_configs.install()
     except BaseException:
         await gw.stop()
         if admin is not None:
@@ -164,6 +166,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await gw.stop()
         if layer is not None:
             await layer.stop()
+        if group_configs is not None:
+            group_configs.close()
         if admin is not None:
             await admin.stop()
     return 0

@@ -34,6 +34,7 @@ from coordinator.config import GROUP_CONFIG_NAMES, group_config_error
 from . import group_codec as gc
 from .logging import get_logger
 from .upstream import UpstreamError
+from .upstream_client import UpstreamClient
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
@@ -81,6 +82,10 @@ class ClusterGroupConfigs:
         self.cluster: dict[str, dict[str, int]] = {}  # group id -> the cluster's values last read
         self._reading: dict[str, asyncio.Future[None]] = {}
         self._refused: set[str] = set()  # kinds of refusal already logged
+        # A link of its own: a cluster that closes the connection on a request it cannot parse (one
+        # without GROUP resources) breaks nothing the group layer has in flight.
+        gw = layer.gw
+        self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
 
     @property
     def enabled(self) -> bool:
@@ -102,6 +107,9 @@ class ClusterGroupConfigs:
 
         self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT] = heartbeat
         self.layer._spawn(self.refresh_forever())
+
+    def close(self) -> None:
+        self.client.close()
 
     def _config(self) -> CoordinatorConfig:
         # The layer may replace its service (a re-read of the state log): always the current one's.
@@ -145,7 +153,7 @@ class ClusterGroupConfigs:
 
     async def read(self, group_ids: list[str]) -> None:
         """DescribeConfigs of ``group_ids`` (GROUP resources) and the result applied to the coordinator."""
-        client = self.layer.client
+        client = self.client
         if not group_ids or not client.supports(DESCRIBE_CONFIGS):
             return
         version = client.version(DESCRIBE_CONFIGS, 4)

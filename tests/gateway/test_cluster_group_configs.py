@@ -40,7 +40,8 @@ def _tracker(group_configs: dict[str, dict[str, int]]) -> tuple[ClusterGroupConf
     settings = CoordinatorSettings(group_configs=group_configs)
     _, config = settings.service_configs()
     state = SimpleNamespace(config=config, groups={})
-    layer = SimpleNamespace(settings=settings, service=SimpleNamespace(coordinator=SimpleNamespace(state=state)))
+    gw = SimpleNamespace(directory=None, config=SimpleNamespace(upstream_request_timeout_s=1.0))  # never connected
+    layer = SimpleNamespace(settings=settings, gw=gw, service=SimpleNamespace(coordinator=SimpleNamespace(state=state)))
     return ClusterGroupConfigs(layer), config  # type: ignore[arg-type]
 
 
