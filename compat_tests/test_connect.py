@@ -22,10 +22,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 from kafka.protocol.admin import (
     DescribeGroupsRequest,
@@ -380,3 +382,50 @@ def test_sink_connector_consumers_with_the_consumer_protocol_alike_direct_and_th
         assert r["group"]["listed"] == ("connect", "classic", "Stable"), (name, r["group"])
     assert results["direct"]["sink_group"] == {"type": "CONSUMER", "state": "STABLE", "members": 1, "partitions": [0, 1]}
     assert results["gateway"]["sink_group"] == results["direct"]["sink_group"]
+
+
+def _committed_view(bootstrap: str, topic: str) -> dict[str, Any]:
+    """What a read_committed consumer sees of the one-partition ``topic``, and whether its log holds
+    more offsets than records (transaction markers take an offset each)."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    try:
+        tp = confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
+        consumer.assign([tp])
+        _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        values: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(values) < LINES and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value().decode())
+        return {"values": values, "markers": high > len(values)}
+    finally:
+        consumer.close()
+
+
+def test_exactly_once_source_connector_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    connect_classpath: str, java_logs: Path, tmp_path: Path,
+) -> None:
+    """``exactly.once.source.support=enabled`` (KIP-618): the source task writes in transactions whose
+    producer the worker leader fences first (Admin fenceProducers: FindCoordinator of the transactional
+    id, InitProducerId), and commits its source offsets inside them."""
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    props = {"exactly.once.source.support": "enabled"}
+    topics = {name: make_topic(1) for name in targets}
+
+    def run(name: str) -> dict[str, Any]:
+        r = _run(connect_classpath, targets[name], topics[name], names, tmp_path / name, java_logs, props)
+        assert r["lines"] == r["expected"], (name, r["lines"][:5], len(r["lines"]))
+        assert r["statuses"]["source"]["connector"]["state"] == "RUNNING", (name, r["statuses"])
+        return _committed_view(targets[name], topics[name])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one worker per target at once, each its own cluster
+        views = dict(zip(targets, pool.map(run, targets), strict=True))
+    assert views["direct"] == {"values": _lines(0, LINES), "markers": True}  # written in committed transactions
+    assert views["gateway"] == views["direct"]

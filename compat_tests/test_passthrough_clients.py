@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka import KafkaAdminClient
@@ -402,3 +404,51 @@ def test_java_3_9_consumers_with_the_consumer_protocol_alike_direct_and_through_
         outcomes = dict(zip(targets, pool.map(run, targets), strict=True))
     assert outcomes["direct"] == {"clean shutdowns": 2, "failed commits": [], "committed": RECORDS}
     assert outcomes["gateway"] == outcomes["direct"]
+
+
+async def _aiokafka_admin_view(bootstrap: str, topic: str, group: str) -> dict[str, Any]:
+    """An aiokafka consumer reads and commits everything and leaves; then what AIOKafkaAdminClient says
+    of its (now Empty) group: listed, described, its committed offsets."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        got = 0
+        deadline = time.monotonic() + GROUP_TIMEOUT_S
+        while got < 30 and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            got += sum(len(records) for records in batches.values())
+        await consumer.commit()
+    finally:
+        await consumer.stop()
+    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await client.start()
+    try:
+        listed = dict(await client.list_consumer_groups())
+        (described,) = [g for r in await client.describe_consumer_groups([group]) for g in r.groups]
+        offsets = await client.list_consumer_group_offsets(group)
+    finally:
+        await client.close()
+    return {
+        "consumed": got,
+        "listed as": listed.get(group),
+        # DescribeGroups v0-v5 tuples: (error, group, state, protocol type, protocol, members, ...).
+        "described": (described[0], described[2], described[3], len(described[5])),
+        "offsets": sorted((tp.partition, om.offset) for tp, om in offsets.items() if tp.topic == topic),
+    }
+
+
+async def test_aiokafka_admin_client_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any
+) -> None:
+    views = {}
+    for target, bootstrap in _targets(kafka, module_gateway).items():
+        topic = make_topic(PARTITIONS)
+        produced = produce_confluent(kafka.bootstrap, topic, values(topic, 30))
+        views[target] = await _aiokafka_admin_view(bootstrap, topic, names(f"aioadmin-{target}"))
+        ends = {p: 1 + max(r.offset for r in produced if r.partition == p) for p in {r.partition for r in produced}}
+        assert views[target]["offsets"] == sorted(ends.items()), target
+    assert views["direct"]["consumed"] == 30
+    assert views["direct"]["listed as"] == "consumer" and views["direct"]["described"] == (0, "Empty", "consumer", 0)
+    assert views["gateway"] == views["direct"]
