@@ -24,6 +24,7 @@ the refusal is logged once per kind.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,8 @@ class ClusterGroupConfigs:
         self.cluster: dict[str, dict[str, int]] = {}  # group id -> the cluster's values last read
         self._reading: dict[str, asyncio.Future[None]] = {}
         self._refused: set[str] = set()  # kinds of refusal already logged
+        # After a refusal, joins stop waiting for reads until the next periodic refresh has tried again.
+        self._joins_skip_until = 0.0
         # A link of its own: a cluster that closes the connection on a request it cannot parse (one
         # without GROUP resources) breaks nothing the group layer has in flight.
         gw = layer.gw
@@ -123,7 +126,7 @@ class ClusterGroupConfigs:
         """A join: the group's configs are read first unless the gateway holds the group already."""
         if group_id in self.cluster or group_id in self.layer.service.coordinator.state.groups:
             return
-        if not self.layer.managed(group_id):
+        if not self.layer.managed(group_id) or time.monotonic() < self._joins_skip_until:
             return
         pending = self._reading.get(group_id)
         if pending is None:
@@ -146,6 +149,7 @@ class ClusterGroupConfigs:
             # Forget the values of groups that are gone (deleted or expired): read again on their next join.
             for gid in set(self.cluster) - set(held):
                 del self.cluster[gid]
+                self._set(gid, dict(self.overrides.get(gid, {})))
             try:
                 await self.read(held)
             except Exception:
@@ -183,20 +187,26 @@ class ClusterGroupConfigs:
                 self.apply(result.resource_name, cluster_values(result.configs))
 
     def apply(self, group_id: str, cluster: dict[str, int]) -> None:
+        """The cluster's values for ``group_id`` read: what the coordinator evaluates from now on."""
         config = self._config()
         previous = self.cluster.get(group_id)
         self.cluster[group_id] = cluster
         values, err = effective(config, self.overrides.get(group_id, {}), cluster)
         if err is not None:
             log.warning("the cluster's group configs are not used for this group", group_id=group_id, reason=err, cluster=cluster)
+        self._set(group_id, values)
+        if previous is not None and previous != cluster:
+            log.info("group configs changed in the cluster", group_id=group_id, configs=cluster, effective=values)
+
+    def _set(self, group_id: str, values: dict[str, int]) -> None:
+        config = self._config()
         if values:
             config.group_configs[group_id] = values
         else:
             config.group_configs.pop(group_id, None)
-        if previous is not None and previous != cluster:
-            log.info("group configs changed in the cluster", group_id=group_id, configs=cluster, effective=values)
 
     def _refusal(self, kind: str, reason: str) -> None:
+        self._joins_skip_until = time.monotonic() + self.refresh_ms / 1000
         if kind not in self._refused:
             self._refused.add(kind)
             log.warning(
