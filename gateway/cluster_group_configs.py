@@ -98,33 +98,35 @@ class ClusterGroupConfigs:
         """Read a new group's configs before its first join; refresh the held groups periodically.
 
         The join hook wraps the layer's ConsumerGroupHeartbeat handler (the layer dispatches through its
-        handler table on each request)."""
+        handler table on each request), so the group handlers need not know of this module."""
         if not self.enabled:
             return
-        inner: Callable[..., Awaitable[Any]] = self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT]
+        inner: Callable[[Any, Any], Awaitable[Any]] = self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT]
 
-        async def heartbeat(conn: Any, header: Any, msg: Any, version: int) -> Any:
+        async def heartbeat(ctx: Any, msg: Any) -> Any:
             if msg.member_epoch == 0:
                 await self.before_join(msg.group_id)
-            return await inner(conn, header, msg, version)
+            return await inner(ctx, msg)
 
         self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT] = heartbeat
-        self.layer._spawn(self.refresh_forever())
+        self.layer.runtime.spawn(self.refresh_forever())
 
     def close(self) -> None:
         self.client.close()
 
-    def _config(self) -> CoordinatorConfig:
-        # The layer may replace its service (a re-read of the state log): always the current one's.
-        config: CoordinatorConfig = self.layer.service.coordinator.state.config
+    def _config(self, group_id: str) -> CoordinatorConfig:
+        # The config of the service of the group's shard; a shard re-read from its log gets a new
+        # service (and config): always the current one's.
+        config: CoordinatorConfig = self.layer.runtime.shard_for(group_id).service.coordinator.state.config
         return config
 
     def _held(self) -> list[str]:
-        return sorted(self.layer.service.coordinator.state.groups)
+        """The consumer groups of the shards served now."""
+        return sorted(g for service in self.layer.runtime.services() for g in service.coordinator.state.groups)
 
     async def before_join(self, group_id: str) -> None:
         """A join: the group's configs are read first unless the gateway holds the group already."""
-        if group_id in self.cluster or group_id in self.layer.service.coordinator.state.groups:
+        if group_id in self.cluster or self.layer.runtime.has_state(group_id):
             return
         if not self.layer.managed(group_id) or time.monotonic() < self._joins_skip_until:
             return
@@ -188,7 +190,7 @@ class ClusterGroupConfigs:
 
     def apply(self, group_id: str, cluster: dict[str, int]) -> None:
         """The cluster's values for ``group_id`` read: what the coordinator evaluates from now on."""
-        config = self._config()
+        config = self._config(group_id)
         previous = self.cluster.get(group_id)
         self.cluster[group_id] = cluster
         values, err = effective(config, self.overrides.get(group_id, {}), cluster)
@@ -199,7 +201,7 @@ class ClusterGroupConfigs:
             log.info("group configs changed in the cluster", group_id=group_id, configs=cluster, effective=values)
 
     def _set(self, group_id: str, values: dict[str, int]) -> None:
-        config = self._config()
+        config = self._config(group_id)
         if values:
             config.group_configs[group_id] = values
         else:
