@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -292,3 +293,52 @@ def test_streams_app_with_the_streams_protocol_through_the_gateway(
     assert described["gateway"] == described["broker"]
     for rows in described["broker"].values():
         assert any("Empty" in row.split() for row in rows), rows
+
+
+def _librdkafka_share_round(bootstrap: str, group: str, topic: str, expect: int) -> dict[str, Any]:
+    """Two librdkafka share consumers of ``group`` until ``expect`` records came (acknowledged implicitly,
+    committed with commit_sync), then a third member of the group: it must find nothing left to deliver
+    (records acquired but not acknowledged are released when their member's share session closes, so a
+    lost acknowledgement would show here as a redelivery)."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group}
+    members = [confluent_kafka.ShareConsumer({**conf, "client.id": f"share-{i}"}) for i in range(2)]
+    got: list[str] = []
+    try:
+        for m in members:
+            m.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < expect and time.monotonic() < deadline:
+            for m in members:
+                got += [msg.value().decode() for msg in m.poll(0.2) if msg.error() is None]
+        for m in members:
+            m.commit_sync(30)  # the implicit acknowledgements of the last batches
+    finally:
+        for m in members:
+            m.close()
+    late = confluent_kafka.ShareConsumer({**conf, "client.id": "share-late"})
+    leftover: list[str] = []
+    try:
+        late.subscribe([topic])
+        until = time.monotonic() + 4
+        while time.monotonic() < until:
+            leftover += [msg.value().decode() for msg in late.poll(0.2) if msg.error() is None]
+    finally:
+        late.close()
+    return {"received": sorted(got), "redelivered after commit": sorted(leftover)}
+
+
+def test_librdkafka_share_consumers_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """confluent-kafka 2.16's ShareConsumer (librdkafka's KIP-932 client): ShareGroupHeartbeat,
+    ShareFetch and ShareAcknowledge through the gateway, to the cluster's share coordinator."""
+    topic = make_topic(2)
+    produced = sorted(v.decode() for v in values("sh", 20))
+    produce_confluent(kafka.bootstrap, topic, [v.encode() for v in produced])
+    outcomes = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        group = names(f"rdk-share-{label}")
+        _share_from_earliest(kafka.bootstrap, group)
+        outcomes[label] = _librdkafka_share_round(bootstrap, group, topic, len(produced))
+    assert outcomes["broker"] == {"received": produced, "redelivered after commit": []}  # each record once
+    assert outcomes["gateway"] == outcomes["broker"]

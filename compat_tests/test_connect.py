@@ -22,10 +22,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 from kafka.protocol.admin import (
     DescribeGroupsRequest,
@@ -35,6 +37,7 @@ from kafka.protocol.admin import (
 )
 
 from compat_tests.harness import java
+from compat_tests.harness.admin import admin
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from gateway import kafka_dist
 from gateway.embedded_kafka import free_port
@@ -220,15 +223,25 @@ def _lines(first: int, n: int) -> list[str]:
     return [f"line-{i:03d}" for i in range(first, first + n)]
 
 
+def _sink_group_view(bootstrap: str, group: str) -> dict[str, Any]:
+    """The sink connector's consumer group as DescribeGroups / ConsumerGroupDescribe (confluent-kafka's
+    AdminClient picks by group type) show it."""
+    client = admin(bootstrap)  # kept referenced until the future resolves
+    d = client.describe_consumer_groups([group])[group].result(30)
+    return {"type": d.type.name, "state": d.state.name, "members": len(d.members),
+            "partitions": sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions)}  # fmt: skip
+
+
 def _run(
-    classpath: str, bootstrap: str, topic: str, names: Callable[[str], str], work: Path, log_dir: Path
+    classpath: str, bootstrap: str, topic: str, names: Callable[[str], str], work: Path, log_dir: Path,
+    worker_props: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One worker against ``bootstrap``: source file -> topic -> sink file; returns what it observed."""
     work.mkdir()
     source, sink = work / "source.txt", work / "sink.txt"
     lines = _lines(0, LINES)
     source.write_text("".join(f"{line}\n" for line in lines))
-    worker = _start_worker(classpath, _cluster_props(bootstrap, names), work, log_dir)
+    worker = _start_worker(classpath, {**_cluster_props(bootstrap, names), **(worker_props or {})}, work, log_dir)
     try:
         _wait(worker, "REST API answer", 90, lambda: worker.request("GET", "/"))
         src, snk = _connectors(worker, names, source, sink, topic)
@@ -238,10 +251,17 @@ def _run(
             for kind, name in (("source", src), ("sink", snk))
         }
         view = _wait(worker, "a Stable worker group", 30, _stable_group(bootstrap, worker, 1))
+        # Connect names a sink connector's consumer group connect-<connector name>.
+        sink_group = _wait(worker, "the sink's consumer group Stable", 30, lambda: (
+            v if (v := _sink_group_view(bootstrap, f"connect-{snk}"))["state"] == "STABLE" else None
+        ))  # fmt: skip
     finally:
         code = _stop(worker)
     _assert_stopped_cleanly(worker, code)
-    return {"lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group}
+    return {
+        "lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group,
+        "sink_group": sink_group,
+    }  # fmt: skip
 
 
 def _failover(
@@ -341,3 +361,71 @@ def test_a_second_worker_takes_over_the_tasks_of_one_that_stops_alike_direct_and
         # Every line once and in order, across the handover (the stopped sink task committed on its way out).
         assert r["lines"] == r["expected"], (name, len(r["lines"]), r["lines"][LINES - 3 : LINES + 3])
     assert results["direct"]["two"]["protocol"] == results["gateway"]["two"]["protocol"], results
+
+
+def test_sink_connector_consumers_with_the_consumer_protocol_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    connect_classpath: str, java_logs: Path, tmp_path: Path,
+) -> None:
+    """``consumer.group.protocol=consumer`` in the worker's configuration: the sink tasks' consumers join
+    a KIP-848 consumer group (the worker group itself stays classic, Connect's own protocol)."""
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    props = {"consumer.group.protocol": "consumer"}
+    results = {
+        name: _run(connect_classpath, address, make_topic(2), names, tmp_path / name, java_logs, props)
+        for name, address in targets.items()
+    }
+    for name, r in results.items():
+        assert r["lines"] == r["expected"], (name, r["lines"][:5], len(r["lines"]))  # all, once, in order
+        assert r["group"]["listed"] == ("connect", "classic", "Stable"), (name, r["group"])
+    assert results["direct"]["sink_group"] == {"type": "CONSUMER", "state": "STABLE", "members": 1, "partitions": [0, 1]}
+    assert results["gateway"]["sink_group"] == results["direct"]["sink_group"]
+
+
+def _committed_view(bootstrap: str, topic: str) -> dict[str, Any]:
+    """What a read_committed consumer sees of the one-partition ``topic``, and whether its log holds
+    more offsets than records (transaction markers take an offset each)."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    try:
+        tp = confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
+        consumer.assign([tp])
+        _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        values: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(values) < LINES and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value().decode())
+        return {"values": values, "markers": high > len(values)}
+    finally:
+        consumer.close()
+
+
+def test_exactly_once_source_connector_alike_direct_and_through_the_gateway(
+    kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    connect_classpath: str, java_logs: Path, tmp_path: Path,
+) -> None:
+    """``exactly.once.source.support=enabled`` (KIP-618): the source task writes in transactions whose
+    producer the worker leader fences first (Admin fenceProducers: FindCoordinator of the transactional
+    id, InitProducerId), and commits its source offsets inside them."""
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    props = {"exactly.once.source.support": "enabled"}
+    topics = {name: make_topic(1) for name in targets}
+
+    def run(name: str) -> dict[str, Any]:
+        r = _run(connect_classpath, targets[name], topics[name], names, tmp_path / name, java_logs, props)
+        assert r["lines"] == r["expected"], (name, r["lines"][:5], len(r["lines"]))
+        assert r["statuses"]["source"]["connector"]["state"] == "RUNNING", (name, r["statuses"])
+        return _committed_view(targets[name], topics[name])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one worker per target at once, each its own cluster
+        views = dict(zip(targets, pool.map(run, targets), strict=True))
+    assert views["direct"] == {"values": _lines(0, LINES), "markers": True}  # written in committed transactions
+    assert views["gateway"] == views["direct"]

@@ -1,5 +1,6 @@
 """Kafka 4.3.1's own kafka-consumer-groups tool against the broker and through the gateway: the same
-answers for a missing and for an existing group (--describe, --list, --delete).
+answers for a missing and for an existing group (--describe, --list, --delete), and for live classic
+and KIP-848 consumer groups (--describe --members / --offsets / --state, also with the 3.9.1 tool).
 
 DescribeGroups v6 (KIP-1043) answers a missing group GROUP_ID_NOT_FOUND; a gateway stuck at v5 made the
 tool print its v5 text ("does not exist") where the broker's answer gives GroupIdNotFoundException.
@@ -8,11 +9,17 @@ tool print its v5 text ("does not exist") where the broker's answer gives GroupI
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
+import confluent_kafka
+import pytest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
+from .harness.clients import produce_confluent
 from .harness.java import consumer_groups_command
 from .harness.probe import find_coordinator_endpoints, roundtrip
 
@@ -81,3 +88,95 @@ def test_consumer_groups_tool_gives_the_same_answers_direct_and_through_the_gate
     assert "was successful" in direct["delete existing"][1], direct["delete existing"]
     for what in direct:
         assert through[what] == direct[what], f"{what}:\n direct: {direct[what]}\n gateway: {through[what]}"
+
+
+# --- live groups ----------------------------------------------------------------------------------------
+
+LIVE_PARTITIONS, LIVE_RECORDS = 2, 20
+# The 4.3.1 tool, and the 3.9.1 one (DescribeGroups v5, ConsumerGroupDescribe v0) a fleet may still run.
+TOOL_RELEASES = ("4.3.1", "3.9.1")
+DESCRIBE_VIEWS = ("--members", "--offsets", "--state")
+
+
+@contextmanager
+def _live_group(bootstrap: str, group: str, topic: str, protocol: str) -> Iterator[list[str]]:
+    """Two librdkafka members of ``group`` (``group.protocol`` classic or consumer), each owning one
+    partition, every record consumed and committed as it came; yields their member ids and keeps them in the group
+    (librdkafka heartbeats from its own threads) until the block ends."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    }  # fmt: skip
+    members = [confluent_kafka.Consumer({**conf, "client.id": f"live-{i}"}) for i in range(2)]
+    try:
+        consumed = 0
+        deadline = time.monotonic() + 60
+        for m in members:
+            m.subscribe([topic])
+        # Both polled in turn: a rebalance completes only while its members poll.
+        while consumed < LIVE_RECORDS or not all(len(m.assignment()) == 1 for m in members):
+            assert time.monotonic() < deadline, (consumed, [m.assignment() for m in members])
+            for m in members:
+                msg = m.poll(0.1)
+                if msg is not None and msg.error() is None:
+                    m.commit(message=msg, asynchronous=False)  # whoever owns the partition later, it is committed
+                    consumed += 1
+        yield [m.memberid() for m in members]
+    finally:
+        for m in members:
+            m.close()
+
+
+def _live_view(release: str, bootstrap: str, group: str, topic: str, member_ids: list[str], view: str) -> tuple[int, str]:
+    r = consumer_groups_command(release, bootstrap, "--describe", "--group", group, view)
+    lines = []
+    for line in (r.stdout + r.stderr).splitlines():
+        # Member ids are random, so which client owns which partition differs from run to run; the
+        # coordinator's address is the gateway's by design.
+        for member in member_ids:
+            line = line.replace(member, "<member>")
+        line = re.sub(r"\blive-[01]\b", "<client>", line) if view == "--offsets" else line
+        line = re.sub(r"\S+:\d+\s+\(\d+\)", "<coordinator>", line)
+        lines.append(line)
+    header, *rows = _normalised("\n".join(lines), group, topic).splitlines() or [""]
+    return r.returncode, "\n".join([header, *sorted(rows)])  # rows in member id order: random
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_groups_tool_describes_a_live_group_alike_direct_and_through_the_gateway(
+    kafka, module_gateway, make_topic: Callable[..., str], names: Callable[[str], str], protocol: str
+) -> None:
+    """``kafka-consumer-groups --describe`` with ``--members``, ``--offsets`` and ``--state``, of Kafka
+    4.3.1 and of 3.9.1, on a live group of two members: a classic group (DescribeGroups) or a KIP-848
+    consumer group (ConsumerGroupDescribe), the gateway coordinating it."""
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    topics = {t: make_topic(LIVE_PARTITIONS) for t in targets}
+    for topic in topics.values():
+        produce_confluent(kafka.bootstrap, topic, [f"r{i}".encode() for i in range(LIVE_RECORDS)])
+
+    def describe(target: str) -> dict[tuple[str, str], tuple[int, str]]:
+        bootstrap, topic, group = targets[target], topics[target], names(f"live-{target}")
+        with _live_group(bootstrap, group, topic, protocol) as member_ids:
+            return {
+                (release, view): _live_view(release, bootstrap, group, topic, member_ids, view)
+                for release in TOOL_RELEASES for view in DESCRIBE_VIEWS
+            }  # fmt: skip
+
+    # Both targets at once (each group and topic its own).
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        texts = dict(zip(targets, pool.map(describe, targets), strict=True))
+    direct = texts["direct"]
+    for release in TOOL_RELEASES:
+        # The broker's own answers first: a live, Stable group of two, no lag, both clients.
+        rc, state = direct[(release, "--state")]
+        assert rc == 0 and re.search(r"<group> <coordinator> \S+ Stable 2\b", state), state
+        rc, members = direct[(release, "--members")]
+        assert rc == 0 and "live-0" in members and "live-1" in members, members
+        rc, offsets = direct[(release, "--offsets")]
+        rows = [r.split() for r in offsets.splitlines() if r.startswith("<group> <topic>")]
+        assert rc == 0 and len(rows) == LIVE_PARTITIONS, offsets
+        assert all(r[5] == "0" and r[6] == "<member>" for r in rows), offsets  # LAG 0, owned by a live member
+    for key in direct:
+        assert texts["gateway"][key] == direct[key], f"{key}:\n direct: {direct[key]}\n gateway: {texts['gateway'][key]}"

@@ -9,11 +9,16 @@ must never learn the upstream broker's address, or it would bypass the gateway.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka import KafkaAdminClient
 
@@ -38,9 +43,11 @@ from compat_tests.harness.java import (
     parse_consumer_perf,
     parse_producer_perf,
     producer_performance,
+    tools_classpath,
     verifiable_consumer,
     verifiable_producer,
 )
+from gateway.embedded_kafka import java_binary
 
 pytestmark = pytest.mark.kafka
 
@@ -302,3 +309,146 @@ def test_clients_never_see_the_upstream_address(module_gateway: Any, kafka: Proc
         assert brokers and all(b["port"] != upstream_port for b in brokers), brokers
     finally:
         kp.close()
+
+
+# --- alike direct and through the gateway -------------------------------------------------------------
+
+
+def _targets(kafka: ProcessBackend, module_gateway: Any) -> dict[str, str]:
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    return {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+
+
+def _committed_total(bootstrap: str, group: str, topic: str) -> int:
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    client = admin(bootstrap)  # kept referenced until the future resolves: a collected client never resolves it
+    result = client.list_consumer_group_offsets([req])[group].result(30)
+    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
+
+
+def _console_round_trip(bootstrap: str, topic: str, group: str, lines: list[str]) -> dict[str, Any]:
+    tools = tools_classpath("4.3.1")
+    base = [java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-cp", tools]
+    produced = subprocess.run(
+        [*base, "org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", bootstrap, "--topic", topic],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    consumed = subprocess.run(
+        [*base, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap, "--topic", topic,
+         "--group", group, "--from-beginning", "--max-messages", str(len(lines)), "--timeout-ms", "30000"],
+        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return {
+        "producer exit": produced.returncode,
+        "consumer exit": consumed.returncode,
+        "consumed": sorted(consumed.stdout.splitlines()),
+        # The console consumer commits what it printed when it leaves (auto-commit on close).
+        "committed": _committed_total(bootstrap, group, topic),
+    }
+
+
+def test_console_producer_and_consumer_round_trip_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any
+) -> None:
+    """kafka-console-producer (stdin lines) then kafka-console-consumer in a group (the gateway
+    coordinating it), both of Kafka 4.3.1."""
+    lines = [f"console-{i}" for i in range(30)]
+    results = {
+        t: _console_round_trip(b, make_topic(PARTITIONS), names(f"console-{t}"), lines)
+        for t, b in _targets(kafka, module_gateway).items()
+    }
+    assert results["direct"] == {"producer exit": 0, "consumer exit": 0, "consumed": sorted(lines), "committed": 30}
+    assert results["gateway"] == results["direct"]
+
+
+def _consumer_protocol_fleet(release: str, bootstrap: str, topic: str, group: str, log_dir: Any) -> dict[str, Any]:
+    consumers = {
+        f"java-{release}-{i}": verifiable_consumer(release, bootstrap, topic, group, group_protocol="consumer", log_dir=log_dir).start()
+        for i in range(2)
+    }  # fmt: skip
+    log = EventLog()
+    try:
+        _poll_until(lambda: sum(_consumed_count(t) for t in consumers.values()) >= RECORDS, GROUP_TIMEOUT_S, "every record consumed")
+    finally:
+        for t in consumers.values():
+            t.stop()
+    failed = []
+    for name, t in consumers.items():
+        failed += [e.data for e in t.named("offsets_committed") if not e.data.get("success")]
+        ingest_verifiable_consumer(log, name, t)
+    return {
+        "clean shutdowns": sum(bool(t.named("shutdown_complete")) for t in consumers.values()),
+        "failed commits": failed,
+        "log": log,
+        "committed": _committed_total(bootstrap, group, topic),
+    }
+
+
+def test_java_3_9_consumers_with_the_consumer_protocol_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any, java_logs: Any
+) -> None:
+    """kafka-clients 3.9.1 with ``group.protocol=consumer`` (KIP-848 as 3.9 shipped it, before its 4.0 GA:
+    ConsumerGroupHeartbeat v0) in a group of two, against Kafka 4.3.1 directly and through the gateway."""
+    release = "3.9.1"
+    targets = _targets(kafka, module_gateway)
+
+    def run(target: str) -> dict[str, Any]:
+        topic = make_topic(PARTITIONS)
+        produced = produce_confluent(kafka.bootstrap, topic, values(topic, RECORDS))
+        outcome = _consumer_protocol_fleet(release, targets[target], topic, names(f"kip848-{target}"), java_logs)
+        assert_clean_run(produced, outcome.pop("log"))  # every record once, no partition owned twice
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both at once, each its own topic and group
+        outcomes = dict(zip(targets, pool.map(run, targets), strict=True))
+    assert outcomes["direct"] == {"clean shutdowns": 2, "failed commits": [], "committed": RECORDS}
+    assert outcomes["gateway"] == outcomes["direct"]
+
+
+async def _aiokafka_admin_view(bootstrap: str, topic: str, group: str) -> dict[str, Any]:
+    """An aiokafka consumer reads and commits everything and leaves; then what AIOKafkaAdminClient says
+    of its (now Empty) group: listed, described, its committed offsets."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        got = 0
+        deadline = time.monotonic() + GROUP_TIMEOUT_S
+        while got < 30 and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            got += sum(len(records) for records in batches.values())
+        await consumer.commit()
+    finally:
+        await consumer.stop()
+    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await client.start()
+    try:
+        listed = dict(await client.list_consumer_groups())
+        (described,) = [g for r in await client.describe_consumer_groups([group]) for g in r.groups]
+        offsets = await client.list_consumer_group_offsets(group)
+    finally:
+        await client.close()
+    return {
+        "consumed": got,
+        "listed as": listed.get(group),
+        # DescribeGroups v0-v5 tuples: (error, group, state, protocol type, protocol, members, ...).
+        "described": (described[0], described[2], described[3], len(described[5])),
+        "offsets": sorted((tp.partition, om.offset) for tp, om in offsets.items() if tp.topic == topic),
+    }
+
+
+async def test_aiokafka_admin_client_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any
+) -> None:
+    views = {}
+    for target, bootstrap in _targets(kafka, module_gateway).items():
+        topic = make_topic(PARTITIONS)
+        produced = produce_confluent(kafka.bootstrap, topic, values(topic, 30))
+        views[target] = await _aiokafka_admin_view(bootstrap, topic, names(f"aioadmin-{target}"))
+        ends = {p: 1 + max(r.offset for r in produced if r.partition == p) for p in {r.partition for r in produced}}
+        assert views[target]["offsets"] == sorted(ends.items()), target
+    assert views["direct"]["consumed"] == 30
+    assert views["direct"]["listed as"] == "consumer" and views["direct"]["described"] == (0, "Empty", "consumer", 0)
+    assert views["gateway"] == views["direct"]

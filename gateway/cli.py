@@ -120,6 +120,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
 
     gw = Gateway(config)
     layer = None
+    group_configs = None
     if config.coordinator.enabled:
         from .groups import GroupLayer
 
@@ -141,6 +142,11 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await gw.start()
         if layer is not None:
             await layer.start()
+            from .cluster_group_configs import ClusterGroupConfigs
+
+            # Per-group configs as the cluster stores them (kafka-configs --entity-type groups).
+            group_configs = ClusterGroupConfigs(layer)
+            group_configs.install()
     except BaseException:
         await gw.stop()
         if admin is not None:
@@ -161,6 +167,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await gw.stop()
         if layer is not None:
             await layer.stop()
+        if group_configs is not None:
+            group_configs.close()
         if admin is not None:
             await admin.stop()
     return 0

@@ -165,9 +165,14 @@ class CoordinatorSettings(BaseModel):
         ),
     )
     # Kafka's dynamic group configs, per managed group: {group id: {"consumer.session.timeout.ms" |
-    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. The gateway does
-    # not take group configs over the wire (IncrementalAlterConfigs passes through to the cluster).
+    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. IncrementalAlterConfigs
+    # passes through to the cluster, which stores them; the gateway reads them back from the cluster
+    # (gateway/cluster_group_configs.py). A value here overrides the cluster's for that group and name.
     group_configs: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # How often the dynamic group configs of the consumer groups the gateway coordinates are read from
+    # the cluster (DescribeConfigs, resource type GROUP); a group's first member also reads them before
+    # it joins. 0: never read them (only group_configs above and the group.consumer.* defaults apply).
+    cluster_group_configs_refresh_ms: int = Field(default=10_000, ge=0)
     consumer_max_size: int | None = Field(
         default=None, ge=1, validation_alias=_kafka("consumer_max_size", "group.consumer.max.size")
     )
