@@ -148,6 +148,9 @@ class ClassicClient(SimClient):
     told. Eager (range / roundrobin) revokes everything before every rejoin; cooperative-sticky
     (KIP-429) keeps what it owns, revokes what the assignment takes away and then rejoins."""
 
+    # session.timeout.ms sent in JoinGroup; a calibration against real clients uses theirs.
+    session_timeout_ms = CLASSIC_SESSION_TIMEOUT_MS
+
     def __init__(self, host: Host, name: str, topics: frozenset[str], assignor: str) -> None:
         super().__init__(host, name, topics)
         self.assignor = assignor
@@ -214,7 +217,7 @@ class ClassicClient(SimClient):
         self.rejoin_after_revoke = False
         request = JoinGroupRequest(
             group_id=self.host.group_id,
-            session_timeout_ms=CLASSIC_SESSION_TIMEOUT_MS,
+            session_timeout_ms=self.session_timeout_ms,
             member_id=self.member_id,
             protocols=[JoinGroupRequestProtocol(self.assignor, self._subscription())],
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
