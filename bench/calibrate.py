@@ -18,6 +18,7 @@ The gateways write their own rebalance events (``--rebalance-events``) under the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from compat_tests.upgrade import endpoints  # noqa: E402
 from compat_tests.upgrade.calibration import SCENARIOS, gateway_settings, run_real  # noqa: E402
 from rehearsal.calibration import Comparison, Figures, Timings, figures, simulate_schedule, table  # noqa: E402
-from rehearsal.events import parse_event  # noqa: E402
+from rehearsal.events import EventWriter, parse_event  # noqa: E402
 from rehearsal.fleet import CLIENT_MIXES  # noqa: E402
 
 COMBINATIONS = [
@@ -60,7 +61,7 @@ def gateway_figures(path: Path, group: str, members: int, window: tuple[int, int
         return None
     events = [e for e in (parse_event(line) for line in path.read_text().splitlines() if line.strip())
               if e.group == group]
-    return figures(events, members, window[1]) if events else None
+    return figures(events, members, window[1], window[0]) if events else None
 
 
 def main() -> int:
@@ -104,11 +105,17 @@ def main() -> int:
             sims = [figures(simulate_schedule(real.schedule, seed), args.members, f.first_disturbance_ms + span)
                     for seed, f in enumerate(sims)]
             row = Comparison(mix, scenario, real_fig, averaged(sims), args.client)
+            keep = work / f"{mix}-{scenario}"
+            with EventWriter(keep / "measured.jsonl") as w:
+                w.write_all(real.events)
+            with EventWriter(keep / "simulated-0.jsonl") as w:
+                w.write_all(simulate_schedule(real.schedule, 0))
+            (keep / "schedule.json").write_text(json.dumps(dataclasses.asdict(real.schedule)) + "\n")
             rows.append(row)
             origin = real_fig.first_disturbance_ms
             gw_fig = gateway_figures(work / mode / "events.jsonl", real.group, args.members, (origin, origin + span))
             report.append({
-                "mix": mix, "scenario": scenario, "client": args.client, "schedule": real.schedule.__repr__(),
+                "mix": mix, "scenario": scenario, "client": args.client, "events": str(keep),
                 "real": _fig(real_fig), "simulated": [_fig(f) for f in sims],
                 "gateway": _fig(gw_fig) if gw_fig else None, "ratios": row.ratios(), "within_25": row.within(),
             })

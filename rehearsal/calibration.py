@@ -116,7 +116,7 @@ class ScheduledSimulation(Simulation):
         return self.rng.randint(lo, hi)
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
-        if tag == "heartbeat" and isinstance(client, ClassicClient) and delay_ms == 1_000:
+        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms == 1_000:
             delay_ms = self.schedule.timings.heartbeat_interval_ms
         super().call_later(client, delay_ms, tag)
 
@@ -233,9 +233,14 @@ def ownership(events: Iterable[ev.Event]) -> tuple[Figures, list[ev.Event]]:
     return fig, ordered
 
 
-def figures(events: Sequence[ev.Event], members: int, window_end_ms: int | None = None) -> Figures:
-    """The calibration figures of one run's events over [first disturbance, window_end_ms]."""
+def figures(
+    events: Sequence[ev.Event], members: int, window_end_ms: int | None = None, window_start_ms: int | None = None
+) -> Figures:
+    """The calibration figures of one run's events over [first disturbance, window_end_ms] (a log without
+    disturbances, like the gateway's own, is given ``window_start_ms``)."""
     fig, ordered = ownership(events)
+    if window_start_ms is not None:
+        fig.first_disturbance_ms = window_start_ms
     fig.members = members
     end = max(window_end_ms if window_end_ms is not None else fig.settled_ms, fig.first_disturbance_ms)
     start = fig.first_disturbance_ms

@@ -164,6 +164,7 @@ class ClassicClient(SimClient):
         self._pending_revoke: set[TopicPartition] = set()
         # The partition counts the leader assigned with; a change makes it ask for a rebalance.
         self.assigned_with: dict[str, int] = {}
+        self.hb_token = 0
 
     @property
     def settled(self) -> bool:
@@ -172,7 +173,12 @@ class ClassicClient(SimClient):
     def start(self) -> None:
         self.phase = "preparing"
         self.host.call_later(self, 1, "join")
-        self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
+
+    def _heartbeat_in(self, delay_ms: int) -> None:
+        # Only the latest scheduled wake-up heartbeats: one heartbeat thread per client.
+        self.hb_token += 1
+        self.host.call_later(self, delay_ms, f"heartbeat:{self.hb_token}")
 
     def leave(self) -> None:
         self._revoke(set(self.owned))
@@ -246,6 +252,11 @@ class ClassicClient(SimClient):
         self.member_id = response.member_id
         self.generation = response.generation_id
         self.leader = response.leader == self.member_id
+        # The Java consumer pauses its heartbeat thread while it joins and re-enables it on the JoinGroup
+        # response, which resets the heartbeat timer: the next heartbeat is a full interval later. So all
+        # members of a generation heartbeat in step and learn of the next rebalance together (measured
+        # against real clients: docs/rehearsal.md, "Calibration against real clients").
+        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         if not self.joined_once:
             self.joined_once = True
             self.host.event("member_joined", self)
@@ -348,7 +359,9 @@ class ClassicClient(SimClient):
                 self._revoke(self._pending_revoke)
                 self.phase = "stable"
                 self.request_rejoin()
-        elif tag == "heartbeat":
+        elif tag.startswith("heartbeat:"):
+            if int(tag[len("heartbeat:"):]) != self.hb_token:
+                return
             self._check_metadata()
             if self.phase in ("syncing", "revoking", "stable", "preparing") and self.generation >= 0:
                 if HEARTBEAT not in self.inflight:
@@ -358,7 +371,7 @@ class ClassicClient(SimClient):
                             self.host.group_id, self.generation, self.member_id, self.instance_id, client_id=self.name
                         ),
                     )
-            self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+            self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         elif tag == "metadata-changed":
             self._check_metadata()
 

@@ -156,8 +156,10 @@ def run_real(
         timings=timings, topic=topic,
     )
     killed = {old.name for _, old, _, _, graceful in steps if not graceful}
+    # The run ends when the last step settled: the fleet's shutdown after it is not part of the scenario.
+    end_ms = run.steps[-1].settled_ms
     recorded = convert(
-        run.log.ownership, run="measured", group=group, client_mix=mix,
+        [e for e in run.log.ownership if e.at_ms <= end_ms], run="measured", group=group, client_mix=mix,
         protocols={m.name: m.spec.protocol for m in run.all_members()}, topics={topic: partitions},
     )
     events = [e.model_copy(update={"reason": "crash"}) if e.event == "member_left" and e.member in killed else e
