@@ -21,15 +21,13 @@ first join, which the real harness and the simulation start differently.
 
 from __future__ import annotations
 
-import random
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rehearsal import events as ev
 from rehearsal.fleet import ClientMix, FleetSpec, sim_config
-from rehearsal.sim_clients import ClassicClient, SimClient
+from rehearsal.sim_clients import ClassicClient, ConsumerClient, SimClient
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from rehearsal.simulate import Simulation
 
@@ -51,6 +49,13 @@ class Timings:
     session_timeout_ms: int = 6_000  # classic session.timeout.ms and group.consumer.session.timeout.ms
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (the gateway's default)
     processing_ms: tuple[int, int] = (2, 60)  # rebalance callbacks / reconciliation
+    # From a consumer's start (the Java tool's startup_complete) to its first group request: metadata and
+    # FindCoordinator. Measured through the gateway: the first ConsumerGroupHeartbeat of a restarted Java
+    # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms).
+    start_latency_ms: int = 170
+    # The new protocol's callbacks wait for the application thread's poll loop: on the calibration's idle
+    # topic, the fetch long poll (fetch.max.wait.ms). See ConsumerClient.callback_wait_ms.
+    callback_wait_ms: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +87,6 @@ class Schedule:
         return "consumer" if self.mix == "consumer" else "classic"
 
 
-class _Classic(ClassicClient):
-    session_timeout_ms = 6_000
-
-
 class ScheduledSimulation(Simulation):
     """The simulator following a recorded schedule instead of drawing one: same group, same timings."""
 
@@ -99,7 +100,8 @@ class ScheduledSimulation(Simulation):
             processing_ms=t.processing_ms,
         )
         config = replace(sim_config(spec, 0), crashes=0, active_ms=2_000, seed=seed)
-        classic = type("CalibratedClassic", (_Classic,), {"session_timeout_ms": t.session_timeout_ms})
+        classic = type("CalibratedClassic", (ClassicClient,), {"session_timeout_ms": t.session_timeout_ms})
+        consumer = type("CalibratedConsumer", (ConsumerClient,), {"callback_wait_ms": t.callback_wait_ms})
 
         def endpoint(cfg: EndpointConfig, s: int) -> ServiceEndpoint:
             cfg.heartbeat_interval_ms = t.heartbeat_interval_ms
@@ -107,7 +109,7 @@ class ScheduledSimulation(Simulation):
             cfg.initial_rebalance_delay_ms = t.initial_rebalance_delay_ms
             return ServiceEndpoint(cfg, s)
 
-        super().__init__(config, sink=sink, endpoint_factory=endpoint, classic_client=classic,
+        super().__init__(config, sink=sink, endpoint_factory=endpoint, classic_client=classic, consumer_client=consumer,
                          group_id=f"calibration-{schedule.mix}", run_id=run)
         self._by_slot: dict[int, SimClient] = {}
 
@@ -129,13 +131,15 @@ class ScheduledSimulation(Simulation):
         s = self.schedule
         self._apply(self.endpoint.on_metadata(self._image(), 0))
         self._slots = s.members
+        lag = s.timings.start_latency_ms
         for slot, at in enumerate(s.starts):
-            self._push(at, "action", ("start", (s.initial_protocol(), slot, None)))
-        end = max(s.starts)
+            self._push(at + lag, "action", ("start", (s.initial_protocol(), slot, None)))
+        end = max(s.starts) + lag
         for step in s.steps:
             self._push(step.stop_ms, "action", ("stop", step))
-            self._push(max(step.start_ms, step.stop_ms), "action", ("start", (step.protocol, step.slot, None)))
-            end = max(end, step.start_ms)
+            start = max(step.start_ms + lag, step.stop_ms + 1)
+            self._push(start, "action", ("start", (step.protocol, step.slot, None)))
+            end = max(end, start)
         # Faults stop (the simulator then runs until the group converged) once the last member started.
         self._push(end + 1, "action", ("quiet", None))
 
@@ -245,7 +249,7 @@ def figures(
     end = max(window_end_ms if window_end_ms is not None else fig.settled_ms, fig.first_disturbance_ms)
     start = fig.first_disturbance_ms
     fig.window_ms = end - start
-    for key in sorted({k for k in fig.intervals} | set()):
+    for key in sorted(fig.intervals):
         spans = sorted(fig.intervals[key])
         t, previous = start, ""
         for lo, hi, who in spans:
@@ -267,7 +271,6 @@ def figures(
                 fig.crash_unavailable_ms += end - t
     # Partitions never owned in the window.
     fig.unavailable_ms += (fig.partitions - len(fig.intervals)) * fig.window_ms
-    last: dict[tuple[str, tuple[str, int]], bool] = {}
     owned: dict[str, set[tuple[str, int]]] = {}
     for e in ordered:
         if e.event not in _CHANGES and e.event not in ("member_left", "member_fenced"):
@@ -283,7 +286,6 @@ def figures(
         mine -= tps if e.event == "partitions_revoked" else set()
         if changed and start <= e.ts_ms <= end:
             fig.changes += 1
-    del last
     return fig
 
 
@@ -358,12 +360,7 @@ def table(rows: Sequence[Comparison]) -> str:
     return "\n".join(lines)
 
 
-def seeded(seed: int) -> random.Random:
-    return random.Random(seed)
-
-
 __all__ = [
     "CALIBRATION_SCENARIOS", "Comparison", "Figures", "Schedule", "ScheduledSimulation", "Step", "Timings",
     "compare", "figures", "simulate_schedule", "table",
 ]
-_ = uuid

@@ -388,6 +388,13 @@ class ConsumerClient(SimClient):
     and acknowledges it by reporting what it owns; leaves with epoch -1."""
 
     protocol = "consumer"
+    # The Java consumer of the new protocol runs its rebalance callbacks on the application thread, inside
+    # poll(): each callback waits until that thread's poll loop comes round, which on a topic without new
+    # records is the fetch long poll (fetch.max.wait.ms, 500 ms). Revocation and assignment are two
+    # callbacks, and the reconciliation is acknowledged after both. 0 (the default) runs them at once;
+    # a calibration against real clients on an idle topic sets the fetch wait (docs/rehearsal.md,
+    # "Calibration against real clients").
+    callback_wait_ms = 0
 
     def __init__(self, host: Host, name: str, topics: frozenset[str], member_id: str, assignor: str | None) -> None:
         super().__init__(host, name, topics)
@@ -401,6 +408,9 @@ class ConsumerClient(SimClient):
         self.target: set[TopicPartition] | None = None
         self.reconciling = False
         self.ack_soon = False
+        # A reconciliation between its revocation and its assignment callback: (fence count, target).
+        self._assigning: tuple[int, set[TopicPartition]] | None = None
+        self.fences = 0
         self.joined_once = False
         # Only the latest scheduled heartbeat wake-up sends: one heartbeat loop per client.
         self.hb_token = 0
@@ -442,7 +452,9 @@ class ConsumerClient(SimClient):
         names = self.host.topic_ids
         full = self.full_next or self.epoch == 0
         owned: list[IdPartitions] | None = None
-        if full or self.last_sent_owned != self.owned:
+        if full or (self.last_sent_owned != self.owned and self._assigning is None):
+            # (Between its two callbacks a reconciliation is not complete: the Java client keeps
+            # reporting its previous assignment until both ran.)
             by_topic: dict[str, list[int]] = {}
             for t, p in self.owned:
                 by_topic.setdefault(t, []).append(p)
@@ -472,6 +484,8 @@ class ConsumerClient(SimClient):
     def _fenced(self) -> None:
         """FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: partitions are lost, rejoin at epoch 0."""
         self._revoke(set(self.owned), lost=True)
+        self.fences += 1
+        self._assigning = None
         self.epoch = 0
         self.target = None
         self.phase = "joining"
@@ -510,9 +524,12 @@ class ConsumerClient(SimClient):
                 self._start_reconcile()
         self._heartbeat_in(1 if self.ack_soon else self.interval)
 
+    def _callback_wait(self) -> int:
+        return self.host.rng.randint(0, self.callback_wait_ms) if self.callback_wait_ms else 0
+
     def _start_reconcile(self) -> None:
         self.reconciling = True
-        self.host.call_later(self, self.host.processing_delay(self), "reconciled")
+        self.host.call_later(self, self.host.processing_delay(self) + self._callback_wait(), "reconciled")
 
     def on_lost(self, kind: str, request: Any) -> None:
         self.inflight.discard(kind)
@@ -531,6 +548,12 @@ class ConsumerClient(SimClient):
                 self.reconciling = False
                 return
             target, self.target = self.target, None
+            if target is not None and self.callback_wait_ms and self.owned - target and target - self.owned:
+                # Revoked now; the assignment callback waits for the application thread's next poll.
+                self._revoke(self.owned - target)
+                self._assigning = (self.fences, target)
+                self.host.call_later(self, self._callback_wait(), "assigned")
+                return
             self.reconciling = False
             if target is not None:
                 # Revoke first (commit, callback), then take the new partitions (KIP-848
@@ -543,6 +566,19 @@ class ConsumerClient(SimClient):
                 self.ack_soon = True
                 if CONSUMER_HEARTBEAT not in self.inflight:
                     self._send_heartbeat()
+        elif tag == "assigned":
+            pending, self._assigning = self._assigning, None
+            if pending is None or pending[0] != self.fences or self.phase != "member":
+                self.reconciling = False
+                return
+            self._assign(pending[1])
+            self.reconciling = False
+            self.last_sent_owned = None
+            self.ack_soon = True
+            if CONSUMER_HEARTBEAT not in self.inflight:
+                self._send_heartbeat()
+            if self.target is not None:
+                self._start_reconcile()
 
 
 def make_topic_ids(names: Mapping[str, int]) -> dict[str, uuid.UUID]:
