@@ -98,6 +98,7 @@ class ScheduledSimulation(Simulation):
             groups=1, members=schedule.members, seed=seed, mix=schedule.mix,
             topics={schedule.topic: schedule.partitions}, heartbeat_interval_ms=t.heartbeat_interval_ms,
             processing_ms=t.processing_ms,
+            server_assignor="uniform",  # what the real new-protocol members ask for (group.remote.assignor)
         )
         config = replace(sim_config(spec, 0), crashes=0, active_ms=2_000, seed=seed)
         classic = type("CalibratedClassic", (ClassicClient,), {"session_timeout_ms": t.session_timeout_ms})
