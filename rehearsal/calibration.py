@@ -251,25 +251,18 @@ def figures(
     start = fig.first_disturbance_ms
     fig.window_ms = end - start
     for key in sorted(fig.intervals):
-        spans = sorted(fig.intervals[key])
-        t, previous = start, ""
-        for lo, hi, who in spans:
-            if hi <= t:
-                continue
-            if lo > t:
-                gap = min(lo, end) - t
-                if gap > 0:
-                    fig.unavailable_ms += gap
-                    if previous.startswith("crash:"):
-                        fig.crash_unavailable_ms += gap
-            if hi > t:
-                t, previous = hi, who
-            if t >= end:
-                break
-        if t < end:
-            fig.unavailable_ms += end - t
-            if previous.startswith("crash:"):
-                fig.crash_unavailable_ms += end - t
+        # Each gap is charged to the ownership whose end opened it (the latest end so far; at equal ends a
+        # crashed one), as oracle._crash_gaps does for the report.
+        cursor: tuple[int, bool] = (start, False)
+        for lo, hi, who in sorted(fig.intervals[key]):
+            if lo > cursor[0] and cursor[0] < end:
+                gap = min(lo, end) - cursor[0]
+                fig.unavailable_ms += gap
+                fig.crash_unavailable_ms += gap if cursor[1] else 0
+            cursor = max(cursor, (hi, who.startswith("crash:")))
+        if cursor[0] < end:
+            fig.unavailable_ms += end - cursor[0]
+            fig.crash_unavailable_ms += end - cursor[0] if cursor[1] else 0
     # Partitions never owned in the window.
     fig.unavailable_ms += (fig.partitions - len(fig.intervals)) * fig.window_ms
     owned: dict[str, set[tuple[str, int]]] = {}
