@@ -31,8 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compat_tests.upgrade import endpoints  # noqa: E402
 from compat_tests.upgrade.calibration import SCENARIOS, gateway_settings, run_real  # noqa: E402
-from rehearsal.calibration import Comparison, Figures, Timings, figures, simulate_schedule, table  # noqa: E402
-from rehearsal.events import EventWriter, parse_event  # noqa: E402
+from rehearsal.calibration import (  # noqa: E402
+    Comparison,
+    Figures,
+    Schedule,
+    Step,
+    Timings,
+    figures,
+    simulate_schedule,
+    table,
+)
+from rehearsal.events import EventWriter, parse_event, read_events  # noqa: E402
 from rehearsal.fleet import CLIENT_MIXES  # noqa: E402
 
 COMBINATIONS = [
@@ -73,7 +82,12 @@ def main() -> int:
     ap.add_argument("--scenario", default=",".join(SCENARIOS))
     ap.add_argument("--seeds", type=int, default=3, help="simulated runs per schedule (averaged)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--replay", type=Path, action="append", default=[],
+                    help="no real run: re-simulate and measure the runs saved under this work directory "
+                         "(each run's measured.jsonl and schedule.json; repeatable, runs are listed in order)")
     args = ap.parse_args()
+    if args.replay:
+        return replay(args.replay, args.seeds, args.json, args.client)
     mixes, scenarios = set(args.mix.split(",")), set(args.scenario.split(","))
     wanted = [(m, s) for m, s in COMBINATIONS if m in mixes and s in scenarios]
     if not wanted:
@@ -98,14 +112,11 @@ def main() -> int:
             real = run_real(gateways[mode].bootstrap, kafka.bootstrap, mix, scenario, members=args.members,  # type: ignore[arg-type]
                             partitions=args.partitions, client=args.client, timings=timings,
                             log_dir=work / f"{mix}-{scenario}")
-            real_fig = figures(real.events, args.members)
-            sims = [figures(simulate_schedule(real.schedule, seed), args.members) for seed in range(args.seeds)]
-            span = max(real_fig.time_to_stable_ms, *(f.time_to_stable_ms for f in sims))
-            real_fig = figures(real.events, args.members, real_fig.first_disturbance_ms + span)
-            sims = [figures(simulate_schedule(real.schedule, seed), args.members, f.first_disturbance_ms + span)
-                    for seed, f in enumerate(sims)]
-            row = Comparison(mix, scenario, real_fig, averaged(sims), args.client)
+            row, real_fig, sims = compare_saved(real.events, real.schedule, args.members, args.seeds, args.client)
+            span = real_fig.window_ms
             keep = work / f"{mix}-{scenario}"
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / "run.json").write_text(json.dumps({"client": args.client}) + "\n")
             with EventWriter(keep / "measured.jsonl") as w:
                 w.write_all(real.events)
             with EventWriter(keep / "simulated-0.jsonl") as w:
@@ -130,6 +141,67 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def compare_saved(real_events: list, schedule: Schedule, members: int, seeds: int, client: str) -> tuple[
+        Comparison, Figures, list[Figures]]:
+    """Measure a real run and ``seeds`` simulations of its schedule over one common window."""
+    real_fig = figures(real_events, members)
+    sims = [figures(simulate_schedule(schedule, seed), members) for seed in range(seeds)]
+    span = max(real_fig.time_to_stable_ms, *(f.time_to_stable_ms for f in sims))
+    real_fig = figures(real_events, members, real_fig.first_disturbance_ms + span)
+    sims = [figures(simulate_schedule(schedule, seed), members, f.first_disturbance_ms + span)
+            for seed, f in enumerate(sims)]
+    return Comparison(schedule.mix, schedule.scenario, real_fig, averaged(sims), client), real_fig, sims
+
+
+def load_schedule(path: Path) -> Schedule:
+    raw = json.loads(path.read_text())
+    return Schedule(raw["mix"], raw["scenario"], raw["partitions"], tuple(raw["starts"]),
+                    tuple(Step(**s) for s in raw["steps"]), Timings(**{k: tuple(v) if isinstance(v, list) else v
+                                                                       for k, v in raw["timings"].items()}),
+                    raw["topic"])
+
+
+def replay(works: list[Path], seeds: int, out: Path | None, client: str) -> int:
+    rows: list[Comparison] = []
+    report = []
+    for work in works:
+        for run in sorted(work.glob("*/schedule.json"), key=lambda p: p.stat().st_mtime):
+            schedule = load_schedule(run)
+            meta = json.loads((run.parent / "run.json").read_text()) if (run.parent / "run.json").exists() else {}
+            real = list(read_events([str(run.parent / "measured.jsonl")]))
+            row, real_fig, sims = compare_saved(real, schedule, schedule.members, seeds, meta.get("client", client))
+            rows.append(row)
+            report.append({"mix": row.mix, "scenario": row.scenario, "client": row.client, "events": str(run.parent),
+                           "real": _fig(real_fig), "simulated": [_fig(f) for f in sims], "ratios": row.ratios(),
+                           "within_25": row.within()})
+    print(table(rows))
+    if len(works) > 1:
+        print("\nPooled over the runs of each client, scenario and mix (partition-seconds and changes summed,"
+              " times to stable averaged):\n")
+        print(table(pooled(rows)))
+    if out:
+        out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+def pool(figs: list[Figures]) -> Figures:
+    """Several runs of one scenario as one: sums (unavailability, windows, changes, slots), mean time to stable."""
+    tts = round(statistics.fmean(f.time_to_stable_ms for f in figs))
+    return Figures(0, tts, sum(f.members for f in figs), figs[0].partitions,
+                   unavailable_ms=sum(f.unavailable_ms for f in figs), window_ms=sum(f.window_ms for f in figs),
+                   changes=sum(f.changes for f in figs),  # type: ignore[arg-type]
+                   crash_unavailable_ms=sum(f.crash_unavailable_ms for f in figs))
+
+
+def pooled(rows: list[Comparison]) -> list[Comparison]:
+    keys = list(dict.fromkeys((r.client, r.scenario, r.mix) for r in rows))
+    out = []
+    for client, scenario, mix in keys:
+        mine = [r for r in rows if (r.client, r.scenario, r.mix) == (client, scenario, mix)]
+        out.append(Comparison(mix, scenario, pool([r.real for r in mine]), pool([r.simulated for r in mine]), client))
+    return out
 
 
 def _fig(f: Figures) -> dict[str, object]:
