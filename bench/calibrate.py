@@ -37,6 +37,7 @@ from rehearsal.calibration import (  # noqa: E402
     Schedule,
     Step,
     Timings,
+    client_timings,
     figures,
     simulate_schedule,
     table,
@@ -90,10 +91,14 @@ def main() -> int:
         return replay(args.replay, args.seeds, args.json, args.client)
     mixes, scenarios = set(args.mix.split(",")), set(args.scenario.split(","))
     wanted = [(m, s) for m, s in COMBINATIONS if m in mixes and s in scenarios]
+    if args.client == "confluent" and any(s == "crashes" for _, s in wanted):
+        # A librdkafka consumer runs inside this process: it cannot be killed without a LeaveGroup.
+        print("crashes need a client in a process of its own (java): skipped for confluent", flush=True)
+        wanted = [(m, s) for m, s in wanted if s != "crashes"]
     if not wanted:
         print("nothing to run", file=sys.stderr)
         return 2
-    timings = Timings()
+    timings = client_timings(args.client)
     work = Path(tempfile.mkdtemp(prefix="calibrate-"))
     kafka = endpoints.broker()
     kafka.start()
@@ -168,7 +173,8 @@ def replay(works: list[Path], seeds: int, out: Path | None, client: str) -> int:
     report = []
     for work in works:
         for run in sorted(work.glob("*/schedule.json"), key=lambda p: p.stat().st_mtime):
-            schedule = load_schedule(run)
+            meta = json.loads((run.parent / "run.json").read_text()) if (run.parent / "run.json").exists() else {}
+            schedule = dataclasses.replace(load_schedule(run), timings=client_timings(meta.get("client", client)))
             meta = json.loads((run.parent / "run.json").read_text()) if (run.parent / "run.json").exists() else {}
             real = list(read_events([str(run.parent / "measured.jsonl")]))
             row, real_fig, sims = compare_saved(real, schedule, schedule.members, seeds, meta.get("client", client))

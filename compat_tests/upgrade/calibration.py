@@ -109,6 +109,8 @@ def run_real(
     ``gateway_settings(timings)``; translate mode for the translate mix)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario}")
+    if scenario == "crashes" and client != "java":
+        raise ValueError("crashes kill a consumer's process: only java consumers run in one")
     topic = create_topic(broker, unique("calibration"), partitions)
     group = unique(f"calibration-{mix}")
     spec = member_spec(mix, client)
