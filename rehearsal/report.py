@@ -174,17 +174,25 @@ def _verdict(mixes: Mapping[str, Any]) -> str:
 
 
 def _calibrated(rows: Sequence[Row], mix: str) -> tuple[str, str]:
-    """(measured beside predicted, confidence) of one mix from the calibration rows."""
-    mine = [r for r in rows if r.get("mix") == mix]
-    if not mine:
+    """(measured beside predicted, confidence) of one mix from the calibration rows; several runs of one
+    client and scenario are pooled (partition-seconds summed). The confidence is the largest difference
+    of predicted from measured unavailability over the mix's scenarios."""
+    pooled: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r.get("mix") != mix:
+            continue
+        sims = r["simulated"] if isinstance(r["simulated"], list) else [r["simulated"]]
+        cell = pooled.setdefault((str(r.get("client", "java")), str(r["scenario"])), [0.0, 0.0])
+        cell[0] += r["real"]["unavailable_ms"]
+        cell[1] += sum(f["unavailable_ms"] for f in sims) / len(sims)
+    if not pooled:
         return "no calibration", "prediction only"
     cells, worst = [], 0.0
-    for r in mine:
-        sims = r["simulated"] if isinstance(r["simulated"], list) else [r["simulated"]]
-        predicted = sum(f["unavailable_ms"] for f in sims) / len(sims)
-        cells.append(f'{_e(r["scenario"])} ({_e(r.get("client", "java"))}): measured '
-                     f'{r["real"]["unavailable_ms"] / 1000:,.1f}, predicted {predicted / 1000:,.1f} partition-s')
-        worst = max([worst, *(abs(v - 1) for v in r["ratios"].values() if v is not None)])
+    for (client, scenario), (measured, predicted) in pooled.items():
+        cells.append(f"{_e(scenario)} ({_e(client)}): measured {measured / 1000:,.1f}, "
+                     f"predicted {predicted / 1000:,.1f} partition-s")
+        if measured > 0:
+            worst = max(worst, abs(predicted / measured - 1))
     confidence = (f"simulation within {worst:.0%} of real clients" if worst <= 0.25
                   else f"simulation off by up to {worst:.0%}: read as a range")
     return "<br>".join(cells), confidence
