@@ -180,9 +180,6 @@ def simulate_schedule(schedule: Schedule, seed: int = 0, run: str = "simulated")
 
 # ---- measuring ---------------------------------------------------------------------------------------
 
-_CHANGES = ("partitions_assigned", "partitions_revoked")
-
-
 @dataclass(slots=True)
 class Figures:
     first_disturbance_ms: int
@@ -222,29 +219,29 @@ def ownership(events: Iterable[ev.Event]) -> tuple[Figures, list[ev.Event]]:
     last_change = first
     partitions: set[tuple[str, int]] = set()
     for e in ordered:
-        if e.event == "topic_metadata":
-            partitions |= {(e.topic, p) for p in range(e.num_partitions)}  # type: ignore[attr-defined]
-        member = getattr(e, "member", None)
-        if e.event == "partitions_assigned":
-            mine = owned.setdefault(member, {})
-            for tp in e.partitions:  # type: ignore[attr-defined]
+        if isinstance(e, ev.TopicMetadata):
+            partitions |= {(e.topic, p) for p in range(e.num_partitions)}
+        elif isinstance(e, ev.PartitionsAssigned):
+            mine = owned.setdefault(e.member, {})
+            for tp in e.partitions:
                 key = (tp.topic, tp.partition)
                 partitions.add(key)
                 if key not in mine:
                     mine[key] = e.ts_ms
                     last_change = max(last_change, e.ts_ms)
-        elif e.event == "partitions_revoked":
-            mine = owned.setdefault(member, {})
-            for tp in e.partitions:  # type: ignore[attr-defined]
+        elif isinstance(e, ev.PartitionsRevoked):
+            mine = owned.setdefault(e.member, {})
+            for tp in e.partitions:
                 key = (tp.topic, tp.partition)
                 if key in mine:
-                    intervals.setdefault(key, []).append((mine.pop(key), e.ts_ms, member))
+                    intervals.setdefault(key, []).append((mine.pop(key), e.ts_ms, e.member))
                     last_change = max(last_change, e.ts_ms)
-        elif e.event in ("member_left", "member_fenced"):
-            if e.event == "member_left" and getattr(e, "reason", None) == "crash":
-                crashed.add(member)
-            for key, since in owned.pop(member, {}).items():
-                intervals.setdefault(key, []).append((since, e.ts_ms, "crash:" + member if member in crashed else member))
+        elif isinstance(e, ev.MemberLeft | ev.MemberFenced):
+            if isinstance(e, ev.MemberLeft) and e.reason == "crash":
+                crashed.add(e.member)
+            who = "crash:" + e.member if e.member in crashed else e.member
+            for key, since in owned.pop(e.member, {}).items():
+                intervals.setdefault(key, []).append((since, e.ts_ms, who))
     open_end = 1 << 62
     for member, mine in owned.items():
         for key, since in mine.items():
@@ -282,19 +279,19 @@ def figures(
     fig.unavailable_ms += (fig.partitions - len(fig.intervals)) * fig.window_ms
     owned: dict[str, set[tuple[str, int]]] = {}
     for e in ordered:
-        if e.event not in _CHANGES and e.event not in ("member_left", "member_fenced"):
-            continue
-        member = e.member  # type: ignore[attr-defined]
-        mine = owned.setdefault(member, set())
-        if e.event in ("member_left", "member_fenced"):
-            mine.clear()
-            continue
-        tps = {(tp.topic, tp.partition) for tp in e.partitions}  # type: ignore[attr-defined]
-        changed = (tps - mine) if e.event == "partitions_assigned" else (tps & mine)
-        mine |= tps if e.event == "partitions_assigned" else set()
-        mine -= tps if e.event == "partitions_revoked" else set()
-        if changed and start <= e.ts_ms <= end:
-            fig.changes += 1
+        if isinstance(e, ev.MemberLeft | ev.MemberFenced):
+            owned.pop(e.member, None)
+        elif isinstance(e, ev.PartitionsAssigned | ev.PartitionsRevoked):
+            mine = owned.setdefault(e.member, set())
+            tps = {(tp.topic, tp.partition) for tp in e.partitions}
+            assigned = isinstance(e, ev.PartitionsAssigned)
+            changed = (tps - mine) if assigned else (tps & mine)
+            if assigned:
+                mine |= tps
+            else:
+                mine -= tps
+            if changed and start <= e.ts_ms <= end:
+                fig.changes += 1
     return fig
 
 

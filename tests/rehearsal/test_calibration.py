@@ -3,6 +3,8 @@ the crash / clean split of unavailability in the oracle, and the report's cost t
 
 from __future__ import annotations
 
+from typing import Any
+
 from rehearsal import events as E
 from rehearsal import oracle, report
 from rehearsal.calibration import Schedule, Step, figures, simulate_schedule
@@ -16,7 +18,7 @@ def ev(ts: int, event: str, member: str | None = None, **fields: object) -> E.Ev
 
 
 def _make(event: str, **fields: object) -> E.Event:
-    classes = {"partitions_assigned": E.PartitionsAssigned, "partitions_revoked": E.PartitionsRevoked,
+    classes: dict[str, Any] = {"partitions_assigned": E.PartitionsAssigned, "partitions_revoked": E.PartitionsRevoked,
                "member_left": E.MemberLeft, "member_fenced": E.MemberFenced, "disturbance": E.Disturbance,
                "topic_metadata": E.TopicMetadata, "group_stable": E.GroupStable}
     return classes[event].model_validate({k: v for k, v in fields.items() if v is not None or k != "member"})
