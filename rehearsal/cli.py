@@ -122,6 +122,9 @@ def report_main(
         except ValueError as e:
             echo(f"error: {e}")
             return 2
+        data.calibration = find_calibration(local)
+        if data.calibration:
+            say(f"calibration against real clients: {len(data.calibration)} rows")
         report = Path(out, "report.html")
         report.write_text(render(data), encoding="utf-8")
         say(f"done: {os.path.abspath(report)}")
@@ -129,6 +132,22 @@ def report_main(
     finally:
         if owned_session:
             spark.stop()
+
+
+CALIBRATION_FILE = "_calibration.json"
+
+
+def find_calibration(paths: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``_calibration.json`` files (bench/calibrate.py --json) in the input directories (the
+    event reader skips names starting with ``_``)."""
+    import json
+
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        candidate = Path(p, CALIBRATION_FILE) if Path(p).is_dir() else None
+        if candidate is not None and candidate.is_file():
+            rows += json.loads(candidate.read_text(encoding="utf-8"))
+    return rows
 
 
 def validate_main(paths: list[str], *, echo: Callable[[str], None] = print) -> int:

@@ -190,7 +190,7 @@ class FleetSimulation(Simulation):
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
         # The classic client's background heartbeat thread runs at the fleet's interval.
-        if tag == "heartbeat" and isinstance(client, ClassicClient) and delay_ms == CLASSIC_HEARTBEAT_INTERVAL_MS:
+        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms == CLASSIC_HEARTBEAT_INTERVAL_MS:
             delay_ms = self.spec.heartbeat_interval_ms
         super().call_later(client, delay_ms, tag)
 

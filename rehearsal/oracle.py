@@ -27,7 +27,14 @@ from rehearsal.events import (
     TimerExpired,
     TopicMetadata,
 )
-from rehearsal.tables import CHANGE_EVENTS, GROUP_SUMMARY, distribution, fleet_summary
+from rehearsal.tables import (
+    CHANGE_EVENTS,
+    CRASH_REASONS,
+    GROUP_SUMMARY,
+    add_crash_split,
+    distribution,
+    fleet_summary,
+)
 
 Row = dict[str, Any]
 TP = tuple[str, int]
@@ -67,18 +74,20 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
     mix = min(ev.client_mix for ev in events)
     members: dict[str, _Member] = {}
     intervals: list[Row] = []
+    ended_by_crash: list[bool] = []  # per interval: its member crashed or was fenced (CRASH_ENDS)
     declared: set[TP] = set()
     disturbances: list[int] = []
     stables: list[int] = []
     changes: list[int] = []
     conversions = timers = 0
 
-    def close(member: str, tp: TP, since: int, ts: int, by: str, open_at_end: bool = False) -> None:
+    def close(member: str, tp: TP, since: int, ts: int, by: str, open_at_end: bool = False, crash: bool = False) -> None:
         intervals.append({
             "run": run, "group": group, "client_mix": mix, "topic": tp[0], "partition": tp[1],
             "member": member, "start_ms": since, "end_ms": ts, "duration_ms": ts - since,
             "ended_by": by, "open_at_end": open_at_end,
         })  # fmt: skip
+        ended_by_crash.append(crash)
 
     for ev in events:
         if ev.event in CHANGE_EVENTS:
@@ -109,8 +118,9 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
             m.rebalances += changed
         elif isinstance(ev, MemberLeft | MemberFenced):
             m = members[ev.member]
+            crash = isinstance(ev, MemberFenced) or ev.reason in CRASH_REASONS
             for tp, since in sorted(m.owned.items()):
-                close(ev.member, tp, since, ev.ts_ms, ev.event)
+                close(ev.member, tp, since, ev.ts_ms, ev.event, crash=crash)
                 m.lost += 1
             m.owned.clear()
             if isinstance(ev, MemberLeft):
@@ -159,7 +169,28 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
         "conversions": conversions, "fenced": sum(m.fenced for m in members.values()),
         "timers_expired": timers,
     }  # fmt: skip
+    for row, crash in zip(intervals, ended_by_crash, strict=True):
+        row[_CRASH] = crash
     return intervals, member_rows, facts, declared
+
+
+_CRASH = "_ended_by_crash"
+
+
+def _crash_gaps(window: tuple[int, int], spans: list[tuple[int, int, bool]]) -> int:
+    """The part of a partition's unavailability that follows an ownership ended by a crash or a fence:
+    each gap is charged to the ownership whose end opened it (the latest end so far; at equal ends, a
+    crashed one). The pipeline computes the same with a running maximum of (end, crashed)."""
+    ws, we = window
+    cursor: tuple[int, bool] = (ws, False)
+    total = 0
+    for s, e, crash in sorted(spans):
+        if s - cursor[0] > 0 and cursor[1]:
+            total += s - cursor[0]
+        cursor = max(cursor, (e, crash))
+    if we - cursor[0] > 0 and cursor[1]:
+        total += we - cursor[0]
+    return total
 
 
 def _unavailability(key: Row, window: tuple[int, int], spans: list[tuple[int, int]]) -> Row:
@@ -211,6 +242,7 @@ def compute(events: Iterable[Event]) -> Metrics:
     overlaps: list[Row] = []
     member_rows: list[Row] = []
     groups: list[Row] = []
+    crash_by_mix: dict[str, int] = defaultdict(int)
     for (run, group), items in sorted(by_group.items()):
         ordered = [ev for _, ev in sorted(items, key=_order_key)]
         g_intervals, g_members, facts, declared = _replay_group(run, group, ordered)
@@ -222,8 +254,14 @@ def compute(events: Iterable[Event]) -> Metrics:
         for tp in sorted(declared):
             key = {"run": run, "group": group, "client_mix": facts["client_mix"], "topic": tp[0], "partition": tp[1]}
             spans = [(r["start_ms"], r["end_ms"]) for r in by_tp.get(tp, [])]
-            g_unavail.append(_unavailability(key, (facts["start_ms"], facts["end_ms"]), spans))
+            window = (facts["start_ms"], facts["end_ms"])
+            g_unavail.append(_unavailability(key, window, spans))
+            crash_by_mix[facts["client_mix"]] += _crash_gaps(
+                window, [(r["start_ms"], r["end_ms"], r[_CRASH]) for r in by_tp.get(tp, [])]
+            )
             g_overlaps += _overlaps(by_tp.get(tp, []))
+        for row in g_intervals:
+            del row[_CRASH]
         unavail_ms = [r["unavailable_ms"] for r in g_unavail]
         capacity = len(g_unavail) * facts["duration_ms"]
         groups.append({
@@ -248,8 +286,17 @@ def compute(events: Iterable[Event]) -> Metrics:
         double_ownership=overlaps,
         member_rebalances=member_rows,
         group_summary=groups,
-        summary=summarize(groups, unavailability, member_rows),
+        summary=add_crash_split(
+            summarize(groups, unavailability, member_rows), crash_by_mix, _windows_by_mix(unavailability)
+        ),
     )
+
+
+def _windows_by_mix(unavailability: list[Row]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for p in unavailability:
+        out[p["client_mix"]] += p["window_ms"]
+    return out
 
 
 def summarize(groups: list[Row], unavailability: list[Row], members: list[Row]) -> dict[str, Any]:

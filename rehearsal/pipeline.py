@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from rehearsal import spark_kafka
 from rehearsal.events import CLIENT_MIXES, EVENT_RANK, EventLogError, event_files
-from rehearsal.tables import CHANGE_EVENTS, PERCENTILES, TABLES, fleet_summary
+from rehearsal.tables import CHANGE_EVENTS, CRASH_REASONS, PERCENTILES, TABLES, add_crash_split, fleet_summary
 
 G = ["run", "group"]
 ORDER = ["ts_ms", "seq", "rank", "id"]
@@ -210,6 +210,8 @@ class SparkMetrics:
 
     # Intermediate results compute() cached beside the tables (released by unpersist()).
     cached: list[DataFrame] = field(default_factory=list)
+    # Per client_mix: unavailable ms that followed an ownership ended by a crash or fence.
+    crash_gaps: DataFrame | None = None
 
     def tables(self) -> dict[str, DataFrame]:
         return {name: getattr(self, name).select(*cols) for name, cols in TABLES.items()}
@@ -232,9 +234,14 @@ def _ownership_changes(events: DataFrame) -> DataFrame:
     # partition it ever acknowledged; rows for partitions it does not hold are no-ops below.
     gone = (
         events.filter(F.col("event").isin("member_left", "member_fenced"))
-        .select(*G, "member", *ORDER, "event")
+        .select(*G, "member", *ORDER, "event", "reason")
         .join(held.distinct(), [*G, "member"])
     )
+    # Whether an end is a crash: the member was fenced or died without leaving (tables.CRASH_REASONS).
+    gone = gone.withColumn(
+        "crash", (F.col("event") == "member_fenced") | F.coalesce(F.col("reason").isin(*CRASH_REASONS), F.lit(False))
+    ).drop("reason")
+    acked = acked.withColumn("crash", F.lit(False))
     rows = acked.unionByName(gone).withColumn("is_start", F.col("event") == "partitions_assigned")
     w = Window.partitionBy(*G, "member", "topic", "partition").orderBy(*ORDER)
     prev = F.lag("is_start").over(w)
@@ -242,8 +249,9 @@ def _ownership_changes(events: DataFrame) -> DataFrame:
         (F.col("is_start") & (F.col("prev").isNull() | ~F.col("prev"))) | (~F.col("is_start") & F.col("prev"))
     )
     return changes.select(
-        "*", F.lead("ts_ms").over(w).alias("next_ts"), F.lead("event").over(w).alias("next_event")
-    ).drop("prev")
+        "*", F.lead("ts_ms").over(w).alias("next_ts"), F.lead("event").over(w).alias("next_event"),
+        F.lead("crash").over(w).alias("next_crash"),
+    ).drop("prev", "crash")
 
 
 def _existing_partitions(events: DataFrame) -> DataFrame:
@@ -283,6 +291,26 @@ def _unavailability(existing: DataFrame, info: DataFrame, intervals: DataFrame) 
         (F.col("inner_gaps") + F.when(F.col("tail") > 0, 1).otherwise(0)).alias("gaps"),
         F.greatest("inner_longest", "tail").alias("longest_gap_ms"),
     )  # fmt: skip
+
+
+def _crash_gaps(existing: DataFrame, info: DataFrame, intervals: DataFrame) -> DataFrame:
+    """Per client_mix, the unavailable ms charged to crashes: each gap belongs to the ownership whose end
+    opened it (the running maximum of (end, ended by a crash), as oracle._crash_gaps)."""
+    key = [*G, "topic", "partition"]
+    spans = intervals.select(*key, "start_ms", "end_ms", "ended_by_crash")
+    j = existing.join(info, G).join(spans, key, "left")
+    before = Window.partitionBy(*key).orderBy("start_ms", "end_ms").rowsBetween(Window.unboundedPreceding, -1)
+    opened = F.max(F.struct("end_ms", "ended_by_crash")).over(before)
+    cursor = F.greatest(F.coalesce(opened["end_ms"], F.col("start")), F.col("start"))
+    gap = F.col("start_ms") - cursor
+    j = j.withColumn("gap", F.when((gap > 0) & F.coalesce(opened["ended_by_crash"], F.lit(False)), gap))
+    agg = j.groupBy(*key, "client_mix", "start", "end").agg(
+        F.coalesce(F.sum("gap"), F.lit(0)).alias("inner"),
+        F.max(F.struct("end_ms", "ended_by_crash")).alias("last"),
+    )
+    tail = F.col("end") - F.greatest(F.coalesce(F.col("last.end_ms"), F.col("start")), F.col("start"))
+    crashed_tail = F.when((tail > 0) & F.coalesce(F.col("last.ended_by_crash"), F.lit(False)), tail).otherwise(0)
+    return agg.groupBy("client_mix").agg(F.sum(F.col("inner") + crashed_tail).alias("crash_unavailable_ms"))
 
 
 def _double_ownership(intervals: DataFrame) -> DataFrame:
@@ -413,14 +441,17 @@ def compute(events: DataFrame) -> SparkMetrics:
             (F.coalesce("next_ts", "end") - F.col("ts_ms")).alias("duration_ms"),
             F.coalesce("next_event", F.lit("end_of_log")).alias("ended_by"),
             F.col("next_ts").isNull().alias("open_at_end"),
+            F.coalesce("next_crash", F.lit(False)).alias("ended_by_crash"),
         )  # fmt: skip
         .cache()
     )
+    crash_gaps = _crash_gaps(_existing_partitions(events), info, intervals)
+    intervals = intervals.drop("ended_by_crash")
     unavail = _unavailability(_existing_partitions(events), info, intervals).cache()
     overlaps = _double_ownership(intervals).cache()
     members = _member_rebalances(events, changes, info).cache()
     groups = _group_summary(events, info, unavail, overlaps, members).cache()
-    return SparkMetrics(intervals, unavail, overlaps, members, groups, events, [changes])
+    return SparkMetrics(intervals, unavail, overlaps, members, groups, events, [changes], crash_gaps)
 
 
 def _distribution(column: str, prefix: str) -> list[Column]:
@@ -465,7 +496,11 @@ def summarize(m: SparkMetrics) -> dict[str, Any]:
         r["client_mix"]: _dist_dict(r, "r")
         for r in m.member_rebalances.groupBy("client_mix").agg(*_distribution("rebalances", "r")).collect()
     }
-    return fleet_summary(groups, partitions_by_mix, rebalances_by_mix)
+    crash = {r["client_mix"]: r["crash_unavailable_ms"] for r in m.crash_gaps.collect()} if m.crash_gaps else {}
+    return add_crash_split(
+        fleet_summary(groups, partitions_by_mix, rebalances_by_mix), crash,
+        {mix: p["window_ms"] for mix, p in partitions_by_mix.items()},
+    )
 
 
 def write(m: SparkMetrics, summary: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:

@@ -46,6 +46,9 @@ class ReportInput:
     members: Sequence[Row] = field(default_factory=list)  # member_rebalances of timeline_group
     histogram: dict[str, list[int]] = field(default_factory=dict)  # mix -> count per bin
     bin_width_ms: float = 1.0
+    # Rows of a calibration against real clients (bench/calibrate.py --json), found as _calibration.json
+    # beside the events; empty when none exists.
+    calibration: Sequence[Row] = field(default_factory=list)
 
 
 def choose_group(groups: Sequence[Row], wanted: str | None) -> tuple[str, str] | None:
@@ -168,6 +171,52 @@ def _verdict(mixes: Mapping[str, Any]) -> str:
         )
     parts.append("</svg>")
     return f'<p class="verdict-text">{sentence}</p>' + "".join(parts)
+
+
+def _calibrated(rows: Sequence[Row], mix: str) -> tuple[str, str]:
+    """(measured beside predicted, confidence) of one mix from the calibration rows; several runs of one
+    client and scenario are pooled (partition-seconds summed). The confidence is the largest difference
+    of predicted from measured unavailability over the mix's scenarios."""
+    pooled: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r.get("mix") != mix:
+            continue
+        sims = r["simulated"] if isinstance(r["simulated"], list) else [r["simulated"]]
+        cell = pooled.setdefault((str(r.get("client", "java")), str(r["scenario"])), [0.0, 0.0])
+        cell[0] += r["real"]["unavailable_ms"]
+        cell[1] += sum(f["unavailable_ms"] for f in sims) / len(sims)
+    if not pooled:
+        return "no calibration", "prediction only"
+    cells, worst = [], 0.0
+    for (client, scenario), (measured, predicted) in pooled.items():
+        cells.append(f"{_e(scenario)} ({_e(client)}): measured {measured / 1000:,.1f}, "
+                     f"predicted {predicted / 1000:,.1f} partition-s")
+        if measured > 0:
+            worst = max(worst, abs(predicted / measured - 1))
+    confidence = (f"simulation within {worst:.0%} of real clients" if worst <= 0.25
+                  else f"simulation off by up to {worst:.0%}: read as a range")
+    return "<br>".join(cells), confidence
+
+
+def _cost_split(mixes: Mapping[str, Any], calibration: Sequence[Row]) -> str:
+    """What users choose between: the protocol's own cost (rebalances around clean restarts) beside the
+    cost of crashes (partitions of a dead member wait for its session timeout, whatever the protocol)."""
+    rows = []
+    for mix in CLIENT_MIXES:
+        m = mixes.get(mix)
+        if m is None or m.get("clean_unavailability_ratio") is None:
+            continue
+        measured, confidence = _calibrated(calibration, mix)
+        rows.append([
+            _e(MIX_LABELS[mix]), f'<b>{m["clean_unavailability_ratio"]:.2%}</b>',
+            f'{m["crash_unavailability_ratio"]:.2%}', _e(f'{m["clean_unavailable_ms"] / 1000:,.1f}'),
+            _e(f'{m["crash_unavailable_ms"] / 1000:,.1f}'), measured, _e(confidence),
+        ])  # fmt: skip
+    if not rows:
+        return ""
+    headers = ["client mix", "protocol: clean restarts and rebalances", "crashes: session timeouts",
+               "clean, partition-s", "crashes, partition-s", "calibration: measured / predicted", "confidence"]
+    return _table(headers, rows, "costs")
 
 
 def _bar_chart(mixes: Mapping[str, Any]) -> str:
@@ -352,6 +401,12 @@ def render(data: ReportInput) -> str:
         '<h2 id="verdict">Partition unavailability: classic eager, classic cooperative, translate, new protocol</h2>',
         "<p>Share of partition time without an owner, per client mix (the whole window of each group).</p>",
         _verdict(mixes),
+        "<p>Of that share, what the protocol costs (partitions waiting for rebalances around clean "
+        "restarts) and what crashes cost (partitions of a member that died, or was fenced, waiting for its "
+        "session timeout: the same for every protocol, and zero in a rolling deployment without kills). "
+        "Where a calibration against real clients exists (bench/calibrate.py, docs/rehearsal.md) its "
+        "measured and predicted figures stand beside the mix.</p>",
+        _cost_split(mixes, data.calibration),
         '<h2 id="client-mixes">Client mixes side by side</h2>',
         "<p>Per-partition time without an owner within its group's window (ms), by fleet variant.</p>",
         _mix_table(mixes),

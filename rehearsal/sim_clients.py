@@ -148,6 +148,9 @@ class ClassicClient(SimClient):
     told. Eager (range / roundrobin) revokes everything before every rejoin; cooperative-sticky
     (KIP-429) keeps what it owns, revokes what the assignment takes away and then rejoins."""
 
+    # session.timeout.ms sent in JoinGroup; a calibration against real clients uses theirs.
+    session_timeout_ms = CLASSIC_SESSION_TIMEOUT_MS
+
     def __init__(self, host: Host, name: str, topics: frozenset[str], assignor: str) -> None:
         super().__init__(host, name, topics)
         self.assignor = assignor
@@ -161,6 +164,7 @@ class ClassicClient(SimClient):
         self._pending_revoke: set[TopicPartition] = set()
         # The partition counts the leader assigned with; a change makes it ask for a rebalance.
         self.assigned_with: dict[str, int] = {}
+        self.hb_token = 0
 
     @property
     def settled(self) -> bool:
@@ -169,7 +173,12 @@ class ClassicClient(SimClient):
     def start(self) -> None:
         self.phase = "preparing"
         self.host.call_later(self, 1, "join")
-        self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
+
+    def _heartbeat_in(self, delay_ms: int) -> None:
+        # Only the latest scheduled wake-up heartbeats: one heartbeat thread per client.
+        self.hb_token += 1
+        self.host.call_later(self, delay_ms, f"heartbeat:{self.hb_token}")
 
     def leave(self) -> None:
         self._revoke(set(self.owned))
@@ -214,7 +223,7 @@ class ClassicClient(SimClient):
         self.rejoin_after_revoke = False
         request = JoinGroupRequest(
             group_id=self.host.group_id,
-            session_timeout_ms=CLASSIC_SESSION_TIMEOUT_MS,
+            session_timeout_ms=self.session_timeout_ms,
             member_id=self.member_id,
             protocols=[JoinGroupRequestProtocol(self.assignor, self._subscription())],
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
@@ -243,6 +252,11 @@ class ClassicClient(SimClient):
         self.member_id = response.member_id
         self.generation = response.generation_id
         self.leader = response.leader == self.member_id
+        # The Java consumer pauses its heartbeat thread while it joins and re-enables it on the JoinGroup
+        # response, which resets the heartbeat timer: the next heartbeat is a full interval later. So all
+        # members of a generation heartbeat in step and learn of the next rebalance together (measured
+        # against real clients: docs/rehearsal.md, "Calibration against real clients").
+        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         if not self.joined_once:
             self.joined_once = True
             self.host.event("member_joined", self)
@@ -345,7 +359,9 @@ class ClassicClient(SimClient):
                 self._revoke(self._pending_revoke)
                 self.phase = "stable"
                 self.request_rejoin()
-        elif tag == "heartbeat":
+        elif tag.startswith("heartbeat:"):
+            if int(tag[len("heartbeat:"):]) != self.hb_token:
+                return
             self._check_metadata()
             if self.phase in ("syncing", "revoking", "stable", "preparing") and self.generation >= 0:
                 if HEARTBEAT not in self.inflight:
@@ -355,7 +371,7 @@ class ClassicClient(SimClient):
                             self.host.group_id, self.generation, self.member_id, self.instance_id, client_id=self.name
                         ),
                     )
-            self.host.call_later(self, CLASSIC_HEARTBEAT_INTERVAL_MS, "heartbeat")
+            self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         elif tag == "metadata-changed":
             self._check_metadata()
 
@@ -372,6 +388,13 @@ class ConsumerClient(SimClient):
     and acknowledges it by reporting what it owns; leaves with epoch -1."""
 
     protocol = "consumer"
+    # The Java consumer of the new protocol runs its rebalance callbacks on the application thread, inside
+    # poll(): each callback waits until that thread's poll loop comes round, which on a topic without new
+    # records is the fetch long poll (fetch.max.wait.ms, 500 ms). Revocation and assignment are two
+    # callbacks, and the reconciliation is acknowledged after both. 0 (the default) runs them at once;
+    # a calibration against real clients on an idle topic sets the fetch wait (docs/rehearsal.md,
+    # "Calibration against real clients").
+    callback_wait_ms = 0
 
     def __init__(self, host: Host, name: str, topics: frozenset[str], member_id: str, assignor: str | None) -> None:
         super().__init__(host, name, topics)
@@ -385,6 +408,9 @@ class ConsumerClient(SimClient):
         self.target: set[TopicPartition] | None = None
         self.reconciling = False
         self.ack_soon = False
+        # A reconciliation between its revocation and its assignment callback: (fence count, target).
+        self._assigning: tuple[int, set[TopicPartition]] | None = None
+        self.fences = 0
         self.joined_once = False
         # Only the latest scheduled heartbeat wake-up sends: one heartbeat loop per client.
         self.hb_token = 0
@@ -426,7 +452,9 @@ class ConsumerClient(SimClient):
         names = self.host.topic_ids
         full = self.full_next or self.epoch == 0
         owned: list[IdPartitions] | None = None
-        if full or self.last_sent_owned != self.owned:
+        if full or (self.last_sent_owned != self.owned and self._assigning is None):
+            # (Between its two callbacks a reconciliation is not complete: the Java client keeps
+            # reporting its previous assignment until both ran.)
             by_topic: dict[str, list[int]] = {}
             for t, p in self.owned:
                 by_topic.setdefault(t, []).append(p)
@@ -456,6 +484,8 @@ class ConsumerClient(SimClient):
     def _fenced(self) -> None:
         """FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: partitions are lost, rejoin at epoch 0."""
         self._revoke(set(self.owned), lost=True)
+        self.fences += 1
+        self._assigning = None
         self.epoch = 0
         self.target = None
         self.phase = "joining"
@@ -494,9 +524,12 @@ class ConsumerClient(SimClient):
                 self._start_reconcile()
         self._heartbeat_in(1 if self.ack_soon else self.interval)
 
+    def _callback_wait(self) -> int:
+        return self.host.rng.randint(0, self.callback_wait_ms) if self.callback_wait_ms else 0
+
     def _start_reconcile(self) -> None:
         self.reconciling = True
-        self.host.call_later(self, self.host.processing_delay(self), "reconciled")
+        self.host.call_later(self, self.host.processing_delay(self) + self._callback_wait(), "reconciled")
 
     def on_lost(self, kind: str, request: Any) -> None:
         self.inflight.discard(kind)
@@ -515,6 +548,12 @@ class ConsumerClient(SimClient):
                 self.reconciling = False
                 return
             target, self.target = self.target, None
+            if target is not None and self.callback_wait_ms and self.owned - target and target - self.owned:
+                # Revoked now; the assignment callback waits for the application thread's next poll.
+                self._revoke(self.owned - target)
+                self._assigning = (self.fences, target)
+                self.host.call_later(self, self._callback_wait(), "assigned")
+                return
             self.reconciling = False
             if target is not None:
                 # Revoke first (commit, callback), then take the new partitions (KIP-848
@@ -527,6 +566,19 @@ class ConsumerClient(SimClient):
                 self.ack_soon = True
                 if CONSUMER_HEARTBEAT not in self.inflight:
                     self._send_heartbeat()
+        elif tag == "assigned":
+            pending, self._assigning = self._assigning, None
+            if pending is None or pending[0] != self.fences or self.phase != "member":
+                self.reconciling = False
+                return
+            self._assign(pending[1])
+            self.reconciling = False
+            self.last_sent_owned = None
+            self.ack_soon = True
+            if CONSUMER_HEARTBEAT not in self.inflight:
+                self._send_heartbeat()
+            if self.target is not None:
+                self._start_reconcile()
 
 
 def make_topic_ids(names: Mapping[str, int]) -> dict[str, uuid.UUID]:

@@ -129,3 +129,25 @@ def fleet_summary(
         "runs": run_rows,
         "client_mixes": mixes,
     }
+
+
+# member_left reasons that mean the process died without leaving (the simulator's and the calibration's
+# killed members); with member_fenced (a session or rebalance timeout) they end ownership by a crash.
+CRASH_REASONS = ("crash",)
+
+
+def add_crash_split(
+    summary: dict[str, Any], crash_by_mix: Mapping[str, int], window_by_mix: Mapping[str, int]
+) -> dict[str, Any]:
+    """Per mix, split the unavailable time into what followed a crash or fence (``crash_unavailable_ms``:
+    the partitions of a dead member wait for its session timeout, whatever the protocol) and the rest
+    (``clean_unavailable_ms``: what the protocol's rebalances cost), with their shares of partition time."""
+    for mix, figures in summary["client_mixes"].items():
+        crash = int(crash_by_mix.get(mix, 0))
+        total = figures["unavailable_ms"] or 0
+        window = window_by_mix.get(mix) or 0
+        figures["crash_unavailable_ms"] = crash
+        figures["clean_unavailable_ms"] = total - crash
+        figures["crash_unavailability_ratio"] = crash / window if window else None
+        figures["clean_unavailability_ratio"] = (total - crash) / window if window else None
+    return summary

@@ -75,6 +75,9 @@ def test_random_logs_exercise_every_metric(analysed: Analysed) -> None:
     assert s["unavailable_ms"] > 0
     assert any(g["time_to_stable_ms"] is None for g in analysed.reference.group_summary)
     assert len(s["client_mixes"]) == 4
+    # Some unavailability followed a fence (the crash share of the headline), some did not.
+    assert any(m["crash_unavailable_ms"] > 0 for m in s["client_mixes"].values())
+    assert any(m["clean_unavailable_ms"] > 0 for m in s["client_mixes"].values())
 
 
 def test_summary_equals_the_oracle(analysed: Analysed) -> None:

@@ -1,0 +1,174 @@
+"""The real half of a calibration (rehearsal/calibration.py): a small fleet of real consumers through the
+gateway, one scenario, recorded as rebalance events plus the schedule the simulation then replays.
+
+Scenarios, one step per fleet slot, each step waiting for the group to settle (every partition owned once):
+
+- ``rolling-upgrade``: the slot's consumer is stopped cleanly and started again on the new protocol
+  (``consumer`` mix: on the same protocol, which makes it the rolling restart);
+- ``rolling-restart``: stopped cleanly and started again as the same client;
+- ``crashes``: killed (SIGKILL: no LeaveGroup, the session timeout fences it) and started again
+  ``crash_pause_s`` later.
+
+What each consumer acknowledged comes from its own rebalance callbacks (VerifiableConsumer's
+partitions_assigned / partitions_revoked, librdkafka's assign / revoke / lost callbacks), converted with
+rehearsal.recorded.convert; a killed member's end is a ``member_left`` with reason ``crash``. The schedule
+records each slot's start (Java: the tool's ``startup_complete``; librdkafka: the consumer's creation), each
+stop (the old incarnation's last revocation callback, or the kill) and each restart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.events import now_ms
+from compat_tests.harness.names import unique
+from rehearsal import events as ev
+from rehearsal.calibration import Schedule, Step, Timings
+from rehearsal.fleet import ClientMix
+from rehearsal.recorded import convert
+
+from .members import COOPERATIVE_STICKY, RANGE, Member, MemberSpec, Timeouts
+from .scenario import RollingUpgrade
+
+SCENARIOS = ("rolling-upgrade", "rolling-restart", "crashes")
+
+
+def gateway_settings(timings: Timings) -> dict[str, int]:
+    """The gateway's coordinator settings for a calibration (added to endpoints.FAST_GROUP_SETTINGS): the
+    consumer groups' session timeout and heartbeat interval equal to the classic clients' own."""
+    return {
+        "group.consumer.session.timeout.ms": timings.session_timeout_ms,
+        "group.consumer.min.session.timeout.ms": min(2_000, timings.session_timeout_ms),
+        "group.consumer.heartbeat.interval.ms": timings.heartbeat_interval_ms,
+        "group.consumer.min.heartbeat.interval.ms": min(200, timings.heartbeat_interval_ms),
+        "group.min.session.timeout.ms": min(2_000, timings.session_timeout_ms),
+    }
+
+
+def member_spec(mix: ClientMix, client: str, *, upgraded: bool = False) -> MemberSpec:
+    """The consumer of a mix (translate: cooperative classic clients; the gateway must run translate mode)."""
+    java = client == "java"
+    if upgraded or mix == "consumer":
+        return MemberSpec("java", "consumer", "4.3.1", "uniform") if java else MemberSpec("confluent", "consumer",
+                                                                                             assignor="uniform")
+    if mix == "classic-eager":
+        return MemberSpec("java", "classic", "4.3.1", RANGE) if java else MemberSpec("confluent", "classic",
+                                                                                      assignor="range")
+    return (MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) if java
+            else MemberSpec("confluent", "classic", assignor="cooperative-sticky"))
+
+
+@dataclass
+class RealRun:
+    mix: ClientMix
+    scenario: str
+    client: str
+    group: str
+    topic: str
+    events: list[ev.Event]
+    schedule: Schedule
+    run: RollingUpgrade
+
+
+def _started_ms(m: Member, fallback: float) -> float:
+    if m.tool is not None:
+        marks = m.tool.named("startup_complete")
+        if marks:
+            return float(marks[0].timestamp_ms)
+    return fallback
+
+
+def _stopped_ms(run: RollingUpgrade, m: Member, fallback: float) -> float:
+    """When the old incarnation gave its partitions up (its first revocation or end after it was told to
+    stop at ``fallback``), else ``fallback``."""
+    if m.killed_at_ms is not None:
+        return m.killed_at_ms
+    m.ingest()
+    after = [e.at_ms for e in run.log.ownership
+             if e.consumer == m.name and e.kind in ("revoked", "stopped") and e.at_ms >= fallback]
+    return min(after) if after else fallback
+
+
+def run_real(
+    bootstrap: str,
+    broker: str,
+    mix: ClientMix,
+    scenario: str,
+    *,
+    members: int = 3,
+    partitions: int = 6,
+    client: str = "java",
+    timings: Timings = Timings(),
+    log_dir: Path | None = None,
+    crash_pause_s: float = 1.0,
+) -> RealRun:
+    """Run one scenario with real clients against ``bootstrap`` (the gateway, configured with
+    ``gateway_settings(timings)``; translate mode for the translate mix)."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario}")
+    if scenario == "crashes" and client != "java":
+        raise ValueError("crashes kill a consumer's process: only java consumers run in one")
+    topic = create_topic(broker, unique("calibration"), partitions)
+    group = unique(f"calibration-{mix}")
+    spec = member_spec(mix, client)
+    after = member_spec(mix, client, upgraded=scenario == "rolling-upgrade")
+    run = RollingUpgrade(
+        bootstrap, topic, group, [spec] * members, [after] * members, partitions=partitions,
+        timeouts=Timeouts(timings.session_timeout_ms, timings.heartbeat_interval_ms), log_dir=log_dir,
+    )
+    kill = scenario == "crashes"
+    launched: dict[str, float] = {}
+    steps: list[tuple[int, Member, float, Member, bool]] = []
+    try:
+        t = now_ms()
+        run.start_fleet()
+        for m in run.members.values():
+            launched[m.name] = t
+        for slot in range(members):
+            started = now_ms()
+            if kill:
+                old = run.stop_slot(slot, kill=True)
+                time.sleep(crash_pause_s)
+            else:
+                old = run.stop_slot(slot)
+            launched_at = now_ms()
+            new = run._start_slot(slot, after)
+            launched[new.name] = launched_at
+            run.settle(f"slot {slot}: {'killed' if kill else 'stopped'}, restarted as {after.label()}", started)
+            steps.append((slot, old, started, new, not kill))
+    finally:
+        run.close()
+    origin = min(_started_ms(m, launched[m.name]) for m in run.all_members() if m.name.endswith(".1"))
+    firsts = sorted((m for m in run.all_members() if m.name.endswith(".1")), key=lambda m: m.name)
+
+    def rel(ms: float) -> int:
+        return max(int(ms - origin), 0)
+
+    schedule = Schedule(
+        mix=mix, scenario=scenario, partitions=partitions,
+        starts=tuple(rel(_started_ms(m, launched[m.name])) for m in firsts),
+        steps=tuple(
+            Step(slot, rel(_stopped_ms(run, old, started)), graceful,
+                 rel(_started_ms(new, launched[new.name])), after.protocol)
+            for slot, old, started, new, graceful in steps
+        ),
+        timings=timings, topic=topic,
+    )
+    killed = {old.name for _, old, _, _, graceful in steps if not graceful}
+    # The run ends when the last step settled: the fleet's shutdown after it is not part of the scenario.
+    end_ms = run.steps[-1].settled_ms
+    recorded = convert(
+        [e for e in run.log.ownership if e.at_ms <= end_ms], run="measured", group=group, client_mix=mix,
+        protocols={m.name: m.spec.protocol for m in run.all_members()}, topics={topic: partitions},
+    )
+    events = [e.model_copy(update={"reason": "crash"}) if e.event == "member_left" and e.member in killed else e
+              for e in recorded]
+    # The stops as disturbances (the schedule's times), so both runs' windows start alike.
+    base = len(events)
+    for i, step in enumerate(schedule.steps):
+        events.append(ev.Disturbance(ts_ms=int(origin) + step.stop_ms, seq=base + i, run="measured", group=group,
+                                     protocol="consumer", client_mix=mix, kind=scenario))
+    return RealRun(mix, scenario, client, group, topic, events, schedule, run)
