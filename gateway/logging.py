@@ -29,6 +29,9 @@ def setup_logging(fmt: str = "console", level: str = "info") -> None:
         cache_logger_on_first_use=False,
     )
     std_logging.basicConfig(level=_LEVELS[level], stream=sys.stderr)
+    # The state topic's Kafka client narrates every coordinator lookup and subscription at INFO; its
+    # warnings and errors are what an operator needs (the store logs its own state changes).
+    std_logging.getLogger("aiokafka").setLevel(max(_LEVELS[level], std_logging.WARNING))
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -14,10 +14,14 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3, timeout_s: float = TIMEOUT_S) -> str:
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 3, timeout_s: float = TIMEOUT_S, *, replication_factor: int = 1
+) -> str:
     """Create ``name`` and wait until every partition has a leader, so the first produce does not race it."""
     client = admin(bootstrap)
-    futures = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)]
+    )
     futures[name].result(timeout=timeout_s)
     wait_for_leaders(client, name, partitions, timeout_s)
     return name

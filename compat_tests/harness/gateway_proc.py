@@ -71,8 +71,9 @@ class GatewayProcess:
             f"{self.listen_host}:{self.listen_port}",
             *self.extra_args,
         ]
-        if "--state-dir" not in self.extra_args:
-            cmd.append("--ephemeral-state")  # tests that restart with state pass their own --state-dir
+        if "--state-dir" not in self.extra_args and "--state-store" not in self.extra_args:
+            # Tests that restart with state pass their own --state-dir (or --state-store kafka).
+            cmd.append("--ephemeral-state")
         self._starts += 1
         log = open(self.log_path, "a")  # noqa: SIM115 - handed to the child process
         log.write(f"--- start #{self._starts}: {' '.join(cmd)}\n")

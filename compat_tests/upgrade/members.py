@@ -50,6 +50,9 @@ class MemberSpec:
     release: str = "4.3.1"
     assignor: str | None = None
     instance_id: str | None = None
+    # librdkafka members: a failed commit is retried on the next loop instead of ending the member, as an
+    # application does when a broker of the cluster is down (its commits time out until leadership moves).
+    retry_commits: bool = False
 
     def label(self) -> str:
         who = f"java-{self.release}" if self.client == "java" else "confluent"
@@ -57,7 +60,7 @@ class MemberSpec:
         return f"{who}/{self.protocol}/{how}"
 
     def with_instance(self, instance_id: str | None) -> MemberSpec:
-        return MemberSpec(self.client, self.protocol, self.release, self.assignor, instance_id)
+        return MemberSpec(self.client, self.protocol, self.release, self.assignor, instance_id, self.retry_commits)
 
 
 @dataclass
@@ -229,7 +232,8 @@ def _start_confluent(
         config=config,
         # A cooperative classic member keeps consuming while its group rebalances, so a synchronous
         # commit may be told REBALANCE_IN_PROGRESS; an application retries it after the rebalance.
-        tolerate_commit_errors=spec.protocol == "classic" and spec.assignor == "cooperative-sticky",
+        tolerate_commit_errors=spec.retry_commits
+        or (spec.protocol == "classic" and spec.assignor == "cooperative-sticky"),
     )
     consumer.start()
     return consumer

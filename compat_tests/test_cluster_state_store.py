@@ -1,0 +1,169 @@
+"""Group state in the cluster (the default of `groupgate serve`), on a 3-broker KRaft cluster with the
+state topic replicated three times: a rolling upgrade of a live librdkafka fleet survives
+
+- the gateway SIGKILLed and started again with nothing on its disk: its state comes back from the topic,
+  with the same member ids, epochs and assignments, and no rebalance;
+- the broker leading the group's state partition SIGKILLed mid-upgrade: leadership moves, the
+  gateway's appends are retried, nothing acknowledged is lost and no member is fenced for it.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import free_port_block
+from compat_tests.harness.cluster import KafkaCluster
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.names import unique
+from compat_tests.upgrade.checks import assert_rolling_upgrade
+from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
+from compat_tests.upgrade.members import MemberSpec
+from compat_tests.upgrade.scenario import RollingUpgrade
+from gateway.embedded_kafka import free_port
+from gateway.state_store import shard_of
+
+pytestmark = pytest.mark.kafka
+
+MEMBERS = 3
+PARTITIONS = 6
+SHARDS = 6  # a small state topic: the cluster is shared with other tests
+# Commits that time out while a killed broker's partitions change leader are retried, not fatal.
+BEFORE = [MemberSpec("confluent", "classic", assignor="range", retry_commits=True) for _ in range(MEMBERS)]
+AFTER = [MemberSpec("confluent", "consumer", retry_commits=True) for _ in range(MEMBERS)]
+
+
+def _config(path: Path, topic: str) -> Path:
+    settings: dict[str, Any] = {**FAST_GROUP_SETTINGS}
+    lines = ["[coordinator]"] + [f'"{k}" = {v}' for k, v in settings.items()]
+    lines += [
+        f'"state.topic.num.partitions" = {SHARDS}',
+        f'state_topic = "{topic}"',
+        f'state_transactional_id_prefix = "{topic}-"',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def cluster_gateway(kafka3: KafkaCluster, tmp_path: Path) -> Iterator[tuple[GatewayProcess, str]]:
+    """A gateway in front of the 3-broker cluster keeping group state in a state topic of its own; no
+    --state-dir: nothing of its state is on the local disk."""
+    if any(not b.alive() for b in kafka3.brokers.values()):
+        for n, b in kafka3.brokers.items():
+            if not b.alive():
+                kafka3.restart(n)
+    topic = unique("gg-state")
+    work = tmp_path / "gateway"
+    work.mkdir()
+    gw = GatewayProcess(
+        upstream=kafka3.bootstrap,
+        extra_args=[
+            "--config", str(_config(work / "gateway.toml", topic)), "--state-store", "kafka",
+            "--metrics-listen", f"127.0.0.1:{free_port()}",
+        ],
+        listen_port=free_port_block(1 + len(kafka3.brokers)),
+        log_dir=work,
+    )
+    gw.start(timeout_s=120)
+    try:
+        yield gw, topic
+    finally:
+        gw.stop()
+        print(f"--- tail of {gw.log_path}\n{gw.tail(40)}")
+
+
+def _run(kafka3: KafkaCluster, gw: GatewayProcess, tmp_path: Path) -> RollingUpgrade:
+    topic = create_topic(kafka3.bootstrap, unique("upgrade-topic"), PARTITIONS, replication_factor=3)
+    return RollingUpgrade(
+        gw.bootstrap, topic, unique("upgrade-group"), BEFORE, AFTER, partitions=PARTITIONS, log_dir=tmp_path,
+        settle_between=True, allow_send_errors=True,
+    )
+
+
+def _expired(gw: GatewayProcess) -> float:
+    """Members the gateway removed with a timer (session or rebalance expiry), from its /metrics."""
+    i = gw.extra_args.index("--metrics-listen")
+    with urllib.request.urlopen(f"http://{gw.extra_args[i + 1]}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("groupgate_group_members_expired_total{")
+    )
+
+
+def _lost(run: RollingUpgrade, after_ms: float) -> list[Any]:
+    """Partitions a member lost (fenced, or its session expired) after ``after_ms``."""
+    return [e for e in list(run.log.ownership) if e.kind == "lost" and e.at_ms > after_ms]
+
+
+def test_a_gateway_sigkilled_and_started_with_an_empty_disk_keeps_members_epochs_and_assignments(
+    kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
+) -> None:
+    gw, _ = cluster_gateway
+    run = _run(kafka3, gw, tmp_path)
+    try:
+        run.start_fleet()
+        run.start_producer()
+        run.restart(0, AFTER[0])  # a mixed group: one KIP-848 member beside two classic ones
+        snapshot = run.settle("before the gateway restart", time.time() * 1000).group
+        owned = {slot: m.owned() for slot, m in run.members.items()}
+        mark = time.time() * 1000
+
+        gw.restart(hard=True)  # SIGKILL; the new process has no state of its own to read
+        time.sleep(3.0)  # several heartbeat intervals of both protocols go through the new process
+        restarted = run.settle("after the gateway restart", mark).group
+
+        assert sorted(restarted.members) == sorted(snapshot.members), "member ids changed across the restart"
+        for mid, m in snapshot.members.items():
+            assert restarted.members[mid].assignment == m.assignment, f"{mid}'s assignment changed"
+            assert restarted.members[mid].member_epoch == m.member_epoch, f"{mid}'s epoch changed"
+        assert restarted.group_epoch == snapshot.group_epoch, "the restart bumped the group epoch"
+        assert {slot: m.owned() for slot, m in run.members.items()} == owned, "ownership moved"
+        assert not _lost(run, mark)
+
+        for slot in range(1, MEMBERS):  # the upgrade goes on through the restarted gateway
+            run.restart(slot, AFTER[slot])
+        assert_rolling_upgrade(run, run.finish())
+    finally:
+        run.close()
+
+
+def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_nothing(
+    kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
+) -> None:
+    gw, state_topic = cluster_gateway
+    run = _run(kafka3, gw, tmp_path)
+    shard = shard_of(run.group, SHARDS)
+    leader: int | None = None
+    try:
+        run.start_fleet()
+        run.start_producer()
+        run.restart(0, AFTER[0])
+        leader = kafka3.wait_leader(state_topic, shard)
+        kafka3.kill(leader)  # the next joins and leaves append to a partition without its leader
+        run.restart(1, AFTER[1])
+        assert kafka3.wait_leader(state_topic, shard, not_on=leader) != leader
+        run.restart(2, AFTER[2])
+        kafka3.restart(leader)
+        # No member was fenced for it: the gateway's session and rebalance timers removed nobody. (While
+        # the partition has no leader the group's requests wait for their append; a librdkafka classic
+        # member whose heartbeats wait longer than its session timeout declares its partitions lost on
+        # its own side, as it does when Kafka's own coordinator fails over that slowly.)
+        assert _expired(gw) == 0, "the gateway expired members while the state partition changed leader"
+        # What the gateway acknowledged is in the topic: a gateway started now reads the same group.
+        settled = run.settle("before a second gateway process", time.time() * 1000).group
+        gw.restart(hard=True)
+        again = run.settle("after a second gateway process", time.time() * 1000).group
+        assert sorted(again.members) == sorted(settled.members)
+        assert again.group_epoch == settled.group_epoch
+        assert_rolling_upgrade(run, run.finish())
+    finally:
+        if leader is not None and not kafka3.brokers[leader].alive():
+            kafka3.restart(leader)
+        run.close()
