@@ -4,13 +4,19 @@ state topic replicated three times: a rolling upgrade of a live librdkafka fleet
 - the gateway SIGKILLed and started again with nothing on its disk: its state comes back from the topic,
   with the same member ids, epochs and assignments, and no rebalance;
 - the broker leading the group's state partition SIGKILLed mid-upgrade: leadership moves, the
-  gateway's appends are retried, nothing acknowledged is lost and no member is fenced for it.
+  gateway's appends are retried, nothing acknowledged is lost and no member is fenced for it;
+
+and a zombie (a gateway paused with SIGSTOP while a second one took its shards over, then resumed) is
+fenced: it answers nothing from its stale memory, its writes fail, and nothing it tried to write after
+the takeover is visible.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +57,19 @@ def _config(path: Path, topic: str) -> Path:
     return path
 
 
+def _gateway(kafka3: KafkaCluster, work: Path, topic: str) -> GatewayProcess:
+    work.mkdir(parents=True, exist_ok=True)
+    return GatewayProcess(
+        upstream=kafka3.bootstrap,
+        extra_args=[
+            "--config", str(_config(work / "gateway.toml", topic)), "--state-store", "kafka",
+            "--metrics-listen", f"127.0.0.1:{free_port()}",
+        ],
+        listen_port=free_port_block(1 + len(kafka3.brokers)),
+        log_dir=work,
+    )
+
+
 @pytest.fixture
 def cluster_gateway(kafka3: KafkaCluster, tmp_path: Path) -> Iterator[tuple[GatewayProcess, str]]:
     """A gateway in front of the 3-broker cluster keeping group state in a state topic of its own; no
@@ -60,17 +79,7 @@ def cluster_gateway(kafka3: KafkaCluster, tmp_path: Path) -> Iterator[tuple[Gate
             if not b.alive():
                 kafka3.restart(n)
     topic = unique("gg-state")
-    work = tmp_path / "gateway"
-    work.mkdir()
-    gw = GatewayProcess(
-        upstream=kafka3.bootstrap,
-        extra_args=[
-            "--config", str(_config(work / "gateway.toml", topic)), "--state-store", "kafka",
-            "--metrics-listen", f"127.0.0.1:{free_port()}",
-        ],
-        listen_port=free_port_block(1 + len(kafka3.brokers)),
-        log_dir=work,
-    )
+    gw = _gateway(kafka3, tmp_path / "gateway", topic)
     gw.start(timeout_s=120)
     try:
         yield gw, topic
@@ -167,3 +176,71 @@ def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_
         if leader is not None and not kafka3.brokers[leader].alive():
             kafka3.restart(leader)
         run.close()
+
+
+def _heartbeat(address: str, group: str, member_id: str, epoch: int, topic: str) -> Any:
+    from compat_tests.harness.probe import roundtrip
+    from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+
+    hb: Any = ConsumerGroupHeartbeatRequest[1]  # type: ignore[misc]
+    req = hb(
+        group_id=group, member_id=member_id, member_epoch=epoch, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30000 if epoch == 0 else -1,
+        subscribed_topic_names=[topic] if epoch == 0 else None, subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[] if epoch == 0 else None,
+    )
+    return roundtrip(address, req, ConsumerGroupHeartbeatResponse, 1)
+
+
+def _members(address: str, group: str) -> list[str]:
+    from compat_tests.harness.probe import roundtrip
+    from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+
+    r = roundtrip(address, ConsumerGroupDescribeRequest[0](group_ids=[group]), ConsumerGroupDescribeResponse, 0)
+    (g,) = r.groups
+    assert g.error_code == 0, g
+    return sorted(m.member_id for m in g.members)
+
+
+NOT_COORDINATOR = 16
+
+
+def test_a_paused_gateway_whose_shards_were_taken_over_is_fenced_when_it_resumes(
+    kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
+) -> None:
+    import signal
+
+    from compat_tests.upgrade.group_probe import coordinator
+
+    old, state_topic = cluster_gateway
+    topic = create_topic(kafka3.bootstrap, unique("zombie-topic"), 2, replication_factor=3)
+    group = unique("zombie-group")
+    old_coordinator = coordinator(old.bootstrap, group)
+    first = _heartbeat(old_coordinator, group, str(uuid.uuid4()), 0, topic)
+    assert first.error_code == 0
+    m1 = first.member_id
+
+    assert old.pid is not None
+    os.kill(old.pid, signal.SIGSTOP)
+    new = _gateway(kafka3, tmp_path / "second", state_topic)
+    try:
+        new.start(timeout_s=120)  # opening the shards fences the paused process's transactional ids
+        new_coordinator = coordinator(new.bootstrap, group)
+        assert _members(new_coordinator, group) == [m1], "the new owner did not read the group's state"
+        second = _heartbeat(new_coordinator, group, str(uuid.uuid4()), 0, topic)
+        assert second.error_code == 0
+        m2 = second.member_id
+        time.sleep(6.0)  # longer than the stall threshold (5 s) of the paused process
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    try:
+        # The zombie answers nothing from the memory it held before the takeover ...
+        assert _heartbeat(old_coordinator, group, m1, first.member_epoch, topic).error_code == NOT_COORDINATOR
+        # ... and takes no new member: its writes are fenced.
+        assert _heartbeat(old_coordinator, group, str(uuid.uuid4()), 0, topic).error_code == NOT_COORDINATOR
+        # Nothing the zombie tried is visible to the owner, which serves on.
+        assert _members(new_coordinator, group) == sorted([m1, m2])
+        assert _heartbeat(new_coordinator, group, m2, second.member_epoch, topic).error_code == 0
+        assert "fenced by a newer owner" in old.tail(200)
+    finally:
+        new.stop()

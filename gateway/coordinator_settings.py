@@ -77,6 +77,10 @@ class CoordinatorSettings(BaseModel):
     # One transaction (with the client's retries across leader changes) gives up after this long; the
     # shard must then be re-opened.
     state_write_timeout_ms: int = Field(default=30_000, ge=1)
+    # With the cluster store: an event loop that stood still this long (the process was paused) proves it
+    # still owns its shards (an owner-marker write each) before serving from memory again; a newer owner
+    # has fenced it otherwise. 0: off.
+    state_stall_check_ms: int = Field(default=5_000, ge=0)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).
     metadata_refresh_s: float = Field(default=5.0, gt=0)
     # How often managed groups are checked for members on the upstream coordinator (clients that bypass

@@ -221,6 +221,8 @@ class GroupLayer:
         except UpstreamError as e:
             log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
         self.runtime.start()
+        if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
+            self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
         spawn = self.runtime.spawn
         spawn(self.watch.run_forever())
         if self.settings.upstream_check_s > 0:

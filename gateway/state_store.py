@@ -36,6 +36,17 @@ def shard_of(group_id: str, shards: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % shards
 
 
+# A record of no group: after a stall (the process was paused, e.g. SIGSTOP or a long GC-like freeze of
+# the machine) the runtime writes it to each shard it holds, so that a shard a newer owner took over in the
+# meantime fails with ShardFenced before anything is served from memory. Its key version (0x7fff) is no
+# group record's, so replay skips it; one key per shard, so compaction keeps only the latest.
+OWNER_MARKER_KEY = b"\x7f\xff" + b"groupgate.shard-owner"
+
+
+def owner_marker(owner: str) -> Record:
+    return Record(OWNER_MARKER_KEY, owner.encode())
+
+
 class ShardFenced(StateLogWriteFailed):
     """A newer owner opened this shard (its producer epoch fenced ours): stop serving the shard at once
     and never write to it again; whatever this instance holds in memory for it is stale."""
@@ -87,12 +98,14 @@ class StateStore(Protocol):
 
 __all__ = [
     "DEFAULT_SHARDS",
+    "OWNER_MARKER_KEY",
     "Record",
     "ShardFenced",
     "ShardLog",
     "StateStore",
     "StateStoreMismatch",
     "java_string_hash",
+    "owner_marker",
     "shard_of",
 ]
 

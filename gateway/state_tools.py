@@ -31,7 +31,7 @@ from aiokafka.errors import KafkaError
 from translate.group_records import GROUP_METADATA_KEY_VERSION as _CLASSIC_KEY_VERSION
 
 from .state_log import Record, StateLogWriteFailed
-from .state_store import DEFAULT_SHARDS, shard_of
+from .state_store import DEFAULT_SHARDS, OWNER_MARKER_KEY, shard_of
 from .state_topic import KafkaStateStore, StateTopicError, read_partition
 
 
@@ -62,7 +62,9 @@ def describe_record(record: Record) -> dict[str, Any]:
     """A record as a JSON-able dict: its kind, group, sub-key and decoded value (None for a tombstone)."""
     out: dict[str, Any] = {}
     try:
-        if len(record.key) >= 2 and int.from_bytes(record.key[:2], "big", signed=True) == _CLASSIC_KEY_VERSION:
+        if record.key == OWNER_MARKER_KEY:  # written after a stall to prove the shard's ownership
+            out.update(type="SHARD_OWNER", owner=None if record.value is None else record.value.decode(errors="replace"))
+        elif len(record.key) >= 2 and int.from_bytes(record.key[:2], "big", signed=True) == _CLASSIC_KEY_VERSION:
             from translate.group_records import decode_record
 
             classic = decode_record(record.key, record.value)

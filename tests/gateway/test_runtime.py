@@ -169,8 +169,8 @@ class _FencingLog:
         self.records.extend(records)
 
     async def sync(self) -> None:
-        if self.fenced:
-            raise ShardFenced(f"shard {self.shard}: a newer owner took it over")
+        # As the cluster store: a sync with nothing appended writes nothing, so it cannot notice fencing.
+        pass
 
     def close(self) -> None:
         pass
@@ -224,6 +224,41 @@ async def test_a_fenced_shard_stays_unloaded_and_the_others_serve() -> None:
             group_of_key(r.key) == other for r in store.logs[runtime.shard_of(other)].records
         )
         assert runtime.counters["shards_fenced"] == 1
+    finally:
+        await runtime.stop()
+
+
+def _heartbeat(group: str, member_id: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
+    """A steady KIP-848 heartbeat: nothing changed, nothing to write."""
+    return ConsumerGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=epoch)
+
+
+async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_memory() -> None:
+    """A paused process (its loop stood still past the stall threshold) writes an owner marker to each
+    shard it holds before serving again: the shard a newer owner fenced meanwhile is unloaded instead of
+    answering a heartbeat from its stale memory; the others prove their ownership and serve on."""
+    from gateway.state_store import OWNER_MARKER_KEY
+
+    store = _Store(3)
+    runtime = CoordinatorRuntime(3, new_service=GroupService, store=store)  # type: ignore[arg-type]
+    await runtime.load()
+    runtime.start()
+    runtime.watch_stalls(5.0)
+    try:
+        taken, kept = groups_in_distinct_shards(3, 2)
+        for g in (taken, kept):
+            assert (await runtime.call(g, _join(g, "m1"))).error_code == 0
+        # A heartbeat that writes nothing is served from memory while the process is not stalled.
+        fenced_log = store.logs[runtime.shard_of(taken)]
+        fenced_log.fenced = True
+        assert (await runtime.call(taken, _heartbeat(taken, "m1", 1))).error_code == 0
+        runtime._last_tick -= 10.0  # the process stood still for 10 s (SIGSTOP)
+        with pytest.raises(ShardUnloaded):
+            await runtime.call(taken, _heartbeat(taken, "m1", 1))
+        assert runtime.shard_for(taken).fenced
+        assert (await runtime.call(kept, _heartbeat(kept, "m1", 1))).error_code == 0
+        assert store.logs[runtime.shard_of(kept)].records[-1].key == OWNER_MARKER_KEY
+        assert runtime.counters["stall_checks"] == 1 and runtime.counters["shards_fenced"] == 1
     finally:
         await runtime.stop()
 

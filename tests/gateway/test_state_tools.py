@@ -133,3 +133,12 @@ def test_file_state_records_reads_every_shard_of_a_sharded_state_dir(tmp_path) -
     asyncio.run(write())
     got = file_state_records(tmp_path)
     assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in wanted)
+
+
+def test_the_shard_owner_marker_is_shown_and_replayed_as_no_group() -> None:
+    from gateway.state_store import owner_marker
+    from translate.group_service import GroupService
+
+    marker = owner_marker("pid 42")
+    assert describe_record(marker) == {"type": "SHARD_OWNER", "owner": "pid 42", "tombstone": False}
+    assert GroupService().replay_bytes(marker.key, marker.value) is False
