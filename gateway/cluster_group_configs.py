@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsRequest
 
 from coordinator.config import GROUP_CONFIG_NAMES, group_config_error
 
-from . import group_codec as gc
 from .logging import get_logger
 from .upstream import UpstreamError
 from .upstream_client import UpstreamClient
@@ -95,20 +94,11 @@ class ClusterGroupConfigs:
         return self.refresh_ms > 0
 
     def install(self) -> None:
-        """Read a new group's configs before its first join; refresh the held groups periodically.
-
-        The join hook wraps the layer's ConsumerGroupHeartbeat handler (the layer dispatches through its
-        handler table on each request), so the group handlers need not know of this module."""
+        """Read a new group's configs before its first join (the group handlers' join hook); refresh the
+        held groups periodically."""
         if not self.enabled:
             return
-        inner: Callable[[Any, Any], Awaitable[Any]] = self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT]
-
-        async def heartbeat(ctx: Any, msg: Any) -> Any:
-            if msg.member_epoch == 0:
-                await self.before_join(msg.group_id)
-            return await inner(ctx, msg)
-
-        self.layer._handlers[gc.CONSUMER_GROUP_HEARTBEAT] = heartbeat
+        self.layer.handlers.before_join = self.before_join
         self.layer.runtime.spawn(self.refresh_forever())
 
     def close(self) -> None:

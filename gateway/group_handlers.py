@@ -50,6 +50,9 @@ class GroupHandlers:
         self.managed = managed
         self.home_node = home_node
         self.addr_of = addr_of
+        # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
+        # (gateway/cluster_group_configs.py). None: nothing to do first.
+        self.before_join: Callable[[str], Awaitable[None]] | None = None
 
     def table(self) -> dict[int, Handler]:
         """api key -> handler: every API the gateway answers for the groups it manages."""
@@ -152,6 +155,8 @@ class GroupHandlers:
                 gc.CONSUMER_GROUP_HEARTBEAT, version, error_code=Errors.GROUP_ID_NOT_FOUND,
                 error_message=f"Group {msg.group_id} is not a consumer group.", member_epoch=-1,
             )
+        if msg.member_epoch == 0 and self.before_join is not None:
+            await self.before_join(msg.group_id)
         request = gc.consumer_group_heartbeat_request(msg, version, ctx.client_id, ctx.client_host)
         topics = request.subscribed_topic_names or ()
         regex = bool(request.subscribed_topic_regex)
