@@ -20,8 +20,8 @@ ANONYMOUS = "User:ANONYMOUS"
 class RequestContext:
     """One client request, as a handler sees it (never the connection itself).
 
-    ``principal`` is the authenticated client ("User:ANONYMOUS" until the listeners authenticate: this is
-    where a SASL principal lives). ``send_upstream(group_id, kind)`` forwards the request as the client
+    ``principal`` is the client's principal: ``User:<name>`` once it authenticated on a SASL listener
+    (gateway/sasl.py), "User:ANONYMOUS" otherwise. ``send_upstream(group_id, kind)`` forwards the request as the client
     sent it to the group's coordinator in the cluster and returns the answer under the client's
     correlation id (``kind``: "share" / "streams" when a success proves the cluster holds such a group);
     ``refuse(kind, reason)`` notes a request refused, logged once per client and kind."""

@@ -40,6 +40,7 @@ from .coordinator_settings import CoordinatorSettings
 from .file_store import FileStateStore
 from .group_handlers import GroupHandlers, Handler
 from .group_requests import (
+    ANONYMOUS,
     RequestContext,
     error_payload,
     group_ids,
@@ -348,13 +349,17 @@ class GroupLayer:
             node_id=conn.node_id,
             send_upstream=send_upstream,
             refuse=refuse,
+            # The authenticated principal of a SASL client (passthrough with inspection); Kafka's
+            # anonymous principal otherwise.
+            principal=conn.principal or ANONYMOUS,
         )
 
     def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
         """A request this layer refuses: logged once per client and kind (gateway/refusals.py)."""
         refusals = getattr(self.gw, "refusals", None)
         if refusals is not None:
-            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason)
+            who = {"principal": conn.principal} if conn.principal is not None else {}
+            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason, **who)
 
 
 class _LocalHandler:

@@ -39,9 +39,10 @@ class StubGateway:
 
 
 class StubConnection:
-    def __init__(self, node_id: int | None = HOME_NODE) -> None:
+    def __init__(self, node_id: int | None = HOME_NODE, principal: str | None = None) -> None:
         self.node_id = node_id
         self.peer = ("10.1.2.3", 40000)
+        self.principal = principal  # ClientConnection.principal: set once a SASL client authenticated
 
 
 def request_payload(msg: Any, version: int, correlation_id: int = 7, client_id: str = "app") -> bytes:

@@ -459,3 +459,16 @@ async def test_nulls_in_group_requests_of_a_pattern_managed_gateway_are_answered
         assert layer.counters["invalid_requests"] == 3
     finally:
         await layer.stop()
+
+
+def test_the_request_context_carries_the_clients_principal() -> None:
+    """Handlers see the SASL principal the connection authenticated as (Kafka's anonymous one otherwise):
+    the identity group authorization will check."""
+    from tests.gateway._groups_support import StubConnection
+
+    layer = GroupLayer(StubGateway(), settings())  # type: ignore[arg-type]
+    msg = ListGroupsRequest[4](states_filter=[])
+    payload = request_payload(msg, 4)
+    header = frames.parse_request_header(payload, codec.request_header_flexible(16, 4))
+    assert layer._context(StubConnection(principal="User:alice"), header, payload).principal == "User:alice"  # type: ignore[arg-type]
+    assert layer._context(StubConnection(), header, payload).principal == "User:ANONYMOUS"  # type: ignore[arg-type]
