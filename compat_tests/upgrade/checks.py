@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from compat_tests.harness.events import ProducedRecord
 from compat_tests.harness.invariants import assert_all_consumed, assert_exclusive_ownership
 
@@ -36,3 +38,13 @@ def assert_rolling_upgrade(run: RollingUpgrade, produced: list[ProducedRecord]) 
     if run.steps and run.check_group:
         assert_group_type_follows_policy(run)
         assert_ends_stable_and_assigned(run, len(run.before))
+
+
+def assert_same_membership(before: Any, after: Any) -> None:
+    """A gateway restart kept the group as it was: member ids, their epochs and assignments, and the
+    group epoch (``before``/``after``: the ``group`` of two settled steps)."""
+    assert sorted(after.members) == sorted(before.members), "member ids changed across the restart"
+    for mid, m in before.members.items():
+        assert after.members[mid].assignment == m.assignment, f"{mid}'s assignment changed"
+        assert after.members[mid].member_epoch == m.member_epoch, f"{mid}'s epoch changed"
+    assert after.group_epoch == before.group_epoch, "the restart bumped the group epoch"
