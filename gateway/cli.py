@@ -97,6 +97,9 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "upstream_sasl_mechanism": getattr(args, "upstream_sasl_mechanism", None),
         "upstream_sasl_username": getattr(args, "upstream_sasl_username", None),
         "upstream_sasl_password_file": getattr(args, "upstream_sasl_password_file", None),
+        "authorization": getattr(args, "authorization", None),
+        "super_users": getattr(args, "super_users", None),
+        "acl_refresh_interval_ms": getattr(args, "acl_refresh_interval_ms", None),
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
@@ -479,6 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--upstream-sasl-username", metavar="NAME", help="the gateway's own SASL user name")
     serve.add_argument("--upstream-sasl-password-file", metavar="PATH", help="file holding the gateway's SASL password")
+    # Authorization of the group APIs the gateway answers itself (docs/gateway.md, "Authorization").
+    serve.add_argument(
+        "--authorization", choices=["auto", "on", "strict", "off"],
+        help="check the cluster's ACLs for what the gateway answers itself (auto: when clients use SASL)",
+    )
+    serve.add_argument("--super-users", metavar="PRINCIPALS", help="the brokers' super.users, e.g. User:admin;User:ops")
+    serve.add_argument("--acl-refresh-interval-ms", type=int, metavar="MS", help="how often the cluster's ACLs are read")
     serve.add_argument(
         "--ephemeral-state",
         action="store_true",

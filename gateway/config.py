@@ -123,6 +123,22 @@ class GatewayConfig(BaseModel):
     upstream_sasl_username: str | None = None
     upstream_sasl_password: SecretStr | None = None
     upstream_sasl_password_file: str | None = None
+    # Authorization of what the gateway answers itself (docs/gateway.md, "Authorization"): the cluster's ACLs,
+    # read with DescribeAcls and decided as Kafka's StandardAuthorizer decides. "auto": on when the client
+    # listeners take SASL, off otherwise; "on": also for PLAINTEXT/SSL listeners (every client is
+    # User:ANONYMOUS then); "strict": on, and refusing where the gateway's decision could differ from the
+    # cluster's (an authorizer other than Kafka's own on the brokers, ACLs not read for too long).
+    authorization: Literal["auto", "on", "strict", "off"] = "auto"
+    # The brokers' authorizer settings, which the cluster does not disclose: set them as the brokers have them.
+    super_users: list[str] = Field(
+        default_factory=list, validation_alias=AliasChoices("super_users", "super.users")
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("allow_everyone_if_no_acl_found", "allow.everyone.if.no.acl.found"),
+    )
+    # How often the cluster's ACLs are read again: an ACL removed takes effect within this time.
+    acl_refresh_interval_ms: int = Field(default=10_000, ge=100)
     # The group coordinator the gateway runs (docs/gateway.md, "The group coordinator").
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
 
@@ -131,6 +147,23 @@ class GatewayConfig(BaseModel):
     def _check_upstream(cls, v: str) -> str:
         for item in v.split(","):
             parse_host_port(item)
+        return v
+
+    @field_validator("super_users", mode="before")
+    @classmethod
+    def _split_super_users(cls, v: Any) -> Any:
+        # Kafka's form: "User:admin;User:gw" (one string, semicolons between principals).
+        if isinstance(v, str):
+            return [p.strip() for p in v.split(";") if p.strip()]
+        return v
+
+    @field_validator("super_users")
+    @classmethod
+    def _check_super_users(cls, v: list[str]) -> list[str]:
+        for p in v:
+            kind, sep, name = p.partition(":")
+            if not sep or not kind or not name:
+                raise ValueError(f"super.users: {p!r} is not a principal such as User:admin")
         return v
 
     @field_validator("metrics_listen")
@@ -236,6 +269,12 @@ class GatewayConfig(BaseModel):
     def listener_sasl(self) -> bool:
         """Client listeners speak SASL (passthrough to the cluster, with inspection)."""
         return self.listener_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def authorizes(self) -> bool:
+        """Whether the gateway authorizes what it answers itself (``authorization``)."""
+        if self.authorization == "auto":
+            return self.listener_sasl()
+        return self.authorization != "off"
 
     def upstream_sasl(self) -> tuple[str, str, str] | None:
         """(mechanism, username, password) of the gateway's own connections, or None without SASL.

@@ -418,10 +418,13 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
         prefix = "OffsetCommitResponse" if api_key == OFFSET_COMMIT else "TxnOffsetCommitResponse"
         tcls = getattr(cls, f"{prefix}Topic")
         pcls = getattr(tcls, f"{prefix}Partition")
+        # OffsetCommit v10 names topics by id: the answer carries the ids back.
+        ids = (lambda t: {"topic_id": getattr(t, "topic_id", None)}) if api_key == OFFSET_COMMIT else (lambda t: {})
         return cls[version](
             topics=[
                 tcls(
                     name=t.name or "",
+                    **ids(t),
                     partitions=[pcls(partition_index=p.partition_index, error_code=error) for p in names(t.partitions)],
                 )
                 for t in names(m.topics)

@@ -15,12 +15,21 @@ from typing import Any
 from coordinator.errors import Errors
 from translate.classic_messages import JoinGroupRequest
 from translate.embedded import subscribed_topics
-from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse
+from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse, DescribedClassicGroup
 
 from . import codec
 from . import group_codec as gc
 from .adoption import UpstreamLeaver
 from .cluster_groups import ClusterGroups, classic_as_offsets_only, consumer_as_offsets_only
+from .group_authz import (
+    DELETE,
+    DESCRIBE,
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    Access,
+)
 from .group_requests import RequestContext
 from .metadata_watch import MetadataWatch
 from .offsets import OffsetBridge
@@ -94,13 +103,27 @@ class GroupHandlers:
     async def find_coordinator(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
         key_type, keys = gc.find_coordinator_keys(msg, version)
-        unmanaged = [k for k in keys if key_type != gc.KEY_TYPE_GROUP or not self.managed(k)]
+        refused: dict[str, int] = {}
+        if ctx.access.enabled:
+            # Kafka: DESCRIBE on the group (or transactional id) a key names, else an authorization error.
+            for k in keys:
+                if key_type == gc.KEY_TYPE_GROUP and not await ctx.access.group(DESCRIBE, k):
+                    refused[k] = GROUP_AUTHORIZATION_FAILED
+                elif key_type == 1 and not await ctx.access.allows(DESCRIBE, TRANSACTIONAL_ID, k):
+                    refused[k] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if refused:
+                ctx.refuse("authorization:find-coordinator", ctx.access.reason)
+        unmanaged = [
+            k for k in keys if (key_type != gc.KEY_TYPE_GROUP or not self.managed(k)) and k not in refused
+        ]
         upstream = await self.cluster.find_upstream(key_type, unmanaged) if unmanaged else {}
         node = self.home_node()
         addr = self.addr_of(node) if node is not None else None
         answers = []
         for k in keys:
-            if k in upstream:
+            if k in refused:
+                answers.append((k, -1, "", -1, int(refused[k]), None))
+            elif k in upstream:
                 answers.append(upstream[k])
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
@@ -167,7 +190,9 @@ class GroupHandlers:
 
     async def consumer_group_describe(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
-        ids = list(msg.group_ids)
+        asked = list(msg.group_ids)
+        refused = await _refused_groups(ctx, asked, DESCRIBE)
+        ids = [g for g in asked if g not in refused]
         found: dict[str, Any] = {}
         if any(self.managed(g) for g in ids):
             request = gc.consumer_group_describe_request(msg, version)
@@ -183,11 +208,16 @@ class GroupHandlers:
                     found[g] = up
                 if self.managed(g):
                     consumer_as_offsets_only(found[g])
-        return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
+        groups = [_unauthorized_consumer_group(g) for g in refused] + [found[g] for g in ids]
+        if ctx.access.enabled:
+            groups = await _authorized_describe(ctx.access, groups, msg.include_authorized_operations)
+        return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=groups)
 
     async def describe_groups(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
-        ids = list(msg.groups)
+        asked = list(msg.groups)
+        refused = await _refused_groups(ctx, asked, DESCRIBE)
+        ids = [g for g in asked if g not in refused]
         found: dict[str, Any] = {}
         local = [g for g in ids if self.managed(g)]
         if local:
@@ -207,7 +237,17 @@ class GroupHandlers:
                     found[g] = up
                 if self.managed(g):
                     classic_as_offsets_only(found[g])
-        return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
+        # Kafka lists the groups refused first, then the ones described.
+        groups = [
+            gc.described_classic_group(DescribedClassicGroup(g, GROUP_AUTHORIZATION_FAILED, None)) for g in refused
+        ] + [found[g] for g in ids]
+        if ctx.access.enabled and version >= 3 and msg.include_authorized_operations:
+            for d in groups:
+                if d.error_code == Errors.NONE:
+                    # kafka-python carries this bit field as the set of the bits' positions.
+                    bits = ctx.access.group_operations(d.group_id) or 0
+                    d.authorized_operations = {b for b in range(32) if bits >> b & 1}
+        return gc.response(gc.DESCRIBE_GROUPS, version, groups=groups)
 
     async def list_groups(self, ctx: RequestContext, msg: Any) -> Any:
         """The gateway's own groups merged with the cluster's: every group the cluster holds and the gateway
@@ -222,11 +262,19 @@ class GroupHandlers:
                 listed.extend(gc.listed_group(g) for g in reply.groups if self.managed(g.group_id))
         error, upstream = await self.cluster.list_groups(msg, version, ctx.node_id)
         listed.extend(upstream)
+        access = ctx.access
+        if access.enabled and not await access.lists_all_groups():
+            # Kafka: without DESCRIBE on the cluster, only the groups the principal may describe (the
+            # cluster's were listed to the gateway's own principal, so they are filtered here too).
+            listed = [g for g in listed if await access.group(DESCRIBE, g.group_id)]
         return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
 
     async def delete_groups(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
         request = gc.delete_groups_request(msg, version)
+        refused = await _refused_groups(ctx, list(dict.fromkeys(request.group_ids)), DELETE)
+        if refused:
+            request = dataclasses.replace(request, group_ids=[g for g in request.group_ids if g not in refused])
         results: dict[str, int] = {}
         for gid in request.group_ids:
             if not self.managed(gid):
@@ -241,15 +289,78 @@ class GroupHandlers:
                 results[gid] = upstream if gone else 0
             else:
                 results[gid] = int(local)
-        return gc.delete_groups_response(
-            DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in request.group_ids]), version
-        )
+        # Kafka answers the refused groups after the others.
+        answered = [DeletableGroupResult(g, results[g]) for g in request.group_ids]
+        answered += [DeletableGroupResult(g, GROUP_AUTHORIZATION_FAILED) for g in refused]
+        return gc.delete_groups_response(DeleteGroupsResponse(answered), version)
 
     # --- the cluster's groups --------------------------------------------------------------------------
 
     async def cluster_describe(self, ctx: RequestContext, msg: Any) -> Any:
-        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: the cluster's coordinators."""
-        return await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
+        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: the cluster's coordinators
+        (asked under the gateway's principal: each group is checked for the client's first)."""
+        if not ctx.access.enabled:
+            return await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
+        share_offsets = ctx.api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS
+        asked = [g.group_id for g in msg.groups] if share_offsets else list(msg.group_ids)
+        refused = await _refused_groups(ctx, asked, DESCRIBE)
+        if share_offsets:
+            msg.groups = [g for g in msg.groups if g.group_id not in refused]
+        else:
+            msg.group_ids = [g for g in msg.group_ids if g not in refused]
+        r = await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
+        if refused:
+            cls = codec.RESPONSES[ctx.api_key][ctx.api_version]
+            r.groups = [cls.Groups(group_id=g, error_code=GROUP_AUTHORIZATION_FAILED) for g in refused] + list(r.groups)
+        if not share_offsets and msg.include_authorized_operations:
+            for d in r.groups:
+                if d.error_code == Errors.NONE:
+                    d.authorized_operations = ctx.access.group_operations(d.group_id)
+        return r
+
+
+async def _refused_groups(ctx: RequestContext, group_ids: list[str], op: Any) -> list[str]:
+    """The groups of a batch the principal may not ``op`` (each answered GROUP_AUTHORIZATION_FAILED alone)."""
+    if not ctx.access.enabled:
+        return []
+    refused = [g for g in group_ids if not await ctx.access.group(op, g)]
+    if refused:
+        ctx.refuse("authorization:GROUP_AUTHORIZATION_FAILED", ctx.access.reason)
+    return refused
+
+
+def _unauthorized_consumer_group(group_id: str) -> Any:
+    return gc.response_cls(gc.CONSUMER_GROUP_DESCRIBE).DescribedGroup(
+        group_id=group_id, error_code=GROUP_AUTHORIZATION_FAILED
+    )
+
+
+async def _authorized_describe(access: Access, groups: list[Any], with_operations: bool) -> list[Any]:
+    """ConsumerGroupDescribe as Kafka finishes it: authorized operations when asked, and a group whose
+    members are assigned a topic the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED."""
+    cls = gc.response_cls(gc.CONSUMER_GROUP_DESCRIBE).DescribedGroup
+    out = []
+    for g in groups:
+        if g.error_code != Errors.NONE:
+            out.append(g)
+            continue
+        if with_operations:
+            g.authorized_operations = access.group_operations(g.group_id)
+        names = {
+            tp.topic_name
+            for m in g.members or ()
+            for a in (m.assignment, m.target_assignment)
+            if a is not None
+            for tp in a.topic_partitions or ()
+        }
+        if names and len(await access.topics(DESCRIBE, names)) < len(names):
+            g = cls(
+                group_id=g.group_id, error_code=TOPIC_AUTHORIZATION_FAILED,
+                error_message="The group has described topic(s) that the client is not authorized to describe.",
+                members=[],
+            )
+        out.append(g)
+    return out
 
 
 __all__ = ["GroupHandlers", "Handler"]

@@ -12,6 +12,7 @@ from coordinator.errors import Errors
 
 from . import codec
 from . import group_codec as gc
+from .group_authz import ALLOW_ALL, Access
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -24,6 +25,7 @@ class RequestContext:
     (gateway/sasl.py), "User:ANONYMOUS" otherwise. ``send_upstream(group_id, kind)`` forwards the request as the client
     sent it to the group's coordinator in the cluster and returns the answer under the client's
     correlation id (``kind``: "share" / "streams" when a success proves the cluster holds such a group);
+    ``access`` answers what the principal may do, from the cluster's ACLs (gateway/group_authz.py);
     ``refuse(kind, reason)`` notes a request refused, logged once per client and kind."""
 
     api_key: int
@@ -35,6 +37,8 @@ class RequestContext:
     send_upstream: Callable[[str, str | None], Awaitable[bytes]]
     refuse: Callable[[str, str], None]
     principal: str = ANONYMOUS
+    # What the principal may do (gateway/group_authz.py); everything when authorization is off.
+    access: Access = ALLOW_ALL
 
 
 def group_ids(api_key: int, version: int, msg: Any) -> list[str]:

@@ -34,10 +34,23 @@ from translate.group_service import GroupService
 
 from . import codec, frames
 from . import group_codec as gc
+from .acls import AclCache
 from .adoption import UpstreamLeaver
 from .cluster_groups import ROUTED_MANY, ROUTED_ONE, ClusterGroups
 from .coordinator_settings import CoordinatorSettings
 from .file_store import FileStateStore
+from .group_authz import (
+    ALLOW_ALL,
+    GROUP_AUTHORIZATION_FAILED,
+    GROUP_OPERATION,
+    TOPIC_AUTHORIZATION_FAILED,
+    TOPIC_OPERATION,
+    TRANSACTIONAL_ID,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    WRITE,
+    GroupAuthorizer,
+    subscribed_topics,
+)
 from .group_handlers import GroupHandlers, Handler
 from .group_requests import (
     ANONYMOUS,
@@ -152,6 +165,18 @@ class GroupLayer:
         self._handlers: dict[int, Handler] = self.handlers.table()
         self._api_keys = frozenset((*self._handlers, *ROUTED_ONE))
         self._state_opened = False
+        # Authorization of what the gateway answers itself (gateway/group_authz.py): None when off.
+        self.authorizer: GroupAuthorizer | None = None
+        config = gw.config
+        if config.authorizes():
+            self.acls = AclCache(
+                self.client, frozenset(config.super_users), config.allow_everyone_if_no_acl_found,
+                nodes=lambda: sorted(gw.directory.brokers),
+            )
+            self.authorizer = GroupAuthorizer(
+                self.acls, strict=config.authorization == "strict",
+                refresh_interval_s=config.acl_refresh_interval_ms / 1000,
+            )
 
     def _new_service(self) -> GroupService:
         service_config, coordinator_config = self.settings.service_configs()
@@ -221,7 +246,13 @@ class GroupLayer:
             await self.watch.refresh()
         except UpstreamError as e:
             log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
+        if self.authorizer is not None:
+            # Read before serving, so that the first requests are decided; a failure is logged and the
+            # gateway serves on, refusing what needs authorization until a read succeeds.
+            await self.acls.fresh()
         self.runtime.start()
+        if self.authorizer is not None:
+            self.runtime.spawn(self.acls.refresh_forever(self.gw.config.acl_refresh_interval_ms / 1000))
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
         spawn = self.runtime.spawn
@@ -298,6 +329,10 @@ class GroupLayer:
             return refusal_payload(api_key, version, corr, msg, Errors.INVALID_REQUEST, f"{null} is null")
         ctx = self._context(conn, header, payload)
         try:
+            if ctx.access.enabled:
+                refused = await self._authorize(ctx, msg)
+                if refused is not None:
+                    return refused
             if api_key in ROUTED_ONE:
                 # The cluster's groups: nothing of the gateway's state is involved (also while unloaded).
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
@@ -322,6 +357,34 @@ class GroupLayer:
             self.counters["failed_requests"] += 1
             return error_payload(api_key, version, corr, Errors.UNKNOWN_SERVER_ERROR)
 
+    async def _authorize(self, ctx: RequestContext, msg: Any) -> bytes | None:
+        """The whole-request checks of an API that names one group (gateway/group_authz.py): the refusal
+        in the API's shape, or None to go on (per-group and per-topic checks are the handlers')."""
+        api_key, version = ctx.api_key, ctx.api_version
+        op = GROUP_OPERATION.get(api_key)
+        if op is None:
+            return None
+        access = ctx.access
+        error: int | None = None
+        if api_key == gc.TXN_OFFSET_COMMIT and not await access.allows(WRITE, TRANSACTIONAL_ID, msg.transactional_id):
+            error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not await access.group(op, msg.group_id):
+            error = GROUP_AUTHORIZATION_FAILED
+        elif api_key in TOPIC_OPERATION:
+            topics = subscribed_topics(api_key, msg)
+            if topics and len(await access.topics(TOPIC_OPERATION[api_key], topics)) < len(topics):
+                # Kafka answers the heartbeat itself, without a member id or epoch.
+                self.counters["authorization_refusals"] += 1
+                ctx.refuse(f"authorization:{Errors(TOPIC_AUTHORIZATION_FAILED).name}", access.reason)
+                return codec.encode_response(
+                    api_key, version, ctx.correlation_id, gc.response(api_key, version, error_code=TOPIC_AUTHORIZATION_FAILED)
+                )
+        if error is None:
+            return None
+        self.counters["authorization_refusals"] += 1
+        ctx.refuse(f"authorization:{Errors(error).name}", access.reason)
+        return refusal_payload(api_key, version, ctx.correlation_id, msg, error, Errors(error).name)
+
     async def _cluster_coordinates(self, api_key: int, version: int, msg: Any, group_id: str) -> bool:
         """Whether an offset request's group is a share or streams group of the cluster's."""
         if self.runtime.has_state(group_id):
@@ -340,18 +403,21 @@ class GroupLayer:
             self.refused(conn, header, kind, reason)
 
         peer = conn.peer
+        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        principal = conn.principal or ANONYMOUS
         return RequestContext(
             api_key=api_key,
             api_version=version,
             correlation_id=corr,
             client_id=header.client_id or "",
-            client_host=f"/{peer[0]}" if isinstance(peer, tuple) and peer else "",
+            client_host=host,
             node_id=conn.node_id,
             send_upstream=send_upstream,
             refuse=refuse,
             # The authenticated principal of a SASL client (passthrough with inspection); Kafka's
             # anonymous principal otherwise.
-            principal=conn.principal or ANONYMOUS,
+            principal=principal,
+            access=ALLOW_ALL if self.authorizer is None else self.authorizer.access(principal, host),
         )
 
     def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:

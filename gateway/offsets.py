@@ -27,6 +27,7 @@ from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, Off
 
 from . import codec
 from . import group_codec as gc
+from .group_authz import DESCRIBE, READ, TOPIC_AUTHORIZATION_FAILED, Access
 from .logging import get_logger
 from .upstream import UpstreamError
 
@@ -158,6 +159,7 @@ class OffsetBridge:
                     t.name = name
                     known.append(t)
             msg.topics = known
+        denied = await _unauthorized_commit_topics(ctx, msg)
         check = OffsetCommitCheck(
             group_id=msg.group_id,
             member_id=msg.member_id if version >= 1 else "",
@@ -166,11 +168,15 @@ class OffsetBridge:
             api_version=version,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.OFFSET_COMMIT, version, msg, ctx) if msg.topics or not unknown else []
-        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, results + unknown)
+        # As Kafka: when no topic is left to commit, the group is not asked.
+        results = (
+            await self._commit(check, gc.OFFSET_COMMIT, version, msg, ctx) if msg.topics or not (unknown or denied) else []
+        )
+        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, denied + unknown + results)
 
     async def txn_offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
+        denied = await _unauthorized_commit_topics(ctx, msg)
         check = OffsetCommitCheck(
             group_id=msg.group_id,
             member_id=msg.member_id if version >= 3 else "",
@@ -180,8 +186,8 @@ class OffsetBridge:
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, ctx)
-        return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, results)
+        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, ctx) if msg.topics or not denied else []
+        return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, denied + results)
 
     async def _commit(
         self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any, ctx: RequestContext | None = None
@@ -294,11 +300,28 @@ class OffsetBridge:
     async def offset_fetch(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
         cls = gc.response_cls(gc.OFFSET_FETCH)
+        access = ctx.access
         if version < 8:
             topics = None if msg.topics is None else [(t.name, list(t.partition_indexes)) for t in msg.topics]
-            err, got = await self._fetch_group(msg.group_id, None, -1, topics, msg.require_stable if version >= 7 else False)
+            if not await access.group(DESCRIBE, msg.group_id):
+                _refused(ctx, "GROUP_AUTHORIZATION_FAILED")
+                err, got = int(Errors.GROUP_AUTHORIZATION_FAILED), []
+                if version < 2:  # no top-level error code before v2: on every partition asked
+                    got = [(n, [(p, -1, -1, "", err) for p in ps]) for n, ps in topics or ()]
+            else:
+                topics, denied = await _split_fetch_topics(access, topics)
+                if topics == [] and denied:
+                    err, got = 0, []
+                else:
+                    err, got = await self._fetch_group(
+                        msg.group_id, None, -1, topics, msg.require_stable if version >= 7 else False
+                    )
+                got = await _visible(access, topics, got)
+                if err == 0:
+                    got += denied
+            fields = {"error_code": err} if version >= 2 else {}
             return cls[version](
-                error_code=err,
+                **fields,
                 topics=[
                     cls.OffsetFetchResponseTopic(
                         name=name,
@@ -340,16 +363,25 @@ class OffsetBridge:
                         unknown.append((key, [(p, -1, -1, "", UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
             member_id = g.member_id if version >= 9 else None
             epoch = g.member_epoch if version >= 9 else -1
-            if wanted_topics == [] and unknown:
+            if not await access.group(DESCRIBE, g.group_id):
+                # Kafka answers this group alone so; the others of the batch are answered.
+                _refused(ctx, "GROUP_AUTHORIZATION_FAILED")
+                groups.append(gcls(group_id=g.group_id, error_code=Errors.GROUP_AUTHORIZATION_FAILED, topics=[]))
+                continue
+            wanted_topics, denied = await _split_fetch_topics(access, wanted_topics)
+            if wanted_topics == [] and (unknown or denied):
                 err, got = 0, []
             else:
                 err, got = await self._fetch_group(g.group_id, member_id, epoch, wanted_topics, msg.require_stable)
+            got = await _visible(access, wanted_topics, got)
             ids = self._topic_ids() if by_id else {}
             if by_id:
                 # Answered with ids: a topic whose id the gateway cannot tell (deleted since) is left out.
                 got = [(n, parts) for n, parts in got if n in ids]
                 if err == 0:
                     got += unknown
+            if err == 0:
+                got += denied
             groups.append(
                 gcls(
                     group_id=g.group_id,
@@ -438,6 +470,13 @@ class OffsetBridge:
         version = ctx.api_version
         cls = gc.response_cls(gc.OFFSET_DELETE)
         refused = []
+        unauthorized: list[Any] = []
+        if ctx.access.enabled:
+            allowed = await ctx.access.topics(READ, [t.name for t in msg.topics])
+            unauthorized = [t for t in msg.topics if t.name not in allowed]
+            if unauthorized:
+                _refused(ctx, "TOPIC_AUTHORIZATION_FAILED")
+                msg.topics = [t for t in msg.topics if t.name in allowed]
         if self.managed(msg.group_id):
             subscribed = self.groups.subscribed_topics(msg.group_id)  # KIP-496
             refused = [t for t in msg.topics if t.name in subscribed]
@@ -453,6 +492,17 @@ class OffsetBridge:
                 ],
             )
             for t in refused
+        ] + [
+            cls.OffsetDeleteResponseTopic(
+                name=t.name,
+                partitions=[
+                    cls.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in unauthorized
         ]
         if not msg.topics:
             return cls[version](topics=refused_topics)
@@ -484,6 +534,48 @@ class OffsetBridge:
 
 
 _API_NAMES = {gc.OFFSET_COMMIT: "offset-commit", gc.TXN_OFFSET_COMMIT: "txn-offset-commit"}
+
+# One OffsetFetch topic's answer: (name, [(partition, offset, leader epoch, metadata, error)]).
+FetchedTopic = tuple[str, list[tuple[int, int, int, "str | None", int]]]
+
+
+def _refused(ctx: RequestContext, error: str) -> None:
+    ctx.refuse(f"authorization:{error}", ctx.access.reason)
+
+
+async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitResults:
+    """Kafka's READ check of each committed topic: the topics the principal may not read leave ``msg``
+    and are answered TOPIC_AUTHORIZATION_FAILED on each partition; the others are committed."""
+    if not ctx.access.enabled or not msg.topics:
+        return []
+    allowed = await ctx.access.topics(READ, [t.name for t in msg.topics])
+    denied = [t for t in msg.topics if t.name not in allowed]
+    if not denied:
+        return []
+    _refused(ctx, "TOPIC_AUTHORIZATION_FAILED")
+    msg.topics = [t for t in msg.topics if t.name in allowed]
+    return _partition_errors(denied, TOPIC_AUTHORIZATION_FAILED)
+
+
+async def _split_fetch_topics(
+    access: Access, topics: list[tuple[str, list[int]]] | None
+) -> tuple[list[tuple[str, list[int]]] | None, list[FetchedTopic]]:
+    """(topics that may be described, the others answered TOPIC_AUTHORIZATION_FAILED per partition)."""
+    if not access.enabled or topics is None:
+        return topics, []
+    allowed = await access.topics(DESCRIBE, [n for n, _ in topics])
+    denied: list[FetchedTopic] = [
+        (n, [(p, -1, -1, "", int(TOPIC_AUTHORIZATION_FAILED)) for p in ps]) for n, ps in topics if n not in allowed
+    ]
+    return [(n, ps) for n, ps in topics if n in allowed], denied
+
+
+async def _visible(access: Access, asked: list[tuple[str, list[int]]] | None, got: list[Any]) -> list[Any]:
+    """An all-topics fetch shows only the topics the principal may describe (Kafka leaves the others out)."""
+    if not access.enabled or asked is not None or not got:
+        return got
+    allowed = await access.topics(DESCRIBE, [n for n, _ in got])
+    return [(n, parts) for n, parts in got if n in allowed]
 
 
 def _error_name(error: int) -> str:

@@ -43,3 +43,49 @@ def java_props(mechanism: str, user: tuple[str, str]) -> dict[str, str]:
         "sasl.mechanism": mechanism,
         "sasl.jaas.config": f'{module} required username="{user[0]}" password="{user[1]}";',
     }
+
+
+class SaslSession:
+    """One SASL_PLAINTEXT connection authenticated with PLAIN as ``user``, for exact requests and answers
+    (the error codes a client would see, without a client library's retries in between)."""
+
+    def __init__(self, bootstrap: str, user: tuple[str, str], client_id: str = "authz-probe") -> None:
+        import socket
+
+        from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=15)
+        self.client_id = client_id
+        self.corr = 0
+        hs = self.call(17, 1, SaslHandshakeRequest[1](mechanism="PLAIN"))
+        assert hs.error_code == 0, hs
+        auth = self.call(36, 2, SaslAuthenticateRequest[2](auth_bytes=f"\0{user[0]}\0{user[1]}".encode()))
+        assert auth.error_code == 0, auth
+
+    def call(self, api_key: int, version: int, msg: Any) -> Any:
+        from gateway import codec
+
+        self.corr += 1
+        msg.with_header(correlation_id=self.corr, client_id=self.client_id)
+        self.sock.sendall(bytes(msg.encode(version=version, header=True, framed=True)))
+        size = int.from_bytes(self._read(4), "big")
+        return codec.decode_response(api_key, version, self._read(size))[1]
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("connection closed")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> SaslSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,357 @@
+"""Authorization of what the gateway answers itself: the same error codes as the broker's StandardAuthorizer.
+
+Every scenario runs against the SASL broker (``sasl_kafka``: SCRAM and PLAIN, StandardAuthorizer,
+super.users=User:admin, no access without an ACL) directly and through a gateway in front of it, and
+compares what the principal is told. The gateway reads the cluster's ACLs under its own principal
+(User:admin) and decides with translate/authorizer.py; ACLs are created and removed through the broker's
+administrative PLAINTEXT listener, as in compat_tests/test_sasl.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.sasl import ADMIN, BOB, SaslSession, confluent_conf
+from gateway.embedded_kafka import EmbeddedKafka
+from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+WAIT_S = 30.0
+REFRESH_MS = 1000
+GROUP_AUTHORIZATION_FAILED = 30
+TOPIC_AUTHORIZATION_FAILED = 29
+MEMBER_ID_REQUIRED = 79
+
+
+@pytest.fixture(scope="module")
+def authz_gateway(sasl_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    d = tmp_path_factory.mktemp("authz-gateway")
+    pw = d / "upstream-password"
+    pw.write_text(ADMIN[1] + "\n")
+    config = d / "groupgate.toml"
+    # Kafka's names for the brokers' authorizer settings, as the broker has them (the harness's PLAINTEXT
+    # listener makes User:ANONYMOUS a super user too).
+    config.write_text(
+        '"super.users" = "User:ANONYMOUS;User:admin"\n'
+        '"allow.everyone.if.no.acl.found" = false\n'
+        f"acl_refresh_interval_ms = {REFRESH_MS}\n"
+        "[coordinator]\ninitial_rebalance_delay_ms = 0\n"
+    )
+    gw = GatewayProcess(
+        upstream=sasl_kafka.sasl_bootstrap,
+        log_dir=d,
+        extra_args=[
+            "--config", str(config),
+            "--listener-security-protocol", "SASL_PLAINTEXT",
+            "--upstream-sasl-mechanism", "SCRAM-SHA-512",
+            "--upstream-sasl-username", ADMIN[0],
+            "--upstream-sasl-password-file", str(pw),
+        ],
+    )
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture
+def targets(sasl_kafka: EmbeddedKafka, authz_gateway: GatewayProcess) -> dict[str, str]:
+    return {"direct": sasl_kafka.sasl_bootstrap, "gateway": authz_gateway.bootstrap}
+
+
+def _admin(sasl_kafka: EmbeddedKafka) -> AdminClient:
+    return AdminClient({"bootstrap.servers": sasl_kafka.bootstrap, "socket.timeout.ms": 10000})
+
+
+_EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                               AclPermissionType.ANY)
+
+
+def _allow(rt: ResourceType, name: str, principal: str, op: AclOperation) -> AclBinding:
+    return AclBinding(rt, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+
+
+def _applied(admin: AdminClient, bindings: list[AclBinding], present: bool) -> None:
+    """Until the broker's authorizer lists (or no longer lists) them."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        listed = set(admin.describe_acls(_EVERYTHING).result(timeout=WAIT_S))
+        if all((b in listed) == present for b in bindings):
+            return
+        assert time.monotonic() < deadline, f"ACL change not applied within {WAIT_S}s: {bindings}"
+        time.sleep(0.05)
+
+
+def grant(sasl_kafka: EmbeddedKafka, *bindings: AclBinding) -> None:
+    admin = _admin(sasl_kafka)
+    for f in admin.create_acls(list(bindings)).values():
+        f.result(timeout=WAIT_S)
+    _applied(admin, list(bindings), True)
+
+
+def revoke(sasl_kafka: EmbeddedKafka, *bindings: AclBinding) -> None:
+    admin = _admin(sasl_kafka)
+    filters = [
+        AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type)
+        for b in bindings
+    ]
+    for f in admin.delete_acls(filters).values():
+        f.result(timeout=WAIT_S)
+    _applied(admin, list(bindings), False)
+
+
+# --- raw requests: exactly what the principal is told ------------------------------------------------
+
+
+def _join(s: SaslSession, group: str) -> Any:
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="p", metadata=b"m")]
+    join: dict[str, Any] = {"group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                            "member_id": "", "group_instance_id": None, "protocol_type": "test", "protocols": protocols}
+    r = s.call(11, 5, JoinGroupRequest[5](**join))
+    if r.error_code == MEMBER_ID_REQUIRED:
+        join["member_id"] = r.member_id
+        r = s.call(11, 5, JoinGroupRequest[5](**join))
+    return r
+
+
+def _heartbeat(s: SaslSession, group: str, generation: int, member: str) -> int:
+    return int(s.call(12, 4, HeartbeatRequest[4](group_id=group, generation_id=generation, member_id=member,
+                                                 group_instance_id=None)).error_code)
+
+
+def _commit(s: SaslSession, group: str, *topics: str, generation: int = -1, member: str = "") -> dict[str, int]:
+    cls = OffsetCommitRequest
+    req = cls[8](
+        group_id=group, generation_id_or_member_epoch=generation, member_id=member, group_instance_id=None,
+        topics=[
+            cls.OffsetCommitRequestTopic(name=t, partitions=[cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])
+            for t in topics
+        ],
+    )
+    r = s.call(8, 8, req)
+    return {t.name: int(t.partitions[0].error_code) for t in r.topics}
+
+
+def _fetch(s: SaslSession, group: str, *topics: str) -> tuple[int, dict[str, int]]:
+    cls = OffsetFetchRequest
+    g = cls.OffsetFetchRequestGroup(group_id=group, member_id=None, member_epoch=-1, topics=[
+        cls.OffsetFetchRequestGroup.OffsetFetchRequestTopics(name=t, partition_indexes=[0]) for t in topics])
+    r = s.call(9, 9, cls[9](groups=[g], require_stable=False)).groups[0]
+    return int(r.error_code), {t.name: int(t.partitions[0].error_code) for t in r.topics}
+
+
+def _describe(s: SaslSession, group: str) -> Any:
+    """DescribeGroups v5 with authorized operations, again while the broker's coordinator is loading."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        d = s.call(15, 5, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=True)).groups[0]
+        if d.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+            return d
+        time.sleep(0.1)
+
+
+def _coordinator_ready(sasl_kafka: EmbeddedKafka, *groups: str) -> None:
+    """Until the broker coordinates these groups (its __consumer_offsets is created on first use and
+    loaded a moment later): asked as the admin, so that no answer under test is a loading error."""
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as s:
+        for g in groups:
+            deadline = time.monotonic() + WAIT_S
+            while s.call(10, 3, FindCoordinatorRequest[3](key=g, key_type=0)).error_code != 0:
+                assert time.monotonic() < deadline, f"no coordinator for {g}"
+                time.sleep(0.1)
+            assert _describe(s, g).error_code == 0, g
+
+
+def _session(targets: dict[str, str], user: tuple[str, str]) -> dict[str, SaslSession]:
+    return {name: SaslSession(b, user) for name, b in targets.items()}
+
+
+def test_group_without_read_is_refused_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """Bob may describe the group and read the topic, not read the group: join, sync, heartbeat and
+    commit are GROUP_AUTHORIZATION_FAILED; describing and fetching offsets are allowed."""
+    group = names("group")
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
+    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.DESCRIBE),
+          _allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+    _coordinator_ready(sasl_kafka, group)
+    seen: dict[str, tuple[Any, ...]] = {}
+    for name, s in _session(targets, BOB).items():
+        with s:
+            join = _join(s, group).error_code
+            sync = s.call(14, 5, SyncGroupRequest[5](group_id=group, generation_id=1, member_id="m",
+                                                     group_instance_id=None, protocol_type="test",
+                                                     protocol_name="p", assignments=[])).error_code
+            hb = _heartbeat(s, group, 1, "m")
+            commit = _commit(s, group, topic)
+            fetch = _fetch(s, group, topic)
+            d = _describe(s, group)
+            seen[name] = (join, sync, hb, commit, fetch, d.error_code, d.authorized_operations)
+    assert seen["direct"][:4] == (GROUP_AUTHORIZATION_FAILED,) * 3 + ({topic: GROUP_AUTHORIZATION_FAILED},)
+    assert seen["direct"][4] == (0, {topic: 0}) and seen["direct"][5] == 0
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_topic_without_read_is_refused_on_commit_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """READ on the group and on one topic, nothing on the other: the commit of the one is written, the
+    other's partitions are TOPIC_AUTHORIZATION_FAILED; so is fetching its offset."""
+    group = names("group")
+    readable = create_topic(sasl_kafka.bootstrap, names("readable"), 1)
+    secret = create_topic(sasl_kafka.bootstrap, names("secret"), 1)
+    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+          _allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ))
+    _coordinator_ready(sasl_kafka, group)
+    seen = {}
+    for name, s in _session(targets, BOB).items():
+        with s:
+            seen[name] = (_commit(s, group, readable, secret), _fetch(s, group, readable, secret))
+    assert seen["direct"] == (
+        {readable: 0, secret: TOPIC_AUTHORIZATION_FAILED}, (0, {readable: 0, secret: TOPIC_AUTHORIZATION_FAILED})
+    )
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_consumer_group_heartbeat_checks_group_and_subscription_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """KIP-848: READ on the group, then DESCRIBE on every subscribed topic."""
+    group, other = names("group"), names("other")
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
+    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ))
+
+    def join(s: SaslSession, g: str) -> int:
+        req = ConsumerGroupHeartbeatRequest[1](group_id=g, member_id="m-" + g, member_epoch=0,
+                                               rebalance_timeout_ms=5000, subscribed_topic_names=[topic],
+                                               topic_partitions=[])
+        return int(s.call(68, 1, req).error_code)
+
+    seen = {}
+    for name, s in _session(targets, BOB).items():
+        with s:
+            seen[name] = (join(s, other), join(s, group))
+    assert seen["direct"] == (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED)
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_list_and_delete_show_only_permitted_groups_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """ListGroups lists only what Bob may describe (the admin, with DESCRIBE on the cluster, sees all);
+    DeleteGroups without DELETE is refused per group."""
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
+    visible, hidden = names("visible"), names("hidden")
+    with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as admin:
+        for g in (visible, hidden):  # offsets-only groups of the cluster, listed by both targets
+            assert _commit(admin, g, topic) == {topic: 0}
+    grant(sasl_kafka, _allow(ResourceType.GROUP, visible, "User:bob", AclOperation.DESCRIBE))
+    seen = {}
+    for name, b in targets.items():
+        listed = {}
+        for user in (BOB, ADMIN):
+            with SaslSession(b, user) as s:
+                r = s.call(16, 4, ListGroupsRequest[4](states_filter=[]))
+                listed[user[0]] = (r.error_code, sorted(g.group_id for g in r.groups if g.group_id in (visible, hidden)))
+        with SaslSession(b, BOB) as s:
+            deleted = s.call(42, 2, DeleteGroupsRequest[2](groups_names=[hidden, visible]))
+            listed["delete"] = sorted((x.group_id, x.error_code) for x in deleted.results)
+        seen[name] = listed
+    assert seen["direct"]["bob"] == (0, [visible])
+    assert seen["direct"]["admin"] == (0, sorted([visible, hidden]))
+    assert seen["direct"]["delete"] == sorted([(hidden, GROUP_AUTHORIZATION_FAILED), (visible, GROUP_AUTHORIZATION_FAILED)])
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_acl_removed_while_a_member_runs_takes_effect_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """A member heartbeats; its group's READ is revoked: the broker refuses its next heartbeat, the
+    gateway within its ACL refresh interval (acl_refresh_interval_ms)."""
+    # One group per target (the gateway coordinates its own; the broker's is the direct one), Bob may read both.
+    groups = {name: names(f"group-{name}") for name in targets}
+    acls = [_allow(ResourceType.GROUP, g, "User:bob", AclOperation.READ) for g in groups.values()]
+    grant(sasl_kafka, *acls)
+    sessions = _session(targets, BOB)
+    members = {}
+    try:
+        for name, s in sessions.items():
+            g = groups[name]
+            r = _join(s, g)
+            assert r.error_code == 0, (name, r)
+            sync = s.call(14, 5, SyncGroupRequest[5](
+                group_id=g, generation_id=r.generation_id, member_id=r.member_id, group_instance_id=None,
+                protocol_type="test", protocol_name="p",
+                assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=r.member_id, assignment=b"a")]))
+            assert sync.error_code == 0, (name, sync)
+            members[name] = (r.generation_id, r.member_id)
+            assert _heartbeat(s, g, *members[name]) == 0, name
+        revoke(sasl_kafka, *acls)
+        revoked_at = time.monotonic()
+        took: dict[str, float] = {}
+        codes: dict[str, int] = {}
+        for name, s in sessions.items():
+            while True:
+                code = _heartbeat(s, groups[name], *members[name])
+                if code != 0 or time.monotonic() - revoked_at > WAIT_S:
+                    break
+                time.sleep(0.1)
+            codes[name], took[name] = code, time.monotonic() - revoked_at
+        assert codes == {"direct": GROUP_AUTHORIZATION_FAILED, "gateway": GROUP_AUTHORIZATION_FAILED}
+        # The periodic read plus one DescribeAcls round trip and the heartbeat spacing, with room for a
+        # loaded machine: the revocation ends the membership at the gateway's refresh, not later.
+        assert took["gateway"] < REFRESH_MS / 1000 + 5.0, took
+    finally:
+        for s in sessions.values():
+            s.close()
+
+
+def test_consumer_without_group_read_fails_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A real client (librdkafka, classic protocol) subscribing in a group it may not read."""
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
+    grant(sasl_kafka, _allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+    seen = {}
+    for name, b in targets.items():
+        c = Consumer(confluent_conf(b, "SCRAM-SHA-256", BOB, **{"group.id": names("group"),
+                                                                 "enable.auto.commit": False}))
+        try:
+            c.subscribe([topic])
+            code = None
+            deadline = time.monotonic() + WAIT_S
+            while code is None and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and m.error() is not None:
+                    code = m.error().code()
+            seen[name] = code
+        finally:
+            c.close()
+    assert seen["direct"] == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert seen["gateway"] == seen["direct"]
