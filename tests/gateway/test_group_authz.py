@@ -1,0 +1,203 @@
+"""Authorization in the group layer (gateway/group_authz.py) without a broker: ACL snapshots set by hand.
+
+The upstream is unreachable (tests/gateway/_groups_support.py), so every read of the cluster's ACLs
+fails at once: a denial's confirming read keeps the snapshot the test set, and without one everything
+is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from gateway import group_codec as gc
+from gateway.config import GatewayConfig
+from gateway.coordinator_settings import CoordinatorSettings
+from gateway.groups import GroupLayer
+from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
+
+from ._groups_support import StubConnection, StubGateway, call
+
+GROUP_AUTHORIZATION_FAILED = 30
+TOPIC_AUTHORIZATION_FAILED = 29
+MEMBER_ID_REQUIRED = 79
+BOB = StubConnection(principal="User:bob")
+ADMIN = StubConnection(principal="User:admin")
+
+
+def acl(rtype: ResourceType, name: str, principal: str, op: Operation, *, prefixed: bool = False,
+        deny: bool = False, host: str = "*") -> AclBinding:
+    return AclBinding(rtype, name, PatternType.PREFIXED if prefixed else PatternType.LITERAL, principal, host, op,
+                      Permission.DENY if deny else Permission.ALLOW)
+
+
+async def started(*acls: AclBinding, read: bool = True, **config: Any) -> GroupLayer:
+    gw = StubGateway()
+    gw.config = gw.config.model_copy(update={"authorization": "on", "super_users": ["User:admin"], **config})
+    settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
+    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
+    layer.install()
+    await layer.start()
+    if read:
+        layer.acls.snapshot = AclSnapshot.of(acls, super_users={"User:admin"})
+        layer.acls.read_at = time.monotonic()
+    return layer
+
+
+def join(group: str, member: str = "") -> JoinGroupRequest:
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="p", metadata=b"m")]
+    return JoinGroupRequest[5](group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                               member_id=member, group_instance_id=None, protocol_type="test", protocols=protocols)
+
+
+def commit(group: str, *topics: str, member: str = "", generation: int = -1) -> OffsetCommitRequest:
+    cls = OffsetCommitRequest
+    part = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    return cls[8](group_id=group, generation_id_or_member_epoch=generation, member_id=member, group_instance_id=None,
+                  topics=[cls.OffsetCommitRequestTopic(name=t, partitions=[part(partition_index=0, committed_offset=1,
+                          committed_leader_epoch=-1, committed_metadata="")]) for t in topics])
+
+
+async def test_without_a_snapshot_everything_is_refused() -> None:
+    """The cluster's ACLs could not be read: refused rather than allowed, for every principal."""
+    layer = await started(read=False)
+    try:
+        for conn in (BOB, ADMIN):
+            r = await call(layer, gc.JOIN_GROUP, 5, join("g"), conn)
+            assert r.error_code == GROUP_AUTHORIZATION_FAILED
+            f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), conn)
+            assert f.error_code == GROUP_AUTHORIZATION_FAILED and f.node_id == -1
+        assert layer.acls.reads == 0 and layer.acls.last_error
+    finally:
+        await layer.stop()
+
+
+async def test_join_heartbeat_and_commit_need_read_on_the_group() -> None:
+    layer = await started(
+        acl(ResourceType.GROUP, "g", "User:bob", Operation.DESCRIBE),
+        acl(ResourceType.TOPIC, "t", "User:bob", Operation.READ),
+    )
+    try:
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        hb = HeartbeatRequest[4](group_id="g", generation_id=1, member_id="m", group_instance_id=None)
+        assert (await call(layer, gc.HEARTBEAT, 4, hb, BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "t"), BOB)
+        assert [(t.name, [p.error_code for p in t.partitions]) for t in r.topics] == [("t", [GROUP_AUTHORIZATION_FAILED])]
+        # DESCRIBE (implied by nothing weaker here) is what FindCoordinator needs.
+        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), BOB)
+        assert f.error_code == 0
+        # A super user needs no ACL.
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), ADMIN)).error_code == MEMBER_ID_REQUIRED
+        assert layer.counters["authorization_refusals"] == 3
+    finally:
+        await layer.stop()
+
+
+async def test_a_topic_without_read_is_refused_per_partition_and_the_group_is_not_asked() -> None:
+    layer = await started(
+        acl(ResourceType.GROUP, "g", "User:bob", Operation.READ),
+        acl(ResourceType.TOPIC, "open-", "User:bob", Operation.READ, prefixed=True),
+    )
+    try:
+        # Only unreadable topics: answered without asking the group (a stale member is not even looked at).
+        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "secret", member="nobody", generation=7), BOB)
+        assert [(t.name, t.partitions[0].error_code) for t in r.topics] == [("secret", TOPIC_AUTHORIZATION_FAILED)]
+        # Mixed: the readable topic goes on to the group's check (an unknown member here), the other not.
+        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "open-1", "secret", member="nobody", generation=7), BOB)
+        codes = {t.name: t.partitions[0].error_code for t in r.topics}
+        assert codes["secret"] == TOPIC_AUTHORIZATION_FAILED
+        assert codes["open-1"] not in (0, TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED)
+    finally:
+        await layer.stop()
+
+
+async def test_deny_wins_and_hosts_count() -> None:
+    """The client (StubConnection) comes from 10.1.2.3."""
+    layer = await started(
+        acl(ResourceType.GROUP, "*", "User:*", Operation.READ),
+        acl(ResourceType.GROUP, "g", "User:bob", Operation.READ, deny=True, host="10.1.2.3"),
+        acl(ResourceType.GROUP, "h", "User:bob", Operation.READ, deny=True, host="10.9.9.9"),
+    )
+    try:
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("h"), BOB)).error_code == MEMBER_ID_REQUIRED
+    finally:
+        await layer.stop()
+
+
+async def test_list_groups_shows_what_may_be_described_and_describe_answers_per_group() -> None:
+    layer = await started(
+        acl(ResourceType.GROUP, "a", "User:bob", Operation.DESCRIBE, prefixed=True),
+        acl(ResourceType.CLUSTER, "kafka-cluster", "User:carol", Operation.DESCRIBE),
+    )
+    try:
+        for g in ("a1", "b1"):
+            r = await call(layer, gc.JOIN_GROUP, 5, join(g), ADMIN)
+            assert (await call(layer, gc.JOIN_GROUP, 5, join(g, r.member_id), ADMIN)).error_code == 0
+
+        async def listed(conn: StubConnection) -> list[str]:
+            r = await call(layer, gc.LIST_GROUPS, 4, ListGroupsRequest[4](states_filter=[]), conn)
+            return sorted(g.group_id for g in r.groups)
+
+        assert await listed(BOB) == ["a1"]
+        assert await listed(ADMIN) == ["a1", "b1"]
+        assert await listed(StubConnection(principal="User:carol")) == ["a1", "b1"]  # DESCRIBE on the cluster
+        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+            groups=["a1", "b1"], include_authorized_operations=True), BOB)
+        # As Kafka: the refused groups first, then the described ones with the principal's operations.
+        assert [(g.group_id, g.error_code) for g in d.groups] == [("b1", GROUP_AUTHORIZATION_FAILED), ("a1", 0)]
+        assert d.groups[1].authorized_operations == {int(Operation.DESCRIBE)}
+    finally:
+        await layer.stop()
+
+
+async def test_consumer_group_heartbeat_needs_describe_on_its_subscription() -> None:
+    layer = await started(
+        acl(ResourceType.GROUP, "g", "User:bob", Operation.READ),
+        acl(ResourceType.TOPIC, "t", "User:bob", Operation.DESCRIBE),
+    )
+    try:
+        for topics, code in ((["t", "u"], TOPIC_AUTHORIZATION_FAILED), (["t"], 0)):
+            req = ConsumerGroupHeartbeatRequest[1](group_id="g", member_id="m1", member_epoch=0,
+                                                   rebalance_timeout_ms=5000, subscribed_topic_names=topics,
+                                                   topic_partitions=[])
+            assert (await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code == code
+    finally:
+        await layer.stop()
+
+
+@pytest.mark.parametrize("authorizer,stale,refused", [
+    ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", False, False),
+    ("com.example.CustomAuthorizer", False, True),
+    ("", False, True),  # could not be read
+    ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", True, True),
+])
+async def test_strict_mode_refuses_what_it_cannot_be_sure_of(authorizer: str, stale: bool, refused: bool) -> None:
+    layer = await started(acl(ResourceType.GROUP, "g", "User:bob", Operation.READ), authorization="strict",
+                          acl_refresh_interval_ms=1000)
+    try:
+        layer.acls.authorizer_class = authorizer
+        if stale:
+            layer.acls.read_at = time.monotonic() - 10  # more than three refresh intervals ago
+        r = await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)
+        assert r.error_code == (GROUP_AUTHORIZATION_FAILED if refused else MEMBER_ID_REQUIRED)
+    finally:
+        await layer.stop()
+
+
+def test_settings_take_kafkas_names_and_default_to_sasl_listeners() -> None:
+    c = GatewayConfig.model_validate({"upstream": "h:1", "super.users": "User:a; User:b",
+                                      "allow.everyone.if.no.acl.found": True})
+    assert c.super_users == ["User:a", "User:b"] and c.allow_everyone_if_no_acl_found
+    assert not c.authorizes()  # auto, PLAINTEXT listeners: unaffected
+    assert GatewayConfig.model_validate({"upstream": "h:1", "listener_security_protocol": "SASL_PLAINTEXT"}).authorizes()
+    assert GatewayConfig.model_validate({"upstream": "h:1", "authorization": "on"}).authorizes()
+    with pytest.raises(ValueError):
+        GatewayConfig.model_validate({"upstream": "h:1", "super.users": "admin"})
