@@ -201,3 +201,43 @@ def test_settings_take_kafkas_names_and_default_to_sasl_listeners() -> None:
     assert GatewayConfig.model_validate({"upstream": "h:1", "authorization": "on"}).authorizes()
     with pytest.raises(ValueError):
         GatewayConfig.model_validate({"upstream": "h:1", "super.users": "admin"})
+
+
+@pytest.mark.parametrize("version", [1, 5, 8])
+async def test_offset_fetch_without_describe_on_the_group_is_refused_in_the_versions_shape(version: int) -> None:
+    from kafka.protocol.consumer import OffsetFetchRequest
+
+    layer = await started(acl(ResourceType.GROUP, "g", "User:bob", Operation.DESCRIBE))
+    try:
+        cls = OffsetFetchRequest
+        if version >= 8:
+            req = cls[version](groups=[
+                cls.OffsetFetchRequestGroup(group_id=n, topics=[
+                    cls.OffsetFetchRequestGroup.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])
+                for n in ("h", "g")], require_stable=False)
+            r = await call(layer, gc.OFFSET_FETCH, version, req, BOB)
+            # Per group: the other group of the batch is answered (here: the unreachable cluster's error).
+            assert r.groups[0].group_id == "h" and r.groups[0].error_code == GROUP_AUTHORIZATION_FAILED
+            assert r.groups[1].error_code != GROUP_AUTHORIZATION_FAILED
+        else:
+            req = cls[version](group_id="h", topics=[cls.OffsetFetchRequestTopic(name="t", partition_indexes=[0])])
+            r = await call(layer, gc.OFFSET_FETCH, version, req, BOB)
+            if version >= 2:
+                assert r.error_code == GROUP_AUTHORIZATION_FAILED
+            else:  # no top-level error code before v2
+                assert [p.error_code for t in r.topics for p in t.partitions] == [GROUP_AUTHORIZATION_FAILED]
+    finally:
+        await layer.stop()
+
+
+async def test_consumer_group_describe_hides_groups_with_topics_that_may_not_be_described() -> None:
+    from gateway.protocol.messages import ConsumerGroupDescribeRequest
+
+    layer = await started(acl(ResourceType.GROUP, "g", "User:bob", Operation.DESCRIBE))
+    try:
+        d = await call(layer, gc.CONSUMER_GROUP_DESCRIBE, 0, ConsumerGroupDescribeRequest[0](
+            group_ids=["h", "g"], include_authorized_operations=True), BOB)
+        assert [(g.group_id, g.error_code) for g in d.groups][0] == ("h", GROUP_AUTHORIZATION_FAILED)
+        assert d.groups[1].group_id == "g" and d.groups[1].error_code != GROUP_AUTHORIZATION_FAILED
+    finally:
+        await layer.stop()
