@@ -33,7 +33,7 @@ from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.sasl import ADMIN, BOB, SaslSession, confluent_conf
 from gateway.embedded_kafka import EmbeddedKafka
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -52,7 +52,10 @@ def authz_gateway(sasl_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFa
     config = d / "groupgate.toml"
     # Kafka's names for the brokers' authorizer settings, as the broker has them (the harness's PLAINTEXT
     # listener makes User:ANONYMOUS a super user too).
+    # Strict: the gateway must identify the brokers' StandardAuthorizer (DescribeConfigs) to decide at all,
+    # so every scenario here also shows that it does.
     config.write_text(
+        'authorization = "strict"\n'
         '"super.users" = "User:ANONYMOUS;User:admin"\n'
         '"allow.everyone.if.no.acl.found" = false\n'
         f"acl_refresh_interval_ms = {REFRESH_MS}\n"
@@ -282,10 +285,17 @@ def test_list_and_delete_show_only_permitted_groups_alike(
         with SaslSession(b, BOB) as s:
             deleted = s.call(42, 2, DeleteGroupsRequest[2](groups_names=[hidden, visible]))
             listed["delete"] = sorted((x.group_id, x.error_code) for x in deleted.results)
+            listed["describe"] = [(g.group_id, g.error_code) for g in s.call(15, 5, DescribeGroupsRequest[5](
+                groups=[visible, hidden], include_authorized_operations=False)).groups]
+            cgd = s.call(69, 0, ConsumerGroupDescribeRequest[0](group_ids=[hidden], include_authorized_operations=False))
+            listed["consumer-describe"] = [(g.group_id, g.error_code) for g in cgd.groups]
         seen[name] = listed
     assert seen["direct"]["bob"] == (0, [visible])
     assert seen["direct"]["admin"] == (0, sorted([visible, hidden]))
     assert seen["direct"]["delete"] == sorted([(hidden, GROUP_AUTHORIZATION_FAILED), (visible, GROUP_AUTHORIZATION_FAILED)])
+    # Per group, the refused one listed first.
+    assert seen["direct"]["describe"] == [(hidden, GROUP_AUTHORIZATION_FAILED), (visible, 0)]
+    assert seen["direct"]["consumer-describe"] == [(hidden, GROUP_AUTHORIZATION_FAILED)]
     assert seen["gateway"] == seen["direct"]
 
 

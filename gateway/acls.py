@@ -136,6 +136,7 @@ class AclCache:
         if self.authorizer_class == "" and self.nodes is not None:
             try:
                 self.authorizer_class = await read_authorizer_class(self.client, list(self.nodes()))
+                log.info("the brokers' authorizer", **{"authorizer.class.name": self.authorizer_class})
                 if self.authorizer_class is not None and self.authorizer_class not in KNOWN_AUTHORIZERS:
                     log.warning(
                         "the brokers run an authorizer the gateway cannot reproduce; its decisions are "
