@@ -10,6 +10,7 @@ administrative PLAINTEXT listener, as in compat_tests/test_sasl.py.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,7 @@ def _fetch(s: SaslSession, group: str, *topics: str) -> tuple[int, dict[str, int
 
 def _describe(s: SaslSession, group: str) -> Any:
     """DescribeGroups v5 with authorized operations, again while the broker's coordinator is loading."""
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + 2.0  # within one SASL session (4 s)
     while True:
         d = s.call(15, 5, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=True)).groups[0]
         if d.error_code not in (14, 15, 16) or time.monotonic() > deadline:
@@ -181,13 +182,16 @@ def _coordinator_ready(sasl_kafka: EmbeddedKafka, *groups: str) -> None:
     loaded a moment later): asked as the admin, so that no answer under test is a loading error."""
     from kafka.protocol.metadata import FindCoordinatorRequest
 
-    with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as s:
-        for g in groups:
-            deadline = time.monotonic() + WAIT_S
-            while s.call(10, 3, FindCoordinatorRequest[3](key=g, key_type=0)).error_code != 0:
-                assert time.monotonic() < deadline, f"no coordinator for {g}"
-                time.sleep(0.1)
-            assert _describe(s, g).error_code == 0, g
+    for g in groups:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            # A session per attempt: the broker's SASL sessions last 4 s (connections.max.reauth.ms).
+            with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as s:
+                if s.call(10, 3, FindCoordinatorRequest[3](key=g, key_type=0)).error_code == 0:
+                    if _describe(s, g).error_code == 0:
+                        break
+            assert time.monotonic() < deadline, f"no coordinator for {g}"
+            time.sleep(0.1)
 
 
 def _session(targets: dict[str, str], user: tuple[str, str]) -> dict[str, SaslSession]:
@@ -271,6 +275,7 @@ def test_list_and_delete_show_only_permitted_groups_alike(
     DeleteGroups without DELETE is refused per group."""
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
     visible, hidden = names("visible"), names("hidden")
+    _coordinator_ready(sasl_kafka, visible, hidden)
     with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as admin:
         for g in (visible, hidden):  # offsets-only groups of the cluster, listed by both targets
             assert _commit(admin, g, topic) == {topic: 0}
@@ -308,10 +313,12 @@ def test_acl_removed_while_a_member_runs_takes_effect_alike(
     groups = {name: names(f"group-{name}") for name in targets}
     acls = [_allow(ResourceType.GROUP, g, "User:bob", AclOperation.READ) for g in groups.values()]
     grant(sasl_kafka, *acls)
-    sessions = _session(targets, BOB)
+    _coordinator_ready(sasl_kafka, groups["direct"])
     members = {}
-    try:
-        for name, s in sessions.items():
+    # Sessions per step: the broker's SASL sessions last 4 s (connections.max.reauth.ms), the membership
+    # is the member id's, not the connection's.
+    for name, s in _session(targets, BOB).items():
+        with s:
             g = groups[name]
             r = _join(s, g)
             assert r.error_code == 0, (name, r)
@@ -322,24 +329,22 @@ def test_acl_removed_while_a_member_runs_takes_effect_alike(
             assert sync.error_code == 0, (name, sync)
             members[name] = (r.generation_id, r.member_id)
             assert _heartbeat(s, g, *members[name]) == 0, name
-        revoke(sasl_kafka, *acls)
-        revoked_at = time.monotonic()
-        took: dict[str, float] = {}
-        codes: dict[str, int] = {}
-        for name, s in sessions.items():
-            while True:
+    revoke(sasl_kafka, *acls)
+    revoked_at = time.monotonic()
+    took: dict[str, float] = {}
+    codes: dict[str, int] = {}
+    for name, b in targets.items():
+        while True:
+            with SaslSession(b, BOB) as s:
                 code = _heartbeat(s, groups[name], *members[name])
-                if code != 0 or time.monotonic() - revoked_at > WAIT_S:
-                    break
-                time.sleep(0.1)
-            codes[name], took[name] = code, time.monotonic() - revoked_at
-        assert codes == {"direct": GROUP_AUTHORIZATION_FAILED, "gateway": GROUP_AUTHORIZATION_FAILED}
-        # The periodic read plus one DescribeAcls round trip and the heartbeat spacing, with room for a
-        # loaded machine: the revocation ends the membership at the gateway's refresh, not later.
-        assert took["gateway"] < REFRESH_MS / 1000 + 5.0, took
-    finally:
-        for s in sessions.values():
-            s.close()
+            if code != 0 or time.monotonic() - revoked_at > WAIT_S:
+                break
+            time.sleep(0.1)
+        codes[name], took[name] = code, time.monotonic() - revoked_at
+    assert codes == {"direct": GROUP_AUTHORIZATION_FAILED, "gateway": GROUP_AUTHORIZATION_FAILED}
+    # The periodic read plus one DescribeAcls round trip and the heartbeat spacing, with room for a loaded
+    # machine: the revocation ends the membership at the gateway's refresh, not later.
+    assert took["gateway"] < REFRESH_MS / 1000 + 5.0, took
 
 
 def test_consumer_without_group_read_fails_alike(
@@ -364,4 +369,38 @@ def test_consumer_without_group_read_fails_alike(
         finally:
             c.close()
     assert seen["direct"] == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert seen["gateway"] == seen["direct"]
+
+
+def test_consumer_group_describe_hides_assigned_topics_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """A KIP-848 member (the admin) is assigned a topic Bob may not describe: Bob may describe the group,
+    yet is told TOPIC_AUTHORIZATION_FAILED for it, without members."""
+    topic = create_topic(sasl_kafka.bootstrap, names("topic"), 2)
+    groups = {name: names(f"group-{name}") for name in targets}
+    grant(sasl_kafka, *(_allow(ResourceType.GROUP, g, "User:bob", AclOperation.DESCRIBE) for g in groups.values()))
+    _coordinator_ready(sasl_kafka, groups["direct"])
+    seen = {}
+    for name, b in targets.items():
+        g = groups[name]
+        member = str(uuid.uuid4())  # KIP-848: the client's own UUID
+        deadline = time.monotonic() + WAIT_S
+        while True:  # the broker's coordinator may still be loading on first use
+            # A session per attempt: the broker's SASL sessions last 4 s (connections.max.reauth.ms).
+            with SaslSession(b, ADMIN) as admin:
+                r = admin.call(68, 1, ConsumerGroupHeartbeatRequest[1](
+                    group_id=g, member_id=member, member_epoch=0, rebalance_timeout_ms=5000,
+                    subscribed_topic_names=[topic], server_assignor=None, topic_partitions=[]))
+            if r.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert r.error_code == 0 and r.assignment is not None, (name, r)
+        with SaslSession(b, ADMIN) as admin:
+            mine = admin.call(69, 0, ConsumerGroupDescribeRequest[0](group_ids=[g], include_authorized_operations=False))
+            assert mine.groups[0].error_code == 0 and mine.groups[0].members, (name, mine)
+        with SaslSession(b, BOB) as s:
+            d = s.call(69, 0, ConsumerGroupDescribeRequest[0](group_ids=[g], include_authorized_operations=True)).groups[0]
+            seen[name] = (d.error_code, len(d.members))
+    assert seen["direct"] == (TOPIC_AUTHORIZATION_FAILED, 0)
     assert seen["gateway"] == seen["direct"]
