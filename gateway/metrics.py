@@ -392,9 +392,18 @@ class Health:
             "group_layer_events_total",
             "counter",
             "Group layer events: invalid or failed requests, state log failures, clients bypassing the gateway, "
-            "members of adopted groups removed upstream",
+            "members of adopted groups removed upstream, requests refused by authorization",
             _events(c),
         )
+        authorizer = getattr(layer, "authorizer", None)
+        if authorizer is not None:
+            # Decisions are as old as this (docs/gateway.md, "Authorization of what the gateway answers itself").
+            age = authorizer.cache.age_s()
+            out.gauge(
+                "acl_snapshot_age_seconds",
+                "Seconds since the cluster's ACLs were last read (-1: never; every request needing authorization is refused)",
+                -1 if age is None else round(age, 3),
+            )
         totals = layer.runtime.log_totals()
         out.counter("state_log_appends_total", "Records appended to the group state log", totals["entries_appended"])
         out.counter("state_log_appended_bytes_total", "Bytes appended to the group state log", totals["bytes_appended"])
@@ -414,7 +423,7 @@ _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer"
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
-    "groups_unloaded", "unloaded_requests",
+    "groups_unloaded", "unloaded_requests", "authorization_refusals",
 )
 
 

@@ -241,3 +241,16 @@ async def test_consumer_group_describe_hides_groups_with_topics_that_may_not_be_
         assert d.groups[1].group_id == "g" and d.groups[1].error_code != GROUP_AUTHORIZATION_FAILED
     finally:
         await layer.stop()
+
+
+async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
+    from gateway.metrics import Health
+
+    layer = await started(read=False)
+    try:
+        await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)
+        text = Health(layer.gw, layer).render()
+        assert 'groupgate_group_layer_events_total{event="authorization_refusals"} 1' in text
+        assert "groupgate_acl_snapshot_age_seconds -1" in text
+    finally:
+        await layer.stop()
