@@ -119,7 +119,7 @@ class GroupHandlers:
         upstream = await self.cluster.find_upstream(key_type, unmanaged) if unmanaged else {}
         node = self.home_node()
         addr = self.addr_of(node) if node is not None else None
-        answers = []
+        answers: list[tuple[str, int, str, int, int, str | None]] = []
         for k in keys:
             if k in refused:
                 answers.append((k, -1, "", -1, int(refused[k]), None))

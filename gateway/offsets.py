@@ -301,6 +301,7 @@ class OffsetBridge:
         version = ctx.api_version
         cls = gc.response_cls(gc.OFFSET_FETCH)
         access = ctx.access
+        got: list[FetchedTopic]
         if version < 8:
             topics = None if msg.topics is None else [(t.name, list(t.partition_indexes)) for t in msg.topics]
             if not await access.group(DESCRIBE, msg.group_id):
