@@ -41,8 +41,10 @@ from .coordinator_settings import CoordinatorSettings
 from .file_store import FileStateStore
 from .group_authz import (
     ALLOW_ALL,
+    DESCRIBE,
     GROUP_AUTHORIZATION_FAILED,
     GROUP_OPERATION,
+    TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
     TOPIC_OPERATION,
     TRANSACTIONAL_ID,
@@ -344,7 +346,9 @@ class GroupLayer:
             elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])
             if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
-                return await ctx.send_upstream(ids[0], None)
+                if not ctx.access.enabled:
+                    return await ctx.send_upstream(ids[0], None)
+                return await self._forward_offsets_authorized(ctx, msg, ids[0])
             body = await self._handlers[api_key](ctx, msg)
             return codec.encode_response(api_key, version, corr, body)
         except asyncio.CancelledError:
@@ -379,11 +383,46 @@ class GroupLayer:
                 return codec.encode_response(
                     api_key, version, ctx.correlation_id, gc.response(api_key, version, error_code=TOPIC_AUTHORIZATION_FAILED)
                 )
-        if error is None:
-            return None
+        return None if error is None else self._refuse_authz(ctx, msg, error)
+
+    async def _forward_offsets_authorized(self, ctx: RequestContext, msg: Any, group_id: str) -> bytes:
+        """An offset request of a streams group, forwarded as the client's bytes under the gateway's
+        principal: the group and every named topic are checked first; a request naming a topic the
+        principal may not use is refused whole (the forwarded bytes cannot drop it), and an all-topics
+        OffsetFetch answer leaves out the topics the principal may not describe."""
+        api_key, version, access = ctx.api_key, ctx.api_version, ctx.access
+        if api_key == gc.OFFSET_FETCH and not await access.group(DESCRIBE, group_id):
+            return self._refuse_authz(ctx, msg, GROUP_AUTHORIZATION_FAILED)
+        ids: dict[Any, str] = {tid: name for name, (tid, _) in self.watch.topics.items()}
+        if api_key == gc.OFFSET_FETCH:
+            asked = msg.topics if version < 8 else msg.groups[0].topics
+        else:
+            asked = msg.topics
+        if asked is not None:
+            names = [t.name or ids.get(getattr(t, "topic_id", None), "") for t in asked]
+            wanted = [n for n in names if n]
+            if len(await access.topics(TOPIC_OPERATION[api_key], wanted)) < len(wanted):
+                return self._refuse_authz(ctx, msg, TOPIC_AUTHORIZATION_FAILED)
+        answer = await ctx.send_upstream(group_id, None)
+        if api_key != gc.OFFSET_FETCH or asked is not None:
+            return answer
+        try:
+            _, r = codec.decode_response(api_key, version, answer)
+        except Exception:  # noqa: BLE001 - an answer that cannot be read shows nothing
+            return self._refuse_authz(ctx, msg, GROUP_AUTHORIZATION_FAILED)
+        holder = r if version < 8 else r.groups[0]
+        shown = []
+        for t in holder.topics:
+            name = t.name or ids.get(getattr(t, "topic_id", None), "")
+            if name and await access.allows(DESCRIBE, TOPIC, name):
+                shown.append(t)
+        holder.topics = shown
+        return codec.encode_response(api_key, version, ctx.correlation_id, r)
+
+    def _refuse_authz(self, ctx: RequestContext, msg: Any, error: int) -> bytes:
         self.counters["authorization_refusals"] += 1
-        ctx.refuse(f"authorization:{Errors(error).name}", access.reason)
-        return refusal_payload(api_key, version, ctx.correlation_id, msg, error, Errors(error).name)
+        ctx.refuse(f"authorization:{Errors(error).name}", ctx.access.reason)
+        return refusal_payload(ctx.api_key, ctx.api_version, ctx.correlation_id, msg, error, Errors(error).name)
 
     async def _cluster_coordinates(self, api_key: int, version: int, msg: Any, group_id: str) -> bool:
         """Whether an offset request's group is a share or streams group of the cluster's."""
