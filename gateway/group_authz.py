@@ -93,6 +93,9 @@ TOPIC_OPERATION: dict[int, Operation] = {
 GROUP_OPERATIONS_ALL = sum(1 << int(op) for op in GROUP_OPERATIONS)
 
 
+_MEMO_MAX = 65_536
+
+
 class GroupAuthorizer:
     """The gateway's authorizer: the ACL cache and the mode; ``access(principal, host)`` per request."""
 
@@ -100,6 +103,19 @@ class GroupAuthorizer:
         self.cache = cache
         self.strict = strict
         self.max_age_s = 3 * refresh_interval_s
+        # Decisions of the current snapshot (a heartbeat asks the same question every few seconds, and
+        # a decision walks every ACL); dropped with the snapshot, and when it grows past _MEMO_MAX.
+        self._memo: dict[tuple[str, str, Operation, ResourceType, str], bool] = {}
+        self._memo_for: AclSnapshot | None = None
+
+    def decide(self, snap: AclSnapshot, principal: str, host: str, op: Operation, rtype: ResourceType, name: str) -> bool:
+        if snap is not self._memo_for or len(self._memo) >= _MEMO_MAX:
+            self._memo, self._memo_for = {}, snap
+        key = (principal, host, op, rtype, name)
+        allowed = self._memo.get(key)
+        if allowed is None:
+            allowed = self._memo[key] = snap.authorize(principal, host, op, rtype, name)
+        return allowed
 
     def access(self, principal: str, client_host: str) -> Access:
         # RequestContext.client_host is "/10.1.2.3" (Kafka's member host form); ACL hosts are bare addresses.
@@ -149,7 +165,7 @@ class Access:
             return True
         snap: AclSnapshot | None = authz.cache.snapshot
         assert snap is not None
-        if snap.authorize(self.principal, self.host, op, rtype, name):
+        if authz.decide(snap, self.principal, self.host, op, rtype, name):
             return True
         self.reason = f"{self.principal} from {self.host} may not {op.name} {rtype.name} {name!r}"
         return False
