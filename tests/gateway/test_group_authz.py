@@ -254,3 +254,53 @@ async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
         assert "groupgate_acl_snapshot_age_seconds -1" in text
     finally:
         await layer.stop()
+
+
+class _StubAcls:
+    """What AclCache asks of an UpstreamClient: DescribeAcls answered with ``error_code``, slowly."""
+
+    def __init__(self, error_code: int) -> None:
+        self.error_code = error_code
+        self.sent = 0
+
+    def version(self, api_key: int, wanted: int) -> int:
+        return wanted
+
+    async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
+        import asyncio
+        from types import SimpleNamespace
+
+        self.sent += 1
+        await asyncio.sleep(0.05)
+        return SimpleNamespace(error_code=self.error_code, error_message=None, resources=[])
+
+
+async def test_a_cluster_without_an_authorizer_allows_everything_and_reads_are_coalesced() -> None:
+    import asyncio
+
+    from gateway.acls import AclCache
+    from gateway.group_authz import GroupAuthorizer
+    from translate.authorizer import ResourceType as Rt
+
+    client = _StubAcls(error_code=54)  # SECURITY_DISABLED: the brokers run no authorizer
+    cache = AclCache(client)  # type: ignore[arg-type]
+    authz = GroupAuthorizer(cache, strict=False, refresh_interval_s=10)
+    access = authz.access("User:bob", "/10.1.2.3")
+    assert not access._decide(Operation.READ, Rt.GROUP, "g")  # nothing read yet: refused
+    # Ten denials at once: each waits for a read that started after it asked; the first starts one, the
+    # nine others share the next (one read in flight at a time), not ten reads.
+    await asyncio.gather(*(cache.fresh() for _ in range(10)))
+    assert client.sent == 2 and cache.open
+    assert await access.allows(Operation.READ, Rt.GROUP, "g")
+    assert access.group_operations("g") == sum(1 << int(op) for op in (3, 8, 6, 10, 11))
+
+
+async def test_a_failed_read_keeps_the_last_snapshot() -> None:
+    from gateway.acls import AclCache
+
+    client = _StubAcls(error_code=31)  # CLUSTER_AUTHORIZATION_FAILED: the gateway may not list ACLs
+    cache = AclCache(client)  # type: ignore[arg-type]
+    snap = AclSnapshot.of([acl(ResourceType.GROUP, "g", "User:bob", Operation.READ)])
+    cache.snapshot = snap
+    await cache.fresh()
+    assert cache.snapshot is snap and "error 31" in cache.last_error
