@@ -1,8 +1,8 @@
 """Authorization in the group layer (gateway/group_authz.py) without a broker: ACL snapshots set by hand.
 
-The upstream is unreachable (tests/gateway/_groups_support.py), so every read of the cluster's ACLs
-fails at once: a denial's confirming read keeps the snapshot the test set, and without one everything
-is refused.
+The upstream is unreachable (tests/gateway/_groups_support.py) and every read of the cluster's ACLs is
+refused (a stub client): a denial's confirming read keeps the snapshot the test set, and without one
+everything is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ async def started(*acls: AclBinding, read: bool = True, **config: Any) -> GroupL
     gw.config = gw.config.model_copy(update={"authorization": "on", "super_users": ["User:admin"], **config})
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
     layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
+    # The cluster refuses to list its ACLs (CLUSTER_AUTHORIZATION_FAILED): every read fails, quickly.
+    layer.acls.client = _StubAcls(error_code=31)  # type: ignore[assignment]
     layer.install()
     await layer.start()
     if read:
