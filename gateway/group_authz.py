@@ -99,9 +99,14 @@ _MEMO_MAX = 65_536
 class GroupAuthorizer:
     """The gateway's authorizer: the ACL cache and the mode; ``access(principal, host)`` per request."""
 
-    def __init__(self, cache: AclCache, *, strict: bool, refresh_interval_s: float) -> None:
+    def __init__(
+        self, cache: AclCache, *, strict: bool, refresh_interval_s: float, principals_known: bool = True
+    ) -> None:
         self.cache = cache
         self.strict = strict
+        # False: clients authenticate with TLS certificates (mutual TLS without SASL), whose principal the
+        # brokers derive (ssl.principal.mapping.rules) and the gateway does not: it sees User:ANONYMOUS.
+        self.principals_known = principals_known
         self.max_age_s = 3 * refresh_interval_s
         # Decisions of the current snapshot (a heartbeat asks the same question every few seconds, and
         # a decision walks every ACL); dropped with the snapshot, and when it grows past _MEMO_MAX.
@@ -128,6 +133,8 @@ class GroupAuthorizer:
             return "the cluster's ACLs have not been read yet" + (f" ({cache.last_error})" if cache.last_error else "")
         if not self.strict:
             return None
+        if not self.principals_known:
+            return "strict: clients authenticate with TLS certificates, whose principal the gateway does not derive"
         if cache.authorizer_class == "":
             return "strict: the brokers' authorizer.class.name could not be read"
         if cache.authorizer_class is not None and cache.authorizer_class not in KNOWN_AUTHORIZERS:

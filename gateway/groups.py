@@ -178,6 +178,7 @@ class GroupLayer:
             self.authorizer = GroupAuthorizer(
                 self.acls, strict=config.authorization == "strict",
                 refresh_interval_s=config.acl_refresh_interval_ms / 1000,
+                principals_known=config.listener_sasl() or config.listener_tls_client_ca is None,
             )
 
     def _new_service(self) -> GroupService:

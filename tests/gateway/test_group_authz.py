@@ -306,3 +306,16 @@ async def test_a_failed_read_keeps_the_last_snapshot() -> None:
     cache.snapshot = snap
     await cache.fresh()
     assert cache.snapshot is snap and "error 31" in cache.last_error
+
+
+async def test_strict_mode_refuses_clients_known_by_certificate_only() -> None:
+    from gateway.group_authz import GroupAuthorizer
+
+    layer = await started(acl(ResourceType.GROUP, "g", "User:ANONYMOUS", Operation.READ))
+    try:
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"))).error_code == MEMBER_ID_REQUIRED
+        layer.authorizer = GroupAuthorizer(layer.acls, strict=True, refresh_interval_s=10, principals_known=False)
+        layer.acls.authorizer_class = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"))).error_code == GROUP_AUTHORIZATION_FAILED
+    finally:
+        await layer.stop()
