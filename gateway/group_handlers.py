@@ -36,6 +36,7 @@ from .offsets import OffsetBridge
 from .runtime import CoordinatorRuntime
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+_KEY_TYPE_TRANSACTION = 1  # FindCoordinator's key type of transactional ids
 
 
 class GroupHandlers:
@@ -109,7 +110,7 @@ class GroupHandlers:
             for k in keys:
                 if key_type == gc.KEY_TYPE_GROUP and not await ctx.access.group(DESCRIBE, k):
                     refused[k] = GROUP_AUTHORIZATION_FAILED
-                elif key_type == 1 and not await ctx.access.allows(DESCRIBE, TRANSACTIONAL_ID, k):
+                elif key_type == _KEY_TYPE_TRANSACTION and not await ctx.access.allows(DESCRIBE, TRANSACTIONAL_ID, k):
                     refused[k] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             if refused:
                 ctx.refuse("authorization:find-coordinator", ctx.access.reason)
