@@ -404,3 +404,62 @@ def test_consumer_group_describe_hides_assigned_topics_alike(
             seen[name] = (d.error_code, len(d.members))
     assert seen["direct"] == (TOPIC_AUTHORIZATION_FAILED, 0)
     assert seen["gateway"] == seen["direct"]
+
+
+def test_offset_delete_txn_commit_and_find_coordinator_alike(
+    targets: dict[str, str], sasl_kafka: EmbeddedKafka, names: Callable[[str], str]
+) -> None:
+    """OffsetDelete needs DELETE on the group (top-level refusal) and READ on each topic (per partition);
+    TxnOffsetCommit WRITE on the transactional id first, then READ on the group; FindCoordinator DESCRIBE
+    on each group key."""
+    from kafka.protocol.consumer.group import OffsetDeleteRequest
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer.transaction import TxnOffsetCommitRequest
+
+    group, deletable, txn = names("group"), names("deletable"), names("txn")
+    readable = create_topic(sasl_kafka.bootstrap, names("readable"), 1)
+    secret = create_topic(sasl_kafka.bootstrap, names("secret"), 1)
+    grant(
+        sasl_kafka,
+        _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+        _allow(ResourceType.GROUP, deletable, "User:bob", AclOperation.DELETE),
+        _allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ),
+        _allow(ResourceType.TRANSACTIONAL_ID, txn, "User:bob", AclOperation.WRITE),
+    )
+    _coordinator_ready(sasl_kafka, group, deletable)
+    with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as admin:  # offsets to delete
+        assert _commit(admin, deletable, readable, secret) == {readable: 0, secret: 0}
+
+    def offset_delete(s: SaslSession, g: str) -> tuple[int, dict[str, int]]:
+        cls = OffsetDeleteRequest
+        r = s.call(47, 0, cls[0](group_id=g, topics=[
+            cls.OffsetDeleteRequestTopic(name=t, partitions=[cls.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(
+                partition_index=0)]) for t in (readable, secret)]))
+        return int(r.error_code), {t.name: int(t.partitions[0].error_code) for t in r.topics}
+
+    def txn_commit(s: SaslSession, transactional_id: str, g: str) -> list[int]:
+        cls = TxnOffsetCommitRequest
+        r = s.call(28, 3, cls[3](
+            transactional_id=transactional_id, group_id=g, producer_id=1, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[cls.TxnOffsetCommitRequestTopic(name=readable, partitions=[
+                cls.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]))
+        return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+    seen = {}
+    for name, s in _session(targets, BOB).items():
+        with s:
+            found = s.call(10, 4, FindCoordinatorRequest[4](key_type=0, coordinator_keys=[group, deletable, names("x")]))
+            seen[name] = (
+                offset_delete(s, group),  # no DELETE on the group
+                offset_delete(s, deletable),  # DELETE on the group, READ on one topic only
+                txn_commit(s, names("other-txn"), group),  # no WRITE on that transactional id
+                txn_commit(s, txn, deletable),  # no READ on that group
+                [(c.key == group, c.error_code) for c in found.coordinators][1:],
+            )
+    assert seen["direct"] == (
+        (GROUP_AUTHORIZATION_FAILED, {}), (0, {readable: 0, secret: TOPIC_AUTHORIZATION_FAILED}), [53],
+        [GROUP_AUTHORIZATION_FAILED],
+        [(False, 0), (False, GROUP_AUTHORIZATION_FAILED)],
+    )
+    assert seen["gateway"] == seen["direct"]

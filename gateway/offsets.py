@@ -514,6 +514,9 @@ class OffsetBridge:
         except UpstreamError as e:
             log.warning("OffsetDelete could not reach the upstream coordinator", group_id=msg.group_id, error=str(e))
             return gc.response(gc.OFFSET_DELETE, version, error_code=COORDINATOR_NOT_AVAILABLE)
+        if r.error_code != 0 and unauthorized:
+            # Kafka answers a group error alone (GROUP_ID_NOT_FOUND, ...), without the refused topics.
+            refused_topics = refused_topics[: len(refused_topics) - len(unauthorized)]
         r.topics = list(r.topics) + refused_topics
         return r
 
