@@ -253,6 +253,19 @@ class GroupLayer:
             # Read before serving, so that the first requests are decided; a failure is logged and the
             # gateway serves on, refusing what needs authorization until a read succeeds.
             await self.acls.fresh()
+            if self.acls.snapshot is None and not self.acls.open:
+                log.error(
+                    "authorization is on but the cluster's ACLs cannot be read: every group request is refused "
+                    "until they can (the gateway's principal needs DESCRIBE on the cluster; or set authorization)",
+                    error=self.acls.last_error, authorization=self.gw.config.authorization,
+                )
+            else:
+                log.info(
+                    "authorizing group requests with the cluster's ACLs",
+                    authorization=self.gw.config.authorization, acls=len(self.acls.snapshot.bindings)
+                    if self.acls.snapshot is not None else None,
+                    **{"acl_refresh_interval_ms": self.gw.config.acl_refresh_interval_ms},
+                )
         self.runtime.start()
         if self.authorizer is not None:
             self.runtime.spawn(self.acls.refresh_forever(self.gw.config.acl_refresh_interval_ms / 1000))
