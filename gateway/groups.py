@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
-from coordinator.errors import Errors
+from coordinator import regex as rx
+from coordinator.errors import ApiError, Errors
 from translate.group_service import GroupService
 
 from . import codec, frames
@@ -390,6 +391,15 @@ class GroupLayer:
             error = GROUP_AUTHORIZATION_FAILED
         elif api_key in TOPIC_OPERATION:
             topics = subscribed_topics(api_key, msg)
+            regex = getattr(msg, "subscribed_topic_regex", None) if api_key == gc.CONSUMER_GROUP_HEARTBEAT else None
+            if regex and self.authorizer is not None and self.authorizer.strict:
+                # Kafka assigns only the matching topics the member may describe (KAFKA-18813); the gateway's
+                # coordinator cannot filter per principal, so strict mode refuses a pattern that matches
+                # one it may not (checked when the pattern is sent, against the topics known then).
+                try:
+                    topics = [*topics, *rx.resolve(regex, self.watch.topics)]
+                except ApiError:
+                    pass  # an invalid pattern: the coordinator answers INVALID_REGULAR_EXPRESSION
             if topics and len(await access.topics(TOPIC_OPERATION[api_key], topics)) < len(topics):
                 # Kafka answers the heartbeat itself, without a member id or epoch.
                 self.counters["authorization_refusals"] += 1

@@ -8,6 +8,7 @@ everything is refused.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -317,5 +318,27 @@ async def test_strict_mode_refuses_clients_known_by_certificate_only() -> None:
         layer.authorizer = GroupAuthorizer(layer.acls, strict=True, refresh_interval_s=10, principals_known=False)
         layer.acls.authorizer_class = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
         assert (await call(layer, gc.JOIN_GROUP, 5, join("g"))).error_code == GROUP_AUTHORIZATION_FAILED
+    finally:
+        await layer.stop()
+
+
+async def test_strict_mode_refuses_a_pattern_matching_a_topic_that_may_not_be_described() -> None:
+    layer = await started(
+        acl(ResourceType.GROUP, "g", "User:bob", Operation.READ),
+        acl(ResourceType.TOPIC, "open-", "User:bob", Operation.DESCRIBE, prefixed=True),
+        authorization="strict",
+    )
+    try:
+        layer.acls.authorizer_class = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        layer.watch.topics = {"open-1": (uuid.uuid4(), 1), "secret": (uuid.uuid4(), 1)}  # type: ignore[dict-item]
+
+        async def subscribe(pattern: str) -> int:
+            req = ConsumerGroupHeartbeatRequest[1](group_id="g", member_id="m-" + pattern, member_epoch=0,
+                                                   rebalance_timeout_ms=5000, subscribed_topic_names=None,
+                                                   subscribed_topic_regex=pattern, topic_partitions=[])
+            return int((await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code)
+
+        assert await subscribe(".*") == TOPIC_AUTHORIZATION_FAILED
+        assert await subscribe("open-.*") == 0
     finally:
         await layer.stop()
