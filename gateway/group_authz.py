@@ -1,4 +1,5 @@
-"""Authorization of the group requests the gateway answers itself (docs/gateway.md, "Authorization").
+"""Authorization of the group requests the gateway answers itself (docs/gateway.md, "Authorization of
+what the gateway answers itself").
 
 The cluster authorizes every request that reaches it under the client's own identity. The group requests
 the gateway answers itself (and the answers it asks of the cluster under its own principal: merged
@@ -16,7 +17,9 @@ applies the cluster's ACLs to them as Kafka 4.3's KafkaApis does, with the same 
 | ListGroups | DESCRIBE on the cluster lists all, else only groups with DESCRIBE | |
 | DeleteGroups | DELETE per group | |
 | FindCoordinator | DESCRIBE per group key (transactional ids: DESCRIBE on the id) | |
-| Share/StreamsGroupHeartbeat | READ | Streams: DESCRIBE on every topology topic |
+| Share/StreamsGroupHeartbeat, AlterShareGroupOffsets (forwarded) | READ | Streams: DESCRIBE on every topology topic |
+| DeleteShareGroupOffsets (forwarded) | DELETE | |
+| offset APIs of streams groups (forwarded) | as above | a named topic refused refuses the request |
 | Share/StreamsGroupDescribe, DescribeShareGroupOffsets | DESCRIBE per group | |
 
 Decisions come from the cluster's ACLs as last read (gateway/acls.py AclCache, translate/authorizer.py).
@@ -25,7 +28,7 @@ request, reads coalesced), so an ACL just granted takes effect at once, while on
 the next periodic read (``acl_refresh_interval_ms``). Without any snapshot (the first read has not
 succeeded) everything is refused. In strict mode, so is everything while the decision could differ from
 the cluster's: an authorizer on the brokers other than Kafka's own, one the gateway could not identify,
-or ACLs not read for three refresh intervals.
+ACLs not read for three refresh intervals, or clients known by TLS certificate only.
 """
 
 from __future__ import annotations
@@ -39,9 +42,6 @@ from translate.authorizer import GROUP_OPERATIONS, AclSnapshot, Operation, Resou
 from . import codec
 from . import group_codec as gc
 from .acls import KNOWN_AUTHORIZERS, AclCache
-from .logging import get_logger
-
-log = get_logger("gateway.group_authz")
 
 READ, DESCRIBE, DELETE, WRITE = Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.WRITE
 GROUP, TOPIC, CLUSTER, TRANSACTIONAL_ID = (
