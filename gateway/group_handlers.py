@@ -112,8 +112,8 @@ class GroupHandlers:
                     refused[k] = GROUP_AUTHORIZATION_FAILED
                 elif key_type == _KEY_TYPE_TRANSACTION and not await ctx.access.allows(DESCRIBE, TRANSACTIONAL_ID, k):
                     refused[k] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            if refused:
-                ctx.refuse("authorization:find-coordinator", ctx.access.reason)
+            for error in sorted(set(refused.values())):
+                ctx.refuse(f"authorization:{Errors(error).name}", ctx.access.reason)
         unmanaged = [
             k for k in keys if (key_type != gc.KEY_TYPE_GROUP or not self.managed(k)) and k not in refused
         ]
