@@ -102,6 +102,11 @@ class CoordinatorConfig:
     max_session_timeout_ms: int | None = None
     min_heartbeat_interval_ms: int | None = None
     max_heartbeat_interval_ms: int | None = None
+    # KIP-1263 group.consumer.assignor.offload.enable, as the driver runs it: None = every target is
+    # computed inline (a driver that runs no jobs, e.g. the simulator); a number = a heartbeat whose group
+    # has at least that many members x subscribed partitions hands its computation to the driver as an
+    # ``AssignmentJob`` instead (the group's first computation always runs inline).
+    offload_min_size: int | None = None
     # Per-group overrides: group id -> {Kafka group config name: value}.
     group_configs: dict[str, dict[str, int]] = field(default_factory=dict)
 
