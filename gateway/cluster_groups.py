@@ -29,7 +29,7 @@ from . import group_codec as gc
 from .group_requests import error_payload, response_error
 from .logging import get_logger
 from .upstream import UpstreamError
-from .upstream_client import CoordinatorMoved, UpstreamClient
+from .upstream_client import COORDINATOR_MOVED, CoordinatorMoved, UpstreamClient
 
 log = get_logger("gateway.cluster_groups")
 
@@ -119,6 +119,59 @@ class ClusterGroups:
                     group_id=group_id, error_code=Errors.GROUP_ID_NOT_FOUND, error_message=str(e)
                 )
             return gc.described_classic_group(DescribedClassicGroup(group_id, Errors.COORDINATOR_NOT_AVAILABLE, str(e)))
+
+    async def describe_many(self, api_key: int, group_ids: list[str], version: int) -> dict[str, Any]:
+        """Several groups of a describe batch asked of the cluster: ONE request per upstream coordinator
+        for all the ids it coordinates (as Kafka's admin client batches them), concurrently. An id whose
+        coordinator cannot be found, whose answer says the coordinator moved, or whose batch was lost
+        is asked alone (``describe``, which looks the coordinator up again)."""
+        ids = list(dict.fromkeys(group_ids))
+        if not ids:
+            return {}
+        if len(ids) == 1 or not self.forward.supports(api_key):
+            return {g: await self.describe(api_key, g, version) for g in ids}
+        v = self.forward.version(api_key, version)
+        cls = codec.REQUESTS[api_key][v]
+
+        async def where(g: str) -> tuple[str, int] | None:
+            try:
+                return await self.forward.coordinator(g)
+            except UpstreamError:
+                return None
+
+        addrs = await asyncio.gather(*(where(g) for g in ids))
+        batches: dict[tuple[str, int], list[str]] = {}
+        alone: list[str] = []
+        for g, addr in zip(ids, addrs, strict=True):
+            if addr is None:
+                alone.append(g)
+            else:
+                batches.setdefault(addr, []).append(g)
+
+        async def ask(addr: tuple[str, int], batch: list[str]) -> list[Any]:
+            req = cls(group_ids=batch) if api_key == gc.CONSUMER_GROUP_DESCRIBE else cls(groups=batch)
+            try:
+                r = await self.forward.send(addr, api_key, v, req)
+            except UpstreamError:
+                for g in batch:
+                    self.forward.forget_coordinator(g)
+                return []
+            self.counters["cluster_describe_batches"] += 1
+            return list(r.groups)
+
+        out: dict[str, Any] = {}
+        asked = set(ids)
+        answers = await asyncio.gather(*(ask(a, b) for a, b in batches.items()))
+        for described in answers:
+            for d in described:
+                if d.error_code in COORDINATOR_MOVED:
+                    self.forward.forget_coordinator(d.group_id)
+                elif d.group_id in asked:
+                    out[d.group_id] = d
+        for g in ids:
+            if g not in out:
+                out[g] = await self.describe(api_key, g, version)
+        return out
 
     async def list_groups(self, msg: Any, version: int, node_id: int | None) -> tuple[int, list[Any]]:
         """The cluster's groups that the gateway does not list itself: (error code, ListGroups entries).
