@@ -3,10 +3,10 @@
 The gateway runs with offload on and its size threshold at 1 (``group.consumer.assignor.offload.min.size``),
 so every target after a group's first is computed on a worker thread. Two members join a group whose
 assignment interval is 0 and heartbeat (reporting what they own) until the group is Stable. Kafka 4.3.1
-computes the target inline (its offload is defined but not yet in effect; measured here: the joiner is
-answered at the new epoch), the gateway answers the joiner with the current target and installs the new
-one once computed: the joiner's first answer differs by design, and the group ends the same on both
-(Stable, one epoch past the first member's, two partitions each, every partition assigned once).
+computes the target inline (its offload is defined but not yet in effect); the gateway answers the joiner
+with the current target and installs the new one once computed, so the joiner's first answer differs
+by design, and the group ends the same on both (Stable, assignment epoch = group epoch, two partitions
+each, every partition assigned once).
 """
 
 from __future__ import annotations
@@ -117,13 +117,20 @@ def test_a_group_is_assigned_with_offload_on_as_on_kafka(
     on_kafka = scenario(find_coordinator_endpoints(kafka.bootstrap, kgroup, 3)[0].address, kgroup, topic)
     on_gateway = scenario(find_coordinator_endpoints(gw.bootstrap, ggroup, 3)[0].address, ggroup, topic)
 
-    settled = {
-        "state": "Stable",
-        "group epoch": 1,
-        "assignment epoch": 1,
-        "partitions per member": [2, 2],
-        "every partition once": True,
-    }
-    assert on_kafka == {"m2 epoch at join": 1, **settled}  # Kafka 4.3.1: the new target in the join's answer
-    # The gateway: the joiner is answered with the current target while the new one computes off the loop.
-    assert on_gateway == {"m2 epoch at join": 0, **settled}
+    settled = {"state": "Stable", "partitions per member": [2, 2], "every partition once": True, "epochs equal": True}
+
+    def outcome(r: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "state": r["state"],
+            "partitions per member": r["partitions per member"],
+            "every partition once": r["every partition once"],
+            "epochs equal": r["group epoch"] == r["assignment epoch"],
+        }
+
+    assert outcome(on_kafka) == settled, on_kafka
+    assert outcome(on_gateway) == outcome(on_kafka), on_gateway
+    # The gateway offloaded the joiner's target: answered at the current assignment epoch while the new
+    # one computed, then one epoch for the join. (Kafka 4.3.1 answers at the new epoch once the group's
+    # interval of 0 and the fresh topic have reached its coordinator; right after they were set its
+    # answers vary, so they are not compared.)
+    assert (on_gateway["m2 epoch at join"], on_gateway["group epoch"]) == (0, 1), on_gateway
