@@ -282,7 +282,7 @@ def reconcile_member(
 def _offloads(config: CoordinatorConfig, group: ConsumerGroup) -> bool:
     # Not the group's first target: until one exists a joining member would be at epoch 0, which
     # means "join" on the wire (Kafka starts offloading groups at epoch 1 for the same reason).
-    limit = config.offload_min_size
+    limit = config.offload_min_size_for(group.group_id)
     return limit is not None and group.assignment_epoch > 0 and assignment_size(group) >= limit
 
 

@@ -190,7 +190,8 @@ class CoordinatorSettings(BaseModel):
         validation_alias=_kafka("background_threads", "group.coordinator.background.threads"),
     )
     # Kafka's dynamic group configs, per managed group: {group id: {"consumer.session.timeout.ms" |
-    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. IncrementalAlterConfigs
+    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms" | "consumer.assignor.offload.enable"
+    # (true / false): value}}. IncrementalAlterConfigs
     # passes through to the cluster, which stores them; the gateway reads them back from the cluster
     # (gateway/cluster_group_configs.py). A value here overrides the cluster's for that group and name.
     group_configs: dict[str, dict[str, int]] = Field(default_factory=dict)
@@ -373,7 +374,8 @@ class CoordinatorSettings(BaseModel):
             min_heartbeat_interval_ms=self.consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms=self.consumer_max_heartbeat_interval_ms,
             group_configs={gid: dict(c) for gid, c in self.group_configs.items()},
-            offload_min_size=self.consumer_assignor_offload_min_size if self.consumer_assignor_offload_enable else None,
+            offload_enable=self.consumer_assignor_offload_enable,
+            offload_min_size=self.consumer_assignor_offload_min_size,
         )
         service = GroupServiceConfig(
             migration_policy=self.migration_policy,

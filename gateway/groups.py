@@ -123,11 +123,10 @@ class GroupLayer:
 
             store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
             where = f"topic {settings.state_topic}"
-        # KIP-1263 offload: large groups' target computations run here, off the event loop.
-        self.assignors: concurrent.futures.ThreadPoolExecutor | None = (
-            concurrent.futures.ThreadPoolExecutor(settings.background_threads, thread_name_prefix="groupgate-assignor")
-            if settings.consumer_assignor_offload_enable
-            else None
+        # KIP-1263 offload: large groups' target computations run here, off the event loop (its threads
+        # start on first use; a group's consumer.assignor.offload.enable may turn offload on for it alone).
+        self.assignors = concurrent.futures.ThreadPoolExecutor(
+            settings.background_threads, thread_name_prefix="groupgate-assignor"
         )
         self.runtime = CoordinatorRuntime(
             settings.state_topic_num_partitions,
@@ -250,9 +249,8 @@ class GroupLayer:
 
     async def stop(self) -> None:
         await self.runtime.stop()
-        if self.assignors is not None:
-            # A computation still running finishes on its thread; its result is never installed.
-            self.assignors.shutdown(wait=False, cancel_futures=True)
+        # A computation still running finishes on its thread; its result is never installed.
+        self.assignors.shutdown(wait=False, cancel_futures=True)
         self.client.close()
         self.forward.close()
         if self.events is not None:

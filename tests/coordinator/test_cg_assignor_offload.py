@@ -15,7 +15,9 @@ START = 10_000
 
 
 def driver(offload_min_size: int | None = 1, **kw: object) -> Driver:
-    d = Driver(config(assignment_interval_ms=0, offload_min_size=offload_min_size, **kw))
+    """Offload on with this threshold (None: off)."""
+    on = offload_min_size is not None
+    d = Driver(config(assignment_interval_ms=0, offload_enable=on, offload_min_size=offload_min_size or 1, **kw))
     d.now = START
     d.topics({"foo": 6})
     return d
@@ -132,3 +134,25 @@ def test_groups_below_the_size_threshold_compute_inline() -> None:
     r2 = d.hb("g", "m2", 0)
     assert d.coord.take_assignment_jobs() == []
     assert r2.member_epoch == 2 and d.group("g").assignment_epoch == 2
+
+
+def test_a_groups_own_config_turns_offload_off_or_on_for_it_alone() -> None:
+    # Kafka's per-group consumer.assignor.offload.enable over the broker's group.consumer.assignor.offload.enable.
+    on = driver(group_configs={"g": {"consumer.assignor.offload.enable": False}})
+    on.hb("g", "m1", 0)
+    on.hb("g", "m2", 0)
+    assert on.coord.take_assignment_jobs() == [] and on.group("g").assignment_epoch == 2
+    off = driver(offload_min_size=None, group_configs={"g": {"consumer.assignor.offload.enable": True}})
+    off.hb("g", "m1", 0)
+    off.hb("g", "m2", 0)
+    (job,) = off.coord.take_assignment_jobs()
+    assert job.group_epoch == 2 and off.group("g").assignment_epoch == 1
+
+
+def test_the_per_group_offload_config_is_a_boolean() -> None:
+    from coordinator.config import CoordinatorConfig
+
+    assert CoordinatorConfig().validate_group_config({"consumer.assignor.offload.enable": True}) is None
+    assert CoordinatorConfig().validate_group_config({"consumer.assignor.offload.enable": 7}) == (
+        "consumer.assignor.offload.enable must be true or false"
+    )

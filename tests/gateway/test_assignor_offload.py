@@ -94,7 +94,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[tuple[CoordinatorRuntime, Gated
 
     def service() -> GroupService:
         return GroupService(None, CoordinatorConfig(
-            assignors={"uniform": UniformAssignor(), "gated": gated}, assignment_interval_ms=0, offload_min_size=1,
+            assignors={"uniform": UniformAssignor(), "gated": gated}, assignment_interval_ms=0, offload_enable=True, offload_min_size=1,
         ))  # fmt: skip
 
     runtime = CoordinatorRuntime(SHARDS, new_service=service, store=FileStateStore(tmp_path, SHARDS), offload_executor=pool)
