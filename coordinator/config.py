@@ -6,7 +6,8 @@
 coordinator/assignors lazily.
 
 Per-group overrides (Kafka's dynamic group configs ``consumer.session.timeout.ms``,
-``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``) live in
+``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``,
+``consumer.assignor.offload.enable``) live in
 ``CoordinatorConfig.group_configs``; ``validate_group_config`` refuses a value outside the broker's
 ``group.consumer.min/max.*`` bounds as Kafka's ``GroupConfig.validate`` does, and the effective value
 (``session_timeout_for`` etc.) is clamped into the bounds as Kafka's ``GroupConfig.evaluate`` does,
