@@ -235,7 +235,10 @@ def maybe_update_target(
         job = AssignmentJob(gid, group.group_epoch, spec, delta, assignor)
         st.assigning[gid] = job
         st.jobs.append(job)
-        reset_delta(group)  # later changes are relative to this snapshot; a discard invalidates it
+        # The delta now describes changes since the snapshot, whose result is not installed yet: until
+        # it is, no computation may treat the current target as reflecting it.
+        reset_delta(group)
+        group.delta.valid = False
         return False
     st.assigning.pop(gid, None)  # computed here: a result still in flight is stale
     for mid, a in compute_target(tx.state.config, group).items():
@@ -311,8 +314,9 @@ def install_assignment(tx: Tx, job: AssignmentJob, result: dict[str, Assignment]
         tx.emit(rec.target_member(group.group_id, mid, a))
     tx.emit(rec.target_epoch(group.group_id, job.group_epoch, now_ms))
     d = group.delta
-    if d.added or d.removed or d.changed or d.topics_changed:
-        d.valid = False
+    # The input is unchanged since the snapshot: the new target reflects everything; the delta starts
+    # afresh from it (unless something that does not reach the assignor's input was noted meanwhile).
+    d.valid = not (d.added or d.removed or d.changed or d.topics_changed)
     return True
 
 

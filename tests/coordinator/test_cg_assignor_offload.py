@@ -118,6 +118,21 @@ def test_a_static_members_replacement_meanwhile_discards_the_result() -> None:
     assert sorted(again.spec.members) == ["m1b", "m2"] and install(d, again)
 
 
+def test_while_a_computation_is_in_flight_no_other_trusts_the_delta() -> None:
+    # The snapshot took the delta (the changes since the installed target). A computation forced inline
+    # meanwhile (a classic member's join) must get no incremental hint then, since the current target
+    # does not reflect those changes; once the result is installed the hint is trusted again.
+    from coordinator.target import build_input
+
+    d = driver()
+    job = two_members_one_job(d)
+    assert job.delta is not None and job.delta.added == {"m2"}
+    cfg = d.coord.state.config
+    assert build_input(cfg, d.group("g"))[1] is None
+    assert install(d, job)
+    assert build_input(cfg, d.group("g"))[1] is not None
+
+
 def test_an_abandoned_computation_lets_the_next_heartbeat_compute_again() -> None:
     d = driver()
     job = two_members_one_job(d)
