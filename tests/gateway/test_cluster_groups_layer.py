@@ -278,6 +278,14 @@ class TwoCoordinators(Cluster):
         return ("broker-a", 1) if group_id < "m" else ("broker-b", 2)
 
     async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
+        if api_key == codec.SHARE_GROUP_DESCRIBE:
+            self.batches.append((addr, list(msg.group_ids)))
+            cls = codec.RESPONSES[api_key][version]
+            return cls(groups=[
+                cls.Groups(group_id=g, error_code=NOT_COORDINATOR if g in self.moved else 0, group_state="Stable",
+                           group_epoch=len(g))
+                for g in msg.group_ids
+            ])  # fmt: skip
         assert api_key == gc.DESCRIBE_GROUPS
         self.batches.append((addr, list(msg.groups)))
         r = await Cluster.to_coordinator(self, "", api_key, version, msg, None)
@@ -307,5 +315,23 @@ async def test_groups_only_the_cluster_holds_are_described_in_one_request_per_co
         ]
         # ... and only the id whose coordinator moved is asked again alone (looked up afresh).
         assert [(gid, api) for gid, api, _ in cluster.sent] == [("plums", gc.DESCRIBE_GROUPS)]
+    finally:
+        await layer.stop()
+
+
+async def test_share_groups_are_described_in_one_request_per_coordinator_and_merged_in_order() -> None:
+    layer = await started()
+    cluster = TwoCoordinators([])
+    cluster.moved = {"zz"}
+    cluster.install(layer)
+    try:
+        req = ShareGroupDescribeRequest[1](group_ids=["x", "bb", "a", "zz"], include_authorized_operations=False)
+        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        assert [(g.group_id, g.error_code, g.group_epoch) for g in got.groups] == [
+            ("x", 0, 1), ("bb", 0, 2), ("a", 0, 1), ("zz", 0, 2),
+        ]
+        assert sorted(cluster.batches) == [(("broker-a", 1), ["bb", "a"]), (("broker-b", 2), ["x", "zz"])]
+        # The moved one alone, looked up again.
+        assert [(gid, list(m.group_ids)) for gid, _, m in cluster.sent] == [("zz", ["zz"])]
     finally:
         await layer.stop()
