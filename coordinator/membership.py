@@ -12,6 +12,8 @@ assignment delta) consistent. They do not validate requests: callers do.
   the assignment of the member it replaces (KIP-345 in KIP-848 "Static Membership").
 - ``refresh_subscriptions(tx, group, now_ms, reresolve)``: regex resolutions + partition metadata.
 - ``bump_group_epoch(tx, group, now_ms)``, ``maybe_update_target(tx, group)``.
+- ``install_assignment(tx, job, result, now_ms)`` / ``abandon_assignment(state, job)``: the end of an
+  offloaded target computation (KIP-1263).
 - ``reconcile_member(tx, group, member_id, owned, now_ms)``: move the member toward its target.
 """
 
@@ -221,7 +223,10 @@ def maybe_update_target(
     keep reconciling toward the current target (a joining member gets the current assignment epoch
     and nothing assigned). As in Kafka 4.3.1 (measured: ConsumerGroupDescribe stays ``Assigning``
     past the interval until a member heartbeats), nothing fires when the interval ends: the next
-    heartbeat after it computes the target. Returns whether a new target was installed."""
+    heartbeat after it computes the target. With ``offload`` (a consumer-protocol heartbeat) and the
+    group above its offload threshold (KIP-1263 ``consumer.assignor.offload.enable``), the computation is
+    handed to the driver as an ``AssignmentJob`` instead and the current target stays until
+    ``install_assignment``. Returns whether a new target was installed."""
     if group.group_epoch <= group.assignment_epoch:
         return False
     st = tx.state
