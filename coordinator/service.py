@@ -16,6 +16,9 @@ Gateway usage::
     coord.describe(["g1"]); coord.list_groups(states=[], types=[])
     coord.validate_offset_commit(group_id, member_id, member_epoch, api_version)
     res = coord.expire_empty_groups(now_ms, retention_ms)                # offsets.retention.check.interval.ms
+    for job in coord.take_assignment_jobs():                             # config.offload_enable (KIP-1263)
+        result = job.run()                                               # on any thread
+        res = coord.install_assignment(job, result, now_ms)              # back in the group's turn
     records -> bytes: coordinator.records.codec.encode(record)
 
 Lower-level API for translate/ (classic members inside consumer groups), all within one ``Tx``::
