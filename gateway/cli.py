@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--upstream-security-protocol", choices=protocols, help="security.protocol towards the brokers")
     serve.add_argument(
-        "--upstream-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], help="sasl.mechanism towards the brokers"
+        "--upstream-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], help="sasl.mechanism towards the brokers"
     )
     serve.add_argument("--upstream-sasl-username", metavar="NAME", help="the gateway's own SASL user name")
     serve.add_argument("--upstream-sasl-password-file", metavar="PATH", help="file holding the gateway's SASL password")
