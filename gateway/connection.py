@@ -97,6 +97,7 @@ class UpstreamLink(asyncio.Protocol):
         # SASL termination: when the session the gateway's credentials got on this link ends (KIP-368,
         # time.monotonic); requests go to a fresh link from then on. None: no lifetime.
         self.renew_at: float | None = None
+        self.writer: asyncio.StreamWriter | None = None  # when the link began as a stream (termination)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
@@ -270,6 +271,8 @@ class ClientConnection(asyncio.Protocol):
             raise UpstreamAuthError(str(e)) from None
         transport = writer.transport
         link = UpstreamLink(self)
+        # The stream writer closes its transport when collected: the link keeps it while it lives.
+        link.writer = writer
         transport.set_protocol(link)
         link.connection_made(transport)
         if lifetime_ms > 0:

@@ -267,7 +267,8 @@ class TerminatingSasl(ClientSasl):
         else:
             assert api_key == SASL_AUTHENTICATE
             error, message, token = await self._authenticate(bytes(msg.auth_bytes or b""))
-            fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": token}
+            # A success carries an empty message, not a null one, as Kafka's does.
+            fields: dict[str, Any] = {"error_code": error, "error_message": message or "", "auth_bytes": token}
             if version >= 1:
                 fields["session_lifetime_ms"] = 0
             resp = SaslAuthenticateResponse[version](**fields)
