@@ -42,6 +42,7 @@ from compat_tests.harness.sasl import (
     ADMIN,
     ALICE,
     BOB,
+    SASL_SESSION_MS,
     confluent_conf,
     confluent_oauth_conf,
     java_oauth_props,
@@ -81,7 +82,9 @@ def oauth_gateway(
         "upstream_sasl_mechanism": "OAUTHBEARER",
         "upstream_sasl_oauthbearer_token_file": str(token),
         "listener_security_protocol": "SASL_PLAINTEXT",
-    }, coordinator={"state_topic": f"oauth-gw-state-{os.getpid()}"})
+    }, coordinator={"state_topic": f"oauth-gw-state-{os.getpid()}",
+                   # A few shards: each is a transactional producer to start.
+                   "state_topic_num_partitions": 2})
     gw = GatewayProcess(
         upstream=sasl_kafka.sasl_bootstrap, log_dir=d,
         extra_args=["--config", str(config), "--state-store", "kafka", "--log-level", "debug"],
@@ -201,15 +204,20 @@ def test_java_oauthbearer_through_the_gateway(
     _java_round_trip(oauth_gateway.bootstrap, java_oauth_props(ALICE[0]), secured_topic, group, java_logs)
 
 
-def _java_round_trip(bootstrap: str, props: dict[str, str], topic: str, group: str, java_logs: Path) -> None:
+def _java_produce(bootstrap: str, props: dict[str, str], topic: str, java_logs: Path, n: int = 100) -> Path:
     path = java_logs / "client.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    n = 100
     producer = verifiable_producer("4.3.1", bootstrap, topic, n, log_dir=java_logs)
     producer.args += ["--command-config", str(path)]
     with producer:
         assert producer.wait(60) == 0, producer.tail()
     assert len(producer.of_type(ProducerSendSuccess)) == n, producer.tail()
+    return path
+
+
+def _java_round_trip(bootstrap: str, props: dict[str, str], topic: str, group: str, java_logs: Path) -> None:
+    n = 100
+    path = _java_produce(bootstrap, props, topic, java_logs, n)
     consumer = verifiable_consumer("4.3.1", bootstrap, topic, group, max_messages=n, log_dir=java_logs)
     consumer.args += ["--command-config", str(path)]
     with consumer:
@@ -262,7 +270,7 @@ def test_bad_token_fails_librdkafka_alike(sasl_kafka: EmbeddedKafka, oauth_gatew
         }
         a = AdminClient(conf)
         with pytest.raises(KafkaException):
-            a.list_topics(timeout=3)
+            a.list_topics(timeout=2)
         a.poll(1)
         auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
         assert auth, (name, errors)
@@ -285,21 +293,18 @@ def test_termination_scram_produces_and_consumes_as_the_gateway(
     assert "principal=User:alice" in _gateway_log(term_gateway)
 
 
-def test_termination_java_scram(
-    term_gateway: GatewayProcess, secured_topic: str, names: Callable[[str], str], java_logs: Path
-) -> None:
-    _java_round_trip(term_gateway.bootstrap, java_props("SCRAM-SHA-512", BOB), secured_topic, names("group"),
-                     java_logs)
+def test_termination_java_scram(term_gateway: GatewayProcess, secured_topic: str, java_logs: Path) -> None:
+    """Kafka's own SCRAM client against the gateway's SCRAM server (librdkafka consumes above)."""
+    _java_produce(term_gateway.bootstrap, java_props("SCRAM-SHA-512", BOB), secured_topic, java_logs)
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
 def test_termination_wrong_password_fails_as_on_the_broker(
-    mechanism: str, sasl_kafka: EmbeddedKafka, term_gateway: GatewayProcess
+    sasl_kafka: EmbeddedKafka, term_gateway: GatewayProcess
 ) -> None:
     seen = {}
     for name, b in {"direct": sasl_kafka.sasl_bootstrap, "gateway": term_gateway.bootstrap}.items():
         errors: list[KafkaError] = []
-        a = AdminClient(confluent_conf(b, mechanism, (ALICE[0], "wrong"), error_cb=errors.append))
+        a = AdminClient(confluent_conf(b, "SCRAM-SHA-256", (ALICE[0], "wrong"), error_cb=errors.append))
         with pytest.raises(KafkaException):
             a.list_topics(timeout=2)
         a.poll(1)
@@ -337,3 +342,26 @@ def test_termination_does_not_start_without_accepting_the_trust_model(tmp_path: 
     )
     assert r.returncode == 2
     assert "listener_sasl_terminate_grants_gateway_rights" in r.stderr
+
+
+def test_termination_outlives_the_gateways_upstream_session(
+    term_gateway: GatewayProcess, secured_topic: str
+) -> None:
+    """The broker gives the gateway's sessions SASL_SESSION_MS (KIP-368) and closes a link used after
+    that; a client of the terminating gateway keeps its connection across it, on a new link."""
+    host, port = term_gateway.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
+        assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
+        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()), 2, 2))
+        r = codec.decode_response(36, 2, _read(s) or b"")[1]
+        assert (r.error_code, r.session_lifetime_ms) == (0, 0)  # no lifetime for the client's own session
+        s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
+        assert _read(s) is not None
+        time.sleep(SASL_SESSION_MS * 1.2 / 1000)
+        # A request never asked before (no remembered answer could stand in for the broker's).
+        s.sendall(_frame(MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=secured_topic)]), 12, 4))
+        payload = _read(s)
+        assert payload is not None, "the client connection was closed"
+        md = codec.decode_response(3, 12, payload)[1]
+        assert [(t.name, t.error_code) for t in md.topics] == [(secured_topic, 0)]
