@@ -40,6 +40,7 @@ from . import codec
 from .logging import get_logger
 from .oauth import oauthbearer_token
 from .sasl import (
+    ILLEGAL_SASL_STATE,
     SASL_AUTHENTICATE,
     SASL_AUTHENTICATION_FAILED,
     SASL_HANDSHAKE,
@@ -266,7 +267,15 @@ class TerminatingSasl(ClientSasl):
             self._challenged = False
         else:
             assert api_key == SASL_AUTHENTICATE
-            error, message, token = await self._authenticate(bytes(msg.auth_bytes or b""))
+            error: int
+            message: str | None
+            token: bytes
+            if self.state != "authenticate":
+                # After the exchange completed (a broker's request handler answers so too).
+                error, token = ILLEGAL_SASL_STATE, b""
+                message = "SaslAuthenticate request received after successful authentication"
+            else:
+                error, message, token = await self._authenticate(bytes(msg.auth_bytes or b""))
             # A success carries an empty message, not a null one, as Kafka's does.
             fields: dict[str, Any] = {"error_code": error, "error_message": message or "", "auth_bytes": token}
             if version >= 1:

@@ -200,3 +200,12 @@ async def test_oauthbearer_refusals(claims: dict[str, Any], keys: tuple[Any, str
     r = await authenticate(s, b"\x01")
     assert (r.error_code, r.error_message) == (58, '{"status":"invalid_token"}')
     assert s.state == "failed" and s.principal is None
+
+
+async def test_sasl_authenticate_after_success_is_an_illegal_state(store: CredentialStore) -> None:
+    s = term(store)
+    await handshake(s, "PLAIN")
+    await authenticate(s, b"\0alice\0alice-secret")
+    r = await authenticate(s, b"\0bob\0bob-secret")
+    assert r.error_code == 34  # ILLEGAL_SASL_STATE
+    assert s.authenticated and s.principal == "User:alice"  # nothing changed
