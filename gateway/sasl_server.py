@@ -289,7 +289,8 @@ class TerminatingSasl(ClientSasl):
         mech = self.mechanism
         try:
             if mech == "PLAIN":
-                return self._plain(token)
+                # Salting and hashing the password (thousands of HMAC rounds) off the event loop.
+                return await asyncio.to_thread(self._plain, token)
             if mech in SCRAM_MECHANISMS:
                 return self._scram_round(mech, token)
             if mech == "OAUTHBEARER":
