@@ -12,12 +12,15 @@ Where the broker can run the same scenario, it runs directly and through the gat
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +55,9 @@ from compat_tests.harness.sasl import (
 from compat_tests.test_sasl import _closed, _frame, _plain_exchange, _read, grant
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
-from gateway.oauth import client_first_message
+from gateway.oauth import TokenSource, client_first_message
 from gateway.sasl_server import add_user
+from gateway.upstream import UpstreamAuthError, request_once
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -365,3 +369,43 @@ def test_termination_outlives_the_gateways_upstream_session(
         assert payload is not None, "the client connection was closed"
         md = codec.decode_response(3, 12, payload)[1]
         assert [(t.name, t.error_code) for t in md.topics] == [(secured_topic, 0)]
+
+
+class _TokenEndpoint(BaseHTTPRequestHandler):
+    """An OAuth token endpoint (client credentials grant) handing out tokens the broker's unsecured
+    validator accepts, for the client id it was asked by."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        user, _, secret = base64.b64decode(self.headers["Authorization"].split()[1]).decode().partition(":")
+        if secret == "s3cret":
+            code, body = 200, {"access_token": unsecured_token(user), "token_type": "Bearer", "expires_in": 3600}
+        else:
+            code, body = 401, {"error": "invalid_client"}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_the_gateways_tokens_from_a_client_credentials_endpoint(sasl_kafka: EmbeddedKafka) -> None:
+    srv = HTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/token"
+    host, port = sasl_kafka.sasl_bootstrap.rsplit(":", 1)
+    try:
+        good = TokenSource(endpoint=url, client_id=ADMIN[0], client_secret=lambda: "s3cret")
+        md = await request_once(host, int(port), 3, 12, MetadataRequest[12](topics=None), 10, credentials=good)
+        assert md.brokers  # authenticated as User:admin, who may describe the cluster
+        bad = TokenSource(endpoint=url, client_id=ADMIN[0], client_secret=lambda: "wrong")
+        with pytest.raises(UpstreamAuthError, match="401: invalid_client") as e:
+            await request_once(host, int(port), 3, 12, MetadataRequest[12](topics=None), 10, credentials=bad)
+        assert "wrong" not in str(e.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()
