@@ -129,7 +129,8 @@ class GatewayConfig(SaslSettings):
     upstream_sasl_password_file: str | None = None
     # Authorization of what the gateway answers itself (docs/gateway.md, "Authorization"): the cluster's ACLs,
     # read with DescribeAcls and decided as Kafka's StandardAuthorizer decides. "auto": on when the client
-    # listeners take SASL, off otherwise; "on": also for PLAINTEXT/SSL listeners (every client is
+    # listeners pass SASL through, off otherwise (termination too); "on": also there (every client of a
+    # PLAINTEXT/SSL listener is
     # User:ANONYMOUS then); "strict": on, and refusing where the gateway's decision could differ from the
     # cluster's (an authorizer other than Kafka's own on the brokers, ACLs not read for too long).
     authorization: Literal["auto", "on", "strict", "off"] = "auto"
@@ -297,7 +298,9 @@ class GatewayConfig(SaslSettings):
     def authorizes(self) -> bool:
         """Whether the gateway authorizes what it answers itself (``authorization``)."""
         if self.authorization == "auto":
-            return self.listener_sasl()
+            # Passthrough SASL only: in termination every client acts with the gateway's rights on the
+            # cluster, as its operator accepted (listener_sasl_terminate_grants_gateway_rights).
+            return self.listener_sasl() and self.listener_sasl_mode != "terminate"
         return self.authorization != "off"
 
     def upstream_sasl(self) -> tuple[str, str, str] | TokenSource | None:
