@@ -60,6 +60,7 @@ from .upstream_client import UpstreamClient
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
+    from .membership import FleetMembership
     from .server import Gateway
 
 log = get_logger("gateway.groups")
@@ -132,6 +133,12 @@ class GroupLayer:
             counters=self.counters,
             where=where,
         )
+        self.fleet: FleetMembership | None = None
+        if settings.instances_group is not None:
+            if kind != "kafka":
+                raise ValueError("instances_group needs the cluster state store (state_store \"kafka\")")
+            # Shards are served only once the instances group assigned them (gateway/membership.py).
+            self.runtime.serve_only_owned()
         self.cluster = ClusterGroups(
             self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
             has_state=self.runtime.has_state, counters=self.counters, spawn=self.runtime.spawn,
@@ -222,6 +229,13 @@ class GroupLayer:
         except UpstreamError as e:
             log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
         self.runtime.start()
+        if self.settings.instances_group is not None and self.fleet is None:
+            from .membership import FleetMembership
+            from .state_topic import KafkaStateStore
+
+            assert isinstance(self.runtime.store, KafkaStateStore)
+            self.fleet = FleetMembership(self.runtime, self.settings, self.runtime.store, self.gw.bootstrap)
+            await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
         spawn = self.runtime.spawn
@@ -240,7 +254,14 @@ class GroupLayer:
             groups=self.runtime.group_count(),
         )
 
+    async def leave_fleet(self) -> None:
+        """Hand this instance's shards over to the others of the fleet and leave it (SIGTERM): drained
+        while the client connections are still open."""
+        if self.fleet is not None:
+            await self.fleet.stop()
+
     async def stop(self) -> None:
+        await self.leave_fleet()
         await self.runtime.stop()
         self.client.close()
         self.forward.close()
@@ -304,7 +325,7 @@ class GroupLayer:
             ids = group_ids(api_key, version, msg)
             if api_key == gc.LIST_GROUPS:
                 for shard in self.runtime.shards:
-                    if not shard.fenced:
+                    if not shard.fenced and shard.owned:  # another instance lists the groups it owns
                         shard.check_loaded()
             elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])
