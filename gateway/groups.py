@@ -234,7 +234,9 @@ class GroupLayer:
             from .state_topic import KafkaStateStore
 
             assert isinstance(self.runtime.store, KafkaStateStore)
-            self.fleet = FleetMembership(self.runtime, self.settings, self.runtime.store, self.gw.bootstrap)
+            self.fleet = FleetMembership(
+                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics
+            )
             await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
@@ -259,6 +261,12 @@ class GroupLayer:
         while the client connections are still open."""
         if self.fleet is not None:
             await self.fleet.stop()
+
+    async def _refresh_topics(self) -> None:
+        try:
+            await self.watch.refresh()
+        except UpstreamError as e:
+            log.warning("topic metadata refresh before a shard take-over failed", error=str(e))
 
     async def stop(self) -> None:
         await self.leave_fleet()

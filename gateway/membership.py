@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -97,7 +97,12 @@ class FleetMembership:
     await fleet.stop()`` (hands every shard over, then leaves the group)."""
 
     def __init__(
-        self, runtime: CoordinatorRuntime, settings: CoordinatorSettings, store: KafkaStateStore, endpoint: str
+        self,
+        runtime: CoordinatorRuntime,
+        settings: CoordinatorSettings,
+        store: KafkaStateStore,
+        endpoint: str,
+        refresh_topics: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         assert settings.instances_group is not None
         self.runtime = runtime
@@ -107,6 +112,10 @@ class FleetMembership:
         self.topic = store.topic
         self.shards = runtime.shard_count
         self.endpoint = endpoint
+        # Before a shard is taken over: the topic image must hold every topic its groups subscribe to
+        # (one created since the last periodic refresh too), or loading would see them vanish and bump
+        # the groups' epochs, a rebalance the failover must not cause.
+        self.refresh_topics = refresh_topics
         self.epoch = 0  # of the latest assignment this instance got (its claims' epoch)
         self.table: FleetAssignment | None = None
         self.assignments = 0  # assignments received (for tests and /metrics)
@@ -190,11 +199,16 @@ class FleetMembership:
             await self.runtime.release(drop, self.drain_s)
             self._rejoin()
         for shard in take:
-            task = self.runtime.spawn(self.runtime.acquire([shard]))
+            task = self.runtime.spawn(self._take_over(shard))
             self._loading[shard] = task
             task.add_done_callback(lambda _t, n=shard: self._loading.pop(n, None))
         log.info("instances group assignment received", epoch=self.epoch, shards=sorted(mine), handed_over=drop,
                  taking_over=take, instances=len(table.endpoints) if table is not None else None)
+
+    async def _take_over(self, shard: int) -> None:
+        if self.refresh_topics is not None:
+            await self.refresh_topics()  # concurrent take-overs share one refresh
+        await self.runtime.acquire([shard])
 
     def _rejoin(self) -> None:
         # aiokafka has no public call for it; its coordinator's request_rejoin is what a metadata change
