@@ -201,14 +201,17 @@ class FleetMembership:
         for shard in take:
             task = self.runtime.spawn(self._take_over(shard))
             self._loading[shard] = task
-            task.add_done_callback(lambda _t, n=shard: self._loading.pop(n, None))
         log.info("instances group assignment received", epoch=self.epoch, shards=sorted(mine), handed_over=drop,
                  taking_over=take, instances=len(table.endpoints) if table is not None else None)
 
     async def _take_over(self, shard: int) -> None:
-        if self.refresh_topics is not None:
-            await self.refresh_topics()  # concurrent take-overs share one refresh
-        await self.runtime.acquire([shard])
+        try:
+            if self.refresh_topics is not None:
+                await self.refresh_topics()  # concurrent take-overs share one refresh
+            await self.runtime.acquire([shard])
+        finally:
+            if self._loading.get(shard) is asyncio.current_task():
+                del self._loading[shard]
 
     def _rejoin(self) -> None:
         # aiokafka has no public call for it; its coordinator's request_rejoin is what a metadata change
