@@ -3,8 +3,11 @@ group protocol, gateway/membership.py):
 
 - they split the shards, no shard served by both (seen from outside: a group of a shard the process does
   not own is answered NOT_COORDINATOR);
+- FindCoordinator names the owner's coordinator node, the same node id and address from both;
 - SIGTERM one: the other serves every shard within seconds, and a KIP-848 group and a classic group whose
-  shard moved keep their member ids, epochs and assignments (read through the survivor);
+  shard moved keep their member ids, epochs and assignments (read through the survivor); a librdkafka
+  consumer that bootstrapped on the survivor but was coordinated by the stopped one carries on, with
+  nothing lost and its partitions never revoked;
 - SIGKILL one: the other takes its shards over once the cluster expired the dead member (the instances
   group's session timeout), with the groups' state intact.
 """
@@ -30,9 +33,11 @@ from kafka.protocol.consumer.group import (
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
+from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
+from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
-from compat_tests.harness.probe import roundtrip
+from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -202,6 +207,11 @@ def _classic_heartbeat(address: str, group: str, member_id: str, generation: int
     return int(r.error_code)
 
 
+def _coordinator_node(bootstrap: str, group: str) -> tuple[int, str]:
+    (ep,) = find_coordinator_endpoints(bootstrap, group, 4)
+    return ep.node_id, ep.address
+
+
 def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members_kept(
     kafka: ProcessBackend, fleet: Fleet
 ) -> None:
@@ -209,6 +219,17 @@ def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members
     topic = create_topic(kafka.bootstrap, unique("fleet-topic"), 2)
     moving = fleet.owned(a)
     consumer_group, classic_group = _group_on(moving, "fleet-cg"), _group_on(moving, "fleet-classic")
+    client_group = _group_on(moving, "fleet-rdkafka")
+    # Both instances name the owner's coordinator node, with the same node id and address.
+    assert _coordinator_node(a.bootstrap, consumer_group) == _coordinator_node(b.bootstrap, consumer_group)
+    assert _coordinator_node(b.bootstrap, consumer_group)[1] == a.bootstrap
+    # A real client bootstrapped on b is sent to a for its group, and consumes through the fleet.
+    log = EventLog()
+    produce_confluent(kafka.bootstrap, topic, values("before", 20))
+    client = ConfluentConsumer(name="rdkafka-0", log=log, bootstrap=b.bootstrap, group_id=client_group, topics=[topic],
+                               group_protocol="consumer").start()
+    _wait("the client consumed what was produced", lambda: log.count() >= 20, 30, fleet)
+    client_before = _consumer_view(a.bootstrap, client_group)
     m1, e1 = _consumer_member(a.bootstrap, consumer_group, topic)
     c1, gen = _classic_member(a.bootstrap, classic_group)
     before = _consumer_view(a.bootstrap, consumer_group)
@@ -234,6 +255,17 @@ def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members
     ), ConsumerGroupHeartbeatResponse, 1)
     assert (steady.error_code, steady.member_epoch) == (0, e1)
     assert "left the instances group" in a.tail(400)
+    assert _coordinator_node(b.bootstrap, consumer_group)[1] == b.bootstrap
+
+    produce_confluent(kafka.bootstrap, topic, values("after", 20))
+    _wait("the client consumed what was produced after the handover", lambda: log.count() >= 40, 30, fleet)
+    # The same member, epoch and assignment, now coordinated by the survivor: no rebalance.
+    assert _consumer_view(b.bootstrap, client_group) == client_before
+    mark = time.time() * 1000
+    client.stop()
+    assert {r.value for r in log.records} >= set(values("before", 20)) | set(values("after", 20))
+    # Its partitions were never revoked nor lost while it ran (closing revokes them).
+    assert [e for e in log.ownership if e.kind in ("revoked", "lost") and e.at_ms < mark] == [], log.ownership
 
 
 def test_a_sigkilled_instances_shards_are_taken_over_after_the_session_timeout(

@@ -50,6 +50,9 @@ class GroupHandlers:
         self.managed = managed
         self.home_node = home_node
         self.addr_of = addr_of
+        # Several instances (gateway/membership.py): the coordinator node (id, host, port) of the instance
+        # owning a shard, the same in every instance's answers; None while the shard is in transit.
+        self.fleet_coordinator: Callable[[int], tuple[int, str, int] | None] | None = None
         # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
         # (gateway/cluster_group_configs.py). None: nothing to do first.
         self.before_join: Callable[[str], Awaitable[None]] | None = None
@@ -99,9 +102,17 @@ class GroupHandlers:
         node = self.home_node()
         addr = self.addr_of(node) if node is not None else None
         answers = []
+        fleet = self.fleet_coordinator
         for k in keys:
             if k in upstream:
                 answers.append(upstream[k])
+            elif fleet is not None:
+                shard = self.runtime.shard_for(k)
+                owner = fleet(shard.index)
+                if owner is None or (shard.owned and shard.unloaded is not None):
+                    answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "the group's shard is being handed over"))
+                else:
+                    answers.append((k, owner[0], owner[1], owner[2], 0, None))
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
             elif self.runtime.shard_for(k).unloaded is not None:

@@ -237,6 +237,7 @@ class GroupLayer:
             self.fleet = FleetMembership(
                 self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics
             )
+            self.handlers.fleet_coordinator = self.fleet.coordinator
             await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)

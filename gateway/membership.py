@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.membership")
 
+# Node ids of the instances' coordinator nodes in FindCoordinator answers: far above any broker's id,
+# and far below Integer.MAX_VALUE (the Java client keys its coordinator connection MAX_VALUE - node id,
+# which must not meet a broker's id).
+COORDINATOR_NODE_BASE = 1 << 30
+
 # An instance polls nothing (the partitions are paused), so the consumer's own max.poll.interval.ms
 # check, which makes an idle consumer leave its group, must never fire.
 _NEVER_MS = 2_147_483_647
@@ -230,6 +235,18 @@ class FleetMembership:
 
     # --- the table -------------------------------------------------------------------------------------
 
+    def coordinator(self, shard: int) -> tuple[int, str, int] | None:
+        """The coordinator node of ``shard``'s owner as every instance names it: its advertised bootstrap
+        address (whose listener answers every group API itself) and a node id from the instance's place
+        among the fleet's addresses. None while the shard is in transit."""
+        endpoint = self.owner_endpoint(shard)
+        table = self.table
+        if endpoint is None or table is None:
+            return None
+        slot = sorted(set(table.endpoints.values())).index(endpoint)
+        host, _, port = endpoint.rpartition(":")
+        return COORDINATOR_NODE_BASE + slot, host, int(port)
+
     def owner_endpoint(self, shard: int) -> str | None:
         """The advertised address of the instance the last assignment gave ``shard`` to (None: in transit
         or not known yet)."""
@@ -240,4 +257,4 @@ class FleetMembership:
         return None if owner is None else table.endpoints.get(owner)
 
 
-__all__ = ["FleetMembership", "ShardAssignor"]
+__all__ = ["COORDINATOR_NODE_BASE", "FleetMembership", "ShardAssignor"]
