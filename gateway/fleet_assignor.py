@@ -36,22 +36,28 @@ _VERSION = 1
 @dataclass(frozen=True, slots=True)
 class MemberClaim:
     """What one member says in its JoinGroup metadata: its address, the shards it holds and the epoch
-    of the assignment it got them in (0: none yet)."""
+    of the assignment it got them in (0: none yet), and the node slot it was given (-1: none yet)."""
 
     endpoint: str
     owned: tuple[int, ...] = ()
     epoch: int = 0
+    slot: int = -1
 
     def encode(self) -> bytes:
-        return json.dumps({"v": _VERSION, "endpoint": self.endpoint, "owned": list(self.owned), "epoch": self.epoch},
-                          separators=(",", ":")).encode()
+        return json.dumps(
+            {"v": _VERSION, "endpoint": self.endpoint, "owned": list(self.owned), "epoch": self.epoch, "slot": self.slot},
+            separators=(",", ":"),
+        ).encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> MemberClaim:
         """A member whose metadata does not read (another version, garbage) claims nothing."""
         try:
             d = json.loads(data or b"{}")
-            return cls(str(d.get("endpoint", "")), tuple(int(x) for x in d.get("owned", ())), int(d.get("epoch", 0)))
+            return cls(
+                str(d.get("endpoint", "")), tuple(int(x) for x in d.get("owned", ())), int(d.get("epoch", 0)),
+                int(d.get("slot", -1)),
+            )
         except (ValueError, TypeError, AttributeError):
             return cls("")
 
@@ -59,16 +65,20 @@ class MemberClaim:
 @dataclass(frozen=True, slots=True)
 class FleetAssignment:
     """One member's assignment: its shards, and the table every member gets (member id -> address, the
-    owner of each shard or None while it is handed over)."""
+    owner of each shard or None while it is handed over, member id -> node slot)."""
 
     shards: tuple[int, ...]
     epoch: int
     endpoints: Mapping[str, str] = field(default_factory=dict)
     owners: tuple[str | None, ...] = ()
+    # A member's slot numbers its coordinator node (gateway/membership.py): kept while the member stays, so
+    # that a node id names the same address until membership changes; a new member takes the lowest free one.
+    slots: Mapping[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps(
-            {"v": _VERSION, "epoch": self.epoch, "endpoints": dict(self.endpoints), "owners": list(self.owners)},
+            {"v": _VERSION, "epoch": self.epoch, "endpoints": dict(self.endpoints), "owners": list(self.owners),
+             "slots": dict(self.slots)},
             separators=(",", ":"),
         ).encode()
 
@@ -79,6 +89,7 @@ class FleetAssignment:
             return cls(
                 shards, int(d.get("epoch", 0)), {str(k): str(v) for k, v in d.get("endpoints", {}).items()},
                 tuple(None if o is None else str(o) for o in d.get("owners", ())),
+                {str(k): int(v) for k, v in d.get("slots", {}).items()},
             )
         except (ValueError, TypeError, AttributeError):
             return cls(shards, 0)
@@ -134,7 +145,25 @@ def assign(shards: int, members: Mapping[str, MemberClaim]) -> dict[str, FleetAs
         for s in mine:
             owners[s] = m
     endpoints = {m: members[m].endpoint for m in order}
-    return {m: FleetAssignment(result_shards[m], epoch, endpoints, tuple(owners)) for m in order}
+    slots = _slots(members, order)
+    return {m: FleetAssignment(result_shards[m], epoch, endpoints, tuple(owners), slots) for m in order}
+
+
+def _slots(members: Mapping[str, MemberClaim], order: list[str]) -> dict[str, int]:
+    """Each member keeps the slot it claims (a slot claimed twice: the latest epoch keeps it); the others
+    take the lowest free slots, in order."""
+    out: dict[str, int] = {}
+    taken: dict[int, str] = {}
+    for m in sorted(order, key=lambda m: (-members[m].epoch, order.index(m))):
+        slot = members[m].slot
+        if slot >= 0 and slot not in taken:
+            taken[slot] = m
+            out[m] = slot
+    free = (n for n in range(len(order) + len(taken)) if n not in taken)
+    for m in order:
+        if m not in out:
+            out[m] = next(free)
+    return out
 
 
 def moving(before: Mapping[str, tuple[int, ...]], after: Mapping[str, tuple[int, ...]]) -> set[int]:

@@ -66,7 +66,7 @@ class ShardAssignor(AbstractPartitionAssignor):
         self.fleet = fleet
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
-        claim = MemberClaim(self.fleet.endpoint, tuple(self.fleet.runtime.held()), self.fleet.epoch)
+        claim = MemberClaim(self.fleet.endpoint, tuple(self.fleet.runtime.held()), self.fleet.epoch, self.fleet.slot)
         return ConsumerProtocolMemberMetadata(0, sorted(topics), claim.encode())
 
     def assign(  # type: ignore[override]
@@ -122,6 +122,7 @@ class FleetMembership:
         # the groups' epochs, a rebalance the failover must not cause.
         self.refresh_topics = refresh_topics
         self.epoch = 0  # of the latest assignment this instance got (its claims' epoch)
+        self.slot = -1  # its coordinator node's slot, claimed again at every join (kept while it stays)
         self.table: FleetAssignment | None = None
         self.assignments = 0  # assignments received (for tests and /metrics)
         self._loading: dict[int, asyncio.Task[None]] = {}
@@ -168,6 +169,9 @@ class FleetMembership:
 
     # --- rebalance callbacks ---------------------------------------------------------------------------
 
+    def _member_id(self) -> str:
+        return str(getattr(getattr(self._consumer, "_coordinator", None), "member_id", "") or "")
+
     def _lost(self) -> bool:
         """Whether the cluster no longer knows this member (expired or fenced): a rejoin then starts
         without an id, and the shards may already be assigned elsewhere."""
@@ -181,7 +185,7 @@ class FleetMembership:
             log.warning("instances group membership lost: handing every shard over", shards=held)
             await self._cancel_loads(held)
             await self.runtime.release(held, self.drain_s)
-            self.epoch = 0
+            self.epoch, self.slot = 0, -1
 
     async def assigned(self, assigned: Iterable[TopicPartition]) -> None:
         if self._stopping:
@@ -193,6 +197,8 @@ class FleetMembership:
         mine = {tp.partition for tp in tps if tp.topic == self.topic}
         table = self.table
         self.epoch = table.epoch if table is not None else self.epoch
+        if table is not None and self._member_id() in table.slots:
+            self.slot = table.slots[self._member_id()]
         self.assignments += 1
         held = set(self.runtime.held())
         drop = sorted(held - mine)
@@ -237,15 +243,16 @@ class FleetMembership:
 
     def coordinator(self, shard: int) -> tuple[int, str, int] | None:
         """The coordinator node of ``shard``'s owner as every instance names it: its advertised bootstrap
-        address (whose listener answers every group API itself) and a node id from the instance's place
-        among the fleet's addresses. None while the shard is in transit."""
-        endpoint = self.owner_endpoint(shard)
+        address (whose listener answers every group API itself) and a node id from the instance's slot,
+        which it keeps while it stays in the group. None while the shard is in transit."""
         table = self.table
-        if endpoint is None or table is None:
+        if table is None or shard >= len(table.owners):
             return None
-        slot = sorted(set(table.endpoints.values())).index(endpoint)
-        host, _, port = endpoint.rpartition(":")
-        return COORDINATOR_NODE_BASE + slot, host, int(port)
+        owner = table.owners[shard]
+        if owner is None or owner not in table.endpoints or owner not in table.slots:
+            return None
+        host, _, port = table.endpoints[owner].rpartition(":")
+        return COORDINATOR_NODE_BASE + table.slots[owner], host, int(port)
 
     def owner_endpoint(self, shard: int) -> str | None:
         """The advertised address of the instance the last assignment gave ``shard`` to (None: in transit

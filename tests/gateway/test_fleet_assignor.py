@@ -84,10 +84,23 @@ def test_the_result_does_not_depend_on_the_order_members_are_listed_in() -> None
     assert all(r == results[0] for r in results)
 
 
+def test_node_slots_stay_with_their_members_and_new_members_take_the_lowest_free() -> None:
+    first = assign(4, {"a": MemberClaim("h2:1"), "b": MemberClaim("h1:1")})
+    assert first["a"].slots == {"b": 0, "a": 1}  # by address order on the first round
+    # "c" joins with an address sorting first: the others keep their slots; later "b" leaves.
+    second = assign(4, {"a": MemberClaim("h2:1", (), 1, 1), "b": MemberClaim("h1:1", (), 1, 0), "c": MemberClaim("h0:1")})
+    assert second["a"].slots == {"c": 2, "b": 0, "a": 1}
+    third = assign(4, {"a": MemberClaim("h2:1", (), 2, 1), "c": MemberClaim("h0:1", (), 2, 2), "d": MemberClaim("h3:1")})
+    assert third["a"].slots == {"c": 2, "a": 1, "d": 0}
+    # Two claims of one slot (a member expired, then rejoined): the latest epoch keeps it.
+    clash = assign(4, {"old": MemberClaim("h5:1", (), 1, 0), "new": MemberClaim("h6:1", (), 3, 0)})
+    assert clash["new"].slots == {"new": 0, "old": 1}
+
+
 def test_unreadable_metadata_claims_nothing() -> None:
     assert MemberClaim.decode(b"\x00garbage") == MemberClaim("")
     assert FleetAssignment.decode((1,), b"not json").epoch == 0
-    claim = MemberClaim("h:1", (3, 1), 7)
+    claim = MemberClaim("h:1", (3, 1), 7, 2)
     assert MemberClaim.decode(claim.encode()) == claim
 
 

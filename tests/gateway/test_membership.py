@@ -54,7 +54,7 @@ def _fleet(rt: CoordinatorRuntime, endpoint: str = "10.0.0.1:9092") -> tuple[Fle
 
 def _table(owners: list[str | None], epoch: int) -> FleetAssignment:
     endpoints = {"member-1": "10.0.0.1:9092", "member-2": "10.0.0.2:9092"}
-    return FleetAssignment((), epoch, endpoints, tuple(owners))
+    return FleetAssignment((), epoch, endpoints, tuple(owners), {"member-1": 0, "member-2": 1})
 
 
 async def _settle(fleet: FleetMembership) -> None:
@@ -75,7 +75,7 @@ async def test_an_assignment_takes_over_new_shards_and_hands_over_missing_ones_t
         assert consumer._coordinator.rejoins == 0
         # The metadata of the next join claims what is held, with the epoch it was got in.
         meta = ShardAssignor(fleet).metadata([TOPIC])
-        assert MemberClaim.decode(meta.user_data) == MemberClaim("10.0.0.1:9092", (0, 1, 2, 3), 1)
+        assert MemberClaim.decode(meta.user_data) == MemberClaim("10.0.0.1:9092", (0, 1, 2, 3), 1, 0)
 
         fleet.table = _table(["member-1", "member-1", None, None], 2)
         await fleet.assigned([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])
