@@ -1,4 +1,4 @@
-"""Two gateway processes sharing the shards through an instances group on the session broker (classic
+"""Gateway processes sharing the shards through an instances group on the session broker (classic
 group protocol, gateway/membership.py):
 
 - they split the shards, no shard served by both (seen from outside: a group of a shard the process does
@@ -8,8 +8,8 @@ group protocol, gateway/membership.py):
   shard moved keep their member ids, epochs and assignments (read through the survivor); a librdkafka
   consumer that bootstrapped on the survivor but was coordinated by the stopped one carries on, with
   nothing lost and its partitions never revoked;
-- SIGKILL one: the other takes its shards over once the cluster expired the dead member (the instances
-  group's session timeout), with the groups' state intact.
+- of three, SIGKILL one: the two others take its shards over (and only those) once the cluster expired
+  the dead member (the instances group's session timeout), with the groups' state intact.
 """
 
 from __future__ import annotations
@@ -127,18 +127,23 @@ def fleet(kafka: ProcessBackend, tmp_path: Path) -> Iterator[Fleet]:
         f.stop()
 
 
-def _split(fleet: Fleet) -> tuple[GatewayProcess, GatewayProcess]:
-    a = fleet.start()
-    _wait("the first instance serves every shard", lambda: fleet.owned(a) == ALL, 30, fleet)
-    b = fleet.start()
-
+def _split_evenly(fleet: Fleet, gateways: list[GatewayProcess]) -> None:
     def split() -> bool:
-        oa, ob = fleet.owned(a), fleet.owned(b)
-        assert not oa & ob, f"shards served by both: {sorted(oa & ob)}"
-        return oa | ob == ALL and len(oa) == len(ob) == SHARDS // 2
+        owned = [fleet.owned(gw) for gw in gateways]
+        for i, mine in enumerate(owned):
+            for theirs in owned[i + 1:]:
+                assert not mine & theirs, f"shards served by two instances: {sorted(mine & theirs)}"
+        return set().union(*owned) == ALL and all(len(o) == SHARDS // len(gateways) for o in owned)
 
-    _wait("the two instances split the shards", split, 30, fleet)
-    return a, b
+    _wait(f"{len(gateways)} instances split the shards", split, 30, fleet)
+
+
+def _split(fleet: Fleet, n: int = 2) -> list[GatewayProcess]:
+    first = fleet.start()
+    _wait("the first instance serves every shard", lambda: fleet.owned(first) == ALL, 30, fleet)
+    gateways = [first] + [fleet.start() for _ in range(n - 1)]
+    _split_evenly(fleet, gateways)
+    return gateways
 
 
 def _group_on(owned: set[int], prefix: str) -> str:
@@ -268,18 +273,28 @@ def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members
     assert [e for e in log.ownership if e.kind in ("revoked", "lost") and e.at_ms < mark] == [], log.ownership
 
 
-def test_a_sigkilled_instances_shards_are_taken_over_after_the_session_timeout(
+def test_of_three_instances_one_sigkilled_has_its_shards_taken_over_by_the_others_after_the_session_timeout(
     kafka: ProcessBackend, fleet: Fleet
 ) -> None:
-    a, b = _split(fleet)
+    a, b, c = _split(fleet, 3)
     topic = create_topic(kafka.bootstrap, unique("fleet-topic"), 2)
     moving = fleet.owned(a)
+    kept = {gw.bootstrap: fleet.owned(gw) for gw in (b, c)}
     group = _group_on(moving, "fleet-killed")
     _consumer_member(a.bootstrap, group, topic)
     before = _consumer_view(a.bootstrap, group)
 
     a.kill()  # SIGKILL: no LeaveGroup; the cluster expires the member after instances_session_timeout_ms
-    assert fleet.owned(b) == ALL - moving  # nothing taken over before the cluster says the member is gone
-    took = _wait("the survivor serves every shard", lambda: fleet.owned(b) == ALL, SESSION_MS / 1000 + 20, fleet)
-    print(f"SIGKILL takeover: the survivor served every shard {took:.1f}s after the kill (session timeout {SESSION_MS} ms)")
-    assert _consumer_view(b.bootstrap, group) == before
+    # Nothing is taken over before the cluster says the member is gone.
+    assert fleet.owned(b) | fleet.owned(c) == ALL - moving
+    took = _wait("the survivors serve every shard", lambda: fleet.owned(b) | fleet.owned(c) == ALL,
+                 SESSION_MS / 1000 + 20, fleet)
+    print(f"SIGKILL takeover: the survivors served every shard {took:.1f}s after the kill (session timeout {SESSION_MS} ms)")
+    _split_evenly(fleet, [b, c])
+    for gw in (b, c):  # sticky: a survivor kept what it had and took only the dead one's shards
+        assert fleet.owned(gw) >= kept[gw.bootstrap]
+    owner = b if shard_of(group, SHARDS) in fleet.owned(b) else c
+    assert _consumer_view(owner.bootstrap, group) == before
+    # Both survivors send the group's clients to the same node.
+    assert _coordinator_node(b.bootstrap, group) == _coordinator_node(c.bootstrap, group)
+    assert _coordinator_node(b.bootstrap, group)[1] == owner.bootstrap
