@@ -379,12 +379,11 @@ class Shard:
         self.owned, self.fenced, self.draining = True, False, False
         try:
             await self.reload()
-        except ShardFenced as e:
-            self.unloaded = None
-            self.unload(e)  # taken by a newer owner while loading: the fleet moves it again
         except ShardUnloaded:
-            pass  # unload() has scheduled the retries
+            pass  # unload() has scheduled the retries (or the shard was fenced meanwhile)
         except Exception as e:  # noqa: BLE001 - stays unserved and tries again
+            # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
+            # the assignment is the cluster's word, so open it again (a second fence ends the retries).
             self.drop_memory()
             self.unloaded = f"{type(e).__name__}: {e}"
             _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=self.unloaded)
