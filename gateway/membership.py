@@ -126,6 +126,8 @@ class FleetMembership:
         self.table: FleetAssignment | None = None
         self.assignments = 0  # assignments received (for tests and /metrics)
         self._loading: dict[int, asyncio.Task[None]] = {}
+        # Take-overs open a producer and a reader each: a few at a time, as the runtime's own load does.
+        self._opening = asyncio.Semaphore(8)
         # How long a handover may take: within the rebalance timeout, which is what the others wait.
         self.drain_s = min(settings.instances_rebalance_timeout_ms, settings.instances_session_timeout_ms) / 2000
         self._consumer: AIOKafkaConsumer | None = None
@@ -219,7 +221,8 @@ class FleetMembership:
         try:
             if self.refresh_topics is not None:
                 await self.refresh_topics()  # concurrent take-overs share one refresh
-            await self.runtime.acquire([shard])
+            async with self._opening:
+                await self.runtime.acquire([shard])
         finally:
             if self._loading.get(shard) is asyncio.current_task():
                 del self._loading[shard]
