@@ -7,7 +7,8 @@ group protocol, gateway/membership.py):
 - SIGTERM one: the other serves every shard within seconds, and a KIP-848 group and a classic group whose
   shard moved keep their member ids, epochs and assignments (read through the survivor); a librdkafka
   consumer that bootstrapped on the survivor but was coordinated by the stopped one carries on, with
-  nothing lost and its partitions never revoked;
+  nothing lost and its partitions never revoked; the rest of a rolling restart (the first one back,
+  the second stopped) keeps the members too;
 - of three, SIGKILL one: the two others take its shards over (and only those) once the cluster expired
   the dead member (the instances group's session timeout), with the groups' state intact.
 """
@@ -217,7 +218,7 @@ def _coordinator_node(bootstrap: str, group: str) -> tuple[int, str]:
     return ep.node_id, ep.address
 
 
-def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members_kept(
+def test_two_instances_split_the_shards_and_sigterm_and_a_rolling_restart_keep_members(
     kafka: ProcessBackend, fleet: Fleet
 ) -> None:
     a, b = _split(fleet)
@@ -271,6 +272,16 @@ def test_two_instances_split_the_shards_and_sigterm_hands_them_over_with_members
     assert {r.value for r in log.records} >= set(values("before", 20)) | set(values("after", 20))
     # Its partitions were never revoked nor lost while it ran (closing revokes them).
     assert [e for e in log.ownership if e.kind in ("revoked", "lost") and e.at_ms < mark] == [], log.ownership
+
+    # The rest of a rolling restart: the stopped instance comes back (the shards split again), then the
+    # other one is stopped. Nobody's membership expired on the way.
+    a.start(timeout_s=60)
+    _split_evenly(fleet, [a, b])
+    b.stop()
+    _wait("the restarted instance serves every shard", lambda: fleet.owned(a) == ALL, 15, fleet)
+    assert _consumer_view(a.bootstrap, consumer_group) == before
+    assert _classic_view(a.bootstrap, classic_group) == classic_before
+    assert _classic_heartbeat(a.bootstrap, classic_group, c1, gen) == 0
 
 
 def test_of_three_instances_one_sigkilled_has_its_shards_taken_over_by_the_others_after_the_session_timeout(
