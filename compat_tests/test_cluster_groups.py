@@ -30,6 +30,7 @@ from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.java import JavaTool
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
+from coordinator.errors import Errors
 from gateway import codec, kafka_dist
 from gateway import group_codec as gc
 from gateway.embedded_kafka import java_binary
@@ -378,6 +379,53 @@ def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_a
     assert broker["streams group described"] == (0, "Stable", "streams", 1), broker
     assert sum(broker["committed"].values()) == 30 and broker["sink records"] == 30, broker
     assert outcomes["gateway"] == broker
+
+
+def _streams_join_answer(bootstrap: str, group: str, topic: str) -> tuple[int, str | None]:
+    """(error code, message) of a StreamsGroupHeartbeat join (epoch 0) of ``group`` with a one-subtopology
+    topology reading ``topic``."""
+    (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
+    cls = codec.REQUESTS[codec.STREAMS_GROUP_HEARTBEAT][0]
+    topology = cls.Topology(epoch=0, subtopologies=[cls.Topology.Subtopologies(
+        subtopology_id="0", source_topics=[topic], source_topic_regex=[], state_changelog_topics=[],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[],
+    )])  # fmt: skip
+    req = cls(
+        group_id=group, member_id=uuid.uuid4().hex, member_epoch=0, rebalance_timeout_ms=30000,
+        topology=topology, active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id=uuid.uuid4().hex,
+        client_tags=[], task_offsets=None, task_end_offsets=None,
+    )  # fmt: skip
+    r = roundtrip(coordinator.address, req, codec.RESPONSES[codec.STREAMS_GROUP_HEARTBEAT], 0)
+    return int(r.error_code), r.error_message
+
+
+def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """No online migration in Kafka 4.3.1: while a classic member is in the group, a streams member's join
+    is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group."""
+    topic = make_topic(1)
+    answers = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        group = names(f"online-{label}")
+        member = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        try:
+            member.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while not member.assignment():
+                assert time.monotonic() < deadline, f"{label}: the classic member got no assignment"
+                member.poll(0.2)
+            code, message = _streams_join_answer(bootstrap, group, topic)
+            member.poll(0.2)
+            described = _described(bootstrap, group, gc.DESCRIBE_GROUPS, 5)
+            answers[label] = (code, (message or "").replace(group, "<group>"), described)
+        finally:
+            member.close()
+    # Kafka's own answer first: refused, the classic group Stable with its member.
+    assert answers["broker"] == (
+        int(Errors.GROUP_ID_NOT_FOUND), "Group <group> is not a streams group.", (0, "Stable", "consumer", 1)
+    ), answers
+    assert answers["gateway"] == answers["broker"]
 
 
 def _librdkafka_share_round(bootstrap: str, group: str, topic: str, expect: int) -> dict[str, Any]:
