@@ -340,15 +340,16 @@ def _streams_offline_migration(
 
 
 def _described(bootstrap: str, group: str, api_key: int, version: int) -> tuple[int, str, str, int]:
-    """DescribeGroups or StreamsGroupDescribe of ``group`` at its coordinator as ``bootstrap`` names it:
-    (error code, state, protocol type, members)."""
+    """DescribeGroups, ConsumerGroupDescribe or StreamsGroupDescribe of ``group`` at its coordinator as
+    ``bootstrap`` names it: (error code, state, protocol type or group type, members)."""
     (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
-    if api_key == codec.STREAMS_GROUP_DESCRIBE:
-        req = codec.REQUESTS[api_key][version](group_ids=[group], include_authorized_operations=False)
-    else:
+    if api_key == gc.DESCRIBE_GROUPS:
         req = codec.REQUESTS[api_key][version](groups=[group], include_authorized_operations=False)
+    else:
+        req = codec.REQUESTS[api_key][version](group_ids=[group], include_authorized_operations=False)
     g = roundtrip(coordinator.address, req, codec.RESPONSES[api_key], version).groups[0]
-    return g.error_code, g.group_state, getattr(g, "protocol_type", "streams"), len(g.members or [])
+    kind = {gc.DESCRIBE_GROUPS: None, gc.CONSUMER_GROUP_DESCRIBE: "consumer group"}.get(api_key, "streams group")
+    return g.error_code, g.group_state, kind or g.protocol_type, len(g.members or [])
 
 
 def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_alike_direct_and_through_the_gateway(
@@ -376,7 +377,7 @@ def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_a
     assert broker["classic run processed"] == 20, broker
     assert broker["classic group after the stop"] == (0, "Empty", "consumer", 0), broker
     assert broker["streams run processed"] == 10, broker
-    assert broker["streams group described"] == (0, "Stable", "streams", 1), broker
+    assert broker["streams group described"] == (0, "Stable", "streams group", 1), broker
     assert sum(broker["committed"].values()) == 30 and broker["sink records"] == 30, broker
     assert outcomes["gateway"] == broker
 
@@ -399,16 +400,19 @@ def _streams_join_answer(bootstrap: str, group: str, topic: str) -> tuple[int, s
     return int(r.error_code), r.error_message
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_and_through_the_gateway(
-    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    protocol: str,
 ) -> None:
     """No online migration in Kafka 4.3.1: while a classic member is in the group, a streams member's join
-    is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group."""
+    is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group;
+    so is a join of a consumer group's id (KIP-848 member)."""
     topic = make_topic(1)
     answers = {}
     for label, bootstrap in _targets(kafka, module_gateway):
         group = names(f"online-{label}")
-        member = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        member = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol})
         try:
             member.subscribe([topic])
             deadline = time.monotonic() + 60
@@ -417,14 +421,16 @@ def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_a
                 member.poll(0.2)
             code, message = _streams_join_answer(bootstrap, group, topic)
             member.poll(0.2)
-            described = _described(bootstrap, group, gc.DESCRIBE_GROUPS, 5)
+            if protocol == "classic":
+                described = _described(bootstrap, group, gc.DESCRIBE_GROUPS, 5)
+            else:
+                described = _described(bootstrap, group, gc.CONSUMER_GROUP_DESCRIBE, 0)
             answers[label] = (code, (message or "").replace(group, "<group>"), described)
         finally:
             member.close()
-    # Kafka's own answer first: refused, the classic group Stable with its member.
-    assert answers["broker"] == (
-        int(Errors.GROUP_ID_NOT_FOUND), "Group <group> is not a streams group.", (0, "Stable", "consumer", 1)
-    ), answers
+    # Kafka's own answer first: refused, the group Stable with its member.
+    state = (0, "Stable", "consumer", 1) if protocol == "classic" else (0, "Stable", "consumer group", 1)
+    assert answers["broker"] == (int(Errors.GROUP_ID_NOT_FOUND), "Group <group> is not a streams group.", state), answers
     assert answers["gateway"] == answers["broker"]
 
 
