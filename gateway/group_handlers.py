@@ -145,7 +145,7 @@ class GroupHandlers:
         self.adoption.after_classic(request, body)
         return gc.leave_group_response(body, ctx.api_version)
 
-    # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
+    # --- streams groups (KIP-1071): the cluster's, but an id the gateway holds is decided here ----------
 
     async def streams_join_refused(self, group_id: str) -> bool:
         """KIP-1071's offline migration, as Kafka 4.3.1 decides it for a streams member's first heartbeat
@@ -159,6 +159,8 @@ class GroupHandlers:
             reply: DeleteGroupsResponse = await self.call(group_id, DeleteGroupsRequest([group_id]))
             return Errors.of(reply.results[0].error_code) not in (Errors.NONE, Errors.GROUP_ID_NOT_FOUND)
         return True
+
+    # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
 
     async def consumer_group_heartbeat(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
