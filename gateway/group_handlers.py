@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.errors import Errors
 from translate.classic_messages import JoinGroupRequest
 from translate.embedded import subscribed_topics
-from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse
+from translate.group_messages import DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
 
 from . import codec
 from . import group_codec as gc
@@ -155,6 +155,21 @@ class GroupHandlers:
         body = await self.call(request.group_id, request)
         self.adoption.after_classic(request, body)
         return gc.leave_group_response(body, ctx.api_version)
+
+    # --- streams groups (KIP-1071): the cluster's, but an id the gateway holds is decided here ----------
+
+    async def streams_join_refused(self, group_id: str) -> bool:
+        """KIP-1071's offline migration, as Kafka 4.3.1 decides it for a streams member's first heartbeat
+        (``getOrCreateStreamsGroup``): an empty classic group of that id gives way (the gateway deletes
+        its state of it; the committed offsets are the cluster's and stay, for the streams group to
+        resume from); a classic group with members, or a consumer group, keeps the id: refused."""
+        kind = self.runtime.group_kind(group_id)
+        if kind is None:
+            return False
+        if kind == "classic":
+            reply: DeleteGroupsResponse = await self.call(group_id, DeleteGroupsRequest([group_id]))
+            return Errors.of(reply.results[0].error_code) not in (Errors.NONE, Errors.GROUP_ID_NOT_FOUND)
+        return True
 
     # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
 

@@ -338,7 +338,16 @@ class GroupLayer:
         ctx = self._context(conn, header, payload)
         try:
             if api_key in ROUTED_ONE:
-                # The cluster's groups: nothing of the gateway's state is involved (also while unloaded).
+                if api_key == codec.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
+                    # A streams group's first member may take over an id the gateway holds (KIP-1071
+                    # offline migration): decided on the gateway's state of it, so that shard must be read.
+                    self.runtime.check_loaded([msg.group_id])
+                    if await self.handlers.streams_join_refused(msg.group_id):
+                        return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
+                            error_code=Errors.GROUP_ID_NOT_FOUND,
+                            error_message=f"Group {msg.group_id} is not a streams group.",
+                        ))  # fmt: skip
+                # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
             ids = group_ids(api_key, version, msg)
             if api_key == gc.LIST_GROUPS:
