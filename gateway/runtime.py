@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
-from translate.group_config import GroupResult, encode_any_record
+from translate.group_config import Outcome, encode_any_record
 from translate.group_service import GroupService
 
 from .logging import get_logger
@@ -60,15 +60,15 @@ class GroupCalls(Protocol):
     """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
     wraps it (gateway/rebalance_log.py)."""
 
-    def handle(self, request: object, request_key: Any, now_ms: int) -> GroupResult: ...
+    def handle(self, request: object, request_key: Any, now_ms: int) -> Outcome: ...
 
-    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult: ...
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome: ...
 
-    def on_metadata(self, topics: Any, now_ms: int) -> GroupResult: ...
+    def on_metadata(self, topics: Any, now_ms: int) -> Outcome: ...
 
-    def on_loaded(self, now_ms: int) -> GroupResult: ...
+    def on_loaded(self, now_ms: int) -> Outcome: ...
 
-    def expire_empty_groups(self, now_ms: int) -> GroupResult: ...
+    def expire_empty_groups(self, now_ms: int) -> Outcome: ...
 
 
 def now_ms() -> int:
@@ -157,7 +157,7 @@ class Shard:
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
-    def apply(self, result: GroupResult) -> None:
+    def apply(self, result: Outcome) -> None:
         """Append the records (made durable by ``release``) and apply the timer changes.
 
         A failed append unloads the shard (the service already holds the change): ShardUnloaded."""
@@ -179,7 +179,7 @@ class Shard:
 
         apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
 
-    async def release(self, result: GroupResult) -> None:
+    async def release(self, result: Outcome) -> None:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
         # state that a crash could still take back.
         log_ = self.log
@@ -239,7 +239,7 @@ class Shard:
                 stats.expired[group_type] += before - after  # members a session or rebalance timer removed
         self.apply_in_background(result)
 
-    def apply_in_background(self, result: GroupResult) -> None:
+    def apply_in_background(self, result: Outcome) -> None:
         try:
             self.apply(result)
         except ShardUnloaded:
@@ -247,7 +247,7 @@ class Shard:
         if result.responses or result.records:
             self.rt.spawn(self._release_quietly(result))
 
-    async def _release_quietly(self, result: GroupResult) -> None:
+    async def _release_quietly(self, result: Outcome) -> None:
         with contextlib.suppress(ShardUnloaded):
             await self.release(result)
 
