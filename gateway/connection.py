@@ -26,7 +26,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
@@ -36,7 +36,12 @@ from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
 
 if TYPE_CHECKING:
-    from .server import Gateway
+    from .config import GatewayConfig
+    from .limits import ConnectionLimits
+    from .metrics import GatewayMetrics
+    from .refusals import RefusalLog
+    from .unreachable import Replies
+    from .upstream import BrokerDirectory
 
 log = get_logger("gateway.connection")
 
@@ -114,12 +119,32 @@ class UpstreamLink(asyncio.Protocol):
         self.client.resume("upstream-backpressure")
 
 
+class ConnectionHost(Protocol):
+    """What a client connection uses of the gateway that accepted it (gateway/server.py ``Gateway``), and
+    nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the set
+    of open connections. A connection never reaches listeners, shutdown or the group layer (which hands
+    it handlers through ``local_handlers``)."""
+
+    config: GatewayConfig
+    metrics: GatewayMetrics
+    limits: ConnectionLimits
+    directory: BrokerDirectory
+    refusals: RefusalLog
+    replies: Replies
+    local_handlers: dict[int, LocalHandler]
+    connections: set[ClientConnection]
+
+    def addr_of(self, node_id: int) -> tuple[str, int] | None:
+        """The address clients use for ``node_id`` (None: the gateway does not serve it)."""
+        ...
+
+
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, gateway: Gateway, node_id: int | None) -> None:
-        self.gw = gateway
+    def __init__(self, host: ConnectionHost, node_id: int | None) -> None:
+        self.host = host
         self.node_id = node_id  # None: the bootstrap listener
         self.transport: asyncio.Transport | None = None
-        self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
+        self.buf = frames.FrameBuffer(host.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
         self._local = 0  # local answers in progress (_MAX_LOCAL)
         self.upstream: UpstreamLink | None = None
@@ -134,11 +159,11 @@ class ClientConnection(asyncio.Protocol):
         self._relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
         self._relink_backoff_s = _RELINK_BACKOFF_S
         # Counting on the request path: the gateway's counter objects, looked up once.
-        self.metrics = gateway.metrics
-        self._forwarded = gateway.metrics.forwarded
+        self.metrics = host.metrics
+        self._forwarded = host.metrics.forwarded
         # Limits (gateway/limits.py): the declared size of the request frame being read, reserved in the
         # gateway's request memory budget; traffic seen since the last idle sweep; the sweep's marks.
-        self.limits = gateway.limits
+        self.limits = host.limits
         self.reserved = 0
         self.active = True
         self.idle_since = 0.0
@@ -147,7 +172,7 @@ class ClientConnection(asyncio.Protocol):
         self.partial_since = 0.0
         # SASL listeners (gateway/sasl.py): the client's exchange with the cluster, followed to learn its
         # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
-        self.sasl: ClientSasl | None = ClientSasl() if gateway.config.listener_sasl() else None
+        self.sasl: ClientSasl | None = ClientSasl() if host.config.listener_sasl() else None
 
     @property
     def principal(self) -> str | None:
@@ -164,7 +189,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.limits.admit(self):
             return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
-        self.gw.connections.add(self)
+        self.host.connections.add(self)
         self.metrics.connections_total += 1
         # Reading starts at once (local answers need no link); the link is opened ahead of the first
         # request for the cluster, which waits in _unlinked meanwhile.
@@ -177,7 +202,7 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(self.tasks.discard)
 
     async def _connect_upstream(self) -> None:
-        directory = self.gw.directory
+        directory = self.host.directory
         if self.node_id is None:
             targets = directory.candidates()
         else:
@@ -192,7 +217,7 @@ class ClientConnection(asyncio.Protocol):
                     loop.create_connection(
                         lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
                     ),
-                    self.gw.config.upstream_connect_timeout_s,
+                    self.host.config.upstream_connect_timeout_s,
                 )
             except (OSError, TimeoutError) as e:
                 errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
@@ -249,7 +274,7 @@ class ClientConnection(asyncio.Protocol):
             self.upstream.transport.close()
         for t in list(self.tasks):
             t.cancel()
-        self.gw.connections.discard(self)
+        self.host.connections.discard(self)
         self._release()
 
     def _release(self) -> None:
@@ -298,14 +323,14 @@ class ClientConnection(asyncio.Protocol):
     def _answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
         """Answer requests the cluster could not be asked (gateway/unreachable.py); close the connection
         when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
-        gw = self.gw
+        host = self.host
         for slot, frame, api_key, version, corr in requests:
             payload = None
             # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
             # fatal to Java clients; a closed connection is retried, like a broker that is down.
             if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
-                    payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                    payload = unreachable.answer(frame, api_key, version, corr, host.replies, host.directory.api_ranges)
                 except (ValueError, struct.error, IndexError) as e:
                     # A request that does not read as its schema says (the broker would close too).
                     log.info("unreadable request while the upstream is unreachable", peer=self.peer,
@@ -362,7 +387,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             received = buf.feed(data)
         except frames.FrameTooLarge as e:
-            self.gw.refusals.note(
+            self.host.refusals.note(
                 self.peer, None, "frame-too-large",
                 f"a request frame of {e.size} bytes is over max_frame_bytes ({e.limit}); connection closed",
                 size=e.size, limit=e.limit,
@@ -383,7 +408,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
-            self.gw.refusals.note(
+            self.host.refusals.note(
                 self.peer, None, "frame-too-short",
                 f"a request of {len(frame) - 4} bytes cannot hold a request header; connection closed",
                 size=len(frame) - 4,
@@ -394,12 +419,12 @@ class ClientConnection(asyncio.Protocol):
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
         if self.sasl is not None and not self._sasl_admits(frame, api_key, version):
             return
-        rng = self.gw.directory.api_ranges.get(api_key)
+        rng = self.host.directory.api_ranges.get(api_key)
         if rng is None:
             self.metrics.errors[-1] += 1
             # Kafka closes the connection on an api key it does not know: there is no response format
             # (not even a header version) to answer in.
-            self.gw.refusals.note(
+            self.host.refusals.note(
                 self.peer, client_id_of(frame), f"unknown-api-key:{api_key}",
                 "an api key the gateway does not carry (not offered by the upstream, or its responses cannot "
                 "be rewritten); connection closed as Kafka does",
@@ -409,14 +434,14 @@ class ClientConnection(asyncio.Protocol):
             return
         if not rng[0] <= version <= rng[1]:
             self.metrics.errors[api_key] += 1
-            self.gw.refusals.note(
+            self.host.refusals.note(
                 self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
                 f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
                 api_key=api_key, api_version=version,
             )
             self._unsupported(api_key, version, corr, rng[1])
             return
-        handler = self.gw.local_handlers.get(api_key)
+        handler = self.host.local_handlers.get(api_key)
         if handler is not None:
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
             # coordinates); the others pass through to the upstream as usual.
@@ -430,7 +455,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
-                self.gw.refusals.note(
+                self.host.refusals.note(
                     self.peer, client_id_of(frame), "unparseable-produce",
                     f"Produce v{version} request whose acks cannot be read ({e}); connection closed",
                     api_key=api_key, api_version=version,
@@ -464,7 +489,7 @@ class ClientConnection(asyncio.Protocol):
         verdict = self.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
         if verdict.ok:
             return True
-        self.gw.refusals.note(
+        self.host.refusals.note(
             self.peer, client_id_of(frame), "sasl-state",
             f"{verdict.reason}; connection closed as Kafka does", api_key=api_key, api_version=version,
         )
@@ -508,7 +533,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
         except frames.FrameError as e:
-            self.gw.refusals.note(
+            self.host.refusals.note(
                 self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
                 f"v{version} request header does not parse ({e}); connection closed",
                 api_key=api_key, api_version=version,
@@ -573,7 +598,7 @@ class ClientConnection(asyncio.Protocol):
         first = _ENDPOINTS_FROM.get(api_key)
         if first is not None and version >= first:
             try:
-                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.gw.addr_of)
+                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.host.addr_of)
             except Exception:
                 log.exception(
                     "cannot read leader endpoints of a response; closing",
@@ -589,7 +614,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 payload = self._rewrite(api_key, version, frame[4:])
                 if api_key in unreachable.REPLAYED:
-                    self.gw.replies.remember(request, payload)
+                    self.host.replies.remember(request, payload)
                 frame = frames.frame(payload)
             except Exception:
                 # Never pass on a response that may still carry upstream addresses.
@@ -602,12 +627,12 @@ class ClientConnection(asyncio.Protocol):
         self._flush()
 
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
-        directory = self.gw.directory
+        directory = self.host.directory
         if api_key == codec.API_VERSIONS:
             result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
             directory.note_narrowed(result.narrowed)
             return result.payload
-        result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
+        result = rewrite.REWRITERS[api_key](payload, version, self.host.addr_of)
         if result.brokers is not None:
             directory.observe(result.brokers)
         return result.payload
