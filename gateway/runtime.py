@@ -40,8 +40,9 @@ from translate.group_service import GroupService
 
 from .logging import get_logger
 from .metrics import GroupStats
+from .stall_check import StallWatch
 from .state_log import Record, StateLogWriteFailed
-from .state_store import ShardFenced, ShardLog, StateStore, owner_marker, shard_of
+from .state_store import ShardFenced, ShardLog, StateStore, shard_of
 
 log = get_logger("gateway.runtime")
 
@@ -393,11 +394,9 @@ class CoordinatorRuntime:
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
         self._tasks: set[asyncio.Task[Any]] = set()
         self.shards = [Shard(self, i) for i in range(shards)]
-        # Stall checks (stores whose shards fence older writers): see confirm_if_stalled.
-        self.stall_s: float | None = None
+        # Stall checks (stores whose shards fence older writers): see watch_stalls.
+        self.stalls: StallWatch | None = None
         self.owner = f"pid {os.getpid()}"
-        self._last_tick = time.monotonic()
-        self._confirming: asyncio.Task[None] | None = None
 
     # --- placement -------------------------------------------------------------------------------------
 
@@ -460,55 +459,20 @@ class CoordinatorRuntime:
         if self.store is not None:
             await self.store.close()
 
-    # --- stalls: proving ownership before serving from memory ---------------------------------------
+    # --- stalls: proving ownership before serving from memory (gateway/stall_check.py) -------------
 
     def watch_stalls(self, stall_s: float) -> None:
-        """Serve nothing from memory after a stall until ownership is proven: with a store that fences
-        (one transactional id per shard), a process paused longer than ``stall_s`` may have been replaced
-        by a newer owner that fenced it. A ticker notices the gap, and so does every request (which may be
-        handled before the ticker runs again); either way each held shard is written an owner marker
-        first, and a fenced shard is unloaded for good (NOT_COORDINATOR) instead of answering stale."""
-        self.stall_s = stall_s
-        self._last_tick = time.monotonic()
-        self.spawn(self._tick_forever(min(1.0, stall_s / 4)))
-
-    async def _tick_forever(self, tick_s: float) -> None:
-        while True:
-            await asyncio.sleep(tick_s)
-            await self.confirm_if_stalled()
-            self._last_tick = time.monotonic()
+        """Serve nothing from memory after a stall longer than ``stall_s`` until each held shard has proven
+        its ownership (stores whose shards fence older writers)."""
+        self.stalls = StallWatch(
+            stall_s, shards=lambda: self.shards, spawn=self.spawn, counters=self.counters, owner=self.owner,
+            parallel=_PARALLEL_LOADS,
+        )
+        self.stalls.start()
 
     async def confirm_if_stalled(self) -> None:
-        if self.stall_s is None:
-            return
-        if self._confirming is None and time.monotonic() - self._last_tick > self.stall_s:
-            self._confirming = self.spawn(self._confirm_ownership())
-        if self._confirming is not None:
-            await asyncio.shield(self._confirming)
-
-    async def _confirm_ownership(self) -> None:
-        gap = time.monotonic() - self._last_tick
-        try:
-            held = [s for s in self.shards if s.log is not None and s.unloaded is None]
-            log.warning("event loop stalled: proving ownership of the shards held", stalled_s=round(gap, 1), shards=len(held))
-            gate = asyncio.Semaphore(_PARALLEL_LOADS)
-
-            async def confirm(shard: Shard) -> None:
-                log_ = shard.log
-                if log_ is None:
-                    return
-                async with gate:
-                    try:
-                        log_.append([owner_marker(self.owner)])
-                        await log_.sync()
-                    except Exception as e:  # noqa: BLE001 - fenced or failed: the shard unloads
-                        shard.unload(e, log_)
-
-            await asyncio.gather(*(confirm(s) for s in held))
-            self.counters["stall_checks"] += 1
-        finally:
-            self._last_tick = time.monotonic()
-            self._confirming = None
+        if self.stalls is not None:
+            await self.stalls.confirm_if_stalled()
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
