@@ -84,13 +84,11 @@ class ShardReport:
 def file_shards(state_dir: Path | str, shard: int | None = None) -> tuple[int, list[ShardRead]]:
     """(shard count, the shards read) of a file state directory; a directory of the older single-log
     layout is one shard. Read-only."""
-    from .file_store import recorded_shards, shard_dir
-    from .state_repair import log_dirs, verify
+    from .file_store import shard_dir
+    from .state_repair import verify
 
     d = Path(state_dir)
-    dirs = log_dirs(d)  # raises FileNotFoundError for a missing directory
-    single = dirs == [d]
-    count = 1 if single else (recorded_shards(d) or len(dirs))
+    count, single = file_shard_count(d)
     if shard is not None and not 0 <= shard < count:
         raise ValueError(f"shard {shard} is outside 0..{count - 1}")
     wanted = range(count) if shard is None else [shard]
@@ -112,6 +110,17 @@ def file_shards(state_dir: Path | str, shard: int | None = None) -> tuple[int, l
                 read.problems.append(Problem(None, dmg.describe()))
         out.append(read)
     return count, out
+
+
+def file_shard_count(state_dir: Path) -> tuple[int, bool]:
+    """(shard count, whether it is a single log of the older layout) of a file state directory."""
+    from .file_store import recorded_shards
+    from .state_repair import log_dirs
+
+    dirs = log_dirs(state_dir)  # raises FileNotFoundError for a missing directory
+    if dirs == [state_dir]:
+        return 1, True
+    return recorded_shards(state_dir) or len(dirs), False
 
 
 async def topic_shard(store: KafkaStateStore, shard: int) -> ShardRead:
@@ -227,6 +236,6 @@ def verify_shard(read: ShardRead, shards: int, new_service: Callable[[], GroupSe
 
 
 __all__ = [
-    "Problem", "ShardRead", "ShardReport", "file_shards", "record_problem", "topic_problems", "topic_shard",
+    "Problem", "ShardRead", "ShardReport", "file_shard_count", "file_shards", "record_problem", "topic_problems", "topic_shard",
     "verify_shard",
 ]

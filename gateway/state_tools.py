@@ -41,6 +41,7 @@ from .state_check import (
     Problem,
     ShardRead,
     ShardReport,
+    file_shard_count,
     file_shards,
     topic_problems,
     topic_shard,
@@ -201,8 +202,8 @@ def add_commands(ssub: Any) -> None:
     either(verify)
     verify.add_argument("--shard", type=int, help="only this shard (default: all)")
     verify.add_argument(
-        "--shards", type=int, help="the shard count the gateway is configured with, to check the topic against "
-        "(default: coordinator.state_topic_num_partitions)"
+        "--shards", type=int, help="the shard count the gateway is configured with, to check the store against "
+        "(topic default: coordinator.state_topic_num_partitions)"
     )
     verify.add_argument("--json", action="store_true", help="one JSON line per shard")
     verify.set_defaults(func=cmd_verify)
@@ -280,7 +281,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     async def run() -> int:
         shard = args.shard
         if args.group is not None:
-            count = (await _read(args, 0))[0] if args.state_dir is not None else (await _existing(_store(args))).shards
+            if args.state_dir is not None:
+                count = file_shard_count(Path(args.state_dir))[0]
+            else:
+                count = (await _existing(_store(args))).shards
             shard = shard_of(args.group, count)
         _, (read,) = await _read(args, shard)
         for offset, record in read.entries:
@@ -321,6 +325,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         config = _config(args) if args.state_dir is None or args.config else None
         store_problems: list[Problem] = []
         count, reads = await _read(args, args.shard)
+        single_log = args.state_dir is not None and file_shard_count(Path(args.state_dir))[1]  # split on start
+        if args.state_dir is not None and args.shards is not None and args.shards != count and not single_log:
+            store_problems.append(Problem(None, f"the state directory holds {count} shard(s); the gateway is "
+                                                f"configured for {args.shards}: it would refuse to start"))
         if config is not None and args.state_dir is None:
             expected = args.shards or config.coordinator.state_topic_num_partitions
             store = KafkaStateStore.from_config(config, shards=count)

@@ -218,6 +218,8 @@ def test_inspect_export_and_verify_read_a_file_state_dir_in_the_topic_format(tmp
     rc, lines = _cli(["state", "verify", "--state-dir", str(tmp_path), "--shard", "1"], capsys)
     assert rc == 0 and lines[0].startswith("shard 1: ") and lines[0].endswith("no problems")
     assert _cli(["state", "verify", "--state-dir", str(tmp_path), "--shard", "3"], capsys)[0] == 1
+    rc, lines = _cli(["state", "verify", "--state-dir", str(tmp_path), "--shards", "4"], capsys)
+    assert rc == 3 and "holds 3 shard(s); the gateway is configured for 4" in lines[0], lines
     assert _cli(["state", "verify", "--state-dir", str(tmp_path / "missing")], capsys)[0] == 2
 
 
