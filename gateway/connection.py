@@ -25,23 +25,16 @@ import errno
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Coroutine
+from typing import Any
 
 from . import codec, frames, node_endpoints, rewrite, unreachable
+from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink
 from .logging import get_logger
 from .refusals import client_id_of
 from .sasl import SASL_APIS, ClientSasl
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import set_nodelay
-
-if TYPE_CHECKING:
-    from .config import GatewayConfig
-    from .limits import ConnectionLimits
-    from .metrics import GatewayMetrics
-    from .refusals import RefusalLog
-    from .unreachable import Replies
-    from .upstream import BrokerDirectory
 
 log = get_logger("gateway.connection")
 
@@ -49,8 +42,6 @@ _HEAD = struct.Struct(">hhi")
 # Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
 _LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
-# Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
-_UPSTREAM_FRAME_LIMIT = 2**31 - 1
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
 # Answers the gateway computes itself that one connection may have in progress at once. Kafka handles one
@@ -62,10 +53,6 @@ _LOW_PENDING = 256
 # at once for this long (doubling per failure up to the max) instead of each trying to connect again.
 _RELINK_BACKOFF_S = 0.25
 _RELINK_BACKOFF_MAX_S = 2.0
-
-# A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
-# (response header + body, without the size prefix).
-LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
 
 _REWRITTEN = frozenset(
     {
@@ -79,64 +66,6 @@ _REWRITTEN = frozenset(
 )
 # Produce v10+ / Fetch v16+: responses that may carry leader endpoints (KIP-951), walked without decoding.
 _ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
-
-
-class Slot:
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes | None = None) -> None:
-        self.data = data
-
-
-class UpstreamLink(asyncio.Protocol):
-    """The gateway's connection to one upstream broker on behalf of one client connection."""
-
-    def __init__(self, client: ClientConnection) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.buf = frames.FrameBuffer(_UPSTREAM_FRAME_LIMIT)
-        # (correlation id, slot, api key, api version, request frame) per forwarded request awaiting its
-        # response; the frame answers it with an error if the link breaks first.
-        self.inflight: deque[tuple[int, Slot, int, int, bytes]] = deque()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
-        self.transport = transport  # type: ignore[assignment]
-        set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        on_response = self.client.on_response
-        for f in self.buf.feed(data):
-            on_response(f)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.client.upstream_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.client.pause("upstream-backpressure")
-
-    def resume_writing(self) -> None:
-        self.client.resume("upstream-backpressure")
-
-
-class ConnectionHost(Protocol):
-    """What a client connection uses of the gateway that accepted it (gateway/server.py ``Gateway``), and
-    nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the set
-    of open connections. A connection never reaches listeners, shutdown or the group layer (which hands
-    it handlers through ``local_handlers``)."""
-
-    config: GatewayConfig
-    metrics: GatewayMetrics
-    limits: ConnectionLimits
-    directory: BrokerDirectory
-    refusals: RefusalLog
-    replies: Replies
-    local_handlers: dict[int, LocalHandler]
-    connections: set[ClientConnection]
-
-    def addr_of(self, node_id: int) -> tuple[str, int] | None:
-        """The address clients use for ``node_id`` (None: the gateway does not serve it)."""
-        ...
 
 
 class ClientConnection(asyncio.Protocol):
