@@ -32,9 +32,10 @@ from . import codec, frames, node_endpoints, rewrite, unreachable
 from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink
 from .logging import get_logger
 from .refusals import client_id_of
-from .sasl import SASL_APIS, ClientSasl
+from .sasl import SASL_APIS, SASL_HANDSHAKE, AuthenticationFailed, ClientSasl
+from .sasl_server import TerminatingSasl
 from .tls import connect_kwargs, note_upstream_failure
-from .upstream import set_nodelay
+from .upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
 
 log = get_logger("gateway.connection")
 
@@ -69,11 +70,11 @@ _ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, host: ConnectionHost, node_id: int | None) -> None:
-        self.host = host
+    def __init__(self, gateway: ConnectionHost, node_id: int | None) -> None:
+        self.gw = gateway
         self.node_id = node_id  # None: the bootstrap listener
         self.transport: asyncio.Transport | None = None
-        self.buf = frames.FrameBuffer(host.config.max_frame_bytes)
+        self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
         self._local = 0  # local answers in progress (_MAX_LOCAL)
         self.upstream: UpstreamLink | None = None
@@ -88,11 +89,11 @@ class ClientConnection(asyncio.Protocol):
         self._relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
         self._relink_backoff_s = _RELINK_BACKOFF_S
         # Counting on the request path: the gateway's counter objects, looked up once.
-        self.metrics = host.metrics
-        self._forwarded = host.metrics.forwarded
+        self.metrics = gateway.metrics
+        self._forwarded = gateway.metrics.forwarded
         # Limits (gateway/limits.py): the declared size of the request frame being read, reserved in the
         # gateway's request memory budget; traffic seen since the last idle sweep; the sweep's marks.
-        self.limits = host.limits
+        self.limits = gateway.limits
         self.reserved = 0
         self.active = True
         self.idle_since = 0.0
@@ -101,7 +102,15 @@ class ClientConnection(asyncio.Protocol):
         self.partial_since = 0.0
         # SASL listeners (gateway/sasl.py): the client's exchange with the cluster, followed to learn its
         # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
-        self.sasl: ClientSasl | None = ClientSasl() if host.config.listener_sasl() else None
+        # With listener_sasl_mode=terminate (gateway/sasl_server.py) the gateway answers the exchange itself
+        # and the upstream link authenticates with the gateway's own credentials.
+        terminator = gateway.sasl_terminator
+        self.sasl: ClientSasl | None = (
+            terminator.connection() if terminator is not None
+            else ClientSasl(gateway.config.sasl_oauthbearer_sub_claim_name) if gateway.config.listener_sasl()
+            else None
+        )
+        self.terminating = terminator is not None
 
     @property
     def principal(self) -> str | None:
@@ -118,7 +127,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.limits.admit(self):
             return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
-        self.host.connections.add(self)
+        self.gw.connections.add(self)
         self.metrics.connections_total += 1
         # Reading starts at once (local answers need no link); the link is opened ahead of the first
         # request for the cluster, which waits in _unlinked meanwhile.
@@ -131,7 +140,7 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(self.tasks.discard)
 
     async def _connect_upstream(self) -> None:
-        directory = self.host.directory
+        directory = self.gw.directory
         if self.node_id is None:
             targets = directory.candidates()
         else:
@@ -142,13 +151,22 @@ class ClientConnection(asyncio.Protocol):
         exhausted = False
         for host, port in targets:
             try:
-                _, link = await asyncio.wait_for(
-                    loop.create_connection(
-                        lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
-                    ),
-                    self.host.config.upstream_connect_timeout_s,
-                )
-            except (OSError, TimeoutError) as e:
+                if self.terminating:
+                    link = await asyncio.wait_for(self._open_authenticated(host, port),
+                                                  self.gw.config.upstream_connect_timeout_s)
+                else:
+                    _, link = await asyncio.wait_for(
+                        loop.create_connection(
+                            lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
+                        ),
+                        self.gw.config.upstream_connect_timeout_s,
+                    )
+            except UpstreamAuthError as e:
+                # The cluster refused the gateway's own credentials: says nothing about its reachability.
+                log.warning("upstream refused the gateway's credentials", peer=self.peer, error=str(e))
+                errors.append(str(e))
+                continue
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                 errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
                 if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
                     exhausted = True  # our own descriptors ran out: says nothing about the cluster
@@ -193,6 +211,26 @@ class ClientConnection(asyncio.Protocol):
             )
         self._answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
+    async def _open_authenticated(self, host: str, port: int) -> UpstreamLink:
+        """SASL termination: a link authenticated as the gateway itself, then handed to an UpstreamLink."""
+        try:
+            reader, writer, lifetime_ms = await open_authenticated(
+                host, port, self.gw.directory.tls, upstream_credentials(self.gw.config)
+            )
+        except AuthenticationFailed as e:
+            raise UpstreamAuthError(str(e)) from None
+        transport = writer.transport
+        link = UpstreamLink(self)
+        # The stream writer closes its transport when collected: the link keeps it while it lives.
+        link.writer = writer
+        transport.set_protocol(link)
+        link.connection_made(transport)
+        if lifetime_ms > 0:
+            # Move to a new link well before the broker's session ends (Kafka's clients re-authenticate
+            # at 85-95% of it); a request after the end would close the link.
+            link.renew_at = time.monotonic() + lifetime_ms * 0.85 / 1000
+        return link
+
     def close(self) -> None:
         if self.closed:
             return
@@ -203,7 +241,7 @@ class ClientConnection(asyncio.Protocol):
             self.upstream.transport.close()
         for t in list(self.tasks):
             t.cancel()
-        self.host.connections.discard(self)
+        self.gw.connections.discard(self)
         self._release()
 
     def _release(self) -> None:
@@ -224,10 +262,18 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def upstream_lost(self, link: UpstreamLink, exc: Exception | None) -> None:
-        if self.closed or link is not self.upstream:
+        if self.closed:
+            return
+        if link is not self.upstream:
+            # A link retired at the end of its SASL session (termination) that broke before answering all.
+            inflight = list(link.inflight)
+            link.inflight.clear()
+            if inflight:
+                self._answer_unlinked([(slot, frame, api_key, version, corr)
+                                       for corr, slot, api_key, version, frame in inflight])
             return
         self.upstream = None
-        if self.sasl is not None:
+        if self.sasl is not None and not self.terminating:
             # The client authenticated on that link, not on the next one: it must reconnect and authenticate
             # again (a broker also closes after a failed exchange or an expired session).
             log.info("upstream connection of a SASL client lost; closing the client connection",
@@ -252,14 +298,14 @@ class ClientConnection(asyncio.Protocol):
     def _answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
         """Answer requests the cluster could not be asked (gateway/unreachable.py); close the connection
         when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
-        host = self.host
+        gw = self.gw
         for slot, frame, api_key, version, corr in requests:
             payload = None
             # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
             # fatal to Java clients; a closed connection is retried, like a broker that is down.
             if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
-                    payload = unreachable.answer(frame, api_key, version, corr, host.replies, host.directory.api_ranges)
+                    payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
                 except (ValueError, struct.error, IndexError) as e:
                     # A request that does not read as its schema says (the broker would close too).
                     log.info("unreadable request while the upstream is unreachable", peer=self.peer,
@@ -316,7 +362,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             received = buf.feed(data)
         except frames.FrameTooLarge as e:
-            self.host.refusals.note(
+            self.gw.refusals.note(
                 self.peer, None, "frame-too-large",
                 f"a request frame of {e.size} bytes is over max_frame_bytes ({e.limit}); connection closed",
                 size=e.size, limit=e.limit,
@@ -337,7 +383,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
-            self.host.refusals.note(
+            self.gw.refusals.note(
                 self.peer, None, "frame-too-short",
                 f"a request of {len(frame) - 4} bytes cannot hold a request header; connection closed",
                 size=len(frame) - 4,
@@ -346,14 +392,18 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
-        if self.sasl is not None and not self._sasl_admits(frame, api_key, version):
-            return
-        rng = self.host.directory.api_ranges.get(api_key)
+        if self.sasl is not None:
+            if not self._sasl_admits(frame, api_key, version):
+                return
+            if self.terminating and api_key in SASL_APIS:
+                self._answer_sasl(frame, api_key, version)
+                return
+        rng = self.gw.directory.api_ranges.get(api_key)
         if rng is None:
             self.metrics.errors[-1] += 1
             # Kafka closes the connection on an api key it does not know: there is no response format
             # (not even a header version) to answer in.
-            self.host.refusals.note(
+            self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"unknown-api-key:{api_key}",
                 "an api key the gateway does not carry (not offered by the upstream, or its responses cannot "
                 "be rewritten); connection closed as Kafka does",
@@ -363,14 +413,14 @@ class ClientConnection(asyncio.Protocol):
             return
         if not rng[0] <= version <= rng[1]:
             self.metrics.errors[api_key] += 1
-            self.host.refusals.note(
+            self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
                 f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
                 api_key=api_key, api_version=version,
             )
             self._unsupported(api_key, version, corr, rng[1])
             return
-        handler = self.host.local_handlers.get(api_key)
+        handler = self.gw.local_handlers.get(api_key)
         if handler is not None:
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
             # coordinates); the others pass through to the upstream as usual.
@@ -384,7 +434,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
-                self.host.refusals.note(
+                self.gw.refusals.note(
                     self.peer, client_id_of(frame), "unparseable-produce",
                     f"Produce v{version} request whose acks cannot be read ({e}); connection closed",
                     api_key=api_key, api_version=version,
@@ -400,6 +450,9 @@ class ClientConnection(asyncio.Protocol):
             if len(self.pending) >= _MAX_PENDING:
                 self.pause("pending")
         link = self.upstream
+        if link is not None and link.renew_at is not None and time.monotonic() >= link.renew_at:
+            self._retire(link)
+            link = None
         if link is not None and link.transport is not None:
             self._write_upstream(link, frame, slot, api_key, version, corr)
             return
@@ -412,13 +465,50 @@ class ClientConnection(asyncio.Protocol):
             self._linking = True
             self._spawn(self._connect_upstream())
 
+    def _retire(self, link: UpstreamLink) -> None:
+        """SASL termination: the link's session is about to end; later requests go to a new link, and
+        this one closes once it answered what it carries."""
+        self.upstream = None
+        if not link.inflight and link.transport is not None:
+            link.transport.close()
+
+    def _answer_sasl(self, frame: bytes, api_key: int, version: int) -> None:
+        """SASL termination: the gateway answers the client's SaslHandshake / SaslAuthenticate."""
+        sasl = self.sasl
+        assert isinstance(sasl, TerminatingSasl)
+        slot = Slot()
+        self.pending.append(slot)
+
+        async def run() -> None:
+            try:
+                out = await sasl.answer(api_key, version, frame[4:], int(time.monotonic() * 1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("SASL request could not be answered; closing", peer=self.peer, api_key=api_key)
+                self.close()
+                return
+            slot.data = frames.frame(out)
+            self.metrics.local[api_key] += 1
+            if sasl.state == "failed":
+                log.info("client SASL authentication refused", peer=self.peer, mechanism=sasl.mechanism,
+                         reason=sasl.refusal)
+            elif sasl.authenticated and api_key != SASL_HANDSHAKE:
+                log.debug("client authenticated", peer=self.peer, principal=sasl.principal,
+                          mechanism=sasl.mechanism, reauthentications=sasl.reauthentications)
+            self._flush()
+            if sasl.state == "failed" and not self.pending:
+                self.close()  # as a broker does after a failed exchange (the answer is written first)
+
+        self._spawn(run())
+
     def _sasl_admits(self, frame: bytes, api_key: int, version: int) -> bool:
         """Kafka's server-side SASL states: a request the connection may not send now closes it."""
         assert self.sasl is not None
         verdict = self.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
         if verdict.ok:
             return True
-        self.host.refusals.note(
+        self.gw.refusals.note(
             self.peer, client_id_of(frame), "sasl-state",
             f"{verdict.reason}; connection closed as Kafka does", api_key=api_key, api_version=version,
         )
@@ -462,7 +552,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
         except frames.FrameError as e:
-            self.host.refusals.note(
+            self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
                 f"v{version} request header does not parse ({e}); connection closed",
                 api_key=api_key, api_version=version,
@@ -504,10 +594,11 @@ class ClientConnection(asyncio.Protocol):
 
     # --- responses -------------------------------------------------------------------------------------
 
-    def on_response(self, frame: bytes) -> None:
+    def on_response(self, frame: bytes, link: UpstreamLink | None = None) -> None:
         if self.closed:
             return
-        link = self.upstream
+        if link is None:
+            link = self.upstream
         assert link is not None
         corr = _INT32.unpack_from(frame, 4)[0]
         if not link.inflight or link.inflight[0][0] != corr:
@@ -515,6 +606,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         _, slot, api_key, version, request = link.inflight.popleft()
+        if link is not self.upstream and not link.inflight and link.transport is not None:
+            link.transport.close()  # a retired link (SASL termination) has answered everything
         if self.sasl is not None and api_key in SASL_APIS:
             was = self.sasl.principal if self.sasl.authenticated else None
             self.sasl.on_response(api_key, version, frame[4:], int(time.monotonic() * 1000))
@@ -527,7 +620,7 @@ class ClientConnection(asyncio.Protocol):
         first = _ENDPOINTS_FROM.get(api_key)
         if first is not None and version >= first:
             try:
-                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.host.addr_of)
+                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.gw.addr_of)
             except Exception:
                 log.exception(
                     "cannot read leader endpoints of a response; closing",
@@ -543,7 +636,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 payload = self._rewrite(api_key, version, frame[4:])
                 if api_key in unreachable.REPLAYED:
-                    self.host.replies.remember(request, payload)
+                    self.gw.replies.remember(request, payload)
                 frame = frames.frame(payload)
             except Exception:
                 # Never pass on a response that may still carry upstream addresses.
@@ -556,12 +649,12 @@ class ClientConnection(asyncio.Protocol):
         self._flush()
 
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
-        directory = self.host.directory
+        directory = self.gw.directory
         if api_key == codec.API_VERSIONS:
             result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
             directory.note_narrowed(result.narrowed)
             return result.payload
-        result = rewrite.REWRITERS[api_key](payload, version, self.host.addr_of)
+        result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
         if result.brokers is not None:
             directory.observe(result.brokers)
         return result.payload

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .limits import ConnectionLimits
     from .metrics import GatewayMetrics
     from .refusals import RefusalLog
+    from .sasl_server import Terminator
     from .unreachable import Replies
     from .upstream import BrokerDirectory
 
@@ -45,6 +46,10 @@ class UpstreamLink(asyncio.Protocol):
         # (correlation id, slot, api key, api version, request frame) per forwarded request awaiting its
         # response; the frame answers it with an error if the link breaks first.
         self.inflight: deque[tuple[int, Slot, int, int, bytes]] = deque()
+        # SASL termination: when the session the gateway's credentials got on this link ends (KIP-368,
+        # time.monotonic); requests go to a fresh link from then on. None: no lifetime.
+        self.renew_at: float | None = None
+        self.writer: asyncio.StreamWriter | None = None  # when the link began as a stream (termination)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
@@ -54,7 +59,7 @@ class UpstreamLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         on_response = self.client.on_response
         for f in self.buf.feed(data):
-            on_response(f)
+            on_response(f, self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.upstream_lost(self, exc)
@@ -68,8 +73,8 @@ class UpstreamLink(asyncio.Protocol):
 
 class ConnectionHost(Protocol):
     """What a client connection uses of the gateway that accepted it (gateway/server.py ``Gateway``), and
-    nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the set
-    of open connections. A connection never reaches listeners, shutdown or the group layer (which hands
+    nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the SASL
+    terminator, the set of open connections. A connection never reaches listeners, shutdown or the group layer (which hands
     it handlers through ``local_handlers``)."""
 
     config: GatewayConfig
@@ -80,6 +85,7 @@ class ConnectionHost(Protocol):
     replies: Replies
     local_handlers: dict[int, LocalHandler]
     connections: set[ClientConnection]
+    sasl_terminator: Terminator | None  # SASL termination (gateway/sasl_server.py); None: passthrough
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         """The address clients use for ``node_id`` (None: the gateway does not serve it)."""

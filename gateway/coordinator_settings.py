@@ -168,8 +168,30 @@ class CoordinatorSettings(BaseModel):
             "consumer_max_assignment_interval_ms", "group.consumer.max.assignment.interval.ms"
         ),
     )
+    # KIP-1263: compute large groups' target assignments on worker threads instead of the event loop
+    # (docs/gateway.md, "Assignment offload").
+    consumer_assignor_offload_enable: bool = Field(
+        default=True,
+        validation_alias=_kafka("consumer_assignor_offload_enable", "group.consumer.assignor.offload.enable"),
+    )
+    # groupgate's own: offload only a group of at least this many members x subscribed partitions;
+    # smaller ones compute inline (measured: well under 5 ms), so their members get it in the same answer.
+    consumer_assignor_offload_min_size: int = Field(
+        default=1_000_000,
+        ge=0,
+        validation_alias=_kafka(
+            "consumer_assignor_offload_min_size", "group.consumer.assignor.offload.min.size"
+        ),
+    )
+    # Kafka's worker threads for offloaded assignments (and regex resolution, which groupgate does inline).
+    background_threads: int = Field(
+        default=2,
+        ge=1,
+        validation_alias=_kafka("background_threads", "group.coordinator.background.threads"),
+    )
     # Kafka's dynamic group configs, per managed group: {group id: {"consumer.session.timeout.ms" |
-    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. IncrementalAlterConfigs
+    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms" | "consumer.assignor.offload.enable"
+    # (true / false): value}}. IncrementalAlterConfigs
     # passes through to the cluster, which stores them; the gateway reads them back from the cluster
     # (gateway/cluster_group_configs.py). A value here overrides the cluster's for that group and name.
     group_configs: dict[str, dict[str, int]] = Field(default_factory=dict)
@@ -352,6 +374,8 @@ class CoordinatorSettings(BaseModel):
             min_heartbeat_interval_ms=self.consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms=self.consumer_max_heartbeat_interval_ms,
             group_configs={gid: dict(c) for gid, c in self.group_configs.items()},
+            offload_enable=self.consumer_assignor_offload_enable,
+            offload_min_size=self.consumer_assignor_offload_min_size,
         )
         service = GroupServiceConfig(
             migration_policy=self.migration_policy,

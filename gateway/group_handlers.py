@@ -176,13 +176,14 @@ class GroupHandlers:
                     found[g.group_id] = gc.described_group(g)
         # Managed ids the gateway holds no state for are asked of the cluster too (offsets-only groups);
         # the gateway's own answer stands when the cluster cannot be asked.
-        for g in ids:
-            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
-                up = await self.cluster.describe(gc.CONSUMER_GROUP_DESCRIBE, g, version)
-                if g not in found or up.error_code == Errors.NONE:
-                    found[g] = up
-                if self.managed(g):
-                    consumer_as_offsets_only(found[g])
+        ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
+        cluster = await self.cluster.describe_many(gc.CONSUMER_GROUP_DESCRIBE, ask, version)
+        for g in ask:
+            up = cluster[g]
+            if g not in found or up.error_code == Errors.NONE:
+                found[g] = up
+            if self.managed(g):
+                consumer_as_offsets_only(found[g])
         return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
 
     async def describe_groups(self, ctx: RequestContext, msg: Any) -> Any:
@@ -198,15 +199,16 @@ class GroupHandlers:
         # A managed id the gateway holds no state for may still be a group of the cluster (offsets-only,
         # share, streams): the cluster describes it, as it would without the gateway; the gateway's own
         # answer (Dead) stands when the cluster cannot be asked.
-        for g in ids:
-            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
-                up = await self.cluster.describe(gc.DESCRIBE_GROUPS, g, version)
-                # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
-                # share or streams group); the gateway's when the cluster could not be asked.
-                if g not in found or up.error_code != Errors.COORDINATOR_NOT_AVAILABLE:
-                    found[g] = up
-                if self.managed(g):
-                    classic_as_offsets_only(found[g])
+        ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
+        cluster = await self.cluster.describe_many(gc.DESCRIBE_GROUPS, ask, version)
+        for g in ask:
+            up = cluster[g]
+            # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
+            # share or streams group); the gateway's when the cluster could not be asked.
+            if g not in found or up.error_code != Errors.COORDINATOR_NOT_AVAILABLE:
+                found[g] = up
+            if self.managed(g):
+                classic_as_offsets_only(found[g])
         return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
 
     async def list_groups(self, ctx: RequestContext, msg: Any) -> Any:

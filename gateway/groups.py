@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -122,6 +123,11 @@ class GroupLayer:
 
             store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
             where = f"topic {settings.state_topic}"
+        # KIP-1263 offload: large groups' target computations run here, off the event loop (its threads
+        # start on first use; a group's consumer.assignor.offload.enable may turn offload on for it alone).
+        self.assignors = concurrent.futures.ThreadPoolExecutor(
+            settings.background_threads, thread_name_prefix="groupgate-assignor"
+        )
         self.runtime = CoordinatorRuntime(
             settings.state_topic_num_partitions,
             new_service=self._new_service,
@@ -131,6 +137,7 @@ class GroupLayer:
             stats=self.stats,
             counters=self.counters,
             where=where,
+            offload_executor=self.assignors,
         )
         self.cluster = ClusterGroups(
             self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
@@ -242,6 +249,8 @@ class GroupLayer:
 
     async def stop(self) -> None:
         await self.runtime.stop()
+        # A computation still running finishes on its thread; its result is never installed.
+        self.assignors.shutdown(wait=False, cancel_futures=True)
         self.client.close()
         self.forward.close()
         if self.events is not None:

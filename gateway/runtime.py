@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from translate.group_config import Outcome, encode_any_record
 from translate.group_service import GroupService
@@ -130,10 +132,8 @@ class Shard:
         key = next(self.rt.keys)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[key] = fut
-        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
-        self.locks[group_id] = (lock, users + 1)
         try:
-            async with lock:
+            async with self.turn(group_id):
                 await self.rt.ready.wait()
                 await self.rt.confirm_if_stalled()
                 if prepare is not None:
@@ -144,12 +144,6 @@ class Shard:
         except BaseException:
             self.waiting.pop(key, None)
             raise
-        finally:
-            lock, users = self.locks[group_id]
-            if users <= 1:
-                del self.locks[group_id]
-            else:
-                self.locks[group_id] = (lock, users - 1)
         try:
             await self.release(result)
             return await fut
@@ -158,10 +152,32 @@ class Shard:
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
+    @contextlib.asynccontextmanager
+    async def turn(self, group_id: str) -> AsyncIterator[None]:
+        """The group's turn: its requests (and an offloaded assignment's install) one at a time, in
+        arrival order."""
+        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
+        self.locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self.locks[group_id]
+            if users <= 1:
+                del self.locks[group_id]
+            else:
+                self.locks[group_id] = (lock, users - 1)
+
     def apply(self, result: Outcome) -> None:
-        """Append the records (made durable by ``release``) and apply the timer changes.
+        """Append the records (made durable by ``release``) and apply the timer changes; start the
+        target computations the call handed over (KIP-1263 offload).
 
         A failed append unloads the shard (the service already holds the change): ShardUnloaded."""
+        jobs = self.service.take_assignment_jobs()
+        if jobs:
+            service = self.service
+            for job in jobs:
+                self.rt.spawn(self._offload(service, job))
         if result.records:
             self.rt.stats.records(result.records)
             if self.log is not None:
@@ -219,6 +235,39 @@ class Shard:
                 self.unload(e, log_)
                 raise ShardUnloaded(str(e)) from e
         self.check_loaded()
+
+    # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
+
+    async def _offload(self, service: GroupService, job: AssignmentJob) -> None:
+        """Compute ``job`` on a worker thread while the loop serves everyone else, then install it in
+        the group's turn like any other change: its records are appended to the shard's log, and what
+        a member is told of the new target comes in a later answer, released after that log's sync.
+        The install discards a result computed from a group that changed meanwhile."""
+        counters = self.rt.counters
+        counters["assignments_offloaded"] += 1
+        loop = asyncio.get_running_loop()
+        try:
+            assignment = await loop.run_in_executor(self.rt.offload_executor, job.run)
+        except asyncio.CancelledError:
+            service.abandon_assignment(job)
+            raise
+        except Exception:
+            counters["assignments_failed"] += 1
+            log.exception("offloaded target assignment failed; the group computes again on its next heartbeat",
+                          group=job.group_id, shard=self.index)
+            service.abandon_assignment(job)
+            return
+        try:
+            async with self.turn(job.group_id):
+                await self.rt.confirm_if_stalled()
+                if self.unloaded is not None or self.service is not service:
+                    return  # the memory it was computed from is gone; the reloaded groups compute anew
+                installed, result = service.install_assignment(job, assignment, self.rt.now())
+                counters["assignments_installed" if installed else "assignments_discarded"] += 1
+                self.apply(result)
+            await self.release(result)
+        except ShardUnloaded:
+            return
 
     # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
 
@@ -377,6 +426,7 @@ class CoordinatorRuntime:
         counters: Any = None,
         where: str | None = None,
         now: Callable[[], int] = now_ms,
+        offload_executor: concurrent.futures.Executor | None = None,
     ) -> None:
         if store is not None and store.shards != shards:
             raise ValueError(f"the store has {store.shards} shards, the runtime {shards}")
@@ -389,6 +439,9 @@ class CoordinatorRuntime:
         self.counters: collections.Counter[str] = counters if counters is not None else collections.Counter()
         self.where = where  # for log lines: the state dir or topic
         self.now = now
+        # Where offloaded target computations run (None: the loop's default executor). Owned by the
+        # caller, which shuts it down.
+        self.offload_executor = offload_executor
         self.ready = asyncio.Event()
         self.keys = itertools.count(1)
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard

@@ -257,3 +257,81 @@ async def test_a_streams_groups_id_is_refused_while_it_has_members_and_given_up_
         assert layer.has_state("orders-app") and "orders-app" not in layer.foreign
     finally:
         await layer.stop()
+
+
+class TwoCoordinators(Cluster):
+    """A cluster whose groups are coordinated by two brokers (by the id's first letter); the layer's
+    client finds them with ``coordinator`` and asks each with ``send``."""
+
+    def __init__(self, groups: list[Any]) -> None:
+        super().__init__(groups)
+        self.batches: list[tuple[tuple[str, int], list[str]]] = []
+        self.moved: set[str] = set()  # answered NOT_COORDINATOR in a batch (then asked alone)
+
+    def install(self, layer: Any) -> None:
+        super().install(layer)
+        for client in (layer.client, layer.forward):
+            client.coordinator = self.coordinator
+            client.send = self.send
+
+    async def coordinator(self, group_id: str) -> tuple[str, int]:
+        return ("broker-a", 1) if group_id < "m" else ("broker-b", 2)
+
+    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
+        if api_key == codec.SHARE_GROUP_DESCRIBE:
+            self.batches.append((addr, list(msg.group_ids)))
+            cls = codec.RESPONSES[api_key][version]
+            return cls(groups=[
+                cls.Groups(group_id=g, error_code=NOT_COORDINATOR if g in self.moved else 0, group_state="Stable",
+                           group_epoch=len(g))
+                for g in msg.group_ids
+            ])  # fmt: skip
+        assert api_key == gc.DESCRIBE_GROUPS
+        self.batches.append((addr, list(msg.groups)))
+        r = await Cluster.to_coordinator(self, "", api_key, version, msg, None)
+        self.sent.pop()  # ``sent`` keeps the requests asked one group at a time
+        for g in r.groups:
+            if g.group_id in self.moved:
+                g.error_code = NOT_COORDINATOR
+        return r
+
+
+async def test_groups_only_the_cluster_holds_are_described_in_one_request_per_coordinator() -> None:
+    layer = await started()
+    ids = ["apples", "bananas", "cherries", "mangoes", "plums"]
+    cluster = TwoCoordinators([_listed(g, "consumer", "Empty", "classic") for g in ids])
+    cluster.moved = {"plums"}
+    cluster.install(layer)
+    try:
+        got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+            groups=ids, include_authorized_operations=False,
+        ))  # fmt: skip
+        # Every id answered, in the order asked, as the cluster describes it.
+        assert [(g.group_id, g.error_code, g.group_state) for g in got.groups] == [(g, 0, "Empty") for g in ids]
+        # One DescribeGroups per coordinator for all its ids, not one per id ...
+        assert sorted(cluster.batches) == [
+            (("broker-a", 1), ["apples", "bananas", "cherries"]),
+            (("broker-b", 2), ["mangoes", "plums"]),
+        ]
+        # ... and only the id whose coordinator moved is asked again alone (looked up afresh).
+        assert [(gid, api) for gid, api, _ in cluster.sent] == [("plums", gc.DESCRIBE_GROUPS)]
+    finally:
+        await layer.stop()
+
+
+async def test_share_groups_are_described_in_one_request_per_coordinator_and_merged_in_order() -> None:
+    layer = await started()
+    cluster = TwoCoordinators([])
+    cluster.moved = {"zz"}
+    cluster.install(layer)
+    try:
+        req = ShareGroupDescribeRequest[1](group_ids=["x", "bb", "a", "zz"], include_authorized_operations=False)
+        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        assert [(g.group_id, g.error_code, g.group_epoch) for g in got.groups] == [
+            ("x", 0, 1), ("bb", 0, 2), ("a", 0, 1), ("zz", 0, 2),
+        ]
+        assert sorted(cluster.batches) == [(("broker-a", 1), ["bb", "a"]), (("broker-b", 2), ["x", "zz"])]
+        # The moved one alone, looked up again.
+        assert [(gid, list(m.group_ids)) for gid, _, m in cluster.sent] == [("zz", ["zz"])]
+    finally:
+        await layer.stop()
