@@ -168,6 +168,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await stop.wait()
     finally:
         log.info("shutting down")
+        if layer is not None:
+            await layer.leave_fleet()  # hand the shards over while clients are still connected
         await gw.stop()
         if layer is not None:
             await layer.stop()

@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.errors import Errors
 from translate.classic_messages import JoinGroupRequest
 from translate.embedded import subscribed_topics
-from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse
+from translate.group_messages import DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
 
 from . import codec
 from . import group_codec as gc
@@ -50,6 +50,9 @@ class GroupHandlers:
         self.managed = managed
         self.home_node = home_node
         self.addr_of = addr_of
+        # Several instances (gateway/membership.py): the coordinator node (id, host, port) of the instance
+        # owning a shard, the same in every instance's answers; None while the shard is in transit.
+        self.fleet_coordinator: Callable[[int], tuple[int, str, int] | None] | None = None
         # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
         # (gateway/cluster_group_configs.py). None: nothing to do first.
         self.before_join: Callable[[str], Awaitable[None]] | None = None
@@ -99,9 +102,17 @@ class GroupHandlers:
         node = self.home_node()
         addr = self.addr_of(node) if node is not None else None
         answers = []
+        fleet = self.fleet_coordinator
         for k in keys:
             if k in upstream:
                 answers.append(upstream[k])
+            elif fleet is not None:
+                shard = self.runtime.shard_for(k)
+                owner = fleet(shard.index)
+                if owner is None or (shard.owned and shard.unloaded is not None):
+                    answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "the group's shard is being handed over"))
+                else:
+                    answers.append((k, owner[0], owner[1], owner[2], 0, None))
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
             elif self.runtime.shard_for(k).unloaded is not None:
@@ -144,6 +155,21 @@ class GroupHandlers:
         body = await self.call(request.group_id, request)
         self.adoption.after_classic(request, body)
         return gc.leave_group_response(body, ctx.api_version)
+
+    # --- streams groups (KIP-1071): the cluster's, but an id the gateway holds is decided here ----------
+
+    async def streams_join_refused(self, group_id: str) -> bool:
+        """KIP-1071's offline migration, as Kafka 4.3.1 decides it for a streams member's first heartbeat
+        (``getOrCreateStreamsGroup``): an empty classic group of that id gives way (the gateway deletes
+        its state of it; the committed offsets are the cluster's and stay, for the streams group to
+        resume from); a classic group with members, or a consumer group, keeps the id: refused."""
+        kind = self.runtime.group_kind(group_id)
+        if kind is None:
+            return False
+        if kind == "classic":
+            reply: DeleteGroupsResponse = await self.call(group_id, DeleteGroupsRequest([group_id]))
+            return Errors.of(reply.results[0].error_code) not in (Errors.NONE, Errors.GROUP_ID_NOT_FOUND)
+        return True
 
     # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
 

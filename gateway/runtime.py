@@ -52,6 +52,8 @@ TopicImage = Mapping[str, Any]
 
 
 _PARALLEL_LOADS = 8  # shards opened at once when the runtime loads
+# Why a shard is not served while another instance of the fleet owns it (gateway/membership.py).
+NOT_OWNED = "the shard is served by another instance of the fleet"
 
 
 class ShardUnloaded(Exception):
@@ -99,6 +101,10 @@ class Shard:
         self.unloaded: str | None = None  # why, while the shard is not served from memory
         self.fenced = False
         self.reload_task: asyncio.Task[None] | None = None
+        # False while another instance of the fleet owns the shard (gateway/membership.py); draining while
+        # it is being handed over: no new request is taken, the ones in flight finish.
+        self.owned = True
+        self.draining = False
         # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
         self.closed_totals = (0, 0, 0)
 
@@ -124,6 +130,8 @@ class Shard:
     def check_loaded(self) -> None:
         if self.unloaded is not None:
             raise ShardUnloaded(self.unloaded)
+        if self.draining:
+            raise ShardUnloaded("the shard is being handed over to another instance of the fleet")
 
     # --- one request -----------------------------------------------------------------------------------
 
@@ -410,6 +418,70 @@ class Shard:
             raise
         self.check_loaded()
 
+    # --- ownership in a fleet: taking a shard over and handing it over ---------------------------------
+
+    async def take_over(self) -> None:
+        """Serve this shard: open it (which fences every older writer of it, the instance that held it
+        before included), replay it, re-arm its timers. Until then its groups are answered NOT_COORDINATOR.
+        A load that fails is retried in the background with backoff, as after a failed write."""
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        self.owned, self.fenced, self.draining = True, False, False
+        try:
+            await self.reload()
+        except ShardUnloaded:
+            pass  # unload() has scheduled the retries (or the shard was fenced meanwhile)
+        except Exception as e:  # noqa: BLE001 - stays unserved and tries again
+            # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
+            # the assignment is the cluster's word, so open it again (a second fence ends the retries).
+            self.drop_memory()
+            self.unloaded = f"{type(e).__name__}: {e}"
+            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=self.unloaded)
+            self.reload_task = self.rt.spawn(self._reload_forever())
+
+    async def hand_over(self, timeout_s: float) -> None:
+        """Hand the shard over: take no new request, let the ones in flight finish and flush what they
+        appended, answer parked requests NOT_COORDINATOR (their members rejoin at the new owner), then drop
+        the memory. Returns once nothing of the shard is served or written by this instance any more;
+        what was not durable within ``timeout_s`` is dropped (never acknowledged, so never relied on)."""
+        self.owned = False
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        if self.unloaded is not None:  # not served anyway (never loaded, failed, fenced)
+            self.drop_memory()
+            self.unloaded, self.fenced = NOT_OWNED, False
+            return
+        self.draining = True
+        for h in self.timers.values():  # the new owner re-arms them from the records
+            h.cancel()
+        self.timers.clear()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Requests holding or queued on a group's turn: the draining check turns new ones away at once;
+        # one already in the service appends its records before it lets go of the turn.
+        while self.locks and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        log_ = self.log
+        if log_ is not None:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await log_.sync()
+            except Exception as e:  # noqa: BLE001 - what was not committed was never acknowledged
+                _say(log.warning, "shard handed over with appends not flushed", shard=self.index, error=repr(e))
+        for _ in range(3):  # the responses that sync released reach their requests before the unload
+            await asyncio.sleep(0)
+        gone = ShardUnloaded(NOT_OWNED)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()
+        self.waiting.clear()
+        self.unloaded = NOT_OWNED
+        self.draining = False
+        self.drop_memory()
+        self.service = self.rt.new_service()  # the old one's memory goes now, not at the next load
+        self.calls = self.rt.calls_for(self.service, self.index)
+
 
 class CoordinatorRuntime:
     """The shards and what spans them: placement, load, fan-out of cross-shard work, the clock."""
@@ -483,7 +555,7 @@ class CoordinatorRuntime:
             async with gate:
                 return await shard.load()
 
-        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None))
+        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None and s.owned))
         replayed = sum(counts)
         log.info("group state replayed", state=self.where, shards=self.shard_count, records=replayed)
         return replayed
@@ -511,6 +583,36 @@ class CoordinatorRuntime:
                 shard.drop_memory()
         if self.store is not None:
             await self.store.close()
+
+    # --- ownership in a fleet (gateway/membership.py) ------------------------------------------------
+
+    def serve_only_owned(self) -> None:
+        """Before ``load``: own no shard until ``acquire`` is called for it (several instances split the
+        shards); the others are answered NOT_COORDINATOR."""
+        for shard in self.shards:
+            if shard.log is None:
+                shard.owned = False
+                shard.unloaded = NOT_OWNED
+
+    def held(self) -> list[int]:
+        """The shards this instance owns (served, being loaded, or failed and being re-read)."""
+        return [s.index for s in self.shards if s.owned]
+
+    async def acquire(self, indices: Sequence[int]) -> None:
+        gate = asyncio.Semaphore(_PARALLEL_LOADS)
+
+        async def one(shard: Shard) -> None:
+            async with gate:
+                await shard.take_over()
+
+        await asyncio.gather(*(one(self.shards[i]) for i in indices))
+        if indices:
+            log.info("shards taken over", shards=sorted(indices), held=self.held())
+
+    async def release(self, indices: Sequence[int], timeout_s: float) -> None:
+        await asyncio.gather(*(self.shards[i].hand_over(timeout_s) for i in indices))
+        if indices:
+            log.info("shards handed over", shards=sorted(indices), held=self.held())
 
     # --- stalls: proving ownership before serving from memory (gateway/stall_check.py) -------------
 
@@ -545,7 +647,7 @@ class CoordinatorRuntime:
         """A read-only request on the shards holding ``group_ids`` (every served shard for None): the
         response bodies, in shard order, released once what they show is durable."""
         if group_ids is None:
-            targets = [(s, []) for s in self.shards if not s.fenced]
+            targets = [(s, []) for s in self.shards if not s.fenced and s.owned]
         else:
             targets = [(self.shards[n], ids) for n, ids in self.by_shard(group_ids).items()]
         await self.ready.wait()
@@ -625,7 +727,7 @@ class CoordinatorRuntime:
     @property
     def unloaded(self) -> str | None:
         """Why the first unloaded shard is (None: every shard is served)."""
-        return next((s.unloaded for s in self.shards if s.unloaded is not None), None)
+        return next((s.unloaded for s in self.shards if s.unloaded is not None and s.owned), None)
 
     def log_totals(self) -> dict[str, int]:
         """Summed over the shards' logs, for /metrics."""
@@ -641,4 +743,4 @@ class CoordinatorRuntime:
         return out
 
 
-__all__ = ["CoordinatorRuntime", "GroupCalls", "Shard", "ShardUnloaded", "now_ms"]
+__all__ = ["NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardUnloaded", "now_ms"]
