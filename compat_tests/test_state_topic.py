@@ -409,3 +409,61 @@ async def test_state_import_copies_a_state_dir_idempotently_and_inspect_export_r
 async def _cli_lines(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]:
     assert await asyncio.to_thread(cli_main, argv) == 0
     return [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+async def test_state_verify_inspect_export_read_the_topic_and_name_a_corrupted_record(
+    kafka: KafkaCluster, names: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the session's single broker: what a store wrote verifies clean and reads back in the file format;
+    a garbage value produced under a valid key makes verify fail naming the shard and offset."""
+    import confluent_kafka
+
+    topic = names("state")
+    groups = [f"{topic}-g{i}" for i in range(6)]
+    store = _store(kafka, topic)  # type: ignore[arg-type]
+    await store.open()
+    written: dict[int, list[Record]] = {}
+    for g in groups:
+        kv = consumer_codec.encode(rec.Record(rec.RecordType.GROUP_METADATA, g, None, rec.GroupMetadataValue(5)))
+        written.setdefault(shard_of(g, SHARDS), []).append(Record(*kv))
+    for shard, records in written.items():
+        log = await store.open_shard(shard)
+        log.append(records)
+        await log.sync()
+    await store.close()
+    capsys.readouterr()  # the store's own log lines
+    where = ["--upstream", kafka.bootstrap, "--topic", topic]
+
+    verified = [json.loads(line) for line in await _cli_lines(capsys, ["state", "verify", *where, "--shards",
+                                                                       str(SHARDS), "--json"])]
+    assert [(v["shard"], v["records"], v["groups"], v["problems"]) for v in verified] == [
+        (s, len(written.get(s, [])), len(written.get(s, [])), []) for s in range(SHARDS)
+    ]
+    exported = [json.loads(line) for line in await _cli_lines(capsys, ["state", "export", *where])]
+    assert {(e["shard"], e["group_id"], e["type"]) for e in exported} == {
+        (shard_of(g, SHARDS), g, "GROUP_METADATA") for g in groups
+    }
+    shard = shard_of(groups[0], SHARDS)
+    inspected = [json.loads(line) for line in await _cli_lines(capsys, ["state", "inspect", *where, "--shard",
+                                                                        str(shard)])]
+    assert [(i["group_id"], i["value"]["epoch"]) for i in inspected] == [
+        (consumer_codec.decode(r.key, r.value).group_id, 5) for r in written[shard]
+    ]
+    assert all(isinstance(i["offset"], int) for i in inspected)
+
+    # The gateway is configured for another shard count: the topic does not match it.
+    assert await asyncio.to_thread(cli_main, ["state", "verify", *where, "--shards", str(SHARDS + 1)]) == 3
+    assert f"has {SHARDS} partitions; the gateway is configured for {SHARDS + 1} shards" in capsys.readouterr().out
+
+    # A plain (non-transactional) producer writes a garbage value under a valid key.
+    delivered: list[int] = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    producer.produce(topic, key=written[shard][0].key, value=b"\xff\xff garbage", partition=shard,
+                     on_delivery=lambda err, msg: delivered.append(msg.offset()) if err is None else None)
+    assert await asyncio.to_thread(producer.flush, 10) == 0
+    (bad_offset,) = delivered
+    assert await asyncio.to_thread(cli_main, ["state", "verify", *where, "--shards", str(SHARDS)]) == 3
+    out = capsys.readouterr().out
+    assert f"shard {shard}: {len(written[shard]) + 1} records" in out and "1 problem" in out, out
+    assert f"problem: offset {bad_offset}: the value of a GROUP_METADATA record of group '{groups[0]}' does not decode" in out
+    assert out.count("no problems") == SHARDS - 1

@@ -1,7 +1,7 @@
 """groupgate: coordinator layer — the KIP-848 consumer group coordinator, sans-I/O.
 
 Entry point: ``coordinator.service.ConsumerGroupCoordinator`` (see its docstring for how gateway/ and
-translate/ call it). Every call takes ``now_ms`` and returns ``Result(response, records, timers)``.
+translate/ call it). Every call takes ``now_ms`` and returns an ``Outcome`` (response, records, timers).
 
 Modules:
 - ``messages``: decoded ConsumerGroupHeartbeat request/response (v0-v1), independent of the wire codec.

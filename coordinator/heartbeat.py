@@ -1,6 +1,6 @@
 """ConsumerGroupHeartbeat v0/v1 handling (KIP-848 "ConsumerGroupHeartbeat API", as Kafka 4.x ships it).
 
-``heartbeat(state, request, now_ms) -> Result[ConsumerGroupHeartbeatResponse]``. Order of work:
+``heartbeat(state, request, now_ms) -> Outcome[ConsumerGroupHeartbeatResponse]``. Order of work:
 validation -> leave (-1 / static -2) -> member lookup and fencing -> subscription update (epoch bump)
 -> target assignment -> reconciliation -> session timer -> response. The steady-state heartbeat (a
 member at the target epoch with nothing to change) takes a short path with no records.
@@ -32,7 +32,8 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import Assignment, ConsumerGroup, ConsumerGroupMember, MemberState
-from coordinator.state import NO_RECORDS, CoordinatorState, Result, Tx
+from coordinator.outcome import Outcome
+from coordinator.state import CoordinatorState, Tx
 from coordinator.timers import SESSION, ScheduleTimer, rebalance_key, session_key
 
 _STABLE = MemberState.STABLE
@@ -132,7 +133,7 @@ def session_timeout_of(st: CoordinatorState, member: ConsumerGroupMember, group_
     return st.config.session_timeout_for(group_id) if cm is None else cm.session_timeout_ms
 
 
-def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Outcome[ConsumerGroupHeartbeatResponse]:
     epoch = req.member_epoch
     # Steady state: a known member at the group's target epoch, nothing to change.
     if (
@@ -160,10 +161,9 @@ def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: 
                 and req.group_id  # validation: a non-empty group id
                 and mid
             ):
-                return Result(
+                return Outcome(
                     ConsumerGroupHeartbeatResponse(0, None, mid, epoch, st.config.heartbeat_interval_for(req.group_id)),
-                    NO_RECORDS,
-                    (ScheduleTimer((SESSION, req.group_id, mid), now_ms + session_timeout_of(st, member, req.group_id)),),
+                    timers=[ScheduleTimer((SESSION, req.group_id, mid), now_ms + session_timeout_of(st, member, req.group_id))],
                 )
     try:
         validate(st, req)
@@ -171,10 +171,10 @@ def heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: 
             return _leave(st, req, now_ms)
         return _heartbeat(st, req, now_ms)
     except ApiError as e:
-        return Result(error_response(e))
+        return Outcome(error_response(e))
 
 
-def _leave(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+def _leave(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Outcome[ConsumerGroupHeartbeatResponse]:
     group = st.groups.get(req.group_id)
     if group is None:
         raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
@@ -247,7 +247,7 @@ def _lookup(
     return member, None, mid
 
 
-def _heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+def _heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> Outcome[ConsumerGroupHeartbeatResponse]:
     epoch = req.member_epoch
     group = st.groups.get(req.group_id)
     if group is None:

@@ -1,25 +1,34 @@
-"""What a call into the group layers returns, the one outcome type below translate/ and coordinator/.
+"""What a call into the group layers returns: the one outcome type of coordinator/ and translate/.
 
-An ``Outcome`` holds the responses a call releases (each tagged with the opaque request key of the
-request it answers: a parked JoinGroup or SyncGroup is answered by a later call, another member's request
-or a timer), the records to make durable before any of those responses is released (write-ahead), and
-the timer changes to apply (``coordinator.timers.apply_timer_changes``). The consumer-group core's own
-transactions return ``coordinator.state.Result`` (one response, like Kafka's CoordinatorResult); the
-classic front and the group service gather those into an Outcome with ``take_coordinator``.
+An ``Outcome`` holds what a call produced (Kafka's CoordinatorResult: records and a response):
+
+- ``response``: the direct answer of a call that answers itself (the consumer-group core's calls: a
+  ConsumerGroupHeartbeat response, a delete's error code, the groups an expiry removed);
+- ``responses``: the responses a call releases to requests, each tagged with the opaque request key of the
+  request it answers (a parked JoinGroup or SyncGroup is answered by a later call, another member's
+  request or a timer);
+- ``records``: what to make durable before any of those responses is released (write-ahead), in order;
+- ``timers``: the timer changes to apply (``coordinator.timers.apply_timer_changes``).
+
+A caller gathering several calls' outcomes into one ``take``s their records, timers and tagged responses;
+a taken ``response`` is the caller's to place (it knows which request it answers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from coordinator.timers import TimerChange
 
-if TYPE_CHECKING:
-    from coordinator.state import Result
-
 RequestKey = Hashable
+if TYPE_CHECKING:  # PEP 696 default (Python 3.13's typing): a bare ``Outcome()`` is an Outcome[None]
+    from typing_extensions import TypeVar as DefaultingTypeVar
+
+    R = DefaultingTypeVar("R", default=None)
+else:
+    R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -31,7 +40,8 @@ class Reply:
 
 
 @dataclass(slots=True)
-class Outcome:
+class Outcome(Generic[R]):
+    response: R = None  # type: ignore[assignment]  # None for calls that answer only through ``responses``
     responses: list[Reply] = field(default_factory=list)
     # Classic groups' GroupMetadata records and the consumer groups' records, in the order to persist.
     records: list[Any] = field(default_factory=list)
@@ -46,15 +56,9 @@ class Outcome:
                 return reply.body
         return None
 
-    def extend(self, other: Outcome) -> None:
+    def take(self, other: Outcome[Any]) -> None:
+        """Another outcome's tagged responses, records and timers, after this one's."""
         self.responses.extend(other.responses)
-        self.records.extend(other.records)
-        self.timers.extend(other.timers)
-
-    take = extend
-
-    def take_coordinator(self, other: Result[Any]) -> None:
-        """A consumer-group transaction's records and timers (its response is the caller's to place)."""
         self.records.extend(other.records)
         self.timers.extend(other.timers)
 

@@ -1,6 +1,6 @@
 """The new-protocol group coordinator: the one sans-I/O entry point of coordinator/.
 
-Every call takes the current time in ms and returns a ``Result(response, records, timers)``:
+Every call takes the current time in ms and returns an ``Outcome`` (response, records, timers; coordinator/outcome.py):
 persist ``records`` (write-ahead, in order) before releasing ``response``; apply ``timers``
 (``ScheduleTimer`` replaces any timer with the same key; ``CancelTimer`` disarms it) and call
 ``on_timer(key, now_ms)`` when one fires.
@@ -65,10 +65,11 @@ from coordinator.membership import (
 from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from coordinator.model import Assignment, ConsumerGroup, ConsumerGroupMember, MemberState
 from coordinator.offsets import validate_offset_commit, validate_offset_fetch
+from coordinator.outcome import Outcome
 from coordinator.records import Record
 from coordinator.records.codec import decode
 from coordinator.replay import apply
-from coordinator.state import CoordinatorState, Result, Tx
+from coordinator.state import CoordinatorState, Tx
 from coordinator.target import AssignmentJob
 from coordinator.timers import REBALANCE, SESSION, TimerKey, rebalance_key, session_key
 
@@ -81,7 +82,7 @@ class ConsumerGroupCoordinator:
 
     def consumer_group_heartbeat(
         self, req: ConsumerGroupHeartbeatRequest, now_ms: int
-    ) -> Result[ConsumerGroupHeartbeatResponse]:
+    ) -> Outcome[ConsumerGroupHeartbeatResponse]:
         return heartbeat(self.state, req, now_ms)
 
     def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
@@ -102,18 +103,18 @@ class ConsumerGroupCoordinator:
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> Errors:
         return validate_offset_fetch(self.state.groups.get(group_id), member_id, member_epoch)
 
-    def delete_group(self, group_id: str) -> Result[Errors]:
+    def delete_group(self, group_id: str) -> Outcome[Errors]:
         """Delete an empty group (it becomes DEAD): GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP otherwise."""
         group = self.state.groups.get(group_id)
         if group is None:
-            return Result(Errors.GROUP_ID_NOT_FOUND)
+            return Outcome(Errors.GROUP_ID_NOT_FOUND)
         if group.members:
-            return Result(Errors.NON_EMPTY_GROUP)
+            return Outcome(Errors.NON_EMPTY_GROUP)
         tx = Tx(self.state)
         _delete_empty_group(tx, group)
         return tx.result(Errors.NONE)
 
-    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> Result[list[str]]:
+    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> Outcome[list[str]]:
         """The periodic cleanup (Kafka's ``offsets.retention.check.interval.ms``): delete the groups
         that have been empty for ``retention_ms`` (``offsets.retention.minutes``); the response lists them.
 
@@ -137,7 +138,7 @@ class ConsumerGroupCoordinator:
 
     # -- time and metadata ----------------------------------------------------------------------
 
-    def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome[None]:
         """A timer fired: an expired session or revocation deadline fences the member (KIP-848)."""
         kind, group_id, member_id = key
         tx = Tx(self.state)
@@ -149,7 +150,7 @@ class ConsumerGroupCoordinator:
             remove_member(tx, group, member_id, now_ms)
         return tx.result(None)
 
-    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Result[None]:
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome[None]:
         """The full topic image (name -> (topic id, partition count)). Groups whose subscribed topics
         changed (partitions added, topic created / deleted / recreated, regex matches) get their
         epoch bumped; the new target is computed on their next heartbeat."""
@@ -166,7 +167,7 @@ class ConsumerGroupCoordinator:
                 bump_group_epoch(tx, group, now_ms)
         return tx.result(None)
 
-    def on_loaded(self, now_ms: int) -> Result[None]:
+    def on_loaded(self, now_ms: int) -> Outcome[None]:
         """After replay (KIP-848 "Fail Over"): arm every member's session timer and the revocation
         timers of members that were revoking."""
         tx = Tx(self.state)
@@ -186,7 +187,7 @@ class ConsumerGroupCoordinator:
         jobs, self.state.jobs = self.state.jobs, []
         return jobs
 
-    def install_assignment(self, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> Result[bool]:
+    def install_assignment(self, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> Outcome[bool]:
         """The records of the computed target if the group is unchanged since the snapshot (the
         response: whether it was installed); nothing if it changed, and it computes again."""
         tx = Tx(self.state)

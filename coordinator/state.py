@@ -2,36 +2,25 @@
 
 ``CoordinatorState`` holds the consumer groups, the topic metadata image fed by the caller, and the
 configuration. ``Tx`` collects what one call produces: records (each applied to the state as it is
-emitted, so state == replay(records)) and timer changes. ``Result`` is what the public API returns.
+emitted, so state == replay(records)) and timer changes; ``Tx.result`` makes them, with the call's
+response, the ``Outcome`` the public API returns (coordinator/outcome.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from coordinator.assignors.api import TopicMetadata
 from coordinator.config import CoordinatorConfig
 from coordinator.model import ConsumerGroup
+from coordinator.outcome import Outcome
 from coordinator.records import Record
 from coordinator.replay import apply
 from coordinator.target import AssignmentJob
 from coordinator.timers import CancelTimer, ScheduleTimer, TimerChange, TimerKey
 
 R = TypeVar("R")
-
-NO_RECORDS: tuple[Record, ...] = ()
-NO_TIMERS: tuple[TimerChange, ...] = ()
-
-
-@dataclass(slots=True)
-class Result(Generic[R]):
-    """What a call produced: the response (if any), the records to persist before releasing it, the
-    timer changes to make."""
-
-    response: R
-    records: list[Record] | tuple[Record, ...] = NO_RECORDS
-    timers: list[TimerChange] | tuple[TimerChange, ...] = NO_TIMERS
 
 
 @dataclass(slots=True)
@@ -66,5 +55,5 @@ class Tx:
     def cancel(self, key: TimerKey) -> None:
         self.timers.append(CancelTimer(key))
 
-    def result(self, response: R) -> Result[R]:
-        return Result(response, self.records, self.timers)
+    def result(self, response: R) -> Outcome[R]:
+        return Outcome(response, records=self.records, timers=self.timers)

@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
-import json
 import signal
 import socket
 import sys
@@ -340,40 +339,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
             kafka.stop()
 
 
-def cmd_state_verify(args: argparse.Namespace) -> int:
-    from . import state_repair
-
-    try:
-        reports = [state_repair.verify(d) for d in state_repair.log_dirs(args.state_dir)]
-    except OSError as e:
-        print(f"groupgate: {e}", file=sys.stderr)
-        return 2
-    loadable = all(r.loadable for r in reports)
-    if args.json:
-        if len(reports) == 1 and reports[0].directory == Path(args.state_dir):
-            print(json.dumps(reports[0].as_dict(), indent=2))  # a single (pre-shard) log
-        else:
-            out = {"state_dir": str(args.state_dir), "shards": [r.as_dict() for r in reports], "loadable": loadable}
-            print(json.dumps(out, indent=2))
-        return 0 if loadable else EXIT_STATE_CORRUPT
-    for report in reports:
-        manifest = "none" if report.manifest is None else f"segments {report.manifest[0]}..{report.manifest[1]}"
-        print(f"state log {report.directory} (manifest: {manifest})")
-        for s in report.segments:
-            print(f"  segment {s.path.name}: {s.size} bytes, {s.entries} readable entries")
-        print(f"  live keys: {report.live_keys}")
-        for d in report.damage:
-            print(f"  {d.describe()}")
-        if not report.damage:
-            print("  no damage")
-        elif report.loadable:
-            print("  loadable: the gateway drops a torn tail itself on start (a write that never completed)")
-        else:
-            print(f"  NOT loadable: `groupgate serve` refuses to start; `groupgate state repair --state-dir {args.state_dir}`"
-                  " drops the damaged ranges")
-    return 0 if loadable else EXIT_STATE_CORRUPT
-
-
 def cmd_state_repair(args: argparse.Namespace) -> int:
     from . import state_repair
 
@@ -549,20 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     state = sub.add_parser("state", help="the group coordinator's state log (stop the gateway first)")
     ssub = state.add_subparsers(dest="state_command", required=True)
-    verify = ssub.add_parser(
-        "verify", help="read the whole state log and report segments, entries, torn tail and damage (read-only)"
-    )
-    verify.add_argument("--state-dir", required=True, help="the gateway's --state-dir")
-    verify.add_argument("--json", action="store_true", help="print the report as JSON")
-    verify.set_defaults(func=cmd_state_verify)
     repair = ssub.add_parser(
         "repair", help="drop the damaged ranges of the state log, printing exactly what was dropped and kept"
     )
     repair.add_argument("--state-dir", required=True, help="the gateway's --state-dir")
     repair.set_defaults(func=cmd_state_repair)
-    from .state_tools import add_commands as add_state_topic_commands  # inspect, export, import (the topic)
+    from .state_tools import add_commands as add_state_tools  # inspect, verify, export (either store), import
 
-    add_state_topic_commands(ssub)
+    add_state_tools(ssub)
 
     kafka = sub.add_parser("kafka", help="Apache Kafka distributions")
     ksub = kafka.add_subparsers(dest="kafka_command", required=True)

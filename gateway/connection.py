@@ -25,10 +25,11 @@ import errno
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any
 
 from . import codec, frames, node_endpoints, rewrite, unreachable
+from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink
 from .logging import get_logger
 from .refusals import client_id_of
 from .sasl import SASL_APIS, SASL_HANDSHAKE, AuthenticationFailed, ClientSasl
@@ -36,17 +37,12 @@ from .sasl_server import TerminatingSasl
 from .tls import connect_kwargs, note_upstream_failure
 from .upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
 
-if TYPE_CHECKING:
-    from .server import Gateway
-
 log = get_logger("gateway.connection")
 
 _HEAD = struct.Struct(">hhi")
 # Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
 _LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
-# Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
-_UPSTREAM_FRAME_LIMIT = 2**31 - 1
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
 # Answers the gateway computes itself that one connection may have in progress at once. Kafka handles one
@@ -58,10 +54,6 @@ _LOW_PENDING = 256
 # at once for this long (doubling per failure up to the max) instead of each trying to connect again.
 _RELINK_BACKOFF_S = 0.25
 _RELINK_BACKOFF_MAX_S = 2.0
-
-# A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
-# (response header + body, without the size prefix).
-LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
 
 _REWRITTEN = frozenset(
     {
@@ -77,50 +69,8 @@ _REWRITTEN = frozenset(
 _ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
 
 
-class Slot:
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes | None = None) -> None:
-        self.data = data
-
-
-class UpstreamLink(asyncio.Protocol):
-    """The gateway's connection to one upstream broker on behalf of one client connection."""
-
-    def __init__(self, client: ClientConnection) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.buf = frames.FrameBuffer(_UPSTREAM_FRAME_LIMIT)
-        # (correlation id, slot, api key, api version, request frame) per forwarded request awaiting its
-        # response; the frame answers it with an error if the link breaks first.
-        self.inflight: deque[tuple[int, Slot, int, int, bytes]] = deque()
-        # SASL termination: when the session the gateway's credentials got on this link ends (KIP-368,
-        # time.monotonic); requests go to a fresh link from then on. None: no lifetime.
-        self.renew_at: float | None = None
-        self.writer: asyncio.StreamWriter | None = None  # when the link began as a stream (termination)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
-        self.transport = transport  # type: ignore[assignment]
-        set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        on_response = self.client.on_response
-        for f in self.buf.feed(data):
-            on_response(f, self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.client.upstream_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.client.pause("upstream-backpressure")
-
-    def resume_writing(self) -> None:
-        self.client.resume("upstream-backpressure")
-
-
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, gateway: Gateway, node_id: int | None) -> None:
+    def __init__(self, gateway: ConnectionHost, node_id: int | None) -> None:
         self.gw = gateway
         self.node_id = node_id  # None: the bootstrap listener
         self.transport: asyncio.Transport | None = None

@@ -13,8 +13,8 @@ import bisect
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator.model import GroupState
 from coordinator.records import Record as ConsumerRecord
@@ -25,8 +25,12 @@ from translate.group_records import GroupMetadataRecord
 from . import codec
 
 if TYPE_CHECKING:
-    from .groups import GroupLayer
-    from .server import Gateway
+    import collections
+
+    from .config import GatewayConfig
+    from .limits import ConnectionLimits
+    from .runtime import CoordinatorRuntime
+    from .upstream import BrokerDirectory
 
 PREFIX = "groupgate_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -208,10 +212,54 @@ class Exposition:
 # --- what a scrape reports ----------------------------------------------------------------------------
 
 
-class Health:
-    """Liveness, readiness and the metrics of one gateway process (and its group layer, if any)."""
+class GatewayView(Protocol):
+    """What readiness and /metrics read of the gateway (gateway/server.py ``Gateway``): read-only."""
 
-    def __init__(self, gw: Gateway, layer: GroupLayer | None = None) -> None:
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def limits(self) -> ConnectionLimits: ...
+    @property
+    def directory(self) -> BrokerDirectory: ...
+    @property
+    def connections(self) -> Collection[Any]: ...
+    @property
+    def serving(self) -> bool: ...
+    @property
+    def tls_handshake_failures(self) -> int | None: ...
+
+
+class _Loaded(Protocol):
+    @property
+    def loaded(self) -> bool: ...
+
+
+class GroupsView(Protocol):
+    """What readiness and /metrics read of the group layer (gateway/groups.py ``GroupLayer``): read-only."""
+
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def watch(self) -> _Loaded: ...
+    @property
+    def stats(self) -> GroupStats: ...
+    @property
+    def counters(self) -> collections.Counter[str]: ...
+    @property
+    def runtime(self) -> CoordinatorRuntime: ...
+
+    def managed(self, group_id: str) -> bool: ...
+
+    def armed_timers(self) -> int: ...
+
+
+class Health:
+    """Liveness, readiness and the metrics of one gateway process (and its group layer, if any), read
+    through the narrow views above: nothing here changes the gateway or the groups."""
+
+    def __init__(self, gw: GatewayView, layer: GroupsView | None = None) -> None:
         self.gw = gw
         self.layer = layer
         self.started_at = time.time()
@@ -328,7 +376,7 @@ class Health:
             [((("api", api_name(k)),), h) for k, h in sorted(m.local_latency.items())]
         )
 
-    def _groups(self, out: Exposition, layer: GroupLayer) -> None:
+    def _groups(self, out: Exposition, layer: GroupsView) -> None:
         stats = layer.stats
         # Every series from the first scrape on, at 0 until something counts.
         groups = dict.fromkeys(_GROUP_SERIES, 0)

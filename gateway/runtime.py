@@ -37,13 +37,14 @@ from typing import Any, Protocol
 
 from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
-from translate.group_config import GroupResult, encode_any_record
+from translate.group_config import Outcome, encode_any_record
 from translate.group_service import GroupService
 
 from .logging import get_logger
 from .metrics import GroupStats
+from .stall_check import StallWatch
 from .state_log import Record, StateLogWriteFailed
-from .state_store import ShardFenced, ShardLog, StateStore, owner_marker, shard_of
+from .state_store import ShardFenced, ShardLog, StateStore, shard_of
 
 log = get_logger("gateway.runtime")
 
@@ -64,15 +65,15 @@ class GroupCalls(Protocol):
     """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
     wraps it (gateway/rebalance_log.py)."""
 
-    def handle(self, request: object, request_key: Any, now_ms: int) -> GroupResult: ...
+    def handle(self, request: object, request_key: Any, now_ms: int) -> Outcome: ...
 
-    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult: ...
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome: ...
 
-    def on_metadata(self, topics: Any, now_ms: int) -> GroupResult: ...
+    def on_metadata(self, topics: Any, now_ms: int) -> Outcome: ...
 
-    def on_loaded(self, now_ms: int) -> GroupResult: ...
+    def on_loaded(self, now_ms: int) -> Outcome: ...
 
-    def expire_empty_groups(self, now_ms: int) -> GroupResult: ...
+    def expire_empty_groups(self, now_ms: int) -> Outcome: ...
 
 
 def now_ms() -> int:
@@ -175,7 +176,7 @@ class Shard:
             else:
                 self.locks[group_id] = (lock, users - 1)
 
-    def apply(self, result: GroupResult) -> None:
+    def apply(self, result: Outcome) -> None:
         """Append the records (made durable by ``release``) and apply the timer changes; start the
         target computations the call handed over (KIP-1263 offload).
 
@@ -203,7 +204,7 @@ class Shard:
 
         apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
 
-    async def release(self, result: GroupResult) -> None:
+    async def release(self, result: Outcome) -> None:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
         # state that a crash could still take back.
         log_ = self.log
@@ -296,7 +297,7 @@ class Shard:
                 stats.expired[group_type] += before - after  # members a session or rebalance timer removed
         self.apply_in_background(result)
 
-    def apply_in_background(self, result: GroupResult) -> None:
+    def apply_in_background(self, result: Outcome) -> None:
         try:
             self.apply(result)
         except ShardUnloaded:
@@ -304,7 +305,7 @@ class Shard:
         if result.responses or result.records:
             self.rt.spawn(self._release_quietly(result))
 
-    async def _release_quietly(self, result: GroupResult) -> None:
+    async def _release_quietly(self, result: Outcome) -> None:
         with contextlib.suppress(ShardUnloaded):
             await self.release(result)
 
@@ -518,11 +519,9 @@ class CoordinatorRuntime:
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
         self._tasks: set[asyncio.Task[Any]] = set()
         self.shards = [Shard(self, i) for i in range(shards)]
-        # Stall checks (stores whose shards fence older writers): see confirm_if_stalled.
-        self.stall_s: float | None = None
+        # Stall checks (stores whose shards fence older writers): see watch_stalls.
+        self.stalls: StallWatch | None = None
         self.owner = f"pid {os.getpid()}"
-        self._last_tick = time.monotonic()
-        self._confirming: asyncio.Task[None] | None = None
 
     # --- placement -------------------------------------------------------------------------------------
 
@@ -615,55 +614,20 @@ class CoordinatorRuntime:
         if indices:
             log.info("shards handed over", shards=sorted(indices), held=self.held())
 
-    # --- stalls: proving ownership before serving from memory ---------------------------------------
+    # --- stalls: proving ownership before serving from memory (gateway/stall_check.py) -------------
 
     def watch_stalls(self, stall_s: float) -> None:
-        """Serve nothing from memory after a stall until ownership is proven: with a store that fences
-        (one transactional id per shard), a process paused longer than ``stall_s`` may have been replaced
-        by a newer owner that fenced it. A ticker notices the gap, and so does every request (which may be
-        handled before the ticker runs again); either way each held shard is written an owner marker
-        first, and a fenced shard is unloaded for good (NOT_COORDINATOR) instead of answering stale."""
-        self.stall_s = stall_s
-        self._last_tick = time.monotonic()
-        self.spawn(self._tick_forever(min(1.0, stall_s / 4)))
-
-    async def _tick_forever(self, tick_s: float) -> None:
-        while True:
-            await asyncio.sleep(tick_s)
-            await self.confirm_if_stalled()
-            self._last_tick = time.monotonic()
+        """Serve nothing from memory after a stall longer than ``stall_s`` until each held shard has proven
+        its ownership (stores whose shards fence older writers)."""
+        self.stalls = StallWatch(
+            stall_s, shards=lambda: self.shards, spawn=self.spawn, counters=self.counters, owner=self.owner,
+            parallel=_PARALLEL_LOADS,
+        )
+        self.stalls.start()
 
     async def confirm_if_stalled(self) -> None:
-        if self.stall_s is None:
-            return
-        if self._confirming is None and time.monotonic() - self._last_tick > self.stall_s:
-            self._confirming = self.spawn(self._confirm_ownership())
-        if self._confirming is not None:
-            await asyncio.shield(self._confirming)
-
-    async def _confirm_ownership(self) -> None:
-        gap = time.monotonic() - self._last_tick
-        try:
-            held = [s for s in self.shards if s.log is not None and s.unloaded is None]
-            log.warning("event loop stalled: proving ownership of the shards held", stalled_s=round(gap, 1), shards=len(held))
-            gate = asyncio.Semaphore(_PARALLEL_LOADS)
-
-            async def confirm(shard: Shard) -> None:
-                log_ = shard.log
-                if log_ is None:
-                    return
-                async with gate:
-                    try:
-                        log_.append([owner_marker(self.owner)])
-                        await log_.sync()
-                    except Exception as e:  # noqa: BLE001 - fenced or failed: the shard unloads
-                        shard.unload(e, log_)
-
-            await asyncio.gather(*(confirm(s) for s in held))
-            self.counters["stall_checks"] += 1
-        finally:
-            self._last_tick = time.monotonic()
-            self._confirming = None
+        if self.stalls is not None:
+            await self.stalls.confirm_if_stalled()
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -59,7 +59,8 @@ class VerifyReport:
     segments: list[SegmentReport]
     damage: list[Damage]
     live_keys: int
-    records: list[Record] = field(default_factory=list, repr=False)
+    records: list[Record] = field(default_factory=list, repr=False)  # the live records (latest per key)
+    entries: list[Record] = field(default_factory=list, repr=False)  # every readable entry, in log order
 
     @property
     def loadable(self) -> bool:
@@ -111,7 +112,7 @@ def verify(directory: Path | str) -> VerifyReport:
             live.pop(rec.key, None)
             live[rec.key] = rec.value
     kept = [Record(k, v) for k, v in live.items() if v is not None]
-    return VerifyReport(d, manifest, segments, damage, len(kept), kept)
+    return VerifyReport(d, manifest, segments, damage, len(kept), kept, records)
 
 
 @dataclass(slots=True)

@@ -1,14 +1,21 @@
-"""Operating on the cluster state store: ``groupgate state inspect|export|import``.
+"""Operating on group state: ``groupgate state inspect|verify|export`` (either store) and ``state import``.
 
-- ``inspect``: one shard's records as JSON lines, decoded (record type, group, member, value fields).
-- ``export``: the records of every shard (or one) as JSON lines of base64 key/value bytes, for backups and
-  for other tools; a tombstone has ``"value": null``.
+Each of inspect, verify and export reads one store, shard by shard, in the same format for both: the state
+topic of a cluster (``--upstream``/``--config``, ``--topic``) or a file state directory (``--state-dir``).
+Offsets are Kafka offsets in the topic and entry numbers in a shard's file log (gateway/state_check.py).
+
+- ``inspect``: one shard's records as JSON lines, decoded (shard, offset, record type, group, member, value).
+- ``verify``: every shard (or ``--shard N``) checked as the gateway's load would read it; a line per shard
+  (records, groups, problems) and a non-zero exit status when anything is wrong (gateway/state_check.py).
+- ``export``: the records as JSON lines with base64 key/value bytes, for backups and other tools; a
+  tombstone has ``"value": null``.
 - ``import``: copies the live records of a file state directory (``--state-dir``) into the topic, each into
   its group's shard. Idempotent: a key whose latest value in the topic already equals the file's is not
   written again, so running it twice adds nothing and leaves the same compacted content.
 
 Reading never fences: it uses a read_committed consumer, not the shard's transactional id, so a running
-gateway keeps its shards. Importing does fence (it writes as the shard's owner): stop the gateway first.
+gateway keeps its shards (a file state directory is only read). Importing does fence (it writes as the
+shard's owner): stop the gateway first.
 """
 
 from __future__ import annotations
@@ -30,6 +37,16 @@ from aiokafka.errors import KafkaError
 
 from translate.group_records import GROUP_METADATA_KEY_VERSION as _CLASSIC_KEY_VERSION
 
+from .state_check import (
+    Problem,
+    ShardRead,
+    ShardReport,
+    file_shard_count,
+    file_shards,
+    topic_problems,
+    topic_shard,
+    verify_shard,
+)
 from .state_log import Record, StateLogWriteFailed
 from .state_store import DEFAULT_SHARDS, OWNER_MARKER_KEY, shard_of
 from .state_topic import KafkaStateStore, StateTopicError, read_partition
@@ -83,9 +100,13 @@ def describe_record(record: Record) -> dict[str, Any]:
     return out
 
 
-def export_line(shard: int, record: Record) -> dict[str, Any]:
+def export_line(shard: int, offset: int, record: Record) -> dict[str, Any]:
+    described = describe_record(Record(record.key, None))  # the key's kind and group only
     return {
         "shard": shard,
+        "offset": offset,
+        "type": described["type"],
+        "group_id": described.get("group_id"),
         "key": base64.b64encode(record.key).decode(),
         "value": None if record.value is None else base64.b64encode(record.value).decode(),
     }
@@ -156,31 +177,46 @@ def file_state_records(state_dir: Path | str) -> list[Record]:
 
 
 def add_commands(ssub: Any) -> None:
-    """``state inspect|export|import`` on the subparsers of ``groupgate state``."""
+    """``state inspect|verify|export|import`` on the subparsers of ``groupgate state``."""
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def topic(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="TOML file: upstream, upstream TLS and the [coordinator] state_topic settings")
         p.add_argument("--upstream", help="bootstrap HOST:PORT[,HOST:PORT...] of the cluster holding the topic")
         p.add_argument("--topic", help="the state topic (default: coordinator.state_topic, __groupgate_groups)")
 
-    inspect = ssub.add_parser("inspect", help="one shard of the state topic, decoded, as JSON lines (read-only)")
-    common(inspect)
+    def either(p: argparse.ArgumentParser) -> None:
+        topic(p)
+        p.add_argument("--state-dir", help="read this file state directory instead of the state topic")
+
+    inspect = ssub.add_parser("inspect", help="one shard of the group state, decoded, as JSON lines (read-only)")
+    either(inspect)
     which = inspect.add_mutually_exclusive_group(required=True)
-    which.add_argument("--shard", type=int, help="the shard (partition) to read")
+    which.add_argument("--shard", type=int, help="the shard to read")
     which.add_argument("--group", help="the shard of this group, and only this group's records")
     inspect.set_defaults(func=cmd_inspect)
 
-    export = ssub.add_parser(
-        "export", help="the state topic's records as JSON lines of base64 key/value (read-only)"
+    verify = ssub.add_parser(
+        "verify", help="check every record as the gateway's load reads it; per shard: records, groups, problems "
+        "(read-only; exit status 3 on a problem)"
     )
-    common(export)
+    either(verify)
+    verify.add_argument("--shard", type=int, help="only this shard (default: all)")
+    verify.add_argument(
+        "--shards", type=int, help="the shard count the gateway is configured with, to check the store against "
+        "(topic default: coordinator.state_topic_num_partitions)"
+    )
+    verify.add_argument("--json", action="store_true", help="one JSON line per shard")
+    verify.set_defaults(func=cmd_verify)
+
+    export = ssub.add_parser("export", help="the group state's records as JSON lines of base64 key/value (read-only)")
+    either(export)
     export.add_argument("--shard", type=int, help="only this shard (default: all)")
     export.set_defaults(func=cmd_export)
 
     imp = ssub.add_parser(
         "import", help="copy a --state-dir's group state into the state topic, idempotently (stop the gateway first)"
     )
-    common(imp)
+    topic(imp)
     imp.add_argument("--state-dir", required=True, help="the file state directory to copy from")
     imp.add_argument(
         "--shards", type=int, help=f"shard count when the topic is created (default: {DEFAULT_SHARDS}; "
@@ -189,13 +225,17 @@ def add_commands(ssub: Any) -> None:
     imp.set_defaults(func=cmd_import)
 
 
-def _store(args: argparse.Namespace, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
+def _config(args: argparse.Namespace) -> Any:
     from .config import load_config
 
     config = load_config(args.config, flags={"upstream": args.upstream})
     if args.topic:
         config.coordinator.state_topic = args.topic  # validated on assignment (a legal topic name)
-    return KafkaStateStore.from_config(config, shards=shards)
+    return config
+
+
+def _store(args: argparse.Namespace, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
+    return KafkaStateStore.from_config(_config(args), shards=shards)
 
 
 async def _existing(store: KafkaStateStore) -> KafkaStateStore:
@@ -224,17 +264,36 @@ def _run(coro: Any) -> int:
             structlog.reset_defaults()  # the stream it bound may not outlive the command (embedded use, tests)
 
 
+async def _read(args: argparse.Namespace, shard: int | None) -> tuple[int, list[ShardRead]]:
+    """(shard count, the shards read) of the store the arguments name."""
+    if args.state_dir is not None:
+        if args.upstream or args.topic:
+            raise ValueError("--state-dir reads a file state directory: leave out --upstream and --topic")
+        return file_shards(args.state_dir, shard)
+    store = await _existing(_store(args))
+    if shard is not None and not 0 <= shard < store.shards:
+        raise ValueError(f"shard {shard} is outside 0..{store.shards - 1}")
+    shards = range(store.shards) if shard is None else [shard]
+    return store.shards, [await topic_shard(store, s) for s in shards]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     async def run() -> int:
-        store = await _existing(_store(args))
-        shard = args.shard if args.group is None else shard_of(args.group, store.shards)
-        if not 0 <= shard < store.shards:
-            raise ValueError(f"shard {shard} is outside 0..{store.shards - 1}")
-        for seq, record in enumerate(await read_partition(store, shard)):
+        shard = args.shard
+        if args.group is not None:
+            if args.state_dir is not None:
+                count = file_shard_count(Path(args.state_dir))[0]
+            else:
+                count = (await _existing(_store(args))).shards
+            shard = shard_of(args.group, count)
+        _, (read,) = await _read(args, shard)
+        for offset, record in read.entries:
             line = describe_record(record)
             if args.group is not None and line.get("group_id") != args.group:
                 continue
-            print(json.dumps({"shard": shard, "seq": seq, **line}, sort_keys=True))
+            print(json.dumps({"shard": shard, "offset": offset, **line}, sort_keys=True))
+        for p in read.problems:  # what could not be read as a record (keyless, damaged ranges)
+            print(f"shard {shard}: {p.describe()}", file=sys.stderr)
         return 0
 
     return _run(run())
@@ -242,14 +301,82 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     async def run() -> int:
-        store = await _existing(_store(args))
-        shards = range(store.shards) if args.shard is None else [args.shard]
-        for shard in shards:
-            for record in await read_partition(store, shard):
-                print(json.dumps(export_line(shard, record)))
+        _, reads = await _read(args, args.shard)
+        for read in reads:
+            for offset, record in read.entries:
+                print(json.dumps(export_line(read.shard, offset, record)))
+            for p in read.problems:
+                print(f"shard {read.shard}: {p.describe()}", file=sys.stderr)
         return 0
 
     return _run(run())
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from translate.group_service import GroupService
+
+    from .cli import EXIT_STATE_CORRUPT
+
+    if args.state_dir is not None and not Path(args.state_dir).is_dir():
+        print(f"groupgate: {args.state_dir} is not a directory", file=sys.stderr)
+        return 2
+
+    async def run() -> int:
+        config = _config(args) if args.state_dir is None or args.config else None
+        store_problems: list[Problem] = []
+        count, reads = await _read(args, args.shard)
+        single_log = args.state_dir is not None and file_shard_count(Path(args.state_dir))[1]  # split on start
+        if args.state_dir is not None and args.shards is not None and args.shards != count and not single_log:
+            store_problems.append(Problem(None, f"the state directory holds {count} shard(s); the gateway is "
+                                                f"configured for {args.shards}: it would refuse to start"))
+        if config is not None and args.state_dir is None:
+            expected = args.shards or config.coordinator.state_topic_num_partitions
+            store = KafkaStateStore.from_config(config, shards=count)
+            store_problems = await topic_problems(store, expected)
+
+        def new_service() -> GroupService:
+            return GroupService() if config is None else GroupService(*config.coordinator.service_configs())
+
+        reports = [verify_shard(read, count, new_service) for read in reads]
+        _print_verify(args, reports, store_problems)
+        bad = store_problems or any(r.problems for r in reports)
+        return EXIT_STATE_CORRUPT if bad else 0
+
+    return _run(run())
+
+
+def _print_verify(args: argparse.Namespace, reports: list[ShardReport], store_problems: list[Problem]) -> None:
+    where = args.state_dir if args.state_dir is not None else "the state topic"
+    if args.json:
+        if store_problems:
+            print(json.dumps({"store": str(where), "problems": [p.as_dict() for p in store_problems]}))
+        for r in reports:
+            print(json.dumps(r.as_dict(), sort_keys=True))
+        return
+    for p in store_problems:
+        print(f"{where}: {p.describe()}")
+    for r in reports:
+        n = len(r.problems)
+        said = "no problems" if not n else f"{n} problem{'s' if n > 1 else ''}"
+        print(f"shard {r.shard}: {r.records} records, {r.groups} group{'' if r.groups == 1 else 's'}, {said}")
+        if r.detail is not None:
+            _print_file_log(r.detail, args.state_dir)
+        for p in r.problems:
+            print(f"  problem: {p.describe()}")
+        for note in r.notes:
+            print(f"  note: {note} (a write that never completed: the gateway drops it on start)")
+
+
+def _print_file_log(detail: dict[str, Any], state_dir: str) -> None:
+    manifest = detail["manifest"]
+    span = "none" if manifest is None else f"segments {manifest['first_segment']}..{manifest['last_segment']}"
+    print(f"  state log {detail['state_dir']} (manifest: {span})")
+    for s in detail["segments"]:
+        print(f"  segment {Path(s['file']).name}: {s['bytes']} bytes, {s['entries']} readable entries")
+    print(f"  live keys: {detail['live_keys']}")
+    if not detail["loadable"]:
+        print(f"  NOT loadable: `groupgate serve` refuses to start; `groupgate state repair --state-dir {state_dir}`"
+              " drops the damaged ranges")
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -573,6 +573,19 @@ async def read_partition(store: KafkaStateStore, shard: int, *, timeout_ms: int 
     Reads to the last stable offset as of the start: with read_committed, records of aborted transactions
     are skipped and nothing past an open transaction is returned.
     """
+    records: list[Record] = []
+    for offset, key, value in await read_partition_offsets(store, shard, timeout_ms=timeout_ms):
+        if key is None:
+            log.warning("state topic record without a key skipped", shard=shard, offset=offset)
+            continue
+        records.append(Record(key, value))
+    return records
+
+
+async def read_partition_offsets(
+    store: KafkaStateStore, shard: int, *, timeout_ms: int | None = None
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``read_partition`` with each record's offset, keyless records included (for the state tools)."""
     tp = TopicPartition(store.topic, shard)
     consumer = AIOKafkaConsumer(
         client_id=f"{store.client_id}-load-{shard}",
@@ -583,7 +596,7 @@ async def read_partition(store: KafkaStateStore, shard: int, *, timeout_ms: int 
         **store._client_kwargs(),
     )
     await consumer.start()
-    records: list[Record] = []
+    out: list[tuple[int, bytes | None, bytes | None]] = []
     try:
         async with asyncio.timeout((timeout_ms or store.load_timeout_ms) / 1000):
             consumer.assign([tp])
@@ -594,13 +607,11 @@ async def read_partition(store: KafkaStateStore, shard: int, *, timeout_ms: int 
                 for msg in batches.get(tp, []):
                     if msg.offset >= end:
                         break
-                    if msg.key is None:
-                        log.warning("state topic record without a key skipped", shard=shard, offset=msg.offset)
-                        continue
-                    records.append(Record(bytes(msg.key), None if msg.value is None else bytes(msg.value)))
+                    key = None if msg.key is None else bytes(msg.key)
+                    out.append((msg.offset, key, None if msg.value is None else bytes(msg.value)))
     finally:
         await consumer.stop()
-    return records
+    return out
 
 
 __all__ = [
@@ -613,4 +624,5 @@ __all__ = [
     "StateTopicMismatch",
     "TopicCheck",
     "read_partition",
+    "read_partition_offsets",
 ]

@@ -27,7 +27,7 @@ from coordinator.timers import TimerChange, TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.group_records import GroupMetadataRecord
-from translate.group_service import GroupResult, GroupService, GroupServiceConfig
+from translate.group_service import GroupService, GroupServiceConfig, Outcome
 
 RequestKey = Hashable
 AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
@@ -40,7 +40,7 @@ class SimResult:
     timers: list[TimerChange] = field(default_factory=list)
 
 
-def _from_service(result: GroupResult) -> SimResult:
+def _from_service(result: Outcome) -> SimResult:
     return SimResult([(r.request_key, r.body) for r in result.responses], list(result.records), list(result.timers))
 
 

@@ -2,7 +2,7 @@
 LeaveGroup, offset validation, timers and record replay of classic groups.
 
 Every call takes the decoded request, an opaque ``request_key`` and the current time and returns a
-``Result`` (responses tagged with the key of the request they answer, records to persist before
+``Outcome`` (responses tagged with the key of the request they answer, records to persist before
 any response is released, timer changes). Timers come back through ``on_timer``. Member ids come
 from the injected ``new_member_id(client_id)``.
 """
@@ -30,7 +30,7 @@ from translate.classic_messages import (
 from translate.classic_rebalance import ClassicGroupConfig, Rebalancer
 from translate.errors import ApiError, Errors
 from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, RequestKey, Result, TimerKey, timer_key
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Outcome, RequestKey, TimerKey, timer_key
 
 # OffsetCommit v9+ answers GROUP_ID_NOT_FOUND for a missing group; older versions expect
 # ILLEGAL_GENERATION.
@@ -49,19 +49,19 @@ class ClassicGroupCoordinator:
         return self.groups.get(group_id)
 
     # ---- JoinGroup ---------------------------------------------------------------------------
-    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
         return self._join.join_group(request, request_key, now_ms)
 
     # ---- SyncGroup ---------------------------------------------------------------------------
-    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         try:
             self._sync(out, request, request_key, now_ms)
         except ApiError as exc:
             out.respond(request_key, SyncGroupResponse(error_code=exc.error))
         return out
 
-    def _sync(self, out: Result, request: SyncGroupRequest, key: RequestKey, now_ms: int) -> None:
+    def _sync(self, out: Outcome, request: SyncGroupRequest, key: RequestKey, now_ms: int) -> None:
         group = self._existing_group(request.group_id)
         validate_member(group, request.member_id, request.group_instance_id)
         if request.generation_id != group.generation_id:
@@ -104,13 +104,13 @@ class ClassicGroupCoordinator:
             self.rebalancer.propagate_assignment(out, group, Errors.NONE, now_ms)
         self._maybe_cancel_sync_timer(out, group)
 
-    def _maybe_cancel_sync_timer(self, out: Result, group: ClassicGroup) -> None:
+    def _maybe_cancel_sync_timer(self, out: Outcome, group: ClassicGroup) -> None:
         if not group.pending_sync_members:
             self.rebalancer.cancel(out, timer_key(SYNC_TIMER, group.group_id))
 
     # ---- Heartbeat ---------------------------------------------------------------------------
-    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         error = Errors.NONE
         try:
             group = self._existing_group(request.group_id)
@@ -131,8 +131,8 @@ class ClassicGroupCoordinator:
         return out
 
     # ---- LeaveGroup --------------------------------------------------------------------------
-    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         try:
             group = self._existing_group(request.group_id)
         except ApiError as exc:
@@ -150,7 +150,7 @@ class ClassicGroupCoordinator:
         return out
 
     def _leave_one(
-        self, out: Result, group: ClassicGroup, member_id: str, instance_id: str | None, now_ms: int
+        self, out: Outcome, group: ClassicGroup, member_id: str, instance_id: str | None, now_ms: int
     ) -> Errors:
         if instance_id is None:
             if member_id in group.pending_members:
@@ -170,8 +170,8 @@ class ClassicGroupCoordinator:
         return Errors.NONE
 
     # ---- timers ------------------------------------------------------------------------------
-    def on_timer(self, key: TimerKey, now_ms: int) -> Result:
-        out = Result()
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
+        out = Outcome()
         if not self.rebalancer.take_due(key, now_ms):
             return out  # replaced, cancelled or early: nothing to do
         group = self.groups.get(key[1])
@@ -185,7 +185,7 @@ class ClassicGroupCoordinator:
             self._on_session_expired(out, group, key[2], now_ms)
         return out
 
-    def _on_session_expired(self, out: Result, group: ClassicGroup, member_id: str, now_ms: int) -> None:
+    def _on_session_expired(self, out: Outcome, group: ClassicGroup, member_id: str, now_ms: int) -> None:
         if member_id in group.pending_members:
             # The id handed out with MEMBER_ID_REQUIRED was never used.
             self.rebalancer.remove_pending_member(out, group, member_id, now_ms)
@@ -236,11 +236,11 @@ class ClassicGroupCoordinator:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 
-    def offset_committed(self, group_id: str, member_id: str, now_ms: int) -> Result:
+    def offset_committed(self, group_id: str, member_id: str, now_ms: int) -> Outcome:
         """An accepted OffsetCommit of a member of a Stable or PreparingRebalance classic group counts as
         a heartbeat, as in Kafka (its coordinator reschedules the member's session on a commit); a
         TxnOffsetCommit does not."""
-        out = Result()
+        out = Outcome()
         group = self.groups.get(group_id)
         if group is not None and group.is_in(State.STABLE, State.PREPARING_REBALANCE):
             member = group.members.get(member_id)
@@ -256,8 +256,8 @@ class ClassicGroupCoordinator:
         return Errors.NONE
 
     # ---- deletion ----------------------------------------------------------------------------
-    def delete_group(self, group_id: str, now_ms: int) -> tuple[Errors, Result]:
-        out = Result()
+    def delete_group(self, group_id: str, now_ms: int) -> tuple[Errors, Outcome]:
+        out = Outcome()
         group = self.groups.get(group_id)
         if group is None or group.is_in(State.DEAD):
             return Errors.GROUP_ID_NOT_FOUND, out
@@ -273,14 +273,14 @@ class ClassicGroupCoordinator:
         return Errors.NONE, out
 
     # ---- expiry ------------------------------------------------------------------------------
-    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> tuple[list[str], Result]:
+    def expire_empty_groups(self, now_ms: int, retention_ms: int) -> tuple[list[str], Outcome]:
         """Delete the groups Empty for ``retention_ms`` (``offsets.retention.minutes``), as Kafka's
         cleanup does once their offsets expired: for an Empty classic group Kafka expires them all
         retention after CurrentStateTimestamp, the time the group became Empty, which the group
         record carries and replay restores. A group whose record has no timestamp (value v0/v1) is
         stamped now. A group with a member id handed out (MEMBER_ID_REQUIRED) that has not joined
         yet is left for a later check: that member is on its way in."""
-        out = Result()
+        out = Outcome()
         expired: list[str] = []
         for group in list(self.groups.values()):
             if not group.is_in(State.EMPTY) or group.pending_members:
@@ -290,7 +290,7 @@ class ClassicGroupCoordinator:
                 out.records.append(self.rebalancer.group_record(group))
             elif now_ms - group.state_timestamp_ms >= retention_ms:
                 _, deleted = self.delete_group(group.group_id, now_ms)  # the tombstone
-                out.extend(deleted)
+                out.take(deleted)
                 expired.append(group.group_id)
         return expired, out
 
@@ -334,9 +334,9 @@ class ClassicGroupCoordinator:
             group.state = State.STABLE
         self.groups[record.group_id] = group
 
-    def on_loaded(self, now_ms: int) -> Result:
+    def on_loaded(self, now_ms: int) -> Outcome:
         """After replay: every member's session starts now (a member that is gone expires)."""
-        out = Result()
+        out = Outcome()
         for group in self.groups.values():
             for member in group.members.values():
                 self.rebalancer.reschedule_heartbeat(out, group, member, now_ms)

@@ -20,7 +20,7 @@ from translate.classic_messages import (
 )
 from translate.classic_rebalance import Rebalancer
 from translate.errors import ApiError, Errors
-from translate.result import HEARTBEAT_TIMER, RequestKey, Result, timer_key
+from translate.result import HEARTBEAT_TIMER, Outcome, RequestKey, timer_key
 
 
 def join_error(error: Errors, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:
@@ -32,8 +32,8 @@ class ClassicJoin:
         self.rb = rebalancer
         self.groups = groups
 
-    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         existed = request.group_id in self.groups
         try:
             self._join(out, request, request_key, now_ms)
@@ -45,7 +45,7 @@ class ClassicJoin:
                 del self.groups[request.group_id]
         return out
 
-    def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+    def _join(self, out: Outcome, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
         config = self.rb.config
         if not request.group_id:
             raise ApiError(Errors.INVALID_GROUP_ID)
@@ -83,7 +83,7 @@ class ClassicJoin:
 
     # ---- new members -------------------------------------------------------------------------
     def _join_new_member(
-        self, out: Result, group: ClassicGroup, request: JoinGroupRequest, key: RequestKey, now_ms: int
+        self, out: Outcome, group: ClassicGroup, request: JoinGroupRequest, key: RequestKey, now_ms: int
     ) -> None:
         if not group.supports_protocols(request.protocol_type, request.protocols):
             raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
@@ -109,7 +109,7 @@ class ClassicJoin:
 
     def _add_member(
         self,
-        out: Result,
+        out: Outcome,
         group: ClassicGroup,
         request: JoinGroupRequest,
         member_id: str,
@@ -137,7 +137,7 @@ class ClassicJoin:
 
     def _replace_static_member(
         self,
-        out: Result,
+        out: Outcome,
         group: ClassicGroup,
         request: JoinGroupRequest,
         old_member_id: str,
@@ -202,7 +202,7 @@ class ClassicJoin:
 
     # ---- known members -----------------------------------------------------------------------
     def _join_existing_member(
-        self, out: Result, group: ClassicGroup, request: JoinGroupRequest, key: RequestKey, now_ms: int
+        self, out: Outcome, group: ClassicGroup, request: JoinGroupRequest, key: RequestKey, now_ms: int
     ) -> None:
         member_id = request.member_id
         if not group.supports_protocols(request.protocol_type, request.protocols):
@@ -235,7 +235,7 @@ class ClassicJoin:
 
     def _update_member_and_rebalance(
         self,
-        out: Result,
+        out: Outcome,
         group: ClassicGroup,
         member: ClassicGroupMember,
         request: JoinGroupRequest,
@@ -256,7 +256,7 @@ class ClassicJoin:
         self.rb.maybe_prepare_rebalance_or_complete_join(out, group, now_ms)
 
     def _respond_current_generation(
-        self, out: Result, group: ClassicGroup, member: ClassicGroupMember, key: RequestKey, with_members: bool
+        self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, key: RequestKey, with_members: bool
     ) -> None:
         out.respond(
             key,

@@ -52,7 +52,7 @@ from translate.embedded import (
 )
 from translate.errors import ApiError, Errors
 from translate.result import Cancel as _cancel
-from translate.result import RequestKey, Result, timer_key
+from translate.result import Outcome, RequestKey, timer_key
 from translate.result import Schedule as _schedule
 
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
@@ -115,8 +115,8 @@ class ClassicMemberTranslator:
         self.gatherings: dict[str, _Gathering] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
-    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         if self._gather(out, request, request_key, now_ms):
             return out
         try:
@@ -125,7 +125,7 @@ class ClassicMemberTranslator:
             out.respond(request_key, join_error(exc.error, request.member_id))
         return out
 
-    def _join(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
+    def _join(self, out: Outcome, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> None:
         group = self.coordinator.group(request.group_id)
         epoch = group.group_epoch if group is not None else 0
         admitted = self._admit(out, request, key, now_ms)
@@ -142,7 +142,7 @@ class ClassicMemberTranslator:
             return request.session_timeout_ms
         return request.rebalance_timeout_ms
 
-    def _admit(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> _Admitted | None:
+    def _admit(self, out: Outcome, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> _Admitted | None:
         """Validate the join and write the member (its subscription); None when already answered."""
         config = self.config
         if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
@@ -199,7 +199,7 @@ class ClassicMemberTranslator:
         owned = self._owned_partitions(subscription.owned_partitions)
         return _Admitted(request, key, member_id, owned, rebalance_timeout)
 
-    def _answer(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+    def _answer(self, out: Outcome, admitted: _Admitted, now_ms: int) -> None:
         """Reconcile an admitted member against the (possibly new) target and answer its join."""
         request, member_id = admitted.request, admitted.member_id
         group_id = request.group_id
@@ -228,7 +228,7 @@ class ClassicMemberTranslator:
         )
 
     # ---- gathering ---------------------------------------------------------------------------
-    def _gather(self, out: Result, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> bool:
+    def _gather(self, out: Outcome, request: JoinGroupRequest, key: RequestKey, now_ms: int) -> bool:
         """Park a join that arrives while its group gathers (or opens the gathering); True if parked.
 
         A classic group waits ``group.initial.rebalance.delay.ms`` before its first rebalance so that
@@ -285,7 +285,7 @@ class ClassicMemberTranslator:
             return False
         return any(m.uses_classic_protocol and mid != admitted.member_id for mid, m in group.members.items())
 
-    def _hold(self, out: Result, admitted: _Admitted, now_ms: int) -> None:
+    def _hold(self, out: Outcome, admitted: _Admitted, now_ms: int) -> None:
         """Open the rejoin barrier with this member's answer held. It lasts until every classic
         member has rejoined, at most the joiner's session timeout (a live member heartbeats, and so
         learns it must rejoin, well within it) bounded by its rebalance timeout."""
@@ -296,12 +296,12 @@ class ClassicMemberTranslator:
         self._schedule(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, gid), deadline)
         self._keep_alive(out, admitted, deadline)
 
-    def _keep_alive(self, out: Result, admitted: _Admitted, until_ms: int) -> None:
+    def _keep_alive(self, out: Outcome, admitted: _Admitted, until_ms: int) -> None:
         # A member waiting at the barrier sends no heartbeats: its session counts from the answer.
         key = session_key(admitted.request.group_id, admitted.member_id)
         out.timers.append(_schedule(key, until_ms + admitted.request.session_timeout_ms))
 
-    def _at_barrier(self, out: Result, gathering: _Gathering, request: JoinGroupRequest, key: RequestKey,
+    def _at_barrier(self, out: Outcome, gathering: _Gathering, request: JoinGroupRequest, key: RequestKey,
                     now_ms: int) -> None:
         """A join while the barrier is up: the member is added (or updated) now, answered with the rest."""
         try:
@@ -318,28 +318,28 @@ class ClassicMemberTranslator:
                 break
         gathering.admitted.append(admitted)
         self._keep_alive(out, admitted, gathering.deadline_ms)
-        out.extend(self.check_barrier(request.group_id, now_ms))
+        out.take(self.check_barrier(request.group_id, now_ms))
 
-    def check_barrier(self, group_id: str, now_ms: int) -> Result:
+    def check_barrier(self, group_id: str, now_ms: int) -> Outcome:
         """End the group's join barrier once every classic member in the group is waiting at it
         (after a join, or when a member it waited for left, expired or stopped being classic)."""
         gathering = self.gatherings.get(group_id)
         if gathering is None or not gathering.barrier:
-            return Result()
+            return Outcome()
         group = self.coordinator.group(group_id)
         waiting = {a.member_id for a in gathering.admitted}
         if group is not None and any(
             m.uses_classic_protocol and mid not in waiting for mid, m in group.members.items()
         ):
-            return Result()
-        out = Result()
+            return Outcome()
+        out = Outcome()
         self._cancel(out, timer_key(CLASSIC_MEMBER_GATHER_TIMER, group_id))
-        out.extend(self._end_gathering(group_id, now_ms))
+        out.take(self._end_gathering(group_id, now_ms))
         return out
 
-    def _end_gathering(self, group_id: str, now_ms: int) -> Result:
+    def _end_gathering(self, group_id: str, now_ms: int) -> Outcome:
         """Add every parked joiner, then assign: one target for all of them."""
-        out = Result()
+        out = Outcome()
         gathering = self.gatherings.pop(group_id, None)
         if gathering is None:
             return out
@@ -432,8 +432,8 @@ class ClassicMemberTranslator:
         return result
 
     # ---- SyncGroup ---------------------------------------------------------------------------
-    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         try:
             group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
             if request.generation_id != member.member_epoch:
@@ -475,8 +475,8 @@ class ClassicMemberTranslator:
         return sorted(result, key=lambda tp: tp.topic)
 
     # ---- Heartbeat ---------------------------------------------------------------------------
-    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Result:
-        out = Result()
+    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         error = Errors.NONE
         try:
             group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
@@ -509,15 +509,15 @@ class ClassicMemberTranslator:
                         return True
         return False
 
-    def _expect_rejoin(self, out: Result, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
+    def _expect_rejoin(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
         key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)
         if key not in self.deadlines:
             self._schedule(out, key, now_ms + max(member.rebalance_timeout_ms, 0))
 
     # ---- timers ------------------------------------------------------------------------------
-    def on_timer(self, key: tuple[str, str, str], now_ms: int) -> Result:
+    def on_timer(self, key: tuple[str, str, str], now_ms: int) -> Outcome:
         """The join and sync timers of classic members; an expiry fences the member."""
-        out = Result()
+        out = Outcome()
         deadline = self.deadlines.get(key)
         if deadline is None or now_ms < deadline:
             return out
@@ -552,19 +552,19 @@ class ClassicMemberTranslator:
             raise ApiError(Errors.UNKNOWN_MEMBER_ID)
         return group, member
 
-    def _take_tx(self, out: Result, tx: Tx) -> None:
+    def _take_tx(self, out: Outcome, tx: Tx) -> None:
         out.records.extend(tx.records)
         out.timers.extend(tx.timers)
 
-    def _schedule(self, out: Result, key: tuple[str, str, str], deadline_ms: int) -> None:
+    def _schedule(self, out: Outcome, key: tuple[str, str, str], deadline_ms: int) -> None:
         self.deadlines[key] = deadline_ms
         out.timers.append(_schedule(key, deadline_ms))
 
-    def _cancel(self, out: Result, key: tuple[str, str, str]) -> None:
+    def _cancel(self, out: Outcome, key: tuple[str, str, str]) -> None:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(_cancel(key))
 
-    def cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
+    def cancel_member_timers(self, out: Outcome, group_id: str, member_id: str) -> None:
         for kind in (CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER):
             self._cancel(out, timer_key(kind, group_id, member_id))
 

@@ -3,7 +3,7 @@ propagation, member removal and the timers behind them.
 
 One ``Rebalancer`` serves every classic group of a coordinator. It owns the timer deadlines so
 that a timer that fires after it was replaced or cancelled is recognised and ignored; each
-operation appends what it produces (responses, records, timer changes) to the ``Result`` given.
+operation appends what it produces (responses, records, timer changes) to the ``Outcome`` given.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from translate.result import (
     JOIN_TIMER,
     SYNC_TIMER,
     Cancel,
-    Result,
+    Outcome,
     Schedule,
     TimerKey,
     timer_key,
@@ -54,11 +54,11 @@ class Rebalancer:
         self.deadlines: dict[TimerKey, int] = {}
 
     # ---- timers ------------------------------------------------------------------------------
-    def schedule(self, out: Result, key: TimerKey, deadline_ms: int) -> None:
+    def schedule(self, out: Outcome, key: TimerKey, deadline_ms: int) -> None:
         self.deadlines[key] = deadline_ms
         out.timers.append(Schedule(key, deadline_ms))
 
-    def cancel(self, out: Result, key: TimerKey) -> None:
+    def cancel(self, out: Outcome, key: TimerKey) -> None:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(Cancel(key))
 
@@ -71,12 +71,12 @@ class Rebalancer:
         return True
 
     def reschedule_heartbeat(
-        self, out: Result, group: ClassicGroup, member: ClassicGroupMember, now_ms: int, timeout_ms: int | None = None
+        self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, now_ms: int, timeout_ms: int | None = None
     ) -> None:
         timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
         self.schedule(out, timer_key(HEARTBEAT_TIMER, group.group_id, member.member_id), now_ms + timeout)
 
-    def cancel_heartbeat(self, out: Result, group: ClassicGroup, member_id: str) -> None:
+    def cancel_heartbeat(self, out: Outcome, group: ClassicGroup, member_id: str) -> None:
         self.cancel(out, timer_key(HEARTBEAT_TIMER, group.group_id, member_id))
 
     # ---- records -----------------------------------------------------------------------------
@@ -109,13 +109,13 @@ class Rebalancer:
         return GroupMetadataRecord(group.group_id, value, self.config.metadata_value_version)
 
     # ---- the join phase ----------------------------------------------------------------------
-    def maybe_prepare_rebalance_or_complete_join(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def maybe_prepare_rebalance_or_complete_join(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         if group.can_rebalance():
             self.prepare_rebalance(out, group, now_ms)
         else:
             self.maybe_complete_join_phase(out, group, now_ms)
 
-    def prepare_rebalance(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def prepare_rebalance(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         # Members parked in SyncGroup belong to a generation that will never be synced.
         if group.is_in(State.COMPLETING_REBALANCE):
             self.reset_and_propagate_assignment_error(out, group, Errors.REBALANCE_IN_PROGRESS, now_ms)
@@ -141,13 +141,13 @@ class Rebalancer:
         if not is_initial:
             self.maybe_complete_join_phase(out, group, now_ms)
 
-    def maybe_complete_join_phase(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def maybe_complete_join_phase(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         # The barrier: every known member has a JoinGroup parked and no MEMBER_ID_REQUIRED member
         # is still expected. The initial rebalance always waits out its delay.
         if group.is_in(State.PREPARING_REBALANCE) and group.all_members_joined() and not group.in_initial_delay():
             self.complete_join(out, group, now_ms)
 
-    def on_join_timer(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def on_join_timer(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         if not group.is_in(State.PREPARING_REBALANCE):
             return
         if group.in_initial_delay() and group.new_member_added and group.initial_remaining_ms > 0:
@@ -161,7 +161,7 @@ class Rebalancer:
             return
         self.complete_join(out, group, now_ms)
 
-    def complete_join(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def complete_join(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         self.cancel(out, timer_key(JOIN_TIMER, group.group_id))
         group.initial_delay_ms = -1
         group.initial_remaining_ms = -1
@@ -229,7 +229,7 @@ class Rebalancer:
             group.transition_to(State.EMPTY, now_ms)
 
     # ---- the sync phase ----------------------------------------------------------------------
-    def propagate_assignment(self, out: Result, group: ClassicGroup, error: Errors, now_ms: int) -> None:
+    def propagate_assignment(self, out: Outcome, group: ClassicGroup, error: Errors, now_ms: int) -> None:
         for member in group.members.values():
             pending = member.awaiting_sync
             if pending is None:
@@ -249,13 +249,13 @@ class Rebalancer:
             self.reschedule_heartbeat(out, group, member, now_ms)
 
     def reset_and_propagate_assignment_error(
-        self, out: Result, group: ClassicGroup, error: Errors, now_ms: int
+        self, out: Outcome, group: ClassicGroup, error: Errors, now_ms: int
     ) -> None:
         for member in group.members.values():
             member.assignment = b""
         self.propagate_assignment(out, group, error, now_ms)
 
-    def on_sync_timer(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+    def on_sync_timer(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         if not group.is_in(State.COMPLETING_REBALANCE, State.STABLE) or not group.pending_sync_members:
             return
         for member_id in sorted(group.pending_sync_members):
@@ -265,7 +265,7 @@ class Rebalancer:
         self.prepare_rebalance(out, group, now_ms)
 
     # ---- removal -----------------------------------------------------------------------------
-    def _drop(self, out: Result, group: ClassicGroup, member: ClassicGroupMember) -> None:
+    def _drop(self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember) -> None:
         """Take a member out of the group, answering whatever it has parked."""
         if member.awaiting_join is not None:
             # It may simply have timed out while parked; UNKNOWN_MEMBER_ID makes a live client
@@ -281,7 +281,7 @@ class Rebalancer:
         self.cancel_heartbeat(out, group, member.member_id)
 
     def remove_member_and_update_group(
-        self, out: Result, group: ClassicGroup, member: ClassicGroupMember, now_ms: int
+        self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, now_ms: int
     ) -> None:
         self._drop(out, group, member)
         if group.is_in(State.STABLE, State.COMPLETING_REBALANCE):
@@ -289,7 +289,7 @@ class Rebalancer:
         elif group.is_in(State.PREPARING_REBALANCE) and group.all_members_joined():
             self.complete_join(out, group, now_ms)
 
-    def remove_pending_member(self, out: Result, group: ClassicGroup, member_id: str, now_ms: int) -> None:
+    def remove_pending_member(self, out: Outcome, group: ClassicGroup, member_id: str, now_ms: int) -> None:
         group.pending_members.discard(member_id)
         self.cancel_heartbeat(out, group, member_id)
         self.maybe_complete_join_phase(out, group, now_ms)

@@ -55,7 +55,7 @@ stays STABLE (unless the join bumped the group epoch, KAFKA-19546: then it rebal
 joiner's JoinGroup response carries its member epoch as generation.
 
 All checks happen before any state changes, so a refused conversion leaves both groups as they
-were. Persisting the records is the caller's job (write-ahead, as for every Result).
+were. Persisting the records is the caller's job (write-ahead, as for every Outcome).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ from translate.embedded import (
 )
 from translate.errors import ApiError, Errors
 from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Result, timer_key
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Outcome, timer_key
 
 
 class MigrationPolicy(enum.Enum):
@@ -151,7 +151,7 @@ class GroupConverter:
         self.downgrade_allowed = downgrade_allowed
 
     # ---- upgrade -----------------------------------------------------------------------------
-    def delete_empty_classic_group(self, group: ClassicGroup, now_ms: int, out: Result) -> None:
+    def delete_empty_classic_group(self, group: ClassicGroup, now_ms: int, out: Outcome) -> None:
         """An empty classic group makes way for a consumer group, whatever the policy."""
         gid = group.group_id
         rb = self.classic_groups.rebalancer
@@ -163,7 +163,7 @@ class GroupConverter:
         del self.classic_groups.groups[gid]
         out.records.append(GroupMetadataRecord(gid, None))
 
-    def upgrade(self, group: ClassicGroup, now_ms: int, out: Result, joiner_replaces: bool = False) -> None:
+    def upgrade(self, group: ClassicGroup, now_ms: int, out: Outcome, joiner_replaces: bool = False) -> None:
         """Convert a non-empty classic group; raises ApiError (nothing changed) when it may not be.
         ``joiner_replaces``: the joining member takes a classic static member's place, so the group
         does not grow."""
@@ -324,7 +324,7 @@ class GroupConverter:
         return len(group.members) <= self.classic_groups.rebalancer.config.max_size
 
     def downgrade(
-        self, group: ConsumerGroup, leaving: Collection[str], now_ms: int, out: Result, rebalance: bool = True
+        self, group: ConsumerGroup, leaving: Collection[str], now_ms: int, out: Outcome, rebalance: bool = True
     ) -> ClassicGroup:
         """Replace the consumer group by a classic group of its remaining (classic) members;
         ``rebalance``: a member left, so the classic group starts a rebalance at once."""

@@ -2,8 +2,9 @@
 
 ``GroupServiceConfig``: the migration policy (``group.consumer.migration.policy``), the classic
 groups mode (``native`` / ``translate``), the classic group settings, and how DescribeGroups shows
-consumer groups. ``GroupResult``: the responses released by a call (each tagged with the request
-key it answers), the records to make durable first, and the timer changes.
+consumer groups. What a call returns is the one ``Outcome`` of coordinator/outcome.py: the responses
+released by a call (each tagged with the request key it answers), the records to make durable first,
+and the timer changes.
 """
 
 from __future__ import annotations
@@ -75,10 +76,6 @@ class GroupServiceConfig:
         return self.classic_groups
 
 
-# The group service's names for the one outcome type (coordinator/outcome.py).
-GroupResult = Outcome
-
-
 def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
     if isinstance(record, GroupMetadataRecord):
         return encode_record(record)
@@ -86,5 +83,5 @@ def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
 
 
 __all__ = [
-    "AnyRecord", "ClassicGroupsMode", "GroupResult", "GroupServiceConfig", "Reply", "RequestKey", "encode_any_record",
+    "AnyRecord", "ClassicGroupsMode", "Outcome", "GroupServiceConfig", "Reply", "RequestKey", "encode_any_record",
 ]

@@ -20,7 +20,7 @@ caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
 ``handle`` takes JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest
 (translate.classic_messages), ConsumerGroupHeartbeatRequest (coordinator.messages),
 ConsumerGroupDescribeRequest, DescribeGroupsRequest, ListGroupsRequest, DeleteGroupsRequest,
-OffsetCommitCheck, OffsetFetchCheck (translate.group_messages). It returns a ``GroupResult``:
+OffsetCommitCheck, OffsetFetchCheck (translate.group_messages). It returns a ``Outcome``:
 ``responses`` (each ``Reply(request_key, body)``; a JoinGroup / SyncGroup may be parked and
 answered by a later call, and one call may answer several requests), ``records`` to make durable
 BEFORE releasing any response of the same result (``GroupMetadataRecord`` for classic groups,
@@ -90,8 +90,8 @@ from translate.errors import Errors
 from translate.group_config import (
     AnyRecord,
     ClassicGroupsMode,
-    GroupResult,
     GroupServiceConfig,
+    Outcome,
     Reply,
     RequestKey,
     encode_any_record,
@@ -113,7 +113,6 @@ from translate.group_messages import (
 from translate.group_records import GroupMetadataRecord, decode_record
 from translate.group_views import describe_groups, list_groups
 from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
-from translate.result import Result as ClassicResult
 
 _CLASSIC_GROUP_TIMERS = frozenset({JOIN_TIMER, SYNC_TIMER, HEARTBEAT_TIMER})
 _CLASSIC_MEMBER_TIMERS = frozenset({CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER, CLASSIC_MEMBER_GATHER_TIMER})
@@ -150,7 +149,7 @@ class GroupService:
         )
 
     # ---- dispatch ----------------------------------------------------------------------------
-    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> GroupResult:
+    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
         if isinstance(request, JoinGroupRequest):
             return self.join_group(request, request_key, now_ms)
         if isinstance(request, SyncGroupRequest):
@@ -162,7 +161,7 @@ class GroupService:
         if isinstance(request, ConsumerGroupHeartbeatRequest):
             result = self.consumer_group_heartbeat(request, request_key, now_ms)
             return self._after_membership_change(request.group_id, result, now_ms)
-        out = GroupResult()
+        out = Outcome()
         if isinstance(request, ConsumerGroupDescribeRequest):
             described = self.coordinator.describe(request.group_ids)
             for d in described:
@@ -188,7 +187,7 @@ class GroupService:
         out.responses.append(Reply(request_key, body))
         return out
 
-    def _after_membership_change(self, group_id: str, out: GroupResult, now_ms: int) -> GroupResult:
+    def _after_membership_change(self, group_id: str, out: Outcome, now_ms: int) -> Outcome:
         """A classic member left, expired or was taken over: a join barrier waiting for it may end."""
         out.take(self.classic_members.check_barrier(group_id, now_ms))
         return out
@@ -199,8 +198,8 @@ class GroupService:
         return self.coordinator.group(group_id)
 
     # ---- classic protocol --------------------------------------------------------------------
-    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         gid = request.group_id
         if self.classic_groups.group(gid) is not None:
             out.take(self.classic_groups.join_group(request, request_key, now_ms))
@@ -209,7 +208,7 @@ class GroupService:
         translate = self.config.mode is ClassicGroupsMode.TRANSLATE
         if group is not None and not group.members and not translate:
             # An empty consumer group makes way for a classic group (Kafka deletes it on JoinGroup).
-            out.take_coordinator(self.coordinator.delete_group(gid))
+            out.take(self.coordinator.delete_group(gid))
             group = None
         if group is None and translate and request.protocol_type == CONSUMER_PROTOCOL_TYPE:
             self.coordinator.get_or_create_group(gid)
@@ -227,7 +226,7 @@ class GroupService:
             # The last consumer-protocol member was replaced by a classic one (KIP-848 downgrade).
             # The group stays Stable unless the joiner changed what the assignment depends on
             # (KAFKA-19546): then its members rebalance under the classic protocol.
-            result = ClassicResult()
+            result = Outcome()
             self.converter.downgrade(group, [], now_ms, result, rebalance=group.group_epoch != epoch)
             out.take(result)
         return out
@@ -247,29 +246,29 @@ class GroupService:
         if group is not None and not group.members and group.group_epoch == 0 and group.assignment_epoch == 0:
             del self.coordinator.state.groups[group_id]
 
-    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def sync_group(self, request: SyncGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         if self._consumer_group(request.group_id) is not None:
             out.take(self.classic_members.sync_group(request, request_key, now_ms))
         else:
             out.take(self.classic_groups.sync_group(request, request_key, now_ms))
         return out
 
-    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def heartbeat(self, request: HeartbeatRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         if self._consumer_group(request.group_id) is not None:
             out.take(self.classic_members.heartbeat(request, request_key, now_ms))
         else:
             out.take(self.classic_groups.heartbeat(request, request_key, now_ms))
         return out
 
-    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def leave_group(self, request: LeaveGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
+        out = Outcome()
         group = self._consumer_group(request.group_id)
         if group is None:
             out.take(self.classic_groups.leave_group(request, request_key, now_ms))
             return out
-        result = ClassicResult()
+        result = Outcome()
         leaving: list[str] = []
         members: list[MemberResponse] = []
         for identity in request.members:
@@ -314,8 +313,8 @@ class GroupService:
     # ---- new protocol ------------------------------------------------------------------------
     def consumer_group_heartbeat(
         self, request: ConsumerGroupHeartbeatRequest, request_key: RequestKey, now_ms: int
-    ) -> GroupResult:
-        out = GroupResult()
+    ) -> Outcome:
+        out = Outcome()
         try:
             validate(self.coordinator.state, request)
             if request.member_epoch == JOIN_GROUP_MEMBER_EPOCH:
@@ -328,17 +327,17 @@ class GroupService:
             out.responses.append(Reply(request_key, error_response(exc)))
             return out
         res = self.coordinator.consumer_group_heartbeat(request, now_ms)
-        out.take_coordinator(res)
+        out.take(res)
         out.responses.append(Reply(request_key, res.response))
         return out
 
     def _before_join(
-        self, out: GroupResult, request: ConsumerGroupHeartbeatRequest, now_ms: int
+        self, out: Outcome, request: ConsumerGroupHeartbeatRequest, now_ms: int
     ) -> ConsumerGroupHeartbeatRequest:
         """Epoch 0: convert a classic group, or take over a classic static member's place."""
         gid = request.group_id
         classic = self.classic_groups.group(gid)
-        result = ClassicResult()
+        result = Outcome()
         converted = False
         if classic is not None:
             if not classic.members:
@@ -388,7 +387,7 @@ class GroupService:
         return request
 
     def _leave_downgrades(
-        self, out: GroupResult, request: ConsumerGroupHeartbeatRequest, request_key: RequestKey, now_ms: int
+        self, out: Outcome, request: ConsumerGroupHeartbeatRequest, request_key: RequestKey, now_ms: int
     ) -> bool:
         group = self._consumer_group(request.group_id)
         if group is None:
@@ -398,7 +397,7 @@ class GroupService:
             return False  # the coordinator answers the identity errors
         if not self.converter.should_downgrade(group, [member.member_id]):
             return False
-        result = ClassicResult()
+        result = Outcome()
         self.converter.downgrade(group, [member.member_id], now_ms, result)
         out.take(result)
         out.responses.append(
@@ -407,8 +406,8 @@ class GroupService:
         return True
 
     # ---- timers ------------------------------------------------------------------------------
-    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
+        out = Outcome()
         kind, gid, member_id = key
         if kind in _CLASSIC_GROUP_TIMERS:
             out.take(self.classic_groups.on_timer(key, now_ms))
@@ -426,15 +425,15 @@ class GroupService:
             return out
         expired = kind == SESSION or (kind == REBALANCE and member.state is MemberState.UNREVOKED_PARTITIONS)
         if expired and self.converter.should_downgrade(group, [member_id]):
-            result = ClassicResult()
+            result = Outcome()
             self.converter.downgrade(group, [member_id], now_ms, result)
             out.take(result)
             return out
         fired = self.coordinator.on_timer(key, now_ms)
-        out.take_coordinator(fired)
+        out.take(fired)
         if fired.records:
             # A fenced classic member must not leave its join/sync timers armed.
-            result = ClassicResult()
+            result = Outcome()
             self.classic_members.cancel_member_timers(result, gid, member_id)
             out.take(result)
             self._after_membership_change(gid, out, now_ms)
@@ -468,7 +467,7 @@ class GroupService:
             return self.classic_groups.validate_offset_fetch(check.group_id)
         return self.coordinator.validate_offset_fetch(check.group_id, check.member_id, check.member_epoch)
 
-    def _delete_groups(self, out: GroupResult, request: DeleteGroupsRequest, now_ms: int) -> DeleteGroupsResponse:
+    def _delete_groups(self, out: Outcome, request: DeleteGroupsRequest, now_ms: int) -> DeleteGroupsResponse:
         results = []
         for gid in request.group_ids:
             if self.classic_groups.group(gid) is not None:
@@ -477,22 +476,22 @@ class GroupService:
             else:
                 res = self.coordinator.delete_group(gid)
                 error = res.response
-                out.take_coordinator(res)
+                out.take(res)
             results.append(DeletableGroupResult(gid, int(error)))
         return DeleteGroupsResponse(results)
 
     # ---- expiry ------------------------------------------------------------------------------
-    def expire_empty_groups(self, now_ms: int) -> GroupResult:
+    def expire_empty_groups(self, now_ms: int) -> Outcome:
         """Kafka's periodic group cleanup, for the caller to run every
         ``offsets.retention.check.interval.ms``: classic and consumer groups (converted ones too) that
         have been Empty for ``offsets.retention.minutes`` are deleted with tombstones of all their
         records. A group that got a member back in time is not Empty and stays. Committed offsets are
         the cluster's: it expires them by its own retention (docs/operations.md)."""
-        out = GroupResult()
+        out = Outcome()
         retention = self.config.offsets_retention_ms
         _, classic = self.classic_groups.expire_empty_groups(now_ms, retention)
         out.take(classic)
-        out.take_coordinator(self.coordinator.expire_empty_groups(now_ms, retention))
+        out.take(self.coordinator.expire_empty_groups(now_ms, retention))
         return out
 
     # ---- reads (what the gateway may know of a group without reaching into the state) ----------
@@ -540,10 +539,10 @@ class GroupService:
         return frozenset().union(*(subscribed_topic_names(group, m) for m in group.members.values()))
 
     # ---- metadata, replay, load ----------------------------------------------------------------
-    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
         """The full topic image: name -> (topic id, partition count)."""
-        out = GroupResult()
-        out.take_coordinator(self.coordinator.on_metadata(topics, now_ms))
+        out = Outcome()
+        out.take(self.coordinator.on_metadata(topics, now_ms))
         return out
 
     def take_assignment_jobs(self) -> list[AssignmentJob]:
@@ -552,12 +551,12 @@ class GroupService:
 
     def install_assignment(
         self, job: AssignmentJob, assignment: dict[str, Assignment], now_ms: int
-    ) -> tuple[bool, GroupResult]:
+    ) -> tuple[bool, Outcome]:
         """An offloaded computation's result, in the group's turn: whether it was installed, and the
         records to persist (none when the group changed meanwhile and the result was discarded)."""
-        out = GroupResult()
+        out = Outcome()
         res = self.coordinator.install_assignment(job, assignment, now_ms)
-        out.take_coordinator(res)
+        out.take(res)
         return res.response, out
 
     def abandon_assignment(self, job: AssignmentJob) -> None:
@@ -582,10 +581,10 @@ class GroupService:
             return True
         return False
 
-    def on_loaded(self, now_ms: int) -> GroupResult:
-        out = GroupResult()
+    def on_loaded(self, now_ms: int) -> Outcome:
+        out = Outcome()
         out.take(self.classic_groups.on_loaded(now_ms))
-        result = ClassicResult()
+        result = Outcome()
         topics = self.coordinator.state.topics
         for group in self.classic_groups.groups.values():
             if group.is_in(ClassicGroupState.STABLE) and leaves_partitions_unassigned(group, topics):
@@ -594,11 +593,11 @@ class GroupService:
                 # gap); a group whose assignor leaves partitions out on purpose rebalances once more.
                 self.classic_groups.rebalancer.prepare_rebalance(result, group, now_ms)
         out.take(result)
-        out.take_coordinator(self.coordinator.on_loaded(now_ms))
+        out.take(self.coordinator.on_loaded(now_ms))
         return out
 
 
 __all__ = [
-    "AnyRecord", "ClassicGroupsMode", "GroupResult", "GroupService", "GroupServiceConfig", "Reply", "RequestKey",
+    "AnyRecord", "ClassicGroupsMode", "Outcome", "GroupService", "GroupServiceConfig", "Reply", "RequestKey",
     "encode_any_record",
 ]

@@ -2,7 +2,7 @@
 
 ``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
 service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
-same ``GroupResult`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
+same ``Outcome`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
 with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py``
 validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
 check the dicts against it.
@@ -80,7 +80,7 @@ from translate.embedded import (
     decode_assignment,
     decode_subscription,
 )
-from translate.group_config import ClassicGroupsMode, GroupResult, RequestKey
+from translate.group_config import ClassicGroupsMode, Outcome, RequestKey
 from translate.group_messages import DeleteGroupsRequest
 from translate.group_service import GroupService
 
@@ -159,7 +159,7 @@ class RebalanceEventDeriver:
         self._last: dict[str, _Snapshot] = {}  # consumer groups after their last derived change (fast path)
 
     # ---- the wrapped calls -----------------------------------------------------------------------
-    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> GroupResult:
+    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
         if isinstance(request, _GROUP_REQUESTS):
             gids = [request.group_id]
         elif isinstance(request, DeleteGroupsRequest):
@@ -188,19 +188,19 @@ class RebalanceEventDeriver:
         self._guarded(lambda: self._after_request(request, request_key, result, gids, before))
         return result
 
-    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: GroupResult) -> None:
+    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: Outcome) -> None:
         self._heartbeat_before(request, response)
         self._heartbeat_after(request, response)
         self._responses(result)  # (none expected: a parked response is released by a change, with records)
 
-    def on_timer(self, key: TimerKey, now_ms: int) -> GroupResult:
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
         before = self._snapshot(key[1])
         result = self.service.on_timer(key, now_ms)
         self._begin(now_ms)
         self._guarded(lambda: self._after_timer(key, result, before))
         return result
 
-    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> GroupResult:
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
         current = {n: (m.topic_id, m.num_partitions) for n, m in self.service.coordinator.state.topics.items()}
         if dict(topics) == current:
             result = self.service.on_metadata(topics, now_ms)  # nothing changes
@@ -215,7 +215,7 @@ class RebalanceEventDeriver:
         self._guarded(lambda: self._after_changes(gids, before, result, "topic metadata changed"))
         return result
 
-    def on_loaded(self, now_ms: int) -> GroupResult:
+    def on_loaded(self, now_ms: int) -> Outcome:
         """After replay: take the replayed members as known, then arm the service's timers."""
         self._begin(now_ms)
         gids = self._all_groups()
@@ -225,7 +225,7 @@ class RebalanceEventDeriver:
         self._guarded(lambda: self._after_changes(gids, before, result, "loaded"))
         return result
 
-    def expire_empty_groups(self, now_ms: int) -> GroupResult:
+    def expire_empty_groups(self, now_ms: int) -> Outcome:
         """Expired groups were Empty: no event (nobody rebalances); they are forgotten here too, and
         their client_mix stays fixed for the run."""
         result = self.service.expire_empty_groups(now_ms)
@@ -256,7 +256,7 @@ class RebalanceEventDeriver:
             self._remember(request_key, request)
 
     def _after_request(
-        self, request: object, request_key: RequestKey, result: GroupResult, gids: list[str],
+        self, request: object, request_key: RequestKey, result: Outcome, gids: list[str],
         before: dict[str, _Snapshot],
     ) -> None:
         if isinstance(request, ConsumerGroupHeartbeatRequest):
@@ -283,7 +283,7 @@ class RebalanceEventDeriver:
             else:
                 self._last.pop(gid, None)
 
-    def _after_timer(self, key: TimerKey, result: GroupResult, before: _Snapshot) -> None:
+    def _after_timer(self, key: TimerKey, result: Outcome, before: _Snapshot) -> None:
         kind, gid, member_id = key
         after = self._snapshot(gid)
         if not (result.records or result.responses or after != before):
@@ -298,7 +298,7 @@ class RebalanceEventDeriver:
         self._stable(gid, before, after)
         self._remember_after([gid], {gid: after})
 
-    def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: GroupResult, cause: str) -> None:
+    def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: Outcome, cause: str) -> None:
         after = {gid: self._snapshot(gid) for gid in gids}
         for gid in gids:
             self._departures(gid, after[gid], ("member_fenced", cause))
@@ -488,7 +488,7 @@ class RebalanceEventDeriver:
             told = self._named(response.assignment, gid)
             self._emit("assignment_sent", gid, member_id, CONSUMER, member_epoch=response.member_epoch, partitions=_tps(told))
 
-    def _responses(self, result: GroupResult) -> None:
+    def _responses(self, result: Outcome) -> None:
         """Parked JoinGroup / SyncGroup responses this result releases."""
         for reply in result.responses:
             request = self._pending.pop(reply.request_key, None)  # type: ignore[call-overload]

@@ -1,9 +1,9 @@
-"""What a call into the classic front returns (the one ``Outcome``): responses, records and timer changes.
+"""The classic front's timers; what its calls return is the one ``Outcome`` (coordinator/outcome.py).
 
 JoinGroup and SyncGroup are parked until the group reaches its barrier, so a call may answer
 requests other than the one it was given; every response is tagged with the opaque request key
 the caller passed in with the request it answers. Records must be durable before any response of
-the same Result is released (write-ahead).
+the same Outcome is released (write-ahead).
 """
 
 from __future__ import annotations
@@ -31,12 +31,7 @@ Schedule = ScheduleTimer
 Cancel = CancelTimer
 
 
-# One outcome type for every layer (coordinator/outcome.py); the classic front's names for it.
-Response = Reply
-Result = Outcome
-
-
 __all__ = [
-    "HEARTBEAT_TIMER", "JOIN_TIMER", "SYNC_TIMER", "Cancel", "RequestKey", "Response", "Result", "Schedule",
+    "HEARTBEAT_TIMER", "JOIN_TIMER", "SYNC_TIMER", "Cancel", "Outcome", "Reply", "RequestKey", "Schedule",
     "TimerChange", "TimerKey", "timer_key",
 ]

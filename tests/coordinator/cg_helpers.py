@@ -15,7 +15,7 @@ from coordinator.messages import (
 from coordinator.model import ConsumerGroup
 from coordinator.records import Record
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.state import Result
+from coordinator.state import Outcome
 
 
 class StickyTestAssignor:
@@ -82,11 +82,11 @@ class Driver:
         self.now = 0
         self.topic_ids: dict[str, uuid.UUID] = {}
 
-    def keep(self, res: Result) -> Result:
+    def keep(self, res: Outcome) -> Outcome:
         self.records.extend(res.records)
         return res
 
-    def topics(self, topics: Mapping[str, int], ids: Mapping[str, uuid.UUID] | None = None) -> Result:
+    def topics(self, topics: Mapping[str, int], ids: Mapping[str, uuid.UUID] | None = None) -> Outcome:
         for n in topics:
             if ids and n in ids:
                 self.topic_ids[n] = ids[n]
@@ -100,7 +100,7 @@ class Driver:
     def hb(self, group: str, member: str, epoch: int, owned: dict[str, list[int]] | None = None, **kw: object) -> ConsumerGroupHeartbeatResponse:
         return self.hb_result(group, member, epoch, owned, **kw).response
 
-    def hb_result(self, group: str, member: str, epoch: int, owned: dict[str, list[int]] | None = None, **kw: object) -> Result:
+    def hb_result(self, group: str, member: str, epoch: int, owned: dict[str, list[int]] | None = None, **kw: object) -> Outcome:
         if epoch == 0:
             kw.setdefault("rebalance_timeout_ms", 30000)
             kw.setdefault("subscribed_topic_names", ["foo"])

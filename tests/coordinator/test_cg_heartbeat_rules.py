@@ -81,7 +81,7 @@ def test_steady_state_heartbeat_writes_nothing_and_refreshes_the_session() -> No
     d.hb(G, "m1", 0)
     d.now = 7000
     res = d.hb_result(G, "m1", 1)
-    assert res.records == () and list(res.timers) == [ScheduleTimer(session_key(G, "m1"), 52_000)]
+    assert res.records == [] and list(res.timers) == [ScheduleTimer(session_key(G, "m1"), 52_000)]
     assert res.response.assignment is None and res.response.member_epoch == 1
     assert res.response.heartbeat_interval_ms == 5000
     # Same answer through the slow path (owned partitions sent).

@@ -252,7 +252,8 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
         fenced_log = store.logs[runtime.shard_of(taken)]
         fenced_log.fenced = True
         assert (await runtime.call(taken, _heartbeat(taken, "m1", 1))).error_code == 0
-        runtime._last_tick -= 10.0  # the process stood still for 10 s (SIGSTOP)
+        assert runtime.stalls is not None
+        runtime.stalls.last_tick -= 10.0  # the process stood still for 10 s (SIGSTOP)
         with pytest.raises(ShardUnloaded):
             await runtime.call(taken, _heartbeat(taken, "m1", 1))
         assert runtime.shard_for(taken).fenced

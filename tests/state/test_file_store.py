@@ -150,20 +150,31 @@ def test_serve_refuses_another_shard_count_with_the_state_error_exit_code(tmp_pa
     assert "Traceback" not in done.stderr
 
 
+def _group_record(shard: int, shards: int, tag: str) -> Record:
+    """A consumer group's GROUP_METADATA record for a group that belongs in ``shard``."""
+    from coordinator import records as rec
+    from coordinator.records import codec
+
+    group = next(g for g in (f"{tag}-{i}" for i in range(1000)) if shard_of(g, shards) == shard)
+    return Record(*codec.encode(rec.Record(rec.RecordType.GROUP_METADATA, group, None, rec.GroupMetadataValue(1))))
+
+
 def test_state_verify_walks_every_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = FileStateStore(tmp_path, 3)
     store.open_blocking()
     for n in range(3):
         log = store.open_shard_blocking(n)
-        log.append([Record(f"k{n}".encode(), b"v")])
+        log.append([_group_record(n, 3, "k")])
         log.sync_blocking()
         log.close()
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert all(f"state log {shard_dir(tmp_path, n)}" in out for n in range(3))
+    assert all(f"shard {n}: 1 records, 1 group, no problems" in out for n in range(3)), out
     # Shard 1's first entry damaged with a valid entry after it: corruption, not a torn tail.
+    after = _group_record(1, 3, "after")
     log = FileStateLog(shard_dir(tmp_path, 1))
-    log.append([Record(b"after", b"x")])
+    log.append([after])
     log.sync_blocking()
     log.close()
     seg = next(shard_dir(tmp_path, 1).glob("*.log"))
@@ -175,4 +186,5 @@ def test_state_verify_walks_every_shard(tmp_path: Path, capsys: pytest.CaptureFi
     assert f"{seg}: corrupt at bytes 0.." in out and "NOT loadable" in out
     assert main(["state", "repair", "--state-dir", str(tmp_path)]) == 0
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 0
-    assert _shard_records(tmp_path, 1) == {b"after": b"x"} and _shard_records(tmp_path, 2) == {b"k2": b"v"}
+    assert _shard_records(tmp_path, 1) == {after.key: after.value}
+    assert _shard_records(tmp_path, 2) == {_group_record(2, 3, "k").key: _group_record(2, 3, "k").value}

@@ -385,12 +385,19 @@ def test_a_failed_fsync_cuts_the_log_back_and_fails_the_sync(tmp_path: Path, mon
 
 
 def test_state_verify_and_repair_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator import records as rec
+    from coordinator.records import codec
     from gateway.cli import EXIT_STATE_CORRUPT, main
 
-    records = _entries(300)
+    # Group records (verify checks that each decodes): a single log is one shard, every group's.
+    records = [
+        Record(*codec.encode(rec.Record(rec.RecordType.GROUP_METADATA, f"g{i}", None, rec.GroupMetadataValue(i))))
+        for i in range(300)
+    ]
     seg, offsets = _log_with(tmp_path, records)
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 0
-    assert "300 readable entries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "300 readable entries" in out and "shard 0: 300 records, 300 groups, no problems" in out, out
     _flip(seg, offsets[150] + 1, 0x02)
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == EXIT_STATE_CORRUPT
     out = capsys.readouterr().out

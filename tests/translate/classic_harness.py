@@ -27,7 +27,7 @@ from translate.classic_messages import (
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.embedded import ConsumerProtocolSubscription, encode_subscription
 from translate.group_records import GroupMetadataRecord
-from translate.result import Result, TimerKey
+from translate.result import Outcome, TimerKey
 
 SESSION = 10_000
 REBALANCE = 30_000
@@ -56,7 +56,7 @@ class Harness:
         self._keys = itertools.count(1)
 
     # Each call returns the request key; the answer (if any yet) is in self.responses.
-    def absorb(self, result: Result) -> Result:
+    def absorb(self, result: Outcome) -> Outcome:
         for response in result.responses:
             assert response.request_key not in self.responses, "a request was answered twice"
             self.responses[response.request_key] = response.body

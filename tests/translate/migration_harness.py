@@ -39,7 +39,7 @@ from translate.embedded import (
     encode_subscription,
 )
 from translate.embedded import TopicPartitions as NamedPartitions
-from translate.group_service import GroupResult, GroupService, GroupServiceConfig
+from translate.group_service import GroupService, GroupServiceConfig, Outcome
 
 TOPIC = "foo"
 TOPIC_ID = uuid.UUID(int=0xF00)
@@ -98,7 +98,7 @@ class Driver:
         self.keys = itertools.count(1)
         self.absorb(self.service.on_metadata({TOPIC: (TOPIC_ID, self.partitions)}, self.now))
 
-    def absorb(self, result: GroupResult) -> GroupResult:
+    def absorb(self, result: Outcome) -> Outcome:
         for reply in result.responses:
             assert reply.request_key not in self.responses, "a request was answered twice"
             self.responses[reply.request_key] = reply.body
@@ -106,7 +106,7 @@ class Driver:
         apply_timer_changes(self.timers, result.timers, deadline)
         return result
 
-    def send(self, request: object) -> tuple[int, GroupResult]:
+    def send(self, request: object) -> tuple[int, Outcome]:
         key = next(self.keys)
         return key, self.absorb(self.service.handle(request, key, self.now))
 

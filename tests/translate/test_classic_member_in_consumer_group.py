@@ -28,7 +28,7 @@ from translate.embedded import (
     encode_subscription,
 )
 from translate.errors import Errors
-from translate.result import Result, Schedule, timer_key
+from translate.result import Outcome, Schedule, timer_key
 
 TOPIC = "orders"
 TOPIC_ID = uuid.UUID(int=1)
@@ -65,7 +65,7 @@ class World:
 
     def join(self, member_id: str = "", version: int = 9, instance_id: str | None = None,
              owned: list[TopicPartitions] | None = None, sub_version: int = 1,
-             protocol: str = "range") -> tuple[Result, object]:
+             protocol: str = "range") -> tuple[Outcome, object]:
         metadata = encode_subscription(
             ConsumerProtocolSubscription(topics=[TOPIC], owned_partitions=owned or []), sub_version
         )
