@@ -16,6 +16,14 @@ A group belongs to shard ``shard_of(group_id, P)`` (gateway/state_store.py; P is
 - its own timers (``loop.call_later`` handles keyed by the service's timer keys) and waiting requests
   (JoinGroup / SyncGroup parked until another member's request or a timer completes them).
 
+A timer that comes due while one of the shard's writes has been outstanding for longer than
+``stall_grace_ms`` (the state partition changing leader, the transaction coordinator moving) does not
+fire: the members it would expire may be waiting for the very responses that write holds back, and a
+client sends its next heartbeat only once the last one was answered. It is postponed until that write
+completes, then by as long as the write was outstanding, so a member gets at least a full session after
+the stall. Kafka's coordinator reaches the same outcome differently: the partition's new leader loads the
+groups and starts every session afresh.
+
 A failed append or sync (StateLogWriteFailed) unloads only that shard, as Kafka's coordinator unloads a
 partition it cannot write: its memory holds changes whose records are not durable, so it is dropped
 (timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
@@ -49,6 +57,10 @@ TopicImage = Mapping[str, Any]
 
 
 _PARALLEL_LOADS = 8  # shards opened at once when the runtime loads
+# A write outstanding longer than this is a stall: timers coming due meanwhile are postponed (see the
+# module docstring). Far below any session timeout (group.min.session.timeout.ms, Kafka: 6 s), far
+# above a healthy write.
+DEFAULT_STALL_GRACE_MS = 1_000
 
 
 class ShardUnloaded(Exception):
@@ -96,6 +108,8 @@ class Shard:
         self.unloaded: str | None = None  # why, while the shard is not served from memory
         self.fenced = False
         self.reload_task: asyncio.Task[None] | None = None
+        self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
+        self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
         # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
         self.closed_totals = (0, 0, 0)
 
@@ -173,6 +187,8 @@ class Shard:
             return
         loop = asyncio.get_running_loop()
         now = self.rt.now()
+        for change in result.timers:
+            self.postponed.pop(change.key, None)  # the service decided anew (a heartbeat, a leave)
 
         def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
             return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
@@ -185,7 +201,7 @@ class Shard:
         log_ = self.log
         if log_ is not None:
             try:
-                await log_.sync()
+                await self.sync(log_)
             except Exception as e:
                 # The records may be lost: none of this result's responses may be released (the waiting
                 # requests are answered with a retriable error instead of hanging), and the memory that
@@ -213,17 +229,61 @@ class Shard:
         log_ = self.log
         if log_ is not None:
             try:
-                await log_.sync()
+                await self.sync(log_)
             except Exception as e:
                 self.unload(e, log_)
                 raise ShardUnloaded(str(e)) from e
         self.check_loaded()
+
+    async def sync(self, log_: ShardLog) -> None:
+        """``log_.sync()``, timed: while it is outstanding longer than the stall grace, timers coming due
+        are postponed (``fire``); once it completes, those it held are re-armed."""
+        token = next(self.rt.keys)
+        self.syncs[token] = self.rt.now()
+        try:
+            await log_.sync()
+        finally:
+            del self.syncs[token]
+            if self.postponed:
+                self.rearm_postponed()
+
+    def stalled_since(self) -> int | None:
+        """When the oldest outstanding write began, if it has been outstanding longer than the grace."""
+        if not self.syncs:
+            return None
+        oldest = min(self.syncs.values())
+        return oldest if self.rt.now() - oldest >= self.rt.stall_grace_ms else None
+
+    def rearm_postponed(self) -> None:
+        """Re-arm the postponed timers whose stall is over, each delayed by as long as its stall lasted
+        (a member whose heartbeat answer that stall held back gets at least a full session after it)."""
+        oldest = min(self.syncs.values(), default=None)
+        now = self.rt.now()
+        loop = asyncio.get_running_loop()
+        for key, since in list(self.postponed.items()):
+            if oldest is not None and oldest <= since:
+                continue  # the write that stalled is still outstanding
+            del self.postponed[key]
+            if self.unloaded is None and key not in self.timers:
+                self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
 
     # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
 
     def fire(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
         if self.unloaded is not None:
+            return
+        since = self.stalled_since()
+        if since is not None:
+            # A session or rebalance deadline passed while the shard could not answer: not the members'
+            # doing (see the module docstring).
+            if not self.postponed:
+                _say(
+                    log.warning, "group state write stalled: timers coming due are postponed until it completes",
+                    shard=self.index, outstanding_ms=self.rt.now() - since,
+                )
+            self.postponed[key] = since
+            self.rt.counters["timers_postponed"] += 1
             return
         stats = self.rt.stats
         stats.timers_fired[key[0]] += 1
@@ -299,6 +359,7 @@ class Shard:
         for h in self.timers.values():
             h.cancel()
         self.timers.clear()
+        self.postponed.clear()  # a reload arms every timer afresh
         log_ = self.log
         if log_ is not None:
             if hasattr(log_, "bytes_appended"):
@@ -352,7 +413,7 @@ class Shard:
                 self.apply(self.calls.on_metadata(topics, self.rt.now()))
             self.apply(self.calls.on_loaded(self.rt.now()))
             if self.log is not None:
-                await self.log.sync()
+                await self.sync(self.log)
         except ShardUnloaded:
             raise
         except Exception as e:
@@ -391,6 +452,7 @@ class CoordinatorRuntime:
         self.ready = asyncio.Event()
         self.keys = itertools.count(1)
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
+        self.stall_grace_ms = DEFAULT_STALL_GRACE_MS
         self._tasks: set[asyncio.Task[Any]] = set()
         self.shards = [Shard(self, i) for i in range(shards)]
         # Stall checks (stores whose shards fence older writers): see confirm_if_stalled.
@@ -500,7 +562,7 @@ class CoordinatorRuntime:
                 async with gate:
                     try:
                         log_.append([owner_marker(self.owner)])
-                        await log_.sync()
+                        await shard.sync(log_)
                     except Exception as e:  # noqa: BLE001 - fenced or failed: the shard unloads
                         shard.unload(e, log_)
 
