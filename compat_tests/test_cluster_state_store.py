@@ -152,6 +152,8 @@ def _kill_the_leader_mid_upgrade(kafka3: KafkaCluster, run: RollingUpgrade, topi
     run.start_producer()
     run.restart(0, AFTER[0])
     leader = kafka3.wait_leader(topic, partition)
+    if run.bootstrap == kafka3.brokers[leader].bootstrap:  # a broker's own coordinator: ask a live one
+        run.bootstrap = next(b.bootstrap for n, b in kafka3.brokers.items() if n != leader)
     killed_ms = time.time() * 1000
     kafka3.kill(leader)  # the next joins and leaves go to a partition without its leader
     try:
@@ -192,7 +194,7 @@ def test_kafkas_own_coordinator_with_its_offsets_partition_leader_killed_mid_upg
     for n, b in kafka3.brokers.items():
         if not b.alive():
             kafka3.restart(n)
-    run = _run(kafka3, kafka3.bootstrap, tmp_path)
+    run = _run(kafka3, kafka3.brokers[1].bootstrap, tmp_path)  # one address: the group probes dial it
     partition = shard_of(run.group, int(CLUSTER_CONFIG["offsets.topic.num.partitions"]))  # Kafka's partitionFor
     try:
         killed_ms = _kill_the_leader_mid_upgrade(kafka3, run, "__consumer_offsets", partition)
