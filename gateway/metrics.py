@@ -414,7 +414,7 @@ _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer"
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
-    "groups_unloaded", "unloaded_requests", "timers_postponed",
+    "groups_unloaded", "unloaded_requests", "timers_postponed", "stalled_answers",
 )
 
 

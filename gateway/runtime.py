@@ -68,6 +68,13 @@ class ShardUnloaded(Exception):
     newer owner fenced it)."""
 
 
+class ShardStalled(ShardUnloaded):
+    """An answer waited longer than ``answer_stall_s`` for its shard's write (the state partition or the
+    transaction coordinator moving): the client is told to retry (NOT_COORDINATOR), as Kafka's
+    coordinator answers while its partition has no leader, instead of timing the request out itself.
+    The shard stays loaded; the write goes on and is acknowledged to the next requests."""
+
+
 class GroupCalls(Protocol):
     """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
     wraps it (gateway/rebalance_log.py)."""
@@ -201,7 +208,13 @@ class Shard:
         log_ = self.log
         if log_ is not None:
             try:
-                await self.sync(log_)
+                await self.sync_for_answer(log_)
+            except ShardStalled as stalled:
+                for reply in result.responses:
+                    fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(stalled)
+                raise
             except Exception as e:
                 # The records may be lost: none of this result's responses may be released (the waiting
                 # requests are answered with a retriable error instead of hanging), and the memory that
@@ -246,6 +259,30 @@ class Shard:
             del self.syncs[token]
             if self.postponed:
                 self.rearm_postponed()
+
+    async def sync_for_answer(self, log_: ShardLog) -> None:
+        """``sync()`` before releasing answers, for at most ``answer_stall_s``: past that the answers are
+        not held any longer (ShardStalled) while the write itself goes on; should it fail later, the
+        shard unloads then."""
+        limit = self.rt.answer_stall_s
+        if limit is None:
+            await self.sync(log_)
+            return
+        task = asyncio.ensure_future(self.sync(log_))
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if task in done:
+            task.result()
+            return
+        task.add_done_callback(lambda t: self._stalled_sync_done(t, log_))
+        self.rt.counters["stalled_answers"] += 1
+        raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
+
+    def _stalled_sync_done(self, task: asyncio.Task[None], log_: ShardLog) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self.unload(error, log_)
 
     def stalled_since(self) -> int | None:
         """When the oldest outstanding write began, if it has been outstanding longer than the grace."""
@@ -453,6 +490,9 @@ class CoordinatorRuntime:
         self.keys = itertools.count(1)
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
         self.stall_grace_ms = DEFAULT_STALL_GRACE_MS
+        # How long an answer may wait for its shard's write before the client is told to retry
+        # (ShardStalled); None: as long as the write takes (a local log's fsync).
+        self.answer_stall_s: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.shards = [Shard(self, i) for i in range(shards)]
         # Stall checks (stores whose shards fence older writers): see confirm_if_stalled.
@@ -686,4 +726,4 @@ class CoordinatorRuntime:
         return out
 
 
-__all__ = ["CoordinatorRuntime", "GroupCalls", "Shard", "ShardUnloaded", "now_ms"]
+__all__ = ["CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardUnloaded", "now_ms"]

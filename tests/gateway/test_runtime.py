@@ -366,3 +366,40 @@ async def test_a_stalled_write_postpones_session_expiry_until_it_completes() -> 
     finally:
         flowing.set()
         await runtime.stop()
+
+
+async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() -> None:
+    """With ``answer_stall_s`` set (the cluster store), a request whose answer waits for a stalled write
+    is answered ShardStalled (NOT_COORDINATOR: the client retries, as it does while Kafka's coordinator
+    moves) once the bound passes, instead of hanging until the client times it out; the shard stays
+    loaded, and the write, once it completes, leaves the change in place."""
+    from gateway.runtime import ShardStalled
+
+    flowing = asyncio.Event()
+    flowing.set()
+    store = _Store(1)
+    store.logs = {0: _StallingLog(0, flowing)}  # type: ignore[dict-item]
+    runtime = CoordinatorRuntime(1, new_service=GroupService, store=store)  # type: ignore[arg-type]
+    runtime.answer_stall_s = 0.2
+    await runtime.load()
+    runtime.start()
+    shard = runtime.shards[0]
+    try:
+        first = await runtime.call("g", _join("g", "m1"))
+        assert first.error_code == 0
+        flowing.clear()  # the partition loses its leader
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ShardStalled):
+            await asyncio.wait_for(runtime.call("g", _join("g", "m2")), 5)
+        assert asyncio.get_running_loop().time() - started < 2.0
+        with pytest.raises(ShardStalled):  # a heartbeat that writes nothing waits for the same write
+            await asyncio.wait_for(runtime.call("g", _heartbeat("g", "m1", first.member_epoch)), 5)
+        assert shard.unloaded is None and runtime.counters["stalled_answers"] == 2
+        flowing.set()  # a new leader: the write completes
+        await asyncio.sleep(0.05)
+        assert shard.service.member_count("g") == (2, "consumer")
+        again = await runtime.call("g", _heartbeat("g", "m2", 1))  # the retry is answered at once
+        assert again.error_code == 0
+    finally:
+        flowing.set()
+        await runtime.stop()
