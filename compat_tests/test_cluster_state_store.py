@@ -207,7 +207,7 @@ def test_kafkas_own_coordinator_with_its_offsets_partition_leader_killed_mid_upg
 
 @pytest.mark.xfail(
     strict=False,
-    reason="open (issue 11): once in 4 loaded runs a consumer started right after the kill was not admitted "
+    reason="open (issue 11): in 1 of 11 loaded runs a consumer started right after the kill was not admitted "
     "to the group within 60 s (the gateway's group held the other two members only; neither the client nor "
     "the gateway logged an error); the two causes found (members expired for the stall, KIP-848 heartbeats "
     "held past the client's timeout) are fixed",
