@@ -28,7 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy coordinator translate
 
 test: $(STAMP) kafka lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 clean:
 	rm -rf $(VENV) build *.egg-info

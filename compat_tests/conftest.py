@@ -31,7 +31,7 @@ from compat_tests.harness.brokers import (
 from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
-from compat_tests.harness.sasl import SASL_SESSION_MS, USERS
+from compat_tests.harness.sasl import MECHANISMS, SASL_SESSION_MS, USERS
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
 from gateway.embedded_kafka import BrokerSasl, BrokerTls, EmbeddedKafka
 
@@ -87,15 +87,20 @@ def sasl_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki | None:
 
 @pytest.fixture(scope="session")
 def sasl_kafka(sasl_pki: Pki | None) -> Iterator[EmbeddedKafka]:
-    """PLAIN and SCRAM-SHA-256/512 on ``sasl_bootstrap`` (and on ``sasl_ssl_bootstrap``, with certificates
+    """PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (unsecured tokens) on ``sasl_bootstrap`` (and on ``sasl_ssl_bootstrap``, with certificates
     from ``sasl_pki``, when openssl is there), StandardAuthorizer, super.users=User:admin."""
     # A short session lifetime (KIP-368): clients re-authenticate, and the gateway renews its own links,
     # within a test of a few seconds.
     broker = EmbeddedKafka(
-        sasl=BrokerSasl(users=USERS),
+        sasl=BrokerSasl(users=USERS, mechanisms=MECHANISMS),
         tls=None if sasl_pki is None else BrokerTls(keystore=sasl_pki.server_keystore),
         heap="384m",
-        overrides={"connections.max.reauth.ms": str(SASL_SESSION_MS)},
+        overrides={
+            "connections.max.reauth.ms": str(SASL_SESSION_MS),
+            # OAUTHBEARER sessions last as long as their token: the state topic's aiokafka clients
+            # (test_sasl_oauth.py) authenticate with it and do not re-authenticate (KIP-368).
+            "listener.name.sasl_plaintext.oauthbearer.connections.max.reauth.ms": "0",
+        },
     )
     broker.start()
     try:

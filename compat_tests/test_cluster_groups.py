@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ from compat_tests.harness.admin import admin
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.java import JavaTool
-from compat_tests.harness.probe import roundtrip
-from gateway import kafka_dist
+from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
+from coordinator.errors import Errors
+from gateway import codec, kafka_dist
+from gateway import group_codec as gc
 from gateway.embedded_kafka import java_binary
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
@@ -293,6 +296,142 @@ def test_streams_app_with_the_streams_protocol_through_the_gateway(
     assert described["gateway"] == described["broker"]
     for rows in described["broker"].values():
         assert any("Empty" in row.split() for row in rows), rows
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
+    """How many records ``topic`` holds (the sum of its partitions' high watermarks)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-watermarks"})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
+    finally:
+        c.close()
+
+
+def _streams_offline_migration(
+    kafka: ProcessBackend, bootstrap: str, app_id: str, source: str, sink: str
+) -> dict[str, Any]:
+    """KIP-1071's offline migration of one application: it runs with ``group.protocol=classic`` over the
+    source's first 20 records and stops, leaving the group (Empty, offsets only); restarted with
+    ``group.protocol=streams``, its first heartbeat turns the empty classic group into a streams group that
+    resumes from the committed offsets; 10 more records follow. What each run processed, what the sink
+    holds, the committed offsets and the streams group's state while it runs."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="groupgate-streams-") as state_dir:
+        args = [bootstrap, app_id, source, sink, state_dir]
+        with StreamsApp(RELEASE, "StreamsApp", [*args, "classic", "leave"]) as app:
+            app.wait_for(lambda t: "STATE RUNNING" in t.lines and _processed(t) >= 20, 90.0, "20 records processed")
+            app.wait_for(
+                lambda t: sum(_committed(kafka.bootstrap, app_id, source, 2).values()) == 20, 30.0, "offsets committed"
+            )
+        out["classic run processed"] = _processed(app)
+        out["classic group after the stop"] = _described(bootstrap, app_id, gc.DESCRIBE_GROUPS, 5)
+        with StreamsApp(RELEASE, "StreamsApp", [*args, "streams"]) as app:
+            app.wait_for(lambda t: "STATE RUNNING" in t.lines, 90.0, "RUNNING")
+            produce_confluent(kafka.bootstrap, source, values("m2-", 10))
+            app.wait_for(lambda t: _processed(t) >= 10, 60.0, "10 new records processed")
+            app.wait_for(
+                lambda t: sum(_committed(kafka.bootstrap, app_id, source, 2).values()) == 30, 30.0, "offsets committed"
+            )
+            out["streams group described"] = _described(bootstrap, app_id, codec.STREAMS_GROUP_DESCRIBE, 0)
+        out["streams run processed"] = _processed(app)
+    out["committed"] = _committed(kafka.bootstrap, app_id, source, 2)
+    out["sink records"] = _end_offsets(kafka.bootstrap, sink, 2)
+    return out
+
+
+def _described(bootstrap: str, group: str, api_key: int, version: int) -> tuple[int, str, str, int]:
+    """DescribeGroups, ConsumerGroupDescribe or StreamsGroupDescribe of ``group`` at its coordinator as
+    ``bootstrap`` names it: (error code, state, protocol type or group type, members)."""
+    (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
+    if api_key == gc.DESCRIBE_GROUPS:
+        req = codec.REQUESTS[api_key][version](groups=[group], include_authorized_operations=False)
+    else:
+        req = codec.REQUESTS[api_key][version](group_ids=[group], include_authorized_operations=False)
+    g = roundtrip(coordinator.address, req, codec.RESPONSES[api_key], version).groups[0]
+    kind = {gc.DESCRIBE_GROUPS: None, gc.CONSUMER_GROUP_DESCRIBE: "consumer group"}.get(api_key, "streams group")
+    return g.error_code, g.group_state, kind or g.protocol_type, len(g.members or [])
+
+
+def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """Kafka 4.3.1 migrates a Streams application from ``group.protocol=classic`` to ``streams`` offline
+    only: every instance stopped (leaving the group, or its session expired), the next streams heartbeat
+    converts the empty classic group, keeping only the committed offsets (a classic group with members is
+    refused: "is not a streams group"). The same migration through the gateway, which coordinates the
+    classic group while the cluster holds the streams group: nothing processed twice, nothing skipped."""
+    targets = dict(_targets(kafka, module_gateway))
+    # A source and sink of its own per target: the committed offsets are then comparable as they are.
+    topics = {label: (make_topic(2), make_topic(2)) for label in targets}
+    for source, _ in topics.values():
+        produce_confluent(kafka.bootstrap, source, values("m1-", 20))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both at once: each has its own group and topics
+        futures = {
+            label: pool.submit(_streams_offline_migration, kafka, bootstrap, names(f"mig-{label}"), *topics[label])
+            for label, bootstrap in targets.items()
+        }
+        outcomes = {label: f.result() for label, f in futures.items()}
+    broker = outcomes["broker"]
+    # Plain Kafka's own outcome first: the classic run left an Empty classic group; the streams run took
+    # over its offsets (no record of the first 20 again), Stable; 30 records in the sink, 30 committed.
+    assert broker["classic run processed"] == 20, broker
+    assert broker["classic group after the stop"] == (0, "Empty", "consumer", 0), broker
+    assert broker["streams run processed"] == 10, broker
+    assert broker["streams group described"] == (0, "Stable", "streams group", 1), broker
+    assert sum(broker["committed"].values()) == 30 and broker["sink records"] == 30, broker
+    assert outcomes["gateway"] == broker
+
+
+def _streams_join_answer(bootstrap: str, group: str, topic: str) -> tuple[int, str | None]:
+    """(error code, message) of a StreamsGroupHeartbeat join (epoch 0) of ``group`` with a one-subtopology
+    topology reading ``topic``."""
+    (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
+    cls = codec.REQUESTS[codec.STREAMS_GROUP_HEARTBEAT][0]
+    topology = cls.Topology(epoch=0, subtopologies=[cls.Topology.Subtopologies(
+        subtopology_id="0", source_topics=[topic], source_topic_regex=[], state_changelog_topics=[],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[],
+    )])  # fmt: skip
+    req = cls(
+        group_id=group, member_id=uuid.uuid4().hex, member_epoch=0, rebalance_timeout_ms=30000,
+        topology=topology, active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id=uuid.uuid4().hex,
+        client_tags=[], task_offsets=None, task_end_offsets=None,
+    )  # fmt: skip
+    r = roundtrip(coordinator.address, req, codec.RESPONSES[codec.STREAMS_GROUP_HEARTBEAT], 0)
+    return int(r.error_code), r.error_message
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
+    protocol: str,
+) -> None:
+    """No online migration in Kafka 4.3.1: while a classic member is in the group, a streams member's join
+    is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group;
+    so is a join of a consumer group's id (KIP-848 member)."""
+    topic = make_topic(1)
+    answers = {}
+    for label, bootstrap in _targets(kafka, module_gateway):
+        group = names(f"online-{label}")
+        member = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol})
+        try:
+            member.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while not member.assignment():
+                assert time.monotonic() < deadline, f"{label}: the classic member got no assignment"
+                member.poll(0.2)
+            code, message = _streams_join_answer(bootstrap, group, topic)
+            member.poll(0.2)
+            if protocol == "classic":
+                described = _described(bootstrap, group, gc.DESCRIBE_GROUPS, 5)
+            else:
+                described = _described(bootstrap, group, gc.CONSUMER_GROUP_DESCRIBE, 0)
+            answers[label] = (code, (message or "").replace(group, "<group>"), described)
+        finally:
+            member.close()
+    # Kafka's own answer first: refused, the group Stable with its member.
+    state = (0, "Stable", "consumer", 1) if protocol == "classic" else (0, "Stable", "consumer group", 1)
+    assert answers["broker"] == (int(Errors.GROUP_ID_NOT_FOUND), "Group <group> is not a streams group.", state), answers
+    assert answers["gateway"] == answers["broker"]
 
 
 def _librdkafka_share_round(bootstrap: str, group: str, topic: str, expect: int) -> dict[str, Any]:

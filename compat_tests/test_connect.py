@@ -234,9 +234,10 @@ def _sink_group_view(bootstrap: str, group: str) -> dict[str, Any]:
 
 def _run(
     classpath: str, bootstrap: str, topic: str, names: Callable[[str], str], work: Path, log_dir: Path,
-    worker_props: dict[str, str] | None = None,
+    worker_props: dict[str, str] | None = None, then: Callable[[Worker, Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One worker against ``bootstrap``: source file -> topic -> sink file; returns what it observed."""
+    """One worker against ``bootstrap``: source file -> topic -> sink file; returns what it observed
+    (and, under "then", what ``then(worker, source file)`` returned, run once that was seen)."""
     work.mkdir()
     source, sink = work / "source.txt", work / "sink.txt"
     lines = _lines(0, LINES)
@@ -255,12 +256,13 @@ def _run(
         sink_group = _wait(worker, "the sink's consumer group Stable", 30, lambda: (
             v if (v := _sink_group_view(bootstrap, f"connect-{snk}"))["state"] == "STABLE" else None
         ))  # fmt: skip
+        after = then(worker, source) if then is not None else None
     finally:
         code = _stop(worker)
     _assert_stopped_cleanly(worker, code)
     return {
         "lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group,
-        "sink_group": sink_group,
+        "sink_group": sink_group, "then": after,
     }  # fmt: skip
 
 
@@ -368,20 +370,70 @@ def test_sink_connector_consumers_with_the_consumer_protocol_alike_direct_and_th
     connect_classpath: str, java_logs: Path, tmp_path: Path,
 ) -> None:
     """``consumer.group.protocol=consumer`` in the worker's configuration: the sink tasks' consumers join
-    a KIP-848 consumer group (the worker group itself stays classic, Connect's own protocol)."""
+    a KIP-848 consumer group (the worker group itself stays classic, Connect's own protocol). Then a
+    second sink connector moves from a classic consumer to a KIP-848 one (``_sink_migration``)."""
     if getattr(module_gateway, "direct", False):
         pytest.skip("--compat-direct: the comparison needs the gateway")
     targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
     props = {"consumer.group.protocol": "consumer"}
-    results = {
-        name: _run(connect_classpath, address, make_topic(2), names, tmp_path / name, java_logs, props)
-        for name, address in targets.items()
-    }
+    results = {}
+    for name, address in targets.items():
+        topic = make_topic(2)
+
+        def migrate(worker: Worker, source: Path, address: str = address, topic: str = topic) -> dict[str, Any]:
+            return _sink_migration(worker, address, topic, source, names)
+
+        results[name] = _run(connect_classpath, address, topic, names, tmp_path / name, java_logs, props, migrate)
     for name, r in results.items():
         assert r["lines"] == r["expected"], (name, r["lines"][:5], len(r["lines"]))  # all, once, in order
         assert r["group"]["listed"] == ("connect", "classic", "Stable"), (name, r["group"])
-    assert results["direct"]["sink_group"] == {"type": "CONSUMER", "state": "STABLE", "members": 1, "partitions": [0, 1]}
+    consumer_group = {"type": "CONSUMER", "state": "STABLE", "members": 1, "partitions": [0, 1]}
+    assert results["direct"]["sink_group"] == consumer_group
     assert results["gateway"]["sink_group"] == results["direct"]["sink_group"]
+    # The migrated connector: every line once, its group classic before and a consumer group after.
+    migrated = results["direct"]["then"]
+    assert migrated["lines"] == sorted(_lines(0, 2 * LINES)), (len(migrated["lines"]), migrated["lines"][:5])
+    assert migrated["before"] == {**consumer_group, "type": "CLASSIC"}, migrated
+    assert migrated["after"] == consumer_group, migrated
+    assert migrated["task"] == ["RUNNING"], migrated
+    assert results["gateway"]["then"] == migrated
+
+
+def _sink_migration(
+    worker: Worker, bootstrap: str, topic: str, source: Path, names: Callable[[str], str]
+) -> dict[str, Any]:
+    """A second sink connector of the topic, on a classic consumer (``consumer.override.group.protocol``,
+    KIP-458's per-connector client override of the worker's ``consumer.group.protocol=consumer``), delivers
+    the source's lines; the override is then dropped, so Connect stops the task (it commits and leaves)
+    and starts it again on a KIP-848 consumer, whose join converts the empty classic group (KIP-848's
+    upgrade); more lines follow. What its group was before and after, and every line its file holds.
+
+    One task: with two, Connect 4.3.1 kills a sink task whose KIP-848 consumer has a partition revoked
+    (UnsupportedOperationException in WorkerSinkTask's SinkTaskMetricsGroup.clearOffsets), direct and
+    through the gateway alike (seen while the two tasks migrated)."""
+    snk, sink = names("migrated-sink"), source.parent / "migrated-sink.txt"
+    config = {
+        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        "tasks.max": "1", "file": str(sink), "topics": topic,
+    }  # fmt: skip
+
+    def group(kind: str) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            view = _sink_group_view(bootstrap, f"connect-{snk}")
+            return view if (view["type"], view["state"]) == (kind, "STABLE") else None
+
+        return check
+
+    worker.request("PUT", f"/connectors/{snk}/config", {**config, "consumer.override.group.protocol": "classic"})
+    _wait(worker, f"{LINES} lines in the migrated sink's file", 60, _sink_lines(sink, LINES))
+    before = _wait(worker, "the migrated sink's classic group Stable", 30, group("CLASSIC"))
+    worker.request("PUT", f"/connectors/{snk}/config", config)
+    with source.open("a") as f:
+        f.write("".join(f"{line}\n" for line in _lines(LINES, LINES)))
+    after = _wait(worker, "the migrated sink's KIP-848 group Stable", 60, group("CONSUMER"))
+    got = _wait(worker, f"{2 * LINES} lines in the migrated sink's file", 60, _sink_lines(sink, 2 * LINES))
+    status = _wait(worker, "the migrated sink and its task RUNNING", 30, _running(worker, snk))
+    return {"before": before, "after": after, "task": [t["state"] for t in status["tasks"]], "lines": sorted(got)}
 
 
 def _committed_view(bootstrap: str, topic: str) -> dict[str, Any]:
@@ -429,3 +481,4 @@ def test_exactly_once_source_connector_alike_direct_and_through_the_gateway(
         views = dict(zip(targets, pool.map(run, targets), strict=True))
     assert views["direct"] == {"values": _lines(0, LINES), "markers": True}  # written in committed transactions
     assert views["gateway"] == views["direct"]
+

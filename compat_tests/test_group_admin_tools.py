@@ -1,6 +1,7 @@
 """Kafka 4.3.1's own kafka-consumer-groups tool against the broker and through the gateway: the same
 answers for a missing and for an existing group (--describe, --list, --delete), and for live classic
-and KIP-848 consumer groups (--describe --members / --offsets / --state, also with the 3.9.1 tool).
+and KIP-848 consumer groups (--describe --members / --offsets / --state, also with the 3.9.1 tool);
+2.8.2's tool (in that release's Scala broker jar) on a live classic group, then --reset-offsets and --delete.
 
 DescribeGroups v6 (KIP-1043) answers a missing group GROUP_ID_NOT_FOUND; a gateway stuck at v5 made the
 tool print its v5 text ("does not exist") where the broker's answer gives GroupIdNotFoundException.
@@ -180,3 +181,76 @@ def test_consumer_groups_tool_describes_a_live_group_alike_direct_and_through_th
         assert all(r[5] == "0" and r[6] == "<member>" for r in rows), offsets  # LAG 0, owned by a live member
     for key in direct:
         assert texts["gateway"][key] == direct[key], f"{key}:\n direct: {direct[key]}\n gateway: {texts['gateway'][key]}"
+
+
+# --- the 2.8.2 tool (Scala, in the broker jar) ------------------------------------------------------------
+
+LEGACY_TOOL = "2.8.2"
+
+
+def _legacy_answers(bootstrap: str, group: str, topic: str) -> dict[str, tuple[int, str]]:
+    """What 2.8.2's ``kafka.admin.ConsumerGroupCommand`` answers about ``group``: listed and described
+    (--state, --members, --offsets) while two classic members consume ``topic``, then, once they have left,
+    its offsets reset to the earliest, described again, the group deleted and listed again."""
+    out: dict[str, tuple[int, str]] = {}
+
+    def listed() -> tuple[int, str]:
+        r = consumer_groups_command(LEGACY_TOOL, bootstrap, "--list")
+        return r.returncode, str(group in r.stdout.split())
+
+    def plain(*args: str) -> tuple[int, str]:
+        r = consumer_groups_command(LEGACY_TOOL, bootstrap, *args)
+        header, *rows = _normalised(r.stdout + r.stderr, group, topic).splitlines() or [""]
+        return r.returncode, "\n".join([header, *sorted(rows)])  # 2.8 prints partitions in hash-map order
+
+    with _live_group(bootstrap, group, topic, "classic") as member_ids:
+        out["list live"] = listed()
+        for view in DESCRIBE_VIEWS:
+            out[f"describe live {view}"] = _live_view(LEGACY_TOOL, bootstrap, group, topic, member_ids, view)
+    out["reset to earliest"] = plain("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+    out["describe after reset"] = plain("--describe", "--group", group, "--offsets")
+    out["delete"] = plain("--delete", "--group", group)
+    out["list after delete"] = listed()
+    return out
+
+
+def test_consumer_groups_tool_of_2_8_2_gives_the_same_answers_direct_and_through_the_gateway(
+    kafka, module_gateway, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """2.8.2's kafka-consumer-groups (``kafka.admin.ConsumerGroupCommand`` of the kafka_2.13 jar, older
+    ListGroups/DescribeGroups/OffsetFetch/DeleteGroups versions) on a live classic group and after it:
+    --list, --describe, --reset-offsets --to-earliest --execute and --delete answer alike direct and
+    through the gateway."""
+    if getattr(module_gateway, "direct", False):
+        pytest.skip("--compat-direct: the comparison needs the gateway")
+    targets = {"direct": kafka.bootstrap, "gateway": module_gateway.bootstrap}
+    topics = {t: make_topic(LIVE_PARTITIONS) for t in targets}
+    for topic in topics.values():
+        produce_confluent(kafka.bootstrap, topic, [f"r{i}".encode() for i in range(LIVE_RECORDS)])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = dict(
+            zip(targets, pool.map(lambda t: _legacy_answers(targets[t], names(f"legacy-{t}"), topics[t]), targets),
+                strict=True)
+        )  # fmt: skip
+    direct = answers["direct"]
+    # The broker's own answers first: live and listed, no lag; reset to 0 (the whole topic is lag again);
+    # deleted and no longer listed.
+    assert direct["list live"] == (0, "True"), direct["list live"]
+    rc, state = direct["describe live --state"]
+    assert rc == 0 and re.search(r"<group> <coordinator> \S+ Stable 2\b", state), state
+    rc, offsets = direct["describe live --offsets"]
+    rows = [r.split() for r in offsets.splitlines() if r.startswith("<group> <topic>")]
+    assert rc == 0 and len(rows) == LIVE_PARTITIONS and all(r[5] == "0" for r in rows), offsets
+    rc, reset = direct["reset to earliest"]
+    rows = [r.split() for r in reset.splitlines() if r.startswith("<group> <topic>")]
+    assert rc == 0 and len(rows) == LIVE_PARTITIONS and all(r[3] == "0" for r in rows), reset
+    rc, after = direct["describe after reset"]
+    assert rc == 0 and "has no active members" in after, after
+    rows = [r.split() for r in after.splitlines() if r.startswith("<group> <topic>")]
+    assert sum(int(r[5]) for r in rows) == LIVE_RECORDS, after  # everything to be read again
+    rc, deleted = direct["delete"]
+    assert rc == 0 and "was successful" in deleted, deleted
+    assert direct["list after delete"] == (0, "False")
+    for what in direct:
+        through = answers["gateway"][what]
+        assert through == direct[what], f"{what}:\n direct: {direct[what]}\n gateway: {through}"

@@ -6,7 +6,8 @@
 coordinator/assignors lazily.
 
 Per-group overrides (Kafka's dynamic group configs ``consumer.session.timeout.ms``,
-``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``) live in
+``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``,
+``consumer.assignor.offload.enable``) live in
 ``CoordinatorConfig.group_configs``; ``validate_group_config`` refuses a value outside the broker's
 ``group.consumer.min/max.*`` bounds as Kafka's ``GroupConfig.validate`` does, and the effective value
 (``session_timeout_for`` etc.) is clamped into the bounds as Kafka's ``GroupConfig.evaluate`` does,
@@ -45,7 +46,18 @@ def seeded_member_ids(seed: int = 0) -> Callable[[], str]:
 CONSUMER_SESSION_TIMEOUT_MS = "consumer.session.timeout.ms"
 CONSUMER_HEARTBEAT_INTERVAL_MS = "consumer.heartbeat.interval.ms"
 CONSUMER_ASSIGNMENT_INTERVAL_MS = "consumer.assignment.interval.ms"
-GROUP_CONFIG_NAMES = (CONSUMER_SESSION_TIMEOUT_MS, CONSUMER_HEARTBEAT_INTERVAL_MS, CONSUMER_ASSIGNMENT_INTERVAL_MS)
+# KIP-1263, a boolean (kept as 1 / 0 among the integers): offload this group's target computations.
+CONSUMER_ASSIGNOR_OFFLOAD_ENABLE = "consumer.assignor.offload.enable"
+GROUP_CONFIG_NAMES = (
+    CONSUMER_SESSION_TIMEOUT_MS,
+    CONSUMER_HEARTBEAT_INTERVAL_MS,
+    CONSUMER_ASSIGNMENT_INTERVAL_MS,
+    CONSUMER_ASSIGNOR_OFFLOAD_ENABLE,
+)
+
+
+# members x subscribed partitions from which a group's target is computed off the driver's loop
+DEFAULT_OFFLOAD_MIN_SIZE = 1_000_000
 
 
 def _clamp(value: int, low: int | None, high: int | None) -> int:
@@ -70,6 +82,10 @@ def group_config_error(
     for name, value in configs.items():
         if name not in GROUP_CONFIG_NAMES:
             return f"Unknown group config name: {name}"
+        if name == CONSUMER_ASSIGNOR_OFFLOAD_ENABLE:
+            if value not in (0, 1):  # True / False, or 1 / 0 as read from the cluster
+                return f"{name} must be true or false"
+            continue
         floor = 0 if name == CONSUMER_ASSIGNMENT_INTERVAL_MS else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < floor:
             return f"{name} must be an integer of at least {floor}"
@@ -102,6 +118,13 @@ class CoordinatorConfig:
     max_session_timeout_ms: int | None = None
     min_heartbeat_interval_ms: int | None = None
     max_heartbeat_interval_ms: int | None = None
+    # KIP-1263 group.consumer.assignor.offload.enable: False = every target is computed inline (a driver
+    # that runs no jobs, e.g. the simulator, leaves it so); True = a heartbeat whose group has at least
+    # ``offload_min_size`` members x subscribed partitions hands its computation to the driver as an
+    # ``AssignmentJob`` instead (the group's first computation always runs inline). A group's
+    # ``consumer.assignor.offload.enable`` overrides it for that group.
+    offload_enable: bool = False
+    offload_min_size: int = DEFAULT_OFFLOAD_MIN_SIZE
     # Per-group overrides: group id -> {Kafka group config name: value}.
     group_configs: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -161,6 +184,12 @@ class CoordinatorConfig:
 
     def assignment_interval_for(self, group_id: str) -> int:
         return self._effective(group_id, CONSUMER_ASSIGNMENT_INTERVAL_MS, self.assignment_interval_ms)
+
+    def offload_min_size_for(self, group_id: str) -> int | None:
+        """The group's offload threshold (KIP-1263): None when its computations run inline."""
+        enabled = self.group_configs.get(group_id, {}).get(CONSUMER_ASSIGNOR_OFFLOAD_ENABLE)
+        on = self.offload_enable if enabled is None else bool(enabled)
+        return self.offload_min_size if on else None
 
     @property
     def default_assignor(self) -> str:

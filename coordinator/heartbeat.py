@@ -283,7 +283,7 @@ def _heartbeat(st: CoordinatorState, req: ConsumerGroupHeartbeatRequest, now_ms:
         classic_metadata=None,  # whoever sends ConsumerGroupHeartbeat speaks the consumer protocol
     )
     upsert_member(tx, group, updated, now_ms)
-    maybe_update_target(tx, group, now_ms)
+    maybe_update_target(tx, group, now_ms, offload=True)
     current = group.members[mid]
     before = current.assigned_partitions
     reconcile_member(tx, group, current, owned, now_ms)

@@ -12,6 +12,8 @@ assignment delta) consistent. They do not validate requests: callers do.
   the assignment of the member it replaces (KIP-345 in KIP-848 "Static Membership").
 - ``refresh_subscriptions(tx, group, now_ms, reresolve)``: regex resolutions + partition metadata.
 - ``bump_group_epoch(tx, group, now_ms)``, ``maybe_update_target(tx, group)``.
+- ``install_assignment(tx, job, result, now_ms)`` / ``abandon_assignment(state, job)``: the end of an
+  offloaded target computation (KIP-1263).
 - ``reconcile_member(tx, group, member_id, owned, now_ms)``: move the member toward its target.
 """
 
@@ -33,8 +35,15 @@ from coordinator.model import (
     subscribed_topic_names,
 )
 from coordinator.reconcile import reconcile
-from coordinator.state import Tx
-from coordinator.target import compute_target
+from coordinator.state import CoordinatorState, Tx
+from coordinator.target import (
+    AssignmentJob,
+    assignment_size,
+    build_input,
+    changed_targets,
+    compute_target,
+    reset_delta,
+)
 from coordinator.timers import rebalance_key, session_key
 
 
@@ -206,18 +215,37 @@ def assignment_due_ms(config: CoordinatorConfig, group: ConsumerGroup) -> int:
     return last + interval
 
 
-def maybe_update_target(tx: Tx, group: ConsumerGroup, now_ms: int, *, force: bool = False) -> bool:
+def maybe_update_target(
+    tx: Tx, group: ConsumerGroup, now_ms: int, *, force: bool = False, offload: bool = False
+) -> bool:
     """Compute and install a new target assignment when the group epoch is ahead of it and the
     group's assignment interval has passed (``force`` ignores the interval). While held back, members
     keep reconciling toward the current target (a joining member gets the current assignment epoch
     and nothing assigned). As in Kafka 4.3.1 (measured: ConsumerGroupDescribe stays ``Assigning``
     past the interval until a member heartbeats), nothing fires when the interval ends: the next
-    heartbeat after it computes the target. Returns whether a new target was installed."""
+    heartbeat after it computes the target. With ``offload`` (a consumer-protocol heartbeat) and the
+    group above its offload threshold (KIP-1263 ``consumer.assignor.offload.enable``), the computation is
+    handed to the driver as an ``AssignmentJob`` instead and the current target stays until
+    ``install_assignment``. Returns whether a new target was installed."""
     if group.group_epoch <= group.assignment_epoch:
         return False
-    if not force and now_ms < assignment_due_ms(tx.state.config, group):
-        return False
+    st = tx.state
     gid = group.group_id
+    if offload and gid in st.assigning:
+        return False  # one computation in flight per group: its result, or the heartbeat after it
+    if not force and now_ms < assignment_due_ms(st.config, group):
+        return False
+    if offload and _offloads(st.config, group):
+        spec, delta, assignor = build_input(st.config, group)
+        job = AssignmentJob(gid, group.group_epoch, spec, delta, assignor)
+        st.assigning[gid] = job
+        st.jobs.append(job)
+        # The delta now describes changes since the snapshot, whose result is not installed yet: until
+        # it is, no computation may treat the current target as reflecting it.
+        reset_delta(group)
+        group.delta.valid = False
+        return False
+    st.assigning.pop(gid, None)  # computed here: a result still in flight is stale
     for mid, a in compute_target(tx.state.config, group).items():
         tx.emit(rec.target_member(gid, mid, a))
     tx.emit(rec.target_epoch(gid, group.group_epoch, now_ms))
@@ -257,3 +285,50 @@ def reconcile_member(
     elif was_revoking:
         tx.cancel(key)
     return True
+
+
+def _offloads(config: CoordinatorConfig, group: ConsumerGroup) -> bool:
+    # Not the group's first target: until one exists a joining member would be at epoch 0, which
+    # means "join" on the wire (Kafka starts offloading groups at epoch 1 for the same reason).
+    limit = config.offload_min_size_for(group.group_id)
+    return limit is not None and group.assignment_epoch > 0 and assignment_size(group) >= limit
+
+
+def install_assignment(tx: Tx, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> bool:
+    """Install an offloaded computation's result if the group is still what it was computed from:
+    the job is the one in flight, the group epoch unchanged and the assignor's input (members,
+    subscriptions, targets, topic metadata) equal to the snapshot. Otherwise the result is discarded
+    and the group, still behind its epoch, computes again on its next heartbeat. Returns whether it
+    was installed."""
+    st = tx.state
+    if st.assigning.get(job.group_id) is not job:
+        return False  # superseded, abandoned, or from before a reload
+    del st.assigning[job.group_id]
+    group = st.groups.get(job.group_id)
+    if group is None:
+        return False
+    if (
+        group.dead
+        or group.group_epoch != job.group_epoch
+        or group.assignment_epoch >= job.group_epoch
+        or build_input(st.config, group)[0] != job.spec
+    ):
+        group.delta.valid = False  # the snapshot consumed the delta: the next computation is in full
+        return False
+    for mid, a in changed_targets(job.spec, result, group.target_assignment).items():
+        tx.emit(rec.target_member(group.group_id, mid, a))
+    tx.emit(rec.target_epoch(group.group_id, job.group_epoch, now_ms))
+    d = group.delta
+    # The input is unchanged since the snapshot: the new target reflects everything; the delta starts
+    # afresh from it (unless something that does not reach the assignor's input was noted meanwhile).
+    d.valid = not (d.added or d.removed or d.changed or d.topics_changed)
+    return True
+
+
+def abandon_assignment(state: CoordinatorState, job: AssignmentJob) -> None:
+    """The computation failed or was dropped: the group computes again on its next heartbeat."""
+    if state.assigning.get(job.group_id) is job:
+        del state.assigning[job.group_id]
+        group = state.groups.get(job.group_id)
+        if group is not None:
+            group.delta.valid = False

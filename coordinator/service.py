@@ -16,6 +16,9 @@ Gateway usage::
     coord.describe(["g1"]); coord.list_groups(states=[], types=[])
     coord.validate_offset_commit(group_id, member_id, member_epoch, api_version)
     res = coord.expire_empty_groups(now_ms, retention_ms)                # offsets.retention.check.interval.ms
+    for job in coord.take_assignment_jobs():                             # config.offload_enable (KIP-1263)
+        result = job.run()                                               # on any thread
+        res = coord.install_assignment(job, result, now_ms)              # back in the group's turn
     records -> bytes: coordinator.records.codec.encode(record)
 
 Lower-level API for translate/ (classic members inside consumer groups), all within one ``Tx``::
@@ -47,8 +50,10 @@ from coordinator.describe import DescribedGroup, ListedGroup, describe_group, li
 from coordinator.errors import Errors
 from coordinator.heartbeat import heartbeat, session_timeout_of
 from coordinator.membership import (
+    abandon_assignment,
     assignment_due_ms,
     bump_group_epoch,
+    install_assignment,
     maybe_update_target,
     reconcile_member,
     refresh_subscriptions,
@@ -64,6 +69,7 @@ from coordinator.records import Record
 from coordinator.records.codec import decode
 from coordinator.replay import apply
 from coordinator.state import CoordinatorState, Result, Tx
+from coordinator.target import AssignmentJob
 from coordinator.timers import REBALANCE, SESSION, TimerKey, rebalance_key, session_key
 
 
@@ -170,6 +176,24 @@ class ConsumerGroupCoordinator:
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     tx.schedule(rebalance_key(group.group_id, m.member_id), now_ms + max(m.rebalance_timeout_ms, 0))
         return tx.result(None)
+
+    # -- offloaded target computations (KIP-1263 group.consumer.assignor.offload.enable) ----------
+
+    def take_assignment_jobs(self) -> list[AssignmentJob]:
+        """The computations heartbeats handed over since the last call (``config.offload_min_size``).
+        The driver runs each ``job.run()`` wherever it likes, then calls ``install_assignment`` (or
+        ``abandon_assignment``) in the group's turn, like any other change of the group."""
+        jobs, self.state.jobs = self.state.jobs, []
+        return jobs
+
+    def install_assignment(self, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> Result[bool]:
+        """The records of the computed target if the group is unchanged since the snapshot (the
+        response: whether it was installed); nothing if it changed, and it computes again."""
+        tx = Tx(self.state)
+        return tx.result(install_assignment(tx, job, result, now_ms))
+
+    def abandon_assignment(self, job: AssignmentJob) -> None:
+        abandon_assignment(self.state, job)
 
     # -- persistence ------------------------------------------------------------------------------
 

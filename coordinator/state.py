@@ -15,6 +15,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.model import ConsumerGroup
 from coordinator.records import Record
 from coordinator.replay import apply
+from coordinator.target import AssignmentJob
 from coordinator.timers import CancelTimer, ScheduleTimer, TimerChange, TimerKey
 
 R = TypeVar("R")
@@ -40,6 +41,11 @@ class CoordinatorState:
     # The topic metadata image: topic name -> metadata; fed by on_metadata.
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     metadata_version: int = 0
+    # Offloaded target computations (KIP-1263): the one in flight per group, and those not yet taken
+    # by the driver. Transient: a reloaded state has none, and a result for a job not in ``assigning``
+    # is discarded.
+    assigning: dict[str, AssignmentJob] = field(default_factory=dict)
+    jobs: list[AssignmentJob] = field(default_factory=list)
 
 
 class Tx:

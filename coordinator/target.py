@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from coordinator.assignors.api import (
     AssignmentDelta,
@@ -37,8 +39,13 @@ def select_assignor(config: CoordinatorConfig, group: ConsumerGroup) -> tuple[st
     return name, config.assignors[name]
 
 
-def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str, Assignment]:
-    """The new target of every member whose target changed (members absent from the result keep theirs)."""
+def build_input(
+    config: CoordinatorConfig, group: ConsumerGroup
+) -> tuple[GroupSpec, AssignmentDelta | None, ServerAssignor]:
+    """What the assignor needs, read from the group without changing it: the spec (subscriptions
+    resolved to topic ids, each member's current target), the pending delta as an immutable hint
+    (None when it cannot be trusted) and the selected assignor. Every part is immutable or never
+    mutated in place (assignments are replaced, not edited), so it may be handed to another thread."""
     meta = group.subscription_metadata
     topics: dict[uuid.UUID, TopicMetadata] = {t.topic_id: t for t in meta.values()}
     specs: dict[str, MemberSpec] = {}
@@ -69,17 +76,26 @@ def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str,
         else None
     )
     _, assignor = select_assignor(config, group)
-    result = assignor.assign(GroupSpec(specs, topics, sub_type), delta)
+    return GroupSpec(specs, topics, sub_type), delta, assignor
+
+
+def reset_delta(group: ConsumerGroup) -> None:
+    """The delta is consumed by a computation: what follows is relative to its result."""
+    d = group.delta
     d.added.clear()
     d.removed.clear()
     d.removed_assigned.clear()
     d.changed.clear()
     d.topics_changed = False
     d.valid = True
+
+
+def changed_targets(spec: GroupSpec, result: Mapping[str, Assignment], target: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """The members of ``spec`` whose new target differs from ``target`` (their current one)."""
     changed: dict[str, Assignment] = {}
-    for mid, spec in specs.items():
+    for mid, member in spec.members.items():
         new = result.get(mid, EMPTY_ASSIGNMENT)
-        if new is spec.assigned:
+        if new is member.assigned:
             continue
         old = target.get(mid)
         if old is not None and old == new:
@@ -88,3 +104,33 @@ def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str,
             continue
         changed[mid] = new
     return changed
+
+
+def compute_target(config: CoordinatorConfig, group: ConsumerGroup) -> dict[str, Assignment]:
+    """The new target of every member whose target changed (members absent from the result keep theirs)."""
+    spec, delta, assignor = build_input(config, group)
+    result = assignor.assign(spec, delta)
+    reset_delta(group)
+    return changed_targets(spec, result, group.target_assignment)
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentJob:
+    """A target computation handed to the driver to run off its event loop (KIP-1263,
+    ``group.consumer.assignor.offload.enable``): an immutable snapshot of the assignor's input, taken at
+    ``group_epoch``. ``run`` touches nothing but the snapshot, so any thread may call it; the result is
+    installed by ``membership.install_assignment`` only if the group is still as it was snapshotted."""
+
+    group_id: str
+    group_epoch: int
+    spec: GroupSpec
+    delta: AssignmentDelta | None
+    assignor: ServerAssignor = field(compare=False)
+
+    def run(self) -> dict[str, Assignment]:
+        return self.assignor.assign(self.spec, self.delta)
+
+
+def assignment_size(group: ConsumerGroup) -> int:
+    """members x partitions of the subscribed topics: what an offload threshold is compared with."""
+    return len(group.members) * sum(t.num_partitions for t in group.subscription_metadata.values())

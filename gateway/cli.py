@@ -17,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import scramp
 from pydantic import ValidationError
 
 from .config import GatewayConfig, load_config, parse_host_port
 from .logging import get_logger, setup_logging
+from .sasl_server import Terminator, add_user
 from .state_log import StateLogCorrupt
 from .state_store import StateStoreMismatch
 from .tls import check as check_tls
@@ -97,6 +99,9 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "upstream_sasl_mechanism": getattr(args, "upstream_sasl_mechanism", None),
         "upstream_sasl_username": getattr(args, "upstream_sasl_username", None),
         "upstream_sasl_password_file": getattr(args, "upstream_sasl_password_file", None),
+        "upstream_sasl_oauthbearer_token_file": getattr(args, "upstream_sasl_oauthbearer_token_file", None),
+        "listener_sasl_mode": getattr(args, "listener_sasl_mode", None),
+        "listener_sasl_credentials_file": getattr(args, "listener_sasl_credentials_file", None),
     }
     if args.listen:
         out["listen_host"], out["listen_port"] = parse_host_port(args.listen)
@@ -164,6 +169,8 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
         await stop.wait()
     finally:
         log.info("shutting down")
+        if layer is not None:
+            await layer.leave_fleet()  # hand the shards over while clients are still connected
         await gw.stop()
         if layer is not None:
             await layer.stop()
@@ -190,11 +197,26 @@ def _use_event_loop(config: GatewayConfig) -> str:
     return "uvloop"
 
 
+def cmd_sasl_credentials(args: argparse.Namespace) -> int:
+    """The password comes from standard input (one line), never from the command line."""
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("groupgate: no password on standard input", file=sys.stderr)
+        return 2
+    try:
+        add_user(args.file, args.user, password, args.iterations)
+    except (OSError, ValueError, scramp.ScramException) as e:
+        print(f"groupgate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _flags(args))
         check_tls(config)
         config.upstream_sasl()  # a password file that cannot be read is a configuration error
+        Terminator.from_config(config)  # and so is a credentials file of SASL termination
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -475,10 +497,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--upstream-security-protocol", choices=protocols, help="security.protocol towards the brokers")
     serve.add_argument(
-        "--upstream-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], help="sasl.mechanism towards the brokers"
+        "--upstream-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], help="sasl.mechanism towards the brokers"
     )
     serve.add_argument("--upstream-sasl-username", metavar="NAME", help="the gateway's own SASL user name")
     serve.add_argument("--upstream-sasl-password-file", metavar="PATH", help="file holding the gateway's SASL password")
+    serve.add_argument(
+        "--upstream-sasl-oauthbearer-token-file", metavar="PATH",
+        help="OAUTHBEARER: file holding the gateway's access token (read at each authentication)",
+    )
+    serve.add_argument(
+        "--listener-sasl-mode", choices=["passthrough", "terminate"],
+        help="terminate: the gateway authenticates clients itself (docs/gateway.md, \"SASL termination\")",
+    )
+    serve.add_argument(
+        "--listener-sasl-credentials-file", metavar="PATH",
+        help="terminate: the users' salted SCRAM credentials (written by 'groupgate sasl-credentials')",
+    )
     serve.add_argument(
         "--ephemeral-state",
         action="store_true",
@@ -486,6 +520,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_gateway_flags(serve)
     serve.set_defaults(func=cmd_serve)
+
+    creds = sub.add_parser(
+        "sasl-credentials", help="add or replace a user in a SASL termination credentials file"
+    )
+    creds.add_argument("--file", required=True, metavar="PATH", help="the credentials file (created when missing)")
+    creds.add_argument("--user", required=True, metavar="NAME")
+    creds.add_argument("--iterations", type=int, default=4096, help="SCRAM iteration count (at least 4096)")
+    creds.set_defaults(func=cmd_sasl_credentials)
 
     dev = sub.add_parser("dev", help="run an embedded Kafka broker with the gateway in front of it")
     dev.add_argument(

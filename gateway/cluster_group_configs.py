@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsRequest
 
-from coordinator.config import GROUP_CONFIG_NAMES, group_config_error
+from coordinator.config import CONSUMER_ASSIGNOR_OFFLOAD_ENABLE, GROUP_CONFIG_NAMES, group_config_error
 
 from .logging import get_logger
 from .upstream import UpstreamError
@@ -55,6 +55,10 @@ def cluster_values(configs: Iterable[Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for c in configs:
         if c.name in GROUP_CONFIG_NAMES and c.config_source == GROUP_CONFIG_SOURCE and c.value is not None:
+            if c.name == CONSUMER_ASSIGNOR_OFFLOAD_ENABLE:  # a boolean: "true" / "false"
+                if c.value.lower() in ("true", "false"):
+                    out[c.name] = int(c.value.lower() == "true")
+                continue
             try:
                 out[c.name] = int(c.value)
             except ValueError:

@@ -29,7 +29,7 @@ from . import group_codec as gc
 from .group_requests import error_payload, response_error
 from .logging import get_logger
 from .upstream import UpstreamError
-from .upstream_client import CoordinatorMoved, UpstreamClient
+from .upstream_client import COORDINATOR_MOVED, CoordinatorMoved, UpstreamClient
 
 log = get_logger("gateway.cluster_groups")
 
@@ -120,6 +120,64 @@ class ClusterGroups:
                 )
             return gc.described_classic_group(DescribedClassicGroup(group_id, Errors.COORDINATOR_NOT_AVAILABLE, str(e)))
 
+    async def describe_many(self, api_key: int, group_ids: list[str], version: int) -> dict[str, Any]:
+        """Several groups of a describe batch (DescribeGroups / ConsumerGroupDescribe) asked of the cluster:
+        ONE request per upstream coordinator for all the ids it coordinates (as Kafka's admin client
+        batches them), concurrently. An id whose coordinator cannot be found, whose answer says the
+        coordinator moved, or whose batch was lost is asked alone (``describe``, which looks the
+        coordinator up again)."""
+        ids = list(dict.fromkeys(group_ids))
+        out: dict[str, Any] = {}
+        if len(ids) > 1 and self.forward.supports(api_key):
+            v = self.forward.version(api_key, version)
+            cls = codec.REQUESTS[api_key][v]
+            if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+                out = await self._per_coordinator(api_key, v, ids, lambda batch: cls(group_ids=batch))
+            else:
+                out = await self._per_coordinator(api_key, v, ids, lambda batch: cls(groups=batch))
+        for g in ids:
+            if g not in out:
+                out[g] = await self.describe(api_key, g, version)
+        return out
+
+    async def _per_coordinator(
+        self, api_key: int, version: int, ids: list[str], request_for: Callable[[list[str]], Any]
+    ) -> dict[str, Any]:
+        """One request per upstream coordinator naming all of ``ids`` it coordinates, sent side by side;
+        the described groups by id. Ids left out of the result (coordinator unknown or moved, batch
+        lost) are for the caller to ask alone."""
+
+        async def where(g: str) -> tuple[str, int] | None:
+            try:
+                return await self.forward.coordinator(g)
+            except UpstreamError:
+                return None
+
+        batches: dict[tuple[str, int], list[str]] = {}
+        for g, addr in zip(ids, await asyncio.gather(*(where(g) for g in ids)), strict=True):
+            if addr is not None:
+                batches.setdefault(addr, []).append(g)
+
+        async def ask(addr: tuple[str, int], batch: list[str]) -> list[Any]:
+            try:
+                r = await self.forward.send(addr, api_key, version, request_for(batch))
+            except UpstreamError:
+                for g in batch:
+                    self.forward.forget_coordinator(g)
+                return []
+            self.counters["cluster_describe_batches"] += 1
+            return list(r.groups)
+
+        asked = set(ids)
+        out: dict[str, Any] = {}
+        for described in await asyncio.gather(*(ask(a, b) for a, b in batches.items())):
+            for d in described:
+                if d.error_code in COORDINATOR_MOVED:
+                    self.forward.forget_coordinator(d.group_id)
+                elif d.group_id in asked:
+                    out[d.group_id] = d
+        return out
+
     async def list_groups(self, msg: Any, version: int, node_id: int | None) -> tuple[int, list[Any]]:
         """The cluster's groups that the gateway does not list itself: (error code, ListGroups entries).
 
@@ -168,8 +226,8 @@ class ClusterGroups:
         return correlation_id.to_bytes(4, "big", signed=True) + answer[4:]
 
     async def route_many(self, api_key: int, version: int, msg: Any) -> Any:
-        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: one request per group to
-        its upstream coordinator, the answers merged in the order asked."""
+        """ShareGroupDescribe / StreamsGroupDescribe / DescribeShareGroupOffsets: one request per upstream
+        coordinator for the groups it coordinates, the answers merged in the order asked."""
         req_cls = codec.REQUESTS[api_key][version]
         resp_cls = codec.RESPONSES[api_key][version]
         if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
@@ -177,18 +235,30 @@ class ClusterGroups:
         else:
             asked = [(g, g) for g in msg.group_ids]
         kind = "streams" if api_key == codec.STREAMS_GROUP_DESCRIBE else "share"
-        out = []
-        for gid, item in asked:
+        items = dict(asked)
+
+        def request_for(batch: list[str]) -> Any:
             if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
-                one = req_cls(groups=[item])
-            else:
-                one = req_cls(group_ids=[gid], include_authorized_operations=msg.include_authorized_operations)
-            try:
-                r = await self.forward.to_coordinator(gid, api_key, version, one, lambda r: r.groups[0].error_code)
-                g = r.groups[0]
-            except UpstreamError as e:
-                error = e.error_code if isinstance(e, CoordinatorMoved) else Errors.COORDINATOR_NOT_AVAILABLE
-                g = resp_cls.Groups(group_id=gid, error_code=error, error_message=str(e))
+                return req_cls(groups=[items[g] for g in batch])
+            return req_cls(group_ids=batch, include_authorized_operations=msg.include_authorized_operations)
+
+        # One request per coordinator for the ids it holds, when each id is asked once (a group named twice
+        # in DescribeShareGroupOffsets may ask for different partitions each time); the rest one by one.
+        batched: dict[str, Any] = {}
+        if len(items) == len(asked) > 1:
+            batched = await self._per_coordinator(api_key, version, list(items), request_for)
+        out = []
+        for gid, _ in asked:
+            g = batched.get(gid)
+            if g is None:
+                try:
+                    r = await self.forward.to_coordinator(
+                        gid, api_key, version, request_for([gid]), lambda r: r.groups[0].error_code
+                    )
+                    g = r.groups[0]
+                except UpstreamError as e:
+                    error = e.error_code if isinstance(e, CoordinatorMoved) else Errors.COORDINATOR_NOT_AVAILABLE
+                    g = resp_cls.Groups(group_id=gid, error_code=error, error_message=str(e))
             if g.error_code == Errors.NONE and api_key != codec.DESCRIBE_SHARE_GROUP_OFFSETS:
                 self.note_foreign(gid, kind)
             out.append(g)

@@ -12,13 +12,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from .coordinator_settings import CoordinatorSettings
+from .oauth import TokenSource
+from .sasl_settings import SaslSettings
 
 ENV_PREFIX = "GROUPGATE_"
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -41,8 +43,10 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class GatewayConfig(BaseModel):
+class GatewayConfig(SaslSettings):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # The OAUTHBEARER token source of the gateway's own connections: one for all (tokens are reused).
+    _token_source: TokenSource | None = PrivateAttr(default=None)
 
     # Comma-separated HOST:PORT list of the upstream Kafka cluster (any reachable broker will do).
     upstream: str = "127.0.0.1:9093"
@@ -188,15 +192,35 @@ class GatewayConfig(BaseModel):
         if sasl or self.upstream_sasl_mechanism is not None:
             if proto is not None and not sasl:
                 raise ValueError(f"upstream_sasl_mechanism is set but upstream_security_protocol is {proto}")
-            missing = [
-                n for n in ("upstream_sasl_mechanism", "upstream_sasl_username") if getattr(self, n) is None
-            ]
-            if self.upstream_sasl_password is None and self.upstream_sasl_password_file is None:
-                missing.append("upstream_sasl_password (or upstream_sasl_password_file)")
-            if missing:
-                raise ValueError(f"upstream SASL needs {', '.join(missing)}")
+            if self.upstream_sasl_mechanism == "OAUTHBEARER":
+                # The token comes from an endpoint or a file (gateway/sasl_settings.py), not a password.
+                if (
+                    self.upstream_sasl_oauthbearer_token_endpoint_url is None
+                    and self.upstream_sasl_oauthbearer_token_file is None
+                ):
+                    raise ValueError(
+                        "upstream OAUTHBEARER needs upstream_sasl_oauthbearer_token_endpoint_url (with client id "
+                        "and secret) or upstream_sasl_oauthbearer_token_file"
+                    )
+                if self.upstream_sasl_password is not None or self.upstream_sasl_password_file is not None:
+                    raise ValueError("upstream_sasl_mechanism=OAUTHBEARER takes no upstream_sasl_password")
+            else:
+                missing = [
+                    n for n in ("upstream_sasl_mechanism", "upstream_sasl_username") if getattr(self, n) is None
+                ]
+                if self.upstream_sasl_password is None and self.upstream_sasl_password_file is None:
+                    missing.append("upstream_sasl_password (or upstream_sasl_password_file)")
+                if missing:
+                    raise ValueError(f"upstream SASL needs {', '.join(missing)}")
         elif self.upstream_sasl_username is not None or self.upstream_sasl_password is not None:
             raise ValueError("upstream_sasl_username/password set but upstream_sasl_mechanism is not")
+        if self.upstream_sasl_mechanism != "OAUTHBEARER" and (
+            self.upstream_sasl_oauthbearer_token_endpoint_url is not None
+            or self.upstream_sasl_oauthbearer_token_file is not None
+        ):
+            raise ValueError("upstream_sasl_oauthbearer_* set but upstream_sasl_mechanism is not OAUTHBEARER")
+        if self.listener_sasl_mode == "terminate" and self.listener_security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError("listener_sasl_mode=terminate needs listener_security_protocol SASL_PLAINTEXT or SASL_SSL")
         if self.upstream_sasl_password is not None and self.upstream_sasl_password_file is not None:
             raise ValueError("upstream_sasl_password and upstream_sasl_password_file: set one, not both")
         lp = self.listener_security_protocol
@@ -237,11 +261,23 @@ class GatewayConfig(BaseModel):
         """Client listeners speak SASL (passthrough to the cluster, with inspection)."""
         return self.listener_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
-    def upstream_sasl(self) -> tuple[str, str, str] | None:
-        """(mechanism, username, password) of the gateway's own connections, or None without SASL.
-        Reads the password file each time (a rotated secret is picked up on the next connection)."""
+    def upstream_sasl(self) -> tuple[str, str, str] | TokenSource | None:
+        """(mechanism, username, password) of the gateway's own connections, or for OAUTHBEARER where its
+        tokens come from; None without SASL. Reads the password file each time (a rotated secret is
+        picked up on the next connection)."""
         if self.upstream_sasl_mechanism is None:
             return None
+        if self.upstream_sasl_mechanism == "OAUTHBEARER":
+            if self._token_source is None:
+                self._token_source = TokenSource(
+                    token_file=self.upstream_sasl_oauthbearer_token_file,
+                    endpoint=self.upstream_sasl_oauthbearer_token_endpoint_url,
+                    client_id=self.upstream_sasl_oauthbearer_client_id,
+                    client_secret=self.upstream_oauthbearer_secret,
+                    scope=self.upstream_sasl_oauthbearer_scope,
+                    timeout_s=self.upstream_connect_timeout_s,
+                )
+            return self._token_source
         assert self.upstream_sasl_username is not None
         if self.upstream_sasl_password_file is not None:
             try:

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from . import codec, frames, node_endpoints, rewrite, unreachable
 from .logging import get_logger
 from .refusals import client_id_of
-from .sasl import SASL_APIS, ClientSasl
+from .sasl import SASL_APIS, SASL_HANDSHAKE, AuthenticationFailed, ClientSasl
+from .sasl_server import TerminatingSasl
 from .tls import connect_kwargs, note_upstream_failure
-from .upstream import set_nodelay
+from .upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
 
 if TYPE_CHECKING:
     from .server import Gateway
@@ -93,6 +94,10 @@ class UpstreamLink(asyncio.Protocol):
         # (correlation id, slot, api key, api version, request frame) per forwarded request awaiting its
         # response; the frame answers it with an error if the link breaks first.
         self.inflight: deque[tuple[int, Slot, int, int, bytes]] = deque()
+        # SASL termination: when the session the gateway's credentials got on this link ends (KIP-368,
+        # time.monotonic); requests go to a fresh link from then on. None: no lifetime.
+        self.renew_at: float | None = None
+        self.writer: asyncio.StreamWriter | None = None  # when the link began as a stream (termination)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
@@ -102,7 +107,7 @@ class UpstreamLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         on_response = self.client.on_response
         for f in self.buf.feed(data):
-            on_response(f)
+            on_response(f, self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.upstream_lost(self, exc)
@@ -147,7 +152,15 @@ class ClientConnection(asyncio.Protocol):
         self.partial_since = 0.0
         # SASL listeners (gateway/sasl.py): the client's exchange with the cluster, followed to learn its
         # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
-        self.sasl: ClientSasl | None = ClientSasl() if gateway.config.listener_sasl() else None
+        # With listener_sasl_mode=terminate (gateway/sasl_server.py) the gateway answers the exchange itself
+        # and the upstream link authenticates with the gateway's own credentials.
+        terminator = gateway.sasl_terminator
+        self.sasl: ClientSasl | None = (
+            terminator.connection() if terminator is not None
+            else ClientSasl(gateway.config.sasl_oauthbearer_sub_claim_name) if gateway.config.listener_sasl()
+            else None
+        )
+        self.terminating = terminator is not None
 
     @property
     def principal(self) -> str | None:
@@ -188,13 +201,22 @@ class ClientConnection(asyncio.Protocol):
         exhausted = False
         for host, port in targets:
             try:
-                _, link = await asyncio.wait_for(
-                    loop.create_connection(
-                        lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
-                    ),
-                    self.gw.config.upstream_connect_timeout_s,
-                )
-            except (OSError, TimeoutError) as e:
+                if self.terminating:
+                    link = await asyncio.wait_for(self._open_authenticated(host, port),
+                                                  self.gw.config.upstream_connect_timeout_s)
+                else:
+                    _, link = await asyncio.wait_for(
+                        loop.create_connection(
+                            lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
+                        ),
+                        self.gw.config.upstream_connect_timeout_s,
+                    )
+            except UpstreamAuthError as e:
+                # The cluster refused the gateway's own credentials: says nothing about its reachability.
+                log.warning("upstream refused the gateway's credentials", peer=self.peer, error=str(e))
+                errors.append(str(e))
+                continue
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                 errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
                 if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
                     exhausted = True  # our own descriptors ran out: says nothing about the cluster
@@ -239,6 +261,26 @@ class ClientConnection(asyncio.Protocol):
             )
         self._answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
+    async def _open_authenticated(self, host: str, port: int) -> UpstreamLink:
+        """SASL termination: a link authenticated as the gateway itself, then handed to an UpstreamLink."""
+        try:
+            reader, writer, lifetime_ms = await open_authenticated(
+                host, port, self.gw.directory.tls, upstream_credentials(self.gw.config)
+            )
+        except AuthenticationFailed as e:
+            raise UpstreamAuthError(str(e)) from None
+        transport = writer.transport
+        link = UpstreamLink(self)
+        # The stream writer closes its transport when collected: the link keeps it while it lives.
+        link.writer = writer
+        transport.set_protocol(link)
+        link.connection_made(transport)
+        if lifetime_ms > 0:
+            # Move to a new link well before the broker's session ends (Kafka's clients re-authenticate
+            # at 85-95% of it); a request after the end would close the link.
+            link.renew_at = time.monotonic() + lifetime_ms * 0.85 / 1000
+        return link
+
     def close(self) -> None:
         if self.closed:
             return
@@ -270,10 +312,18 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def upstream_lost(self, link: UpstreamLink, exc: Exception | None) -> None:
-        if self.closed or link is not self.upstream:
+        if self.closed:
+            return
+        if link is not self.upstream:
+            # A link retired at the end of its SASL session (termination) that broke before answering all.
+            inflight = list(link.inflight)
+            link.inflight.clear()
+            if inflight:
+                self._answer_unlinked([(slot, frame, api_key, version, corr)
+                                       for corr, slot, api_key, version, frame in inflight])
             return
         self.upstream = None
-        if self.sasl is not None:
+        if self.sasl is not None and not self.terminating:
             # The client authenticated on that link, not on the next one: it must reconnect and authenticate
             # again (a broker also closes after a failed exchange or an expired session).
             log.info("upstream connection of a SASL client lost; closing the client connection",
@@ -392,8 +442,12 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
-        if self.sasl is not None and not self._sasl_admits(frame, api_key, version):
-            return
+        if self.sasl is not None:
+            if not self._sasl_admits(frame, api_key, version):
+                return
+            if self.terminating and api_key in SASL_APIS:
+                self._answer_sasl(frame, api_key, version)
+                return
         rng = self.gw.directory.api_ranges.get(api_key)
         if rng is None:
             self.metrics.errors[-1] += 1
@@ -446,6 +500,9 @@ class ClientConnection(asyncio.Protocol):
             if len(self.pending) >= _MAX_PENDING:
                 self.pause("pending")
         link = self.upstream
+        if link is not None and link.renew_at is not None and time.monotonic() >= link.renew_at:
+            self._retire(link)
+            link = None
         if link is not None and link.transport is not None:
             self._write_upstream(link, frame, slot, api_key, version, corr)
             return
@@ -457,6 +514,43 @@ class ClientConnection(asyncio.Protocol):
         if not self._linking:
             self._linking = True
             self._spawn(self._connect_upstream())
+
+    def _retire(self, link: UpstreamLink) -> None:
+        """SASL termination: the link's session is about to end; later requests go to a new link, and
+        this one closes once it answered what it carries."""
+        self.upstream = None
+        if not link.inflight and link.transport is not None:
+            link.transport.close()
+
+    def _answer_sasl(self, frame: bytes, api_key: int, version: int) -> None:
+        """SASL termination: the gateway answers the client's SaslHandshake / SaslAuthenticate."""
+        sasl = self.sasl
+        assert isinstance(sasl, TerminatingSasl)
+        slot = Slot()
+        self.pending.append(slot)
+
+        async def run() -> None:
+            try:
+                out = await sasl.answer(api_key, version, frame[4:], int(time.monotonic() * 1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("SASL request could not be answered; closing", peer=self.peer, api_key=api_key)
+                self.close()
+                return
+            slot.data = frames.frame(out)
+            self.metrics.local[api_key] += 1
+            if sasl.state == "failed":
+                log.info("client SASL authentication refused", peer=self.peer, mechanism=sasl.mechanism,
+                         reason=sasl.refusal)
+            elif sasl.authenticated and api_key != SASL_HANDSHAKE:
+                log.debug("client authenticated", peer=self.peer, principal=sasl.principal,
+                          mechanism=sasl.mechanism, reauthentications=sasl.reauthentications)
+            self._flush()
+            if sasl.state == "failed" and not self.pending:
+                self.close()  # as a broker does after a failed exchange (the answer is written first)
+
+        self._spawn(run())
 
     def _sasl_admits(self, frame: bytes, api_key: int, version: int) -> bool:
         """Kafka's server-side SASL states: a request the connection may not send now closes it."""
@@ -550,10 +644,11 @@ class ClientConnection(asyncio.Protocol):
 
     # --- responses -------------------------------------------------------------------------------------
 
-    def on_response(self, frame: bytes) -> None:
+    def on_response(self, frame: bytes, link: UpstreamLink | None = None) -> None:
         if self.closed:
             return
-        link = self.upstream
+        if link is None:
+            link = self.upstream
         assert link is not None
         corr = _INT32.unpack_from(frame, 4)[0]
         if not link.inflight or link.inflight[0][0] != corr:
@@ -561,6 +656,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         _, slot, api_key, version, request = link.inflight.popleft()
+        if link is not self.upstream and not link.inflight and link.transport is not None:
+            link.transport.close()  # a retired link (SASL termination) has answered everything
         if self.sasl is not None and api_key in SASL_APIS:
             was = self.sasl.principal if self.sasl.authenticated else None
             self.sasl.on_response(api_key, version, frame[4:], int(time.monotonic() * 1000))

@@ -81,6 +81,20 @@ class CoordinatorSettings(BaseModel):
     # still owns its shards (an owner-marker write each) before serving from memory again; a newer owner
     # has fenced it otherwise. 0: off.
     state_stall_check_ms: int = Field(default=5_000, ge=0)
+    # Several instances sharing the shards (gateway/membership.py): the id of the classic consumer group,
+    # on the state topic, through which the instances with the same configuration find each other and
+    # split the shards (its members are the instances, its partitions the shards). None: this instance
+    # owns every shard. Needs state_store "kafka".
+    instances_group: str | None = Field(default=None, min_length=1)
+    # That group's session.timeout.ms: an instance that stops heartbeating (SIGKILL, a lost host) has its
+    # shards taken over after this long, so it bounds failover time (the brokers' group.min.session.timeout.ms
+    # is its floor, 6000 by default).
+    instances_session_timeout_ms: int = Field(default=10_000, ge=1)
+    # heartbeat.interval.ms of that group: how soon the others notice a rebalance (a join or a leave).
+    instances_heartbeat_interval_ms: int = Field(default=1_000, ge=1)
+    # rebalance.timeout.ms of that group: how long a rebalance waits for every instance to rejoin, which
+    # bounds how long an instance may take to drain a shard it hands over.
+    instances_rebalance_timeout_ms: int = Field(default=30_000, ge=1)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).
     metadata_refresh_s: float = Field(default=5.0, gt=0)
     # How often managed groups are checked for members on the upstream coordinator (clients that bypass
@@ -168,8 +182,30 @@ class CoordinatorSettings(BaseModel):
             "consumer_max_assignment_interval_ms", "group.consumer.max.assignment.interval.ms"
         ),
     )
+    # KIP-1263: compute large groups' target assignments on worker threads instead of the event loop
+    # (docs/gateway.md, "Assignment offload").
+    consumer_assignor_offload_enable: bool = Field(
+        default=True,
+        validation_alias=_kafka("consumer_assignor_offload_enable", "group.consumer.assignor.offload.enable"),
+    )
+    # groupgate's own: offload only a group of at least this many members x subscribed partitions;
+    # smaller ones compute inline (measured: well under 5 ms), so their members get it in the same answer.
+    consumer_assignor_offload_min_size: int = Field(
+        default=1_000_000,
+        ge=0,
+        validation_alias=_kafka(
+            "consumer_assignor_offload_min_size", "group.consumer.assignor.offload.min.size"
+        ),
+    )
+    # Kafka's worker threads for offloaded assignments (and regex resolution, which groupgate does inline).
+    background_threads: int = Field(
+        default=2,
+        ge=1,
+        validation_alias=_kafka("background_threads", "group.coordinator.background.threads"),
+    )
     # Kafka's dynamic group configs, per managed group: {group id: {"consumer.session.timeout.ms" |
-    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms": value}}. IncrementalAlterConfigs
+    # "consumer.heartbeat.interval.ms" | "consumer.assignment.interval.ms" | "consumer.assignor.offload.enable"
+    # (true / false): value}}. IncrementalAlterConfigs
     # passes through to the cluster, which stores them; the gateway reads them back from the cluster
     # (gateway/cluster_group_configs.py). A value here overrides the cluster's for that group and name.
     group_configs: dict[str, dict[str, int]] = Field(default_factory=dict)
@@ -251,6 +287,11 @@ class CoordinatorSettings(BaseModel):
             )
         if self.state_dir is not None and self.ephemeral_state:
             raise ValueError("state_dir and ephemeral_state: set one, not both")
+        if self.instances_group is not None and (self.state_dir is not None or self.ephemeral_state):
+            raise ValueError("instances_group: instances share their shards through the cluster's state topic "
+                             "(state_store \"kafka\"), not a state_dir or memory")
+        if self.instances_heartbeat_interval_ms >= self.instances_session_timeout_ms:
+            raise ValueError("instances_heartbeat_interval_ms must be lower than instances_session_timeout_ms")
         return self
 
     @property
@@ -352,6 +393,8 @@ class CoordinatorSettings(BaseModel):
             min_heartbeat_interval_ms=self.consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms=self.consumer_max_heartbeat_interval_ms,
             group_configs={gid: dict(c) for gid, c in self.group_configs.items()},
+            offload_enable=self.consumer_assignor_offload_enable,
+            offload_min_size=self.consumer_assignor_offload_min_size,
         )
         service = GroupServiceConfig(
             migration_policy=self.migration_policy,

@@ -74,7 +74,8 @@ class BrokerTls:
 
 @dataclass(frozen=True)
 class BrokerSasl:
-    """An extra SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256/512 and the StandardAuthorizer.
+    """An extra SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256/512 (and OAUTHBEARER with unsecured
+    tokens when ``mechanisms`` names it) and the StandardAuthorizer.
 
     ``users`` (name -> password) are known to PLAIN (from the listener's JAAS configuration) and to both
     SCRAM mechanisms (credentials written at format time, as KRaft takes them). The PLAINTEXT and
@@ -185,6 +186,12 @@ class EmbeddedKafka:
                 for mech in ("scram-sha-256", "scram-sha-512"):
                     cfg[prefix + f"{mech}.sasl.jaas.config"] = (
                         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
+                if "OAUTHBEARER" in sasl.mechanisms:
+                    # Without sasl.oauthbearer.jwks.endpoint.url the broker validates tokens with Kafka's
+                    # unsecured validator (alg "none", checks exp and the sub claim): tests mint their own.
+                    cfg[prefix + "oauthbearer.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
                     )
             cfg["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
             cfg["super.users"] = ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in sasl.super_users)])

@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.errors import Errors
 from translate.classic_messages import JoinGroupRequest
 from translate.embedded import subscribed_topics
-from translate.group_messages import DeletableGroupResult, DeleteGroupsResponse
+from translate.group_messages import DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
 
 from . import codec
 from . import group_codec as gc
@@ -50,6 +50,9 @@ class GroupHandlers:
         self.managed = managed
         self.home_node = home_node
         self.addr_of = addr_of
+        # Several instances (gateway/membership.py): the coordinator node (id, host, port) of the instance
+        # owning a shard, the same in every instance's answers; None while the shard is in transit.
+        self.fleet_coordinator: Callable[[int], tuple[int, str, int] | None] | None = None
         # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
         # (gateway/cluster_group_configs.py). None: nothing to do first.
         self.before_join: Callable[[str], Awaitable[None]] | None = None
@@ -99,9 +102,17 @@ class GroupHandlers:
         node = self.home_node()
         addr = self.addr_of(node) if node is not None else None
         answers = []
+        fleet = self.fleet_coordinator
         for k in keys:
             if k in upstream:
                 answers.append(upstream[k])
+            elif fleet is not None:
+                shard = self.runtime.shard_for(k)
+                owner = fleet(shard.index)
+                if owner is None or (shard.owned and shard.unloaded is not None):
+                    answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "the group's shard is being handed over"))
+                else:
+                    answers.append((k, owner[0], owner[1], owner[2], 0, None))
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
             elif self.runtime.shard_for(k).unloaded is not None:
@@ -145,6 +156,21 @@ class GroupHandlers:
         self.adoption.after_classic(request, body)
         return gc.leave_group_response(body, ctx.api_version)
 
+    # --- streams groups (KIP-1071): the cluster's, but an id the gateway holds is decided here ----------
+
+    async def streams_join_refused(self, group_id: str) -> bool:
+        """KIP-1071's offline migration, as Kafka 4.3.1 decides it for a streams member's first heartbeat
+        (``getOrCreateStreamsGroup``): an empty classic group of that id gives way (the gateway deletes
+        its state of it; the committed offsets are the cluster's and stay, for the streams group to
+        resume from); a classic group with members, or a consumer group, keeps the id: refused."""
+        kind = self.runtime.group_kind(group_id)
+        if kind is None:
+            return False
+        if kind == "classic":
+            reply: DeleteGroupsResponse = await self.call(group_id, DeleteGroupsRequest([group_id]))
+            return Errors.of(reply.results[0].error_code) not in (Errors.NONE, Errors.GROUP_ID_NOT_FOUND)
+        return True
+
     # --- the consumer protocol (KIP-848) ---------------------------------------------------------------
 
     async def consumer_group_heartbeat(self, ctx: RequestContext, msg: Any) -> Any:
@@ -176,13 +202,14 @@ class GroupHandlers:
                     found[g.group_id] = gc.described_group(g)
         # Managed ids the gateway holds no state for are asked of the cluster too (offsets-only groups);
         # the gateway's own answer stands when the cluster cannot be asked.
-        for g in ids:
-            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
-                up = await self.cluster.describe(gc.CONSUMER_GROUP_DESCRIBE, g, version)
-                if g not in found or up.error_code == Errors.NONE:
-                    found[g] = up
-                if self.managed(g):
-                    consumer_as_offsets_only(found[g])
+        ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
+        cluster = await self.cluster.describe_many(gc.CONSUMER_GROUP_DESCRIBE, ask, version)
+        for g in ask:
+            up = cluster[g]
+            if g not in found or up.error_code == Errors.NONE:
+                found[g] = up
+            if self.managed(g):
+                consumer_as_offsets_only(found[g])
         return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=[found[g] for g in ids])
 
     async def describe_groups(self, ctx: RequestContext, msg: Any) -> Any:
@@ -198,15 +225,16 @@ class GroupHandlers:
         # A managed id the gateway holds no state for may still be a group of the cluster (offsets-only,
         # share, streams): the cluster describes it, as it would without the gateway; the gateway's own
         # answer (Dead) stands when the cluster cannot be asked.
-        for g in ids:
-            if g not in found or (self.managed(g) and not self.runtime.has_state(g)):
-                up = await self.cluster.describe(gc.DESCRIBE_GROUPS, g, version)
-                # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
-                # share or streams group); the gateway's when the cluster could not be asked.
-                if g not in found or up.error_code != Errors.COORDINATOR_NOT_AVAILABLE:
-                    found[g] = up
-                if self.managed(g):
-                    classic_as_offsets_only(found[g])
+        ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
+        cluster = await self.cluster.describe_many(gc.DESCRIBE_GROUPS, ask, version)
+        for g in ask:
+            up = cluster[g]
+            # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
+            # share or streams group); the gateway's when the cluster could not be asked.
+            if g not in found or up.error_code != Errors.COORDINATOR_NOT_AVAILABLE:
+                found[g] = up
+            if self.managed(g):
+                classic_as_offsets_only(found[g])
         return gc.response(gc.DESCRIBE_GROUPS, version, groups=[found[g] for g in ids])
 
     async def list_groups(self, ctx: RequestContext, msg: Any) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -60,6 +61,7 @@ from .upstream_client import UpstreamClient
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
+    from .membership import FleetMembership
     from .server import Gateway
 
 log = get_logger("gateway.groups")
@@ -127,6 +129,11 @@ class GroupLayer:
 
             store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
             where = f"topic {settings.state_topic}"
+        # KIP-1263 offload: large groups' target computations run here, off the event loop (its threads
+        # start on first use; a group's consumer.assignor.offload.enable may turn offload on for it alone).
+        self.assignors = concurrent.futures.ThreadPoolExecutor(
+            settings.background_threads, thread_name_prefix="groupgate-assignor"
+        )
         self.runtime = CoordinatorRuntime(
             settings.state_topic_num_partitions,
             new_service=self._new_service,
@@ -136,7 +143,14 @@ class GroupLayer:
             stats=self.stats,
             counters=self.counters,
             where=where,
+            offload_executor=self.assignors,
         )
+        self.fleet: FleetMembership | None = None
+        if settings.instances_group is not None:
+            if kind != "kafka":
+                raise ValueError("instances_group needs the cluster state store (state_store \"kafka\")")
+            # Shards are served only once the instances group assigned them (gateway/membership.py).
+            self.runtime.serve_only_owned()
         self.cluster = ClusterGroups(
             self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
             has_state=self.runtime.has_state, counters=self.counters, spawn=self.runtime.spawn,
@@ -232,6 +246,16 @@ class GroupLayer:
             # are not held past what clients wait for a heartbeat answer (docs/operations.md, "A broker
             # failure").
             self.runtime.answer_stall_s = HELD_ANSWER_S
+        if self.settings.instances_group is not None and self.fleet is None:
+            from .membership import FleetMembership
+            from .state_topic import KafkaStateStore
+
+            assert isinstance(self.runtime.store, KafkaStateStore)
+            self.fleet = FleetMembership(
+                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics
+            )
+            self.handlers.fleet_coordinator = self.fleet.coordinator
+            await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
         spawn = self.runtime.spawn
@@ -250,8 +274,23 @@ class GroupLayer:
             groups=self.runtime.group_count(),
         )
 
+    async def leave_fleet(self) -> None:
+        """Hand this instance's shards over to the others of the fleet and leave it (SIGTERM): drained
+        while the client connections are still open."""
+        if self.fleet is not None:
+            await self.fleet.stop()
+
+    async def _refresh_topics(self) -> None:
+        try:
+            await self.watch.refresh()
+        except UpstreamError as e:
+            log.warning("topic metadata refresh before a shard take-over failed", error=str(e))
+
     async def stop(self) -> None:
+        await self.leave_fleet()
         await self.runtime.stop()
+        # A computation still running finishes on its thread; its result is never installed.
+        self.assignors.shutdown(wait=False, cancel_futures=True)
         self.client.close()
         self.forward.close()
         if self.events is not None:
@@ -309,12 +348,21 @@ class GroupLayer:
         ctx = self._context(conn, header, payload)
         try:
             if api_key in ROUTED_ONE:
-                # The cluster's groups: nothing of the gateway's state is involved (also while unloaded).
+                if api_key == codec.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
+                    # A streams group's first member may take over an id the gateway holds (KIP-1071
+                    # offline migration): decided on the gateway's state of it, so that shard must be read.
+                    self.runtime.check_loaded([msg.group_id])
+                    if await self.handlers.streams_join_refused(msg.group_id):
+                        return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
+                            error_code=Errors.GROUP_ID_NOT_FOUND,
+                            error_message=f"Group {msg.group_id} is not a streams group.",
+                        ))  # fmt: skip
+                # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
             ids = group_ids(api_key, version, msg)
             if api_key == gc.LIST_GROUPS:
                 for shard in self.runtime.shards:
-                    if not shard.fenced:
+                    if not shard.fenced and shard.owned:  # another instance lists the groups it owns
                         shard.check_loaded()
             elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])

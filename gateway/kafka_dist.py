@@ -80,6 +80,13 @@ def clients(version: str) -> Distribution:
     )
 
 
+def legacy_admin(version: str) -> Distribution:
+    """The Scala broker jar of a release before 3.x (with scala-library, jopt-simple and its other runtime
+    dependencies), for the admin tools that lived there until they moved to kafka-tools (2.8's
+    ``kafka.admin.ConsumerGroupCommand``); only run as a tool, never as a broker."""
+    return Distribution(f"kafka-admin-{version}", (f"org.apache.kafka:kafka_2.13:{version}", SLF4J_SIMPLE))
+
+
 def streams(version: str = CURRENT_KAFKA) -> Distribution:
     """Kafka Streams of one release (with its kafka-clients and RocksDB), for exactly-once Streams
     applications run through the gateway."""
@@ -110,6 +117,7 @@ def all_distributions() -> list[Distribution]:
         streams(CURRENT_KAFKA),
         connect(CURRENT_KAFKA),
         *(clients(v) for v in LEGACY_KAFKA),
+        *(legacy_admin(v) for v in LEGACY_KAFKA if int(v.split(".")[0]) < 3),
     ]
 
 

@@ -406,8 +406,10 @@ class Health:
         out.gauge(
             "state_shards_unloaded",
             "Shards whose groups are not served now: being re-read after a failed write, or fenced",
-            sum(1 for s in shards if s.unloaded is not None),
+            sum(1 for s in shards if s.unloaded is not None and s.owned),
         )
+        # Several instances (instances_group): the shards this one owns; every shard otherwise.
+        out.gauge("state_shards_owned", "Shards of the group state this instance owns", sum(1 for s in shards if s.owned))
 
 
 _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]
@@ -415,6 +417,8 @@ _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
     "groups_unloaded", "unloaded_requests", "timers_postponed", "stalled_answers",
+    # KIP-1263 offload: target computations handed to worker threads, and what became of them
+    "assignments_offloaded", "assignments_installed", "assignments_discarded", "assignments_failed",
 )
 
 

@@ -35,13 +35,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from translate.group_config import GroupResult, encode_any_record
 from translate.group_service import GroupService
@@ -61,6 +63,8 @@ _PARALLEL_LOADS = 8  # shards opened at once when the runtime loads
 # module docstring). Far below any session timeout (group.min.session.timeout.ms, Kafka: 6 s), far
 # above a healthy write.
 DEFAULT_STALL_GRACE_MS = 1_000
+# Why a shard is not served while another instance of the fleet owns it (gateway/membership.py).
+NOT_OWNED = "the shard is served by another instance of the fleet"
 
 
 class ShardUnloaded(Exception):
@@ -117,6 +121,10 @@ class Shard:
         self.reload_task: asyncio.Task[None] | None = None
         self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
         self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
+        # False while another instance of the fleet owns the shard (gateway/membership.py); draining while
+        # it is being handed over: no new request is taken, the ones in flight finish.
+        self.owned = True
+        self.draining = False
         # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
         self.closed_totals = (0, 0, 0)
 
@@ -142,6 +150,8 @@ class Shard:
     def check_loaded(self) -> None:
         if self.unloaded is not None:
             raise ShardUnloaded(self.unloaded)
+        if self.draining:
+            raise ShardUnloaded("the shard is being handed over to another instance of the fleet")
 
     # --- one request -----------------------------------------------------------------------------------
 
@@ -150,10 +160,8 @@ class Shard:
         key = next(self.rt.keys)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[key] = fut
-        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
-        self.locks[group_id] = (lock, users + 1)
         try:
-            async with lock:
+            async with self.turn(group_id):
                 await self.rt.ready.wait()
                 await self.rt.confirm_if_stalled()
                 if prepare is not None:
@@ -164,12 +172,6 @@ class Shard:
         except BaseException:
             self.waiting.pop(key, None)
             raise
-        finally:
-            lock, users = self.locks[group_id]
-            if users <= 1:
-                del self.locks[group_id]
-            else:
-                self.locks[group_id] = (lock, users - 1)
         try:
             await self.release(result)
             return await fut
@@ -178,10 +180,32 @@ class Shard:
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
+    @contextlib.asynccontextmanager
+    async def turn(self, group_id: str) -> AsyncIterator[None]:
+        """The group's turn: its requests (and an offloaded assignment's install) one at a time, in
+        arrival order."""
+        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
+        self.locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self.locks[group_id]
+            if users <= 1:
+                del self.locks[group_id]
+            else:
+                self.locks[group_id] = (lock, users - 1)
+
     def apply(self, result: GroupResult) -> None:
-        """Append the records (made durable by ``release``) and apply the timer changes.
+        """Append the records (made durable by ``release``) and apply the timer changes; start the
+        target computations the call handed over (KIP-1263 offload).
 
         A failed append unloads the shard (the service already holds the change): ShardUnloaded."""
+        jobs = self.service.take_assignment_jobs()
+        if jobs:
+            service = self.service
+            for job in jobs:
+                self.rt.spawn(self._offload(service, job))
         if result.records:
             self.rt.stats.records(result.records)
             if self.log is not None:
@@ -301,8 +325,41 @@ class Shard:
             if oldest is not None and oldest <= since:
                 continue  # the write that stalled is still outstanding
             del self.postponed[key]
-            if self.unloaded is None and key not in self.timers:
+            if self.unloaded is None and not self.draining and key not in self.timers:
                 self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
+
+    # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
+
+    async def _offload(self, service: GroupService, job: AssignmentJob) -> None:
+        """Compute ``job`` on a worker thread while the loop serves everyone else, then install it in
+        the group's turn like any other change: its records are appended to the shard's log, and what
+        a member is told of the new target comes in a later answer, released after that log's sync.
+        The install discards a result computed from a group that changed meanwhile."""
+        counters = self.rt.counters
+        counters["assignments_offloaded"] += 1
+        loop = asyncio.get_running_loop()
+        try:
+            assignment = await loop.run_in_executor(self.rt.offload_executor, job.run)
+        except asyncio.CancelledError:
+            service.abandon_assignment(job)
+            raise
+        except Exception:
+            counters["assignments_failed"] += 1
+            log.exception("offloaded target assignment failed; the group computes again on its next heartbeat",
+                          group=job.group_id, shard=self.index)
+            service.abandon_assignment(job)
+            return
+        try:
+            async with self.turn(job.group_id):
+                await self.rt.confirm_if_stalled()
+                if self.unloaded is not None or self.service is not service:
+                    return  # the memory it was computed from is gone; the reloaded groups compute anew
+                installed, result = service.install_assignment(job, assignment, self.rt.now())
+                counters["assignments_installed" if installed else "assignments_discarded"] += 1
+                self.apply(result)
+            await self.release(result)
+        except ShardUnloaded:
+            return
 
     # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
 
@@ -458,6 +515,71 @@ class Shard:
             raise
         self.check_loaded()
 
+    # --- ownership in a fleet: taking a shard over and handing it over ---------------------------------
+
+    async def take_over(self) -> None:
+        """Serve this shard: open it (which fences every older writer of it, the instance that held it
+        before included), replay it, re-arm its timers. Until then its groups are answered NOT_COORDINATOR.
+        A load that fails is retried in the background with backoff, as after a failed write."""
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        self.owned, self.fenced, self.draining = True, False, False
+        try:
+            await self.reload()
+        except ShardUnloaded:
+            pass  # unload() has scheduled the retries (or the shard was fenced meanwhile)
+        except Exception as e:  # noqa: BLE001 - stays unserved and tries again
+            # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
+            # the assignment is the cluster's word, so open it again (a second fence ends the retries).
+            self.drop_memory()
+            self.unloaded = f"{type(e).__name__}: {e}"
+            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=self.unloaded)
+            self.reload_task = self.rt.spawn(self._reload_forever())
+
+    async def hand_over(self, timeout_s: float) -> None:
+        """Hand the shard over: take no new request, let the ones in flight finish and flush what they
+        appended, answer parked requests NOT_COORDINATOR (their members rejoin at the new owner), then drop
+        the memory. Returns once nothing of the shard is served or written by this instance any more;
+        what was not durable within ``timeout_s`` is dropped (never acknowledged, so never relied on)."""
+        self.owned = False
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        if self.unloaded is not None:  # not served anyway (never loaded, failed, fenced)
+            self.drop_memory()
+            self.unloaded, self.fenced = NOT_OWNED, False
+            return
+        self.draining = True
+        for h in self.timers.values():  # the new owner re-arms them from the records
+            h.cancel()
+        self.timers.clear()
+        self.postponed.clear()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Requests holding or queued on a group's turn: the draining check turns new ones away at once;
+        # one already in the service appends its records before it lets go of the turn.
+        while self.locks and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        log_ = self.log
+        if log_ is not None:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await log_.sync()
+            except Exception as e:  # noqa: BLE001 - what was not committed was never acknowledged
+                _say(log.warning, "shard handed over with appends not flushed", shard=self.index, error=repr(e))
+        for _ in range(3):  # the responses that sync released reach their requests before the unload
+            await asyncio.sleep(0)
+        gone = ShardUnloaded(NOT_OWNED)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()
+        self.waiting.clear()
+        self.unloaded = NOT_OWNED
+        self.draining = False
+        self.drop_memory()
+        self.service = self.rt.new_service()  # the old one's memory goes now, not at the next load
+        self.calls = self.rt.calls_for(self.service, self.index)
+
 
 class CoordinatorRuntime:
     """The shards and what spans them: placement, load, fan-out of cross-shard work, the clock."""
@@ -474,6 +596,7 @@ class CoordinatorRuntime:
         counters: Any = None,
         where: str | None = None,
         now: Callable[[], int] = now_ms,
+        offload_executor: concurrent.futures.Executor | None = None,
     ) -> None:
         if store is not None and store.shards != shards:
             raise ValueError(f"the store has {store.shards} shards, the runtime {shards}")
@@ -486,6 +609,9 @@ class CoordinatorRuntime:
         self.counters: collections.Counter[str] = counters if counters is not None else collections.Counter()
         self.where = where  # for log lines: the state dir or topic
         self.now = now
+        # Where offloaded target computations run (None: the loop's default executor). Owned by the
+        # caller, which shuts it down.
+        self.offload_executor = offload_executor
         self.ready = asyncio.Event()
         self.keys = itertools.count(1)
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
@@ -533,7 +659,7 @@ class CoordinatorRuntime:
             async with gate:
                 return await shard.load()
 
-        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None))
+        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None and s.owned))
         replayed = sum(counts)
         log.info("group state replayed", state=self.where, shards=self.shard_count, records=replayed)
         return replayed
@@ -561,6 +687,36 @@ class CoordinatorRuntime:
                 shard.drop_memory()
         if self.store is not None:
             await self.store.close()
+
+    # --- ownership in a fleet (gateway/membership.py) ------------------------------------------------
+
+    def serve_only_owned(self) -> None:
+        """Before ``load``: own no shard until ``acquire`` is called for it (several instances split the
+        shards); the others are answered NOT_COORDINATOR."""
+        for shard in self.shards:
+            if shard.log is None:
+                shard.owned = False
+                shard.unloaded = NOT_OWNED
+
+    def held(self) -> list[int]:
+        """The shards this instance owns (served, being loaded, or failed and being re-read)."""
+        return [s.index for s in self.shards if s.owned]
+
+    async def acquire(self, indices: Sequence[int]) -> None:
+        gate = asyncio.Semaphore(_PARALLEL_LOADS)
+
+        async def one(shard: Shard) -> None:
+            async with gate:
+                await shard.take_over()
+
+        await asyncio.gather(*(one(self.shards[i]) for i in indices))
+        if indices:
+            log.info("shards taken over", shards=sorted(indices), held=self.held())
+
+    async def release(self, indices: Sequence[int], timeout_s: float) -> None:
+        await asyncio.gather(*(self.shards[i].hand_over(timeout_s) for i in indices))
+        if indices:
+            log.info("shards handed over", shards=sorted(indices), held=self.held())
 
     # --- stalls: proving ownership before serving from memory ---------------------------------------
 
@@ -630,7 +786,7 @@ class CoordinatorRuntime:
         """A read-only request on the shards holding ``group_ids`` (every served shard for None): the
         response bodies, in shard order, released once what they show is durable."""
         if group_ids is None:
-            targets = [(s, []) for s in self.shards if not s.fenced]
+            targets = [(s, []) for s in self.shards if not s.fenced and s.owned]
         else:
             targets = [(self.shards[n], ids) for n, ids in self.by_shard(group_ids).items()]
         await self.ready.wait()
@@ -710,7 +866,7 @@ class CoordinatorRuntime:
     @property
     def unloaded(self) -> str | None:
         """Why the first unloaded shard is (None: every shard is served)."""
-        return next((s.unloaded for s in self.shards if s.unloaded is not None), None)
+        return next((s.unloaded for s in self.shards if s.unloaded is not None and s.owned), None)
 
     def log_totals(self) -> dict[str, int]:
         """Summed over the shards' logs, for /metrics."""
@@ -726,4 +882,4 @@ class CoordinatorRuntime:
         return out
 
 
-__all__ = ["CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardUnloaded", "now_ms"]
+__all__ = ["NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardUnloaded", "now_ms"]

@@ -30,6 +30,7 @@ from kafka.net.sasl.scram import SaslMechanismScram
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from . import codec, frames
+from .oauth import TokenSource, TokenUnavailable, client_first_message, jwt_claim, oauthbearer_token
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -49,6 +50,11 @@ _SIZE = struct.Struct(">i")
 
 class AuthenticationFailed(Exception):
     """The cluster refused the gateway's credentials (or offers no matching mechanism)."""
+
+
+# The gateway's own credentials: (mechanism, username, password) for PLAIN / SCRAM, or where its
+# OAUTHBEARER tokens come from.
+Credentials = tuple[str, str, str] | TokenSource
 
 
 # --- the gateway's own connections --------------------------------------------------------------------
@@ -74,13 +80,7 @@ async def _exchange(
     return codec.decode_response(api_key, version, payload)[1]
 
 
-async def authenticate(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, credentials: tuple[str, str, str]
-) -> int:
-    """Authenticate a fresh connection (nothing else sent on it yet); returns the session lifetime the
-    broker grants (KIP-368, connections.max.reauth.ms; 0 = unlimited). Raises AuthenticationFailed; a lost
-    connection raises what the stream raises (OSError, IncompleteReadError)."""
-    mechanism, username, password = credentials
+async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mechanism: str) -> None:
     hs = await _exchange(
         reader, writer, SASL_HANDSHAKE, _HANDSHAKE_V, SaslHandshakeRequest[_HANDSHAKE_V](mechanism=mechanism), 1
     )
@@ -92,6 +92,25 @@ async def authenticate(
         raise AuthenticationFailed("the broker's listener does not take SASL: check the upstream security.protocol")
     if hs.error_code != 0:
         raise AuthenticationFailed(f"SaslHandshake failed with error {hs.error_code}")
+
+
+async def _sasl_authenticate(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: bytes, corr: int
+) -> Any:
+    return await _exchange(
+        reader, writer, SASL_AUTHENTICATE, _AUTHENTICATE_V, SaslAuthenticateRequest[_AUTHENTICATE_V](auth_bytes=token),
+        corr,
+    )
+
+
+async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, credentials: Credentials) -> int:
+    """Authenticate a fresh connection (nothing else sent on it yet); returns the session lifetime the
+    broker grants (KIP-368, connections.max.reauth.ms; 0 = unlimited). Raises AuthenticationFailed; a lost
+    connection raises what the stream raises (OSError, IncompleteReadError)."""
+    if isinstance(credentials, TokenSource):
+        return await _authenticate_oauthbearer(reader, writer, credentials)
+    mechanism, username, password = credentials
+    await _handshake(reader, writer, mechanism)
     mech = _mechanism(mechanism, username, password)
     corr = 2
     lifetime_ms = 0
@@ -100,14 +119,7 @@ async def authenticate(
             token = mech.auth_bytes()
         except ValueError as e:
             raise AuthenticationFailed(f"{mechanism}: {e}") from None
-        r = await _exchange(
-            reader,
-            writer,
-            SASL_AUTHENTICATE,
-            _AUTHENTICATE_V,
-            SaslAuthenticateRequest[_AUTHENTICATE_V](auth_bytes=token),
-            corr,
-        )
+        r = await _sasl_authenticate(reader, writer, token, corr)
         corr += 1
         lifetime_ms = r.session_lifetime_ms
         if r.error_code != 0:
@@ -124,6 +136,29 @@ async def authenticate(
     return int(lifetime_ms or 0)
 
 
+async def _authenticate_oauthbearer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: TokenSource
+) -> int:
+    try:
+        token = await source.token()
+    except TokenUnavailable as e:
+        raise AuthenticationFailed(f"OAUTHBEARER: no token: {e}") from None
+    await _handshake(reader, writer, "OAUTHBEARER")
+    r = await _sasl_authenticate(reader, writer, client_first_message(token), 2)
+    if r.error_code == 0 and not r.auth_bytes:
+        return int(r.session_lifetime_ms or 0)
+    challenge = bytes(r.auth_bytes or b"").decode("utf-8", "replace")
+    if r.error_code == 0:
+        # RFC 7628 section 3.2.2: the server's error JSON; the client acknowledges it with 0x01 and the
+        # server ends the exchange with a failure whose message says why.
+        r = await _sasl_authenticate(reader, writer, b"\x01", 3)
+    reason = r.error_message or f"error {r.error_code}"
+    raise AuthenticationFailed(
+        f"OAUTHBEARER authentication of sub {jwt_claim(token, 'sub')!r} refused: {reason}"
+        + (f" {challenge}" if challenge else "")
+    )
+
+
 async def offered_mechanisms(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> list[str] | None:
     """The mechanisms a listener offers, or None when it does not take SASL (asked with an empty
     mechanism name, which every SASL listener refuses with the list)."""
@@ -136,9 +171,15 @@ async def offered_mechanisms(reader: asyncio.StreamReader, writer: asyncio.Strea
 # --- client connections: passthrough with inspection ---------------------------------------------------
 
 
-def principal_of(mechanism: str | None, first_message: bytes) -> str | None:
+def principal_of(mechanism: str | None, first_message: bytes, sub_claim: str = "sub") -> str | None:
     """``User:<name>`` from a client's first SaslAuthenticate token, or None when it names nobody the
-    gateway can read (an unknown mechanism, a malformed token)."""
+    gateway can read (an unknown mechanism, a malformed token). OAUTHBEARER: the token's ``sub_claim``
+    (sasl.oauthbearer.sub.claim.name), read without checking the signature: in passthrough the cluster
+    checks the token, and the name is only believed once the cluster accepted it."""
+    if mechanism == "OAUTHBEARER":
+        token = oauthbearer_token(first_message)
+        name = None if token is None else jwt_claim(token, sub_claim)
+        return f"User:{name}" if isinstance(name, str) and name else None
     try:
         text = first_message.decode("utf-8")
     except UnicodeDecodeError:
@@ -170,13 +211,14 @@ class Verdict:
 _OK = Verdict(True)
 # Mechanisms whose completion the gateway can tell from the exchange (the others are refused: it could not
 # know when a connection is authenticated, and would have to guess).
-KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
+KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"})
 
 
 class ClientSasl:
     """The SASL state of one client connection. Time is passed in (``now_ms``), never read."""
 
-    def __init__(self) -> None:
+    def __init__(self, sub_claim: str = "sub") -> None:
+        self.sub_claim = sub_claim  # sasl.oauthbearer.sub.claim.name
         # handshake: ApiVersions / SaslHandshake only; authenticate: SaslAuthenticate only;
         # authenticated: anything; failed: nothing.
         self.state = "handshake"
@@ -220,7 +262,7 @@ class ClientSasl:
         except Exception:  # noqa: BLE001 - an unreadable token: the connection closes, as the broker's would
             return Verdict(False, "unreadable SaslAuthenticate request")
         if self._round == 0:
-            self._claimed = principal_of(self.mechanism, bytes(msg.auth_bytes))
+            self._claimed = principal_of(self.mechanism, bytes(msg.auth_bytes), self.sub_claim)
         self._in_flight = True
         return _OK
 
@@ -274,5 +316,9 @@ class ClientSasl:
     def _complete(self, server_token: bytes) -> bool:
         if self.mechanism == "PLAIN":
             return True
+        if self.mechanism == "OAUTHBEARER":
+            # RFC 7628: success is an empty server message. A non-empty one is the error JSON (status,
+            # scope); the client answers it with a lone 0x01 and the server then fails the exchange.
+            return self._round == 1 and not server_token
         # SCRAM: the server-first message ("r=...") asks for a second round; server-final ("v=...") ends it.
         return self._round >= 2 and server_token.startswith(b"v=")

@@ -20,6 +20,7 @@ from .limits import ConnectionLimits
 from .logging import get_logger
 from .metrics import GatewayMetrics
 from .refusals import RefusalLog
+from .sasl_server import Terminator
 from .tls import TlsAcceptor, server_context
 from .unreachable import Replies
 from .upstream import BrokerDirectory
@@ -55,6 +56,8 @@ class Gateway:
         self.limits = ConnectionLimits(self)
         # Refused requests, logged once per client and kind (gateway/refusals.py).
         self.refusals = RefusalLog()
+        # SASL termination (gateway/sasl_server.py): the users and key sets every connection checks against.
+        self.sasl_terminator = Terminator.from_config(config)
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)

@@ -46,6 +46,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from .coordinator_settings import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from .logging import get_logger
+from .oauth import AiokafkaTokenProvider, TokenSource
+from .sasl import Credentials
 from .state_log import Record, StateLogWriteFailed
 from .state_store import DEFAULT_SHARDS, ShardFenced, StateStoreMismatch
 
@@ -266,7 +268,7 @@ class KafkaStateStore:
         request_timeout_ms: int = 30_000,
         transaction_timeout_ms: int = 60_000,
         ssl_context: ssl.SSLContext | None = None,
-        sasl: tuple[str, str, str] | None = None,
+        sasl: Credentials | None = None,
         client_id: str = "groupgate-state",
     ) -> None:
         if shards < 1:
@@ -301,7 +303,7 @@ class KafkaStateStore:
         *,
         shards: int = DEFAULT_SHARDS,
         ssl_context: ssl.SSLContext | None = None,
-        sasl: tuple[str, str, str] | None = None,
+        sasl: Credentials | None = None,
     ) -> KafkaStateStore:
         """The store the ``state_topic*`` settings describe, on the cluster at ``bootstrap``."""
         return cls(
@@ -336,11 +338,17 @@ class KafkaStateStore:
             kw.update(security_protocol="SSL", ssl_context=self.ssl_context)
         if self.sasl is not None:
             # The same principal and mechanism as the gateway's other upstream connections.
-            mechanism, username, password = self.sasl
-            kw.update(
-                security_protocol="SASL_SSL" if self.ssl_context is not None else "SASL_PLAINTEXT",
-                sasl_mechanism=mechanism, sasl_plain_username=username, sasl_plain_password=password,
-            )
+            protocol = "SASL_SSL" if self.ssl_context is not None else "SASL_PLAINTEXT"
+            if isinstance(self.sasl, TokenSource):
+                # The gateway's own OAUTHBEARER tokens, shared with its other connections.
+                kw.update(security_protocol=protocol, sasl_mechanism="OAUTHBEARER",
+                          sasl_oauth_token_provider=AiokafkaTokenProvider(self.sasl))
+            else:
+                mechanism, username, password = self.sasl
+                kw.update(
+                    security_protocol=protocol,
+                    sasl_mechanism=mechanism, sasl_plain_username=username, sasl_plain_password=password,
+                )
         return kw
 
     # --- the topic ----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class UpstreamAuthError(UpstreamError):
     Not retried: the same credentials would be refused again (start-up fails with this message)."""
 
 
-def upstream_credentials(config: GatewayConfig) -> tuple[str, str, str] | None:
+def upstream_credentials(config: GatewayConfig) -> sasl.Credentials | None:
     """The gateway's SASL credentials; a password file that became unreadable is an UpstreamAuthError."""
     try:
         return config.upstream_sasl()
@@ -50,7 +50,7 @@ def upstream_credentials(config: GatewayConfig) -> tuple[str, str, str] | None:
 
 
 async def open_authenticated(
-    host: str, port: int, tls: ssl.SSLContext | None, credentials: tuple[str, str, str] | None
+    host: str, port: int, tls: ssl.SSLContext | None, credentials: sasl.Credentials | None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """A connection of the gateway's own to a broker, SASL-authenticated when credentials are configured;
     with the session lifetime the broker granted (ms, 0 = unlimited)."""
@@ -86,7 +86,7 @@ async def request_once(
     msg: Any,
     timeout_s: float,
     tls: ssl.SSLContext | None = None,
-    credentials: tuple[str, str, str] | None = None,
+    credentials: sasl.Credentials | None = None,
 ) -> Any:
     """Open a connection (TLS when ``tls`` is given, SASL-authenticated when ``credentials`` are), send
     one request, decode its response, close."""

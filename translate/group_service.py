@@ -61,9 +61,10 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.model import ConsumerGroup, MemberState, subscribed_topic_names
+from coordinator.model import Assignment, ConsumerGroup, MemberState, subscribed_topic_names
 from coordinator.records.codec import decode as decode_consumer_record
 from coordinator.service import ConsumerGroupCoordinator
+from coordinator.target import AssignmentJob
 from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroupState
@@ -544,6 +545,23 @@ class GroupService:
         out = GroupResult()
         out.take_coordinator(self.coordinator.on_metadata(topics, now_ms))
         return out
+
+    def take_assignment_jobs(self) -> list[AssignmentJob]:
+        """Consumer groups' target computations handed to the driver (KIP-1263 offload)."""
+        return self.coordinator.take_assignment_jobs()
+
+    def install_assignment(
+        self, job: AssignmentJob, assignment: dict[str, Assignment], now_ms: int
+    ) -> tuple[bool, GroupResult]:
+        """An offloaded computation's result, in the group's turn: whether it was installed, and the
+        records to persist (none when the group changed meanwhile and the result was discarded)."""
+        out = GroupResult()
+        res = self.coordinator.install_assignment(job, assignment, now_ms)
+        out.take_coordinator(res)
+        return res.response, out
+
+    def abandon_assignment(self, job: AssignmentJob) -> None:
+        self.coordinator.abandon_assignment(job)
 
     def replay(self, record: AnyRecord) -> None:
         if isinstance(record, GroupMetadataRecord):

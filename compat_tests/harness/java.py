@@ -5,7 +5,8 @@ drive them the same way); a reader thread turns each line into an event object a
 can wait for "partitions assigned" or "N records consumed" while the tool keeps running. The perf tools
 print text; their lines are kept as they are.
 
-Releases: ``kafka_dist.clients(release)`` supplies kafka-clients + kafka-tools of 4.3.1, 3.9.1 or 2.8.2.
+Releases: ``kafka_dist.clients(release)`` supplies kafka-clients + kafka-tools of 4.3.1, 3.9.1 or 2.8.2;
+``kafka_dist.legacy_admin("2.8.2")`` the Scala broker jar that held 2.8's kafka-consumer-groups.
 2.8.x differs on the command line: the producer's address flag is ``--broker-list`` and the consumer has
 no ``--group-protocol`` (it only speaks the classic protocol).
 """
@@ -34,8 +35,8 @@ from gateway.embedded_kafka import java_binary
 _OTHER_SLF4J_BINDINGS = ("slf4j-log4j12-", "slf4j-reload4j-", "log4j-slf4j-impl-", "log4j-slf4j2-impl-")
 
 
-def tools_classpath(release: str) -> str:
-    dist = kafka_dist.clients(release)
+def tools_classpath(release: str, dist: kafka_dist.Distribution | None = None) -> str:
+    dist = dist or kafka_dist.clients(release)
     kafka_dist.fetch(dist)
     jars = sorted(p for p in dist.libs.glob("*.jar") if not p.name.startswith(_OTHER_SLF4J_BINDINGS))
     return os.pathsep.join(str(p) for p in jars)
@@ -457,11 +458,14 @@ def parse_consumer_perf(lines: Sequence[str]) -> dict[str, str] | None:
 def consumer_groups_command(
     release: str, bootstrap: str, *args: str, timeout_s: float = 90.0
 ) -> subprocess.CompletedProcess[str]:
-    """``kafka-consumer-groups.sh --bootstrap-server BOOTSTRAP ARGS`` of ``release`` (3.7+, where the tool
-    lives in kafka-tools), run to completion."""
-    main = TOOLS + "consumer.group.ConsumerGroupCommand"
+    """``kafka-consumer-groups.sh --bootstrap-server BOOTSTRAP ARGS`` of ``release``, run to completion: from
+    kafka-tools (3.7+), or for 2.x from the release's Scala broker jar, where the tool lived then."""
+    if major(release) < 3:
+        main, classpath = "kafka.admin.ConsumerGroupCommand", tools_classpath(release, kafka_dist.legacy_admin(release))
+    else:
+        main, classpath = TOOLS + "consumer.group.ConsumerGroupCommand", tools_classpath(release)
     cmd = [
         java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
-        "-cp", tools_classpath(release), main, "--bootstrap-server", bootstrap, *args,
+        "-cp", classpath, main, "--bootstrap-server", bootstrap, *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)

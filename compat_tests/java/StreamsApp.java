@@ -1,10 +1,13 @@
 // A minimal Kafka Streams application for the compatibility suite: upper-cases every record of an input
-// topic into an output topic. Arguments: bootstrap application-id input output state-dir [group-protocol].
-// Prints "STATE <new>" on every state change and "PROCESSED <n>" as records go through; stops on SIGTERM.
+// topic into an output topic. Arguments: bootstrap application-id input output state-dir [group-protocol]
+// [leave]. Prints "STATE <new>" on every state change and "PROCESSED <n>" as records go through; stops on
+// SIGTERM, leaving the group on close when the last argument is "leave" (KIP-1153's CloseOptions: a
+// classic member otherwise stays until its session times out).
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -31,8 +34,13 @@ public class StreamsApp {
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
         CountDownLatch done = new CountDownLatch(1);
         streams.setStateListener((now, before) -> System.out.println("STATE " + now));
+        boolean leave = args.length > 6 && args[6].equals("leave");
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            streams.close();
+            if (leave) {
+                streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP));
+            } else {
+                streams.close();
+            }
             done.countDown();
         }));
         streams.start();

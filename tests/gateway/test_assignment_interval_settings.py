@@ -58,3 +58,27 @@ def test_toml_with_kafka_names_and_per_group_configs(tmp_path) -> None:
 def test_values_kafka_would_refuse_are_refused(kw: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         CoordinatorSettings(**kw)  # type: ignore[arg-type]
+
+
+def test_assignor_offload_settings_with_kafka_names_and_per_group(tmp_path) -> None:
+    # Kafka's default: on, with groupgate's own size threshold.
+    _, cfg = CoordinatorSettings().service_configs()
+    assert (cfg.offload_enable, cfg.offload_min_size_for("g")) == (True, 1_000_000)
+    f = tmp_path / "gw.toml"
+    f.write_text(
+        """
+[coordinator]
+"group.consumer.assignor.offload.enable" = false
+"group.consumer.assignor.offload.min.size" = 5000
+"group.coordinator.background.threads" = 3
+
+[coordinator.group_configs.orders]
+"consumer.assignor.offload.enable" = true
+"""
+    )
+    settings = load_config(str(f), {}, environ={}).coordinator
+    assert settings.background_threads == 3
+    _, cfg = settings.service_configs()
+    assert (cfg.offload_min_size_for("other"), cfg.offload_min_size_for("orders")) == (None, 5000)
+    with pytest.raises(ValidationError):
+        CoordinatorSettings.model_validate({"group_configs": {"g": {"consumer.assignor.offload.enable": 2}}})

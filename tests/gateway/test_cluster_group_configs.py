@@ -57,3 +57,14 @@ def test_applied_values_reach_the_coordinator_and_a_cleared_config_falls_back() 
     assert config.session_timeout_for("pinned") == 50_000
     tracker.apply("pinned", {})
     assert config.group_configs["pinned"] == {"consumer.heartbeat.interval.ms": 6_000}
+
+
+def test_the_clusters_per_group_offload_flag_is_read_as_a_boolean() -> None:
+    configs = [_entry("consumer.assignor.offload.enable", "false"), _entry("consumer.assignment.interval.ms", "0")]
+    values = cluster_values(configs)
+    assert values == {"consumer.assignor.offload.enable": 0, "consumer.assignment.interval.ms": 0}
+    config = CoordinatorConfig(offload_enable=True)
+    merged, err = effective(config, {}, values)
+    assert err is None
+    config.group_configs["g"] = merged
+    assert config.offload_min_size_for("g") is None and config.offload_min_size_for("h") == 1_000_000

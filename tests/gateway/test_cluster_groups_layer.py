@@ -11,7 +11,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest
-from kafka.protocol.consumer.group import JoinGroupRequest
+from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest
 
 from gateway import codec
 from gateway import group_codec as gc
@@ -89,6 +89,10 @@ class Cluster:
             assert isinstance(msg, bytes)
             cls = codec.RESPONSES[api_key][version]
             answer = cls(error_code=0, member_id="m-1", member_epoch=1, heartbeat_interval_ms=5000, assignment=None)
+            return codec.encode_response(api_key, version, 99, answer)
+        if api_key == codec.STREAMS_GROUP_HEARTBEAT:
+            assert isinstance(msg, bytes)
+            answer = codec.RESPONSES[api_key][version](error_code=0, member_id="s-1", member_epoch=1)
             return codec.encode_response(api_key, version, 99, answer)
         if api_key == gc.OFFSET_COMMIT and isinstance(msg, bytes):
             cls = codec.RESPONSES[api_key][version]
@@ -255,5 +259,132 @@ async def test_a_streams_groups_id_is_refused_while_it_has_members_and_given_up_
         joined = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
         assert joined.error_code == 0 and joined.member_epoch > 0
         assert layer.has_state("orders-app") and "orders-app" not in layer.foreign
+    finally:
+        await layer.stop()
+
+
+class TwoCoordinators(Cluster):
+    """A cluster whose groups are coordinated by two brokers (by the id's first letter); the layer's
+    client finds them with ``coordinator`` and asks each with ``send``."""
+
+    def __init__(self, groups: list[Any]) -> None:
+        super().__init__(groups)
+        self.batches: list[tuple[tuple[str, int], list[str]]] = []
+        self.moved: set[str] = set()  # answered NOT_COORDINATOR in a batch (then asked alone)
+
+    def install(self, layer: Any) -> None:
+        super().install(layer)
+        for client in (layer.client, layer.forward):
+            client.coordinator = self.coordinator
+            client.send = self.send
+
+    async def coordinator(self, group_id: str) -> tuple[str, int]:
+        return ("broker-a", 1) if group_id < "m" else ("broker-b", 2)
+
+    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
+        if api_key == codec.SHARE_GROUP_DESCRIBE:
+            self.batches.append((addr, list(msg.group_ids)))
+            cls = codec.RESPONSES[api_key][version]
+            return cls(groups=[
+                cls.Groups(group_id=g, error_code=NOT_COORDINATOR if g in self.moved else 0, group_state="Stable",
+                           group_epoch=len(g))
+                for g in msg.group_ids
+            ])  # fmt: skip
+        assert api_key == gc.DESCRIBE_GROUPS
+        self.batches.append((addr, list(msg.groups)))
+        r = await Cluster.to_coordinator(self, "", api_key, version, msg, None)
+        self.sent.pop()  # ``sent`` keeps the requests asked one group at a time
+        for g in r.groups:
+            if g.group_id in self.moved:
+                g.error_code = NOT_COORDINATOR
+        return r
+
+
+async def test_groups_only_the_cluster_holds_are_described_in_one_request_per_coordinator() -> None:
+    layer = await started()
+    ids = ["apples", "bananas", "cherries", "mangoes", "plums"]
+    cluster = TwoCoordinators([_listed(g, "consumer", "Empty", "classic") for g in ids])
+    cluster.moved = {"plums"}
+    cluster.install(layer)
+    try:
+        got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+            groups=ids, include_authorized_operations=False,
+        ))  # fmt: skip
+        # Every id answered, in the order asked, as the cluster describes it.
+        assert [(g.group_id, g.error_code, g.group_state) for g in got.groups] == [(g, 0, "Empty") for g in ids]
+        # One DescribeGroups per coordinator for all its ids, not one per id ...
+        assert sorted(cluster.batches) == [
+            (("broker-a", 1), ["apples", "bananas", "cherries"]),
+            (("broker-b", 2), ["mangoes", "plums"]),
+        ]
+        # ... and only the id whose coordinator moved is asked again alone (looked up afresh).
+        assert [(gid, api) for gid, api, _ in cluster.sent] == [("plums", gc.DESCRIBE_GROUPS)]
+    finally:
+        await layer.stop()
+
+
+async def test_share_groups_are_described_in_one_request_per_coordinator_and_merged_in_order() -> None:
+    layer = await started()
+    cluster = TwoCoordinators([])
+    cluster.moved = {"zz"}
+    cluster.install(layer)
+    try:
+        req = ShareGroupDescribeRequest[1](group_ids=["x", "bb", "a", "zz"], include_authorized_operations=False)
+        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        assert [(g.group_id, g.error_code, g.group_epoch) for g in got.groups] == [
+            ("x", 0, 1), ("bb", 0, 2), ("a", 0, 1), ("zz", 0, 2),
+        ]
+        assert sorted(cluster.batches) == [(("broker-a", 1), ["bb", "a"]), (("broker-b", 2), ["x", "zz"])]
+        # The moved one alone, looked up again.
+        assert [(gid, list(m.group_ids)) for gid, _, m in cluster.sent] == [("zz", ["zz"])]
+    finally:
+        await layer.stop()
+
+
+def _streams_join(group_id: str) -> Any:
+    cls = codec.REQUESTS[codec.STREAMS_GROUP_HEARTBEAT][0]
+    topology = cls.Topology(epoch=0, subtopologies=[cls.Topology.Subtopologies(
+        subtopology_id="0", source_topics=["in"], source_topic_regex=[], state_changelog_topics=[],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[],
+    )])  # fmt: skip
+    return cls(
+        group_id=group_id, member_id="s-1", member_epoch=0, rebalance_timeout_ms=30000, topology=topology,
+        active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="p-1", client_tags=[],
+    )  # fmt: skip
+
+
+async def test_a_streams_member_takes_over_an_empty_classic_group_and_is_refused_one_with_members() -> None:
+    """KIP-1071's offline migration as Kafka 4.3.1 decides it (getOrCreateStreamsGroup): the gateway's
+    classic group gives its id up once Empty; with a member, or as a consumer group, it keeps it."""
+    layer = await started()
+    cluster = Cluster([])
+    cluster.install(layer)
+    not_streams = (GROUP_ID_NOT_FOUND, "Group orders-app is not a streams group.")
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        join = {"group_id": "orders-app", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                "member_id": "", "group_instance_id": None, "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
+        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
+        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**{**join, "member_id": r.member_id}))
+        assert r.error_code == 0
+        cluster.sent.clear()  # the join's look-up of a share/streams group of that id
+        refused = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
+        assert (refused.error_code, refused.error_message) == not_streams
+        assert layer.has_state("orders-app") and not cluster.sent  # decided here, nothing forwarded
+        leave = LeaveGroupRequest[3](group_id="orders-app", members=[LeaveGroupRequest.MemberIdentity(member_id=r.member_id)])
+        assert (await call(layer, gc.LEAVE_GROUP, 3, leave)).error_code == 0
+        joined = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
+        assert (joined.error_code, joined.member_epoch) == (0, 1)
+        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-app", codec.STREAMS_GROUP_HEARTBEAT)]
+        assert not layer.has_state("orders-app") and layer.foreign["orders-app"] == "streams"
+        # A consumer group keeps its id even when Empty (Kafka converts only an empty classic group).
+        hb = ConsumerGroupHeartbeatRequest[1](
+            group_id="orders-848", member_id="c-1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=["t"], subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=[],
+        )  # fmt: skip
+        assert (await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, hb)).error_code == 0
+        refused = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-848"))
+        assert refused.error_code == GROUP_ID_NOT_FOUND and layer.has_state("orders-848")
     finally:
         await layer.stop()
