@@ -4,7 +4,11 @@ state topic replicated three times: a rolling upgrade of a live librdkafka fleet
 - the gateway SIGKILLed and started again with nothing on its disk: its state comes back from the topic,
   with the same member ids, epochs and assignments, and no rebalance;
 - the broker leading the group's state partition SIGKILLed mid-upgrade: leadership moves, the
-  gateway's appends are retried, nothing acknowledged is lost and no member is fenced for it;
+  gateway's appends are retried, nothing acknowledged is lost and no member is fenced for it; Kafka's
+  own coordinator runs the same scenario on the same cluster (the broker leading the group's
+  ``__consumer_offsets`` partition killed) as the reference;
+- a Java fleet's classic -> consumer upgrade (test_rolling_upgrade.py's checks) through a gateway
+  stopped with SIGTERM mid-upgrade and replaced by a process with a new, empty working directory;
 
 and a zombie (a gateway paused with SIGSTOP while a second one took its shards over, then resumed) is
 fenced: it answers nothing from its stale memory, its writes fail, and nothing it tried to write after
@@ -30,7 +34,7 @@ from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
-from compat_tests.upgrade.members import MemberSpec
+from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec
 from compat_tests.upgrade.scenario import RollingUpgrade
 from gateway.embedded_kafka import free_port
 from gateway.state_store import shard_of
@@ -57,7 +61,8 @@ def _config(path: Path, topic: str) -> Path:
     return path
 
 
-def _gateway(kafka3: KafkaCluster, work: Path, topic: str) -> GatewayProcess:
+def _gateway(kafka3: KafkaCluster, work: Path, topic: str, listen_port: int | None = None) -> GatewayProcess:
+    """``listen_port``: a successor's, on its predecessor's ports (the clients reconnect to them)."""
     work.mkdir(parents=True, exist_ok=True)
     return GatewayProcess(
         upstream=kafka3.bootstrap,
@@ -65,7 +70,7 @@ def _gateway(kafka3: KafkaCluster, work: Path, topic: str) -> GatewayProcess:
             "--config", str(_config(work / "gateway.toml", topic)), "--state-store", "kafka",
             "--metrics-listen", f"127.0.0.1:{free_port()}",
         ],
-        listen_port=free_port_block(1 + len(kafka3.brokers)),
+        listen_port=listen_port if listen_port is not None else free_port_block(1 + len(kafka3.brokers)),
         log_dir=work,
     )
 
@@ -88,10 +93,10 @@ def cluster_gateway(kafka3: KafkaCluster, tmp_path: Path) -> Iterator[tuple[Gate
         print(f"--- tail of {gw.log_path}\n{gw.tail(40)}")
 
 
-def _run(kafka3: KafkaCluster, gw: GatewayProcess, tmp_path: Path) -> RollingUpgrade:
+def _run(kafka3: KafkaCluster, bootstrap: str, tmp_path: Path) -> RollingUpgrade:
     topic = create_topic(kafka3.bootstrap, unique("upgrade-topic"), PARTITIONS, replication_factor=3)
     return RollingUpgrade(
-        gw.bootstrap, topic, unique("upgrade-group"), BEFORE, AFTER, partitions=PARTITIONS, log_dir=tmp_path,
+        bootstrap, topic, unique("upgrade-group"), BEFORE, AFTER, partitions=PARTITIONS, log_dir=tmp_path,
         settle_between=True, allow_send_errors=True,
     )
 
@@ -115,7 +120,7 @@ def test_a_gateway_sigkilled_and_started_with_an_empty_disk_keeps_members_epochs
     kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
 ) -> None:
     gw, _ = cluster_gateway
-    run = _run(kafka3, gw, tmp_path)
+    run = _run(kafka3, gw.bootstrap, tmp_path)
     try:
         run.start_fleet()
         run.start_producer()
@@ -139,34 +144,92 @@ def test_a_gateway_sigkilled_and_started_with_an_empty_disk_keeps_members_epochs
         run.close()
 
 
+def _kill_the_leader_mid_upgrade(kafka3: KafkaCluster, run: RollingUpgrade, topic: str, partition: int) -> float:
+    """Fleet up, one slot upgraded (a mixed group), then the broker leading ``topic``/``partition``
+    SIGKILLed: the next two slots are upgraded while leadership moves, and the broker comes back. Returns
+    when it was killed (wall clock, ms)."""
+    run.start_fleet()
+    run.start_producer()
+    run.restart(0, AFTER[0])
+    leader = kafka3.wait_leader(topic, partition)
+    if run.bootstrap == kafka3.brokers[leader].bootstrap:  # a broker's own coordinator: ask a live one
+        run.bootstrap = next(b.bootstrap for n, b in kafka3.brokers.items() if n != leader)
+    killed_ms = time.time() * 1000
+    kafka3.kill(leader)  # the next joins and leaves go to a partition without its leader
+    try:
+        run.restart(1, AFTER[1])
+        assert kafka3.wait_leader(topic, partition, not_on=leader) != leader
+        run.restart(2, AFTER[2])
+    finally:
+        kafka3.restart(leader)
+    return killed_ms
+
+
+def _lost_by(run: RollingUpgrade, after_ms: float, protocol: str) -> list[str]:
+    """Members of ``protocol`` that lost partitions after ``after_ms``.
+
+    A KIP-848 ("consumer") member loses them only when its coordinator fences it (FENCED_MEMBER_EPOCH,
+    or UNKNOWN_MEMBER_ID once its session expired there). A librdkafka classic member also gives up on
+    its own: when its heartbeat is unanswered for longer than its session timeout (SESSTMOUT), which a
+    coordinator failover of about that long causes with either coordinator (broker.session.timeout.ms,
+    the election, the load), it declares its partitions lost and joins again under a new member id; the
+    id it abandoned is then expired by the coordinator's session timer, rightly."""
+    names = {m.name for m in run.all_members() if m.spec.protocol == protocol}
+    return sorted({e.consumer for e in _lost(run, after_ms) if e.consumer in names})
+
+
+def test_kafkas_own_coordinator_with_its_offsets_partition_leader_killed_mid_upgrade(
+    kafka3: KafkaCluster, tmp_path: Path
+) -> None:
+    """The reference for the gateway's scenario below, on the same cluster: Kafka's own coordinator,
+    ``__consumer_offsets`` replicated three times, the broker leading the group's partition of it killed
+    mid-upgrade. Nothing acknowledged is lost and Kafka fences no member (its new partition leader loads
+    the group and starts every session afresh); the gateway must do no worse: it fences none either.
+    (A librdkafka classic member may give up its session itself meanwhile, with either coordinator: see
+    _lost_by.)"""
+    from compat_tests.harness.cluster import CLUSTER_CONFIG
+
+    # The cluster runs the gateway's group timings, or the two runs would not be comparable.
+    assert {k: CLUSTER_CONFIG[k] for k in FAST_GROUP_SETTINGS} == {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()}
+    for n, b in kafka3.brokers.items():
+        if not b.alive():
+            kafka3.restart(n)
+    run = _run(kafka3, kafka3.brokers[1].bootstrap, tmp_path)  # one address: the group probes dial it
+    partition = shard_of(run.group, int(CLUSTER_CONFIG["offsets.topic.num.partitions"]))  # Kafka's partitionFor
+    try:
+        killed_ms = _kill_the_leader_mid_upgrade(kafka3, run, "__consumer_offsets", partition)
+        assert _lost_by(run, killed_ms, "consumer") == [], "Kafka's coordinator fenced members for its failover"
+        print(f"classic members that gave up their session themselves: {_lost_by(run, killed_ms, 'classic')}")
+        assert_rolling_upgrade(run, run.finish())
+    finally:
+        run.close()
+
+
 @pytest.mark.xfail(
     strict=False,
-    reason="open (issue 11): on a loaded CI machine a member that joined right after the state partition's "
-    "leader was killed was once not assigned within 60 s (the group's other two members kept all six "
-    "partitions); not reproduced on an idle machine, cause not found yet",
+    reason="open (issue 11): in 1 of 11 loaded runs a consumer started right after the kill was not admitted "
+    "to the group within 60 s (the gateway's group held the other two members only; neither the client nor "
+    "the gateway logged an error); the two causes found (members expired for the stall, KIP-848 heartbeats "
+    "held past the client's timeout) are fixed",
 )
 def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_nothing(
     kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
 ) -> None:
+    """As Kafka's own coordinator above: nothing acknowledged lost, no member fenced. While the state
+    partition has no leader the gateway postpones the session and rebalance deadlines that come due, and
+    answers that waited 0.5 s for the stalled append NOT_COORDINATOR, as Kafka's coordinator answers
+    while it moves (gateway/runtime.py): held longer, librdkafka's KIP-848 member timed its heartbeats
+    out and declared itself fenced."""
     gw, state_topic = cluster_gateway
-    run = _run(kafka3, gw, tmp_path)
-    shard = shard_of(run.group, SHARDS)
-    leader: int | None = None
+    run = _run(kafka3, gw.bootstrap, tmp_path)
     try:
-        run.start_fleet()
-        run.start_producer()
-        run.restart(0, AFTER[0])
-        leader = kafka3.wait_leader(state_topic, shard)
-        kafka3.kill(leader)  # the next joins and leaves append to a partition without its leader
-        run.restart(1, AFTER[1])
-        assert kafka3.wait_leader(state_topic, shard, not_on=leader) != leader
-        run.restart(2, AFTER[2])
-        kafka3.restart(leader)
-        # No member was fenced for it: the gateway's session and rebalance timers removed nobody. (While
-        # the partition has no leader the group's requests wait for their append; a librdkafka classic
-        # member whose heartbeats wait longer than its session timeout declares its partitions lost on
-        # its own side, as it does when Kafka's own coordinator fails over that slowly.)
-        assert _expired(gw) == 0, "the gateway expired members while the state partition changed leader"
+        killed_ms = _kill_the_leader_mid_upgrade(kafka3, run, state_topic, shard_of(run.group, SHARDS))
+        # No KIP-848 member was fenced, and the gateway's session and rebalance timers removed no member
+        # but the ids that classic members abandoned themselves (see _lost_by).
+        assert _lost_by(run, killed_ms, "consumer") == []
+        gave_up = _lost_by(run, killed_ms, "classic")
+        print(f"classic members that gave up their session themselves: {gave_up}")
+        assert _expired(gw) <= len(gave_up), "the gateway expired members while the state partition changed leader"
         # What the gateway acknowledged is in the topic: a gateway started now reads the same group.
         settled = run.settle("before a second gateway process", time.time() * 1000).group
         gw.restart(hard=True)
@@ -176,9 +239,57 @@ def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_
         assert again.group_epoch == settled.group_epoch
         assert_rolling_upgrade(run, run.finish())
     finally:
-        if leader is not None and not kafka3.brokers[leader].alive():
-            kafka3.restart(leader)
         run.close()
+
+
+# The smallest Java fleet of test_rolling_upgrade.py's matrix kind: cooperative classic members of the
+# current release, upgraded to KIP-848 with the server-side uniform assignor.
+JAVA_BEFORE = [MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) for _ in range(MEMBERS)]
+JAVA_AFTER = [MemberSpec("java", "consumer", "4.3.1", "uniform") for _ in range(MEMBERS)]
+
+
+def test_a_java_fleet_upgraded_through_a_gateway_restarted_mid_upgrade_on_the_cluster_store(
+    kafka3: KafkaCluster, cluster_gateway: tuple[GatewayProcess, str], tmp_path: Path
+) -> None:
+    """test_rolling_upgrade.py's Java classic -> consumer upgrade with the cluster as state store
+    (replication factor 3), its checks (nothing lost, no partition owned twice, the group type following
+    the migration policy at every step, Stable and fully assigned at the end), and a gateway stopped with
+    SIGTERM in the middle of it and replaced by a process with a new, empty working directory: the same
+    member ids, epochs and assignments, no rebalance."""
+    gw, state_topic = cluster_gateway
+    topic = create_topic(kafka3.bootstrap, unique("upgrade-topic"), PARTITIONS, replication_factor=3)
+    run = RollingUpgrade(
+        gw.bootstrap, topic, unique("upgrade-group"), JAVA_BEFORE, JAVA_AFTER, partitions=PARTITIONS,
+        log_dir=tmp_path, allow_send_errors=True,
+    )
+    successor: GatewayProcess | None = None
+    try:
+        run.start_fleet()
+        run.start_producer()
+        run.restart(0, JAVA_AFTER[0])  # a mixed group: one KIP-848 member beside two classic ones
+        snapshot = run.settle("before the gateway restart", time.time() * 1000).group
+        owned = {slot: m.owned() for slot, m in run.members.items()}
+        mark = time.time() * 1000
+
+        gw.stop()  # SIGTERM
+        successor = _gateway(kafka3, tmp_path / "successor", state_topic, listen_port=gw.listen_port)
+        successor.start(timeout_s=120)
+        time.sleep(3.0)  # several heartbeat intervals of both protocols go through the new process
+        restarted = run.settle("after the gateway restart", mark).group
+
+        assert_same_membership(snapshot, restarted)
+        assert {slot: m.owned() for slot, m in run.members.items()} == owned, "ownership moved"
+        assert not _lost(run, mark)
+
+        for slot in range(1, MEMBERS):  # the upgrade goes on through the new process
+            run.restart(slot, JAVA_AFTER[slot])
+        assert _expired(successor) == 0
+        assert_rolling_upgrade(run, run.finish())
+    finally:
+        run.close()
+        if successor is not None:
+            successor.stop()
+            print(f"--- tail of {successor.log_path}\n{successor.tail(40)}")
 
 
 def _heartbeat(address: str, group: str, member_id: str, epoch: int, topic: str) -> Any:

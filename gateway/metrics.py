@@ -473,7 +473,7 @@ _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer"
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
-    "groups_unloaded", "unloaded_requests", "authorization_refusals",
+    "groups_unloaded", "unloaded_requests", "authorization_refusals", "timers_postponed", "stalled_answers",
     # KIP-1263 offload: target computations handed to worker threads, and what became of them
     "assignments_offloaded", "assignments_installed", "assignments_discarded", "assignments_failed",
 )

@@ -16,6 +16,14 @@ A group belongs to shard ``shard_of(group_id, P)`` (gateway/state_store.py; P is
 - its own timers (``loop.call_later`` handles keyed by the service's timer keys) and waiting requests
   (JoinGroup / SyncGroup parked until another member's request or a timer completes them).
 
+A timer that comes due while one of the shard's writes has been outstanding for longer than
+``stall_grace_ms`` (the state partition changing leader, the transaction coordinator moving) does not
+fire: the members it would expire may be waiting for the very responses that write holds back, and a
+client sends its next heartbeat only once the last one was answered. It is postponed until that write
+completes, then by as long as the write was outstanding, so a member gets at least a full session after
+the stall. Kafka's coordinator reaches the same outcome differently: the partition's new leader loads the
+groups and starts every session afresh.
+
 A failed append or sync (StateLogWriteFailed) unloads only that shard, as Kafka's coordinator unloads a
 partition it cannot write: its memory holds changes whose records are not durable, so it is dropped
 (timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
@@ -52,6 +60,10 @@ TopicImage = Mapping[str, Any]
 
 
 _PARALLEL_LOADS = 8  # shards opened at once when the runtime loads
+# A write outstanding longer than this is a stall: timers coming due meanwhile are postponed (see the
+# module docstring). Far below any session timeout (group.min.session.timeout.ms, Kafka: 6 s), far
+# above a healthy write.
+DEFAULT_STALL_GRACE_MS = 1_000
 # Why a shard is not served while another instance of the fleet owns it (gateway/membership.py).
 NOT_OWNED = "the shard is served by another instance of the fleet"
 
@@ -59,6 +71,13 @@ NOT_OWNED = "the shard is served by another instance of the fleet"
 class ShardUnloaded(Exception):
     """The shard holding a group is not served from memory (a write failed and it is being re-read, or a
     newer owner fenced it)."""
+
+
+class ShardStalled(ShardUnloaded):
+    """An answer waited longer than ``answer_stall_s`` for its shard's write (the state partition or the
+    transaction coordinator moving): the client is told to retry (NOT_COORDINATOR), as Kafka's
+    coordinator answers while its partition has no leader, instead of timing the request out itself.
+    The shard stays loaded; the write goes on and is acknowledged to the next requests."""
 
 
 class GroupCalls(Protocol):
@@ -101,6 +120,8 @@ class Shard:
         self.unloaded: str | None = None  # why, while the shard is not served from memory
         self.fenced = False
         self.reload_task: asyncio.Task[None] | None = None
+        self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
+        self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
         # False while another instance of the fleet owns the shard (gateway/membership.py); draining while
         # it is being handed over: no new request is taken, the ones in flight finish.
         self.owned = True
@@ -198,6 +219,8 @@ class Shard:
             return
         loop = asyncio.get_running_loop()
         now = self.rt.now()
+        for change in result.timers:
+            self.postponed.pop(change.key, None)  # the service decided anew (a heartbeat, a leave)
 
         def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
             return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
@@ -210,7 +233,13 @@ class Shard:
         log_ = self.log
         if log_ is not None:
             try:
-                await log_.sync()
+                await self.sync_for_answer(log_)
+            except ShardStalled as stalled:
+                for reply in result.responses:
+                    fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(stalled)
+                raise
             except Exception as e:
                 # The records may be lost: none of this result's responses may be released (the waiting
                 # requests are answered with a retriable error instead of hanging), and the memory that
@@ -238,11 +267,67 @@ class Shard:
         log_ = self.log
         if log_ is not None:
             try:
-                await log_.sync()
+                await self.sync(log_)
             except Exception as e:
                 self.unload(e, log_)
                 raise ShardUnloaded(str(e)) from e
         self.check_loaded()
+
+    async def sync(self, log_: ShardLog) -> None:
+        """``log_.sync()``, timed: while it is outstanding longer than the stall grace, timers coming due
+        are postponed (``fire``); once it completes, those it held are re-armed."""
+        token = next(self.rt.keys)
+        self.syncs[token] = self.rt.now()
+        try:
+            await log_.sync()
+        finally:
+            del self.syncs[token]
+            if self.postponed:
+                self.rearm_postponed()
+
+    async def sync_for_answer(self, log_: ShardLog) -> None:
+        """``sync()`` before releasing answers, for at most ``answer_stall_s``: past that the answers are
+        not held any longer (ShardStalled) while the write itself goes on; should it fail later, the
+        shard unloads then."""
+        limit = self.rt.answer_stall_s
+        if limit is None:
+            await self.sync(log_)
+            return
+        task = asyncio.ensure_future(self.sync(log_))
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if task in done:
+            task.result()
+            return
+        task.add_done_callback(lambda t: self._stalled_sync_done(t, log_))
+        self.rt.counters["stalled_answers"] += 1
+        raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
+
+    def _stalled_sync_done(self, task: asyncio.Task[None], log_: ShardLog) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self.unload(error, log_)
+
+    def stalled_since(self) -> int | None:
+        """When the oldest outstanding write began, if it has been outstanding longer than the grace."""
+        if not self.syncs:
+            return None
+        oldest = min(self.syncs.values())
+        return oldest if self.rt.now() - oldest >= self.rt.stall_grace_ms else None
+
+    def rearm_postponed(self) -> None:
+        """Re-arm the postponed timers whose stall is over, each delayed by as long as its stall lasted
+        (a member whose heartbeat answer that stall held back gets at least a full session after it)."""
+        oldest = min(self.syncs.values(), default=None)
+        now = self.rt.now()
+        loop = asyncio.get_running_loop()
+        for key, since in list(self.postponed.items()):
+            if oldest is not None and oldest <= since:
+                continue  # the write that stalled is still outstanding
+            del self.postponed[key]
+            if self.unloaded is None and not self.draining and key not in self.timers:
+                self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
 
     # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
 
@@ -282,6 +367,18 @@ class Shard:
     def fire(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
         if self.unloaded is not None:
+            return
+        since = self.stalled_since()
+        if since is not None:
+            # A session or rebalance deadline passed while the shard could not answer: not the members'
+            # doing (see the module docstring).
+            if not self.postponed:
+                _say(
+                    log.warning, "group state write stalled: timers coming due are postponed until it completes",
+                    shard=self.index, outstanding_ms=self.rt.now() - since,
+                )
+            self.postponed[key] = since
+            self.rt.counters["timers_postponed"] += 1
             return
         stats = self.rt.stats
         stats.timers_fired[key[0]] += 1
@@ -357,6 +454,7 @@ class Shard:
         for h in self.timers.values():
             h.cancel()
         self.timers.clear()
+        self.postponed.clear()  # a reload arms every timer afresh
         log_ = self.log
         if log_ is not None:
             if hasattr(log_, "bytes_appended"):
@@ -410,7 +508,7 @@ class Shard:
                 self.apply(self.calls.on_metadata(topics, self.rt.now()))
             self.apply(self.calls.on_loaded(self.rt.now()))
             if self.log is not None:
-                await self.log.sync()
+                await self.sync(self.log)
         except ShardUnloaded:
             raise
         except Exception as e:
@@ -455,6 +553,7 @@ class Shard:
         for h in self.timers.values():  # the new owner re-arms them from the records
             h.cancel()
         self.timers.clear()
+        self.postponed.clear()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         # Requests holding or queued on a group's turn: the draining check turns new ones away at once;
@@ -517,6 +616,10 @@ class CoordinatorRuntime:
         self.ready = asyncio.Event()
         self.keys = itertools.count(1)
         self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
+        self.stall_grace_ms = DEFAULT_STALL_GRACE_MS
+        # How long an answer may wait for its shard's write before the client is told to retry
+        # (ShardStalled); None: as long as the write takes (a local log's fsync).
+        self.answer_stall_s: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.shards = [Shard(self, i) for i in range(shards)]
         # Stall checks (stores whose shards fence older writers): see watch_stalls.
@@ -743,4 +846,4 @@ class CoordinatorRuntime:
         return out
 
 
-__all__ = ["NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardUnloaded", "now_ms"]
+__all__ = ["NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardUnloaded", "now_ms"]

@@ -26,6 +26,7 @@ HEAP = "384m"
 # Settings every node of the cluster shares (beside the per-node ids, ports and quorum voters).
 CLUSTER_CONFIG: dict[str, str] = {
     "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "6",  # Kafka: 50; created on the first FindCoordinator
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
     # Fewer internal partitions than Kafka's 50: quicker to create on a 2-core CI machine.
@@ -41,6 +42,13 @@ CLUSTER_CONFIG: dict[str, str] = {
     "controller.quorum.fetch.timeout.ms": "2000",
     "replica.lag.time.max.ms": "5000",
     "unclean.leader.election.enable": "false",
+    # The group timings of compat_tests/upgrade/endpoints.py (FAST_GROUP_SETTINGS), so that a rolling
+    # upgrade against Kafka's own coordinator settles as quickly as through the gateway.
+    "group.consumer.min.session.timeout.ms": "2000",
+    "group.consumer.session.timeout.ms": "20000",
+    "group.consumer.min.heartbeat.interval.ms": "200",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.min.session.timeout.ms": "2000",
 }
 
 

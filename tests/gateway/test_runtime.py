@@ -306,3 +306,101 @@ async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch
         assert not layer.claims(len(other).to_bytes(4, "big") + other, gc.FIND_COORDINATOR, 3)  # passes through
     finally:
         await layer.stop()
+
+
+class _StallingLog(_FencingLog):
+    """A ShardLog whose writes complete only while ``flowing`` is set (a state partition without a
+    leader holds every sync back, the syncs that write nothing included)."""
+
+    def __init__(self, shard: int, flowing: asyncio.Event) -> None:
+        super().__init__(shard, [])
+        self.flowing = flowing
+
+    async def sync(self) -> None:
+        await self.flowing.wait()
+
+
+async def test_a_stalled_write_postpones_session_expiry_until_it_completes() -> None:
+    """Members whose heartbeat answers a stalled write holds back are not expired while it is stalled
+    (their clients wait for the answer before sending another heartbeat); once it completes, the
+    postponed session timers run again, delayed by as long as the stall lasted, and still expire a member
+    that does not come back."""
+    from coordinator.config import CoordinatorConfig
+
+    flowing = asyncio.Event()
+    flowing.set()
+    store = _Store(1)
+    store.logs = {0: _StallingLog(0, flowing)}  # type: ignore[dict-item]
+
+    def service() -> GroupService:
+        return GroupService(coordinator_config=CoordinatorConfig(session_timeout_ms=400, heartbeat_interval_ms=100))
+
+    runtime = CoordinatorRuntime(1, new_service=service, store=store)  # type: ignore[arg-type]
+    runtime.stall_grace_ms = 100
+    await runtime.load()
+    runtime.start()
+    shard = runtime.shards[0]
+    try:
+        first = await runtime.call("g", _join("g", "m1"))
+        assert first.error_code == 0
+        flowing.clear()  # the partition loses its leader
+        joining = asyncio.ensure_future(runtime.call("g", _join("g", "m2")))  # its records wait
+        held = asyncio.ensure_future(runtime.call("g", _heartbeat("g", "m1", first.member_epoch)))
+        await asyncio.sleep(1.0)  # more than twice the session timeout
+        assert not joining.done() and not held.done()
+        assert shard.service.member_count("g") == (2, "consumer"), "members expired while their answers were held"
+        assert runtime.counters["timers_postponed"] >= 2 and shard.postponed
+
+        flowing.set()  # a new leader: the write completes, the held answers are released
+        assert (await joining).error_code == 0
+        reply = await held
+        assert reply.error_code == 0
+        assert not shard.postponed and len(shard.timers) >= 2
+        assert (await runtime.call("g", _heartbeat("g", "m1", reply.member_epoch))).error_code == 0
+        assert shard.service.member_count("g") == (2, "consumer")
+        # Postponed, not cancelled: the members that heartbeat no more are expired after all.
+        for _ in range(60):
+            if shard.service.member_count("g")[0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert shard.service.member_count("g")[0] == 0
+    finally:
+        flowing.set()
+        await runtime.stop()
+
+
+async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() -> None:
+    """With ``answer_stall_s`` set (the cluster store), a request whose answer waits for a stalled write
+    is answered ShardStalled (NOT_COORDINATOR: the client retries, as it does while Kafka's coordinator
+    moves) once the bound passes, instead of hanging until the client times it out; the shard stays
+    loaded, and the write, once it completes, leaves the change in place."""
+    from gateway.runtime import ShardStalled
+
+    flowing = asyncio.Event()
+    flowing.set()
+    store = _Store(1)
+    store.logs = {0: _StallingLog(0, flowing)}  # type: ignore[dict-item]
+    runtime = CoordinatorRuntime(1, new_service=GroupService, store=store)  # type: ignore[arg-type]
+    runtime.answer_stall_s = 0.2
+    await runtime.load()
+    runtime.start()
+    shard = runtime.shards[0]
+    try:
+        first = await runtime.call("g", _join("g", "m1"))
+        assert first.error_code == 0
+        flowing.clear()  # the partition loses its leader
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ShardStalled):
+            await asyncio.wait_for(runtime.call("g", _join("g", "m2")), 5)
+        assert asyncio.get_running_loop().time() - started < 2.0
+        with pytest.raises(ShardStalled):  # a heartbeat that writes nothing waits for the same write
+            await asyncio.wait_for(runtime.call("g", _heartbeat("g", "m1", first.member_epoch)), 5)
+        assert shard.unloaded is None and runtime.counters["stalled_answers"] == 2
+        flowing.set()  # a new leader: the write completes
+        await asyncio.sleep(0.05)
+        assert shard.service.member_count("g") == (2, "consumer")
+        again = await runtime.call("g", _heartbeat("g", "m2", 1))  # the retry is answered at once
+        assert again.error_code == 0
+    finally:
+        flowing.set()
+        await runtime.stop()
