@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
-from compat_tests.harness.brokers import ProcessBackend, free_port_block
-from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.gateway_proc import configured_gateway
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
@@ -152,8 +152,7 @@ def interval_gateway(kafka: ProcessBackend, tmp_path: Path, request: pytest.Fixt
     if request.config.getoption("--compat-direct"):
         pytest.skip("--compat-direct: this test runs the broker and the gateway side by side itself")
     prefix = f"kip1263-{uuid.uuid4().hex[:8]}"
-    config = tmp_path / "gateway.toml"
-    config.write_text(
+    config = (
         f"""
 [coordinator]
 "group.consumer.assignment.interval.ms" = 1000
@@ -165,17 +164,8 @@ def interval_gateway(kafka: ProcessBackend, tmp_path: Path, request: pytest.Fixt
 "consumer.assignment.interval.ms" = 0
 """
     )
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=tmp_path,
-        extra_args=["--config", str(config), "--state-dir", str(tmp_path / "state")],
-    )
-    gw.start()
-    try:
+    with configured_gateway(kafka.bootstrap, tmp_path, config) as gw:
         yield gw, prefix
-    finally:
-        gw.stop()
 
 
 def test_assignment_interval_holds_back_the_second_join_on_kafka_and_the_gateway(

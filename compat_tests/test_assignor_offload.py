@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from compat_tests.harness.brokers import ProcessBackend, free_port_block
-from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.gateway_proc import configured_gateway
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from compat_tests.test_assignment_interval import _alter_group_interval, _await_coordinator, _describe
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -83,8 +83,7 @@ def offload_gateway(kafka: ProcessBackend, tmp_path: Path, request: pytest.Fixtu
     if request.config.getoption("--compat-direct"):
         pytest.skip("--compat-direct: this test runs the broker and the gateway side by side itself")
     group = f"offload-{uuid.uuid4().hex[:8]}"
-    config = tmp_path / "gateway.toml"
-    config.write_text(
+    config = (
         f"""
 [coordinator]
 "group.consumer.assignor.offload.enable" = true
@@ -94,17 +93,8 @@ def offload_gateway(kafka: ProcessBackend, tmp_path: Path, request: pytest.Fixtu
 "consumer.assignment.interval.ms" = 0
 """
     )
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=tmp_path,
-        extra_args=["--config", str(config), "--state-dir", str(tmp_path / "state")],
-    )
-    gw.start()
-    try:
+    with configured_gateway(kafka.bootstrap, tmp_path, config) as gw:
         yield gw, group
-    finally:
-        gw.stop()
 
 
 def test_a_group_is_assigned_with_offload_on_as_on_kafka(

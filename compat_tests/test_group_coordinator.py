@@ -22,7 +22,7 @@ from compat_tests.harness.admin import admin
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, KafkaPythonConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
-from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.gateway_proc import GatewayProcess, configured_gateway
 from compat_tests.harness.java import verifiable_consumer
 from compat_tests.harness.probe import find_coordinator_endpoints, metadata_endpoints, roundtrip
 from gateway.protocol.messages import (
@@ -58,19 +58,8 @@ def coordinator_gateway(
     kafka: ProcessBackend, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     root = tmp_path_factory.mktemp("gw-coordinator")
-    config = root / "gateway.toml"
-    config.write_text(CONFIG)
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=root,
-        extra_args=["--config", str(config), "--state-dir", str(root / "state")],
-    )
-    gw.start()
-    try:
+    with configured_gateway(kafka.bootstrap, root, CONFIG) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float, what: str, gw: GatewayProcess | None = None) -> None:
@@ -282,15 +271,7 @@ def test_members_keep_their_ids_and_epochs_across_a_gateway_restart(
 ) -> None:
     topic = make_topic(2)
     group = names("group")
-    config = tmp_path / "gateway.toml"
-    config.write_text(CONFIG)
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=tmp_path,
-        extra_args=["--config", str(config), "--state-dir", str(tmp_path / "state")],
-    )
-    gw.start()
+    gw = configured_gateway(kafka.bootstrap, tmp_path, CONFIG).start()
     try:
         (c,) = find_coordinator_endpoints(gw.bootstrap, group, 3)
         members = {str(uuid.uuid4()): 0 for _ in range(2)}

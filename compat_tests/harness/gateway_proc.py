@@ -167,3 +167,18 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def configured_gateway(upstream: str, root: Path, config_toml: str, *extra_args: str) -> GatewayProcess:
+    """A gateway (not started yet: use it in ``with``) reading ``config_toml`` from ``root/gateway.toml``,
+    keeping its state log in ``root/state`` and its log in ``root``, on a fresh block of ports."""
+    from .brokers import free_port_block
+
+    config = root / "gateway.toml"
+    config.write_text(config_toml)
+    return GatewayProcess(
+        upstream=upstream,
+        listen_port=free_port_block(3),
+        log_dir=root,
+        extra_args=["--config", str(config), "--state-dir", str(root / "state"), *extra_args],
+    )
