@@ -81,6 +81,11 @@ class CoordinatorSettings(BaseModel):
     # still owns its shards (an owner-marker write each) before serving from memory again; a newer owner
     # has fenced it otherwise. 0: off.
     state_stall_check_ms: int = Field(default=5_000, ge=0)
+    # With the cluster store: an answer that has waited this long for its shard's write (a state partition
+    # leader or the transaction coordinator moving) is answered NOT_COORDINATOR, and the client retries;
+    # the write goes on. Kept below clients' heartbeat request timeouts (librdkafka timed a
+    # ConsumerGroupHeartbeat out after 1 s with a 500 ms heartbeat interval). 0: answers wait for the write.
+    state_answer_stall_ms: int = Field(default=500, ge=0)
     # Several instances sharing the shards (gateway/membership.py): the id of the classic consumer group,
     # on the state topic, through which the instances with the same configuration find each other and
     # split the shards (its members are the instances, its partitions the shards). None: this instance

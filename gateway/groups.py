@@ -83,11 +83,6 @@ if TYPE_CHECKING:
 log = get_logger("gateway.groups")
 
 GroupsUnloaded = ShardUnloaded  # the name older callers know
-# How long an answer waits for a state write to the cluster before the client is told to retry
-# (NOT_COORDINATOR). Below the heartbeat request timeouts of clients: librdkafka 2.x timed a
-# ConsumerGroupHeartbeat out after 1 s with group.consumer.heartbeat.interval.ms=500, and a KIP-848
-# member whose heartbeats went unanswered for a few seconds declared itself fenced.
-HELD_ANSWER_S = 0.5
 
 # Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
 # its member epoch, which only the cluster's coordinator can check).
@@ -289,11 +284,11 @@ class GroupLayer:
         self.runtime.start()
         if self.authorizer is not None:
             self.runtime.spawn(self.acls.refresh_forever(self.gw.config.acl_refresh_interval_ms / 1000))
-        if self.settings.effective_state_store == "kafka":
+        if self.settings.effective_state_store == "kafka" and self.settings.state_answer_stall_ms > 0:
             # A state write waits for the cluster (a leader or transaction coordinator moving): answers
             # are not held past what clients wait for a heartbeat answer (docs/operations.md, "A broker
             # failure").
-            self.runtime.answer_stall_s = HELD_ANSWER_S
+            self.runtime.answer_stall_s = self.settings.state_answer_stall_ms / 1000
         if self.settings.instances_group is not None and self.fleet is None:
             from .membership import FleetMembership
             from .state_topic import KafkaStateStore
