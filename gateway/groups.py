@@ -40,6 +40,7 @@ from .acls import AclCache
 from .adoption import UpstreamLeaver
 from .cluster_groups import ROUTED_MANY, ROUTED_ONE, ClusterGroups
 from .coordinator_settings import CoordinatorSettings
+from .data_authz import DataAuthorizer
 from .file_store import FileStateStore
 from .group_authz import (
     ALLOW_ALL,
@@ -189,6 +190,8 @@ class GroupLayer:
         self._state_opened = False
         # Authorization of what the gateway answers itself (gateway/group_authz.py): None when off.
         self.authorizer: GroupAuthorizer | None = None
+        self._names_of: object = None
+        self._names: dict[uuid.UUID, str] = {}
         config = gw.config
         if config.authorizes():
             self.acls = AclCache(
@@ -220,7 +223,17 @@ class GroupLayer:
         """Register the local handlers and versions on the gateway (before it starts)."""
         for api_key in self._api_keys:
             self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
+        if self.authorizer is not None and self.gw.config.listener_sasl_mode == "terminate":
+            # Termination: the passed-through requests are authorized with the same ACLs.
+            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names)
         self.gw.directory.set_local_api(gc.LOCAL_API)
+
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of the topic image (rebuilt when the image changes)."""
+        image = self.watch.topics
+        if self._names_of is not image:
+            self._names_of, self._names = image, {tid: name for name, (tid, _) in image.items()}
+        return self._names
 
     @property
     def ready(self) -> bool:
