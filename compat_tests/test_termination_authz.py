@@ -1,0 +1,123 @@
+"""SASL termination enforces the cluster's ACLs for the principal a client authenticated as
+(gateway/data_authz.py; docs/gateway.md, "Authorization of passed-through requests under SASL
+termination"): the broker sees only the gateway's User:admin, yet alice gets what she would get from
+the broker directly, the same error codes included."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AclOperation, ResourceType
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.sasl import ADMIN, ALICE, confluent_conf
+from compat_tests.test_sasl import _frame, _read, grant
+from compat_tests.test_sasl_oauth import _write_toml
+from gateway import codec
+from gateway.embedded_kafka import EmbeddedKafka
+from gateway.sasl_server import add_user
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+WAIT_S = 30.0
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
+    """The delivery errors (None: delivered) of ``values`` produced as alice."""
+    p = Producer({**confluent_conf(bootstrap, "SCRAM-SHA-256", ALICE), "acks": "all", "message.timeout.ms": 10000})
+    results: list[Any] = []
+    for v in values:
+        p.produce(topic, v, on_delivery=lambda err, _m: results.append(err))
+    p.flush(WAIT_S)
+    return results
+
+
+def _consume(bootstrap: str, topic: str, group: str, want: set[bytes]) -> set[bytes]:
+    c = Consumer({**confluent_conf(bootstrap, "SCRAM-SHA-256", ALICE), "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: set[bytes] = set()
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        while not want <= got and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.add(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def _raw_produce(bootstrap: str, topic: str) -> dict[str, set[int]]:
+    """A Produce v9 of ``topic`` as alice (PLAIN) on one connection: the partition error codes by topic."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
+        assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
+        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()), 2, 2))
+        assert codec.decode_response(36, 2, _read(s) or b"")[1].error_code == 0
+        cls = codec.REQUESTS[codec.PRODUCE]
+        tcls = cls.TopicProduceData
+        req = cls[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+            tcls(name=topic, partition_data=[tcls.PartitionProduceData(index=0, records=None)])])
+        s.sendall(_frame(req, 9, 3))
+        payload = _read(s)
+        assert payload is not None, "connection closed"
+        body = codec.decode_response(codec.PRODUCE, 9, payload)[1]
+        return {t.name: {p.error_code for p in t.partition_responses} for t in body.responses}
+
+
+def test_termination_enforces_the_clusters_acls_for_the_client(
+    sasl_kafka: EmbeddedKafka, tmp_path: Path, names: Callable[[str], str]
+) -> None:
+    allowed, refused = create_topic(sasl_kafka.bootstrap, names("a"), 1), create_topic(sasl_kafka.bootstrap, names("b"), 1)
+    group = names("group")
+    grant(
+        sasl_kafka,
+        (ResourceType.TOPIC, allowed, "User:alice", AclOperation.WRITE),
+        (ResourceType.TOPIC, allowed, "User:alice", AclOperation.READ),
+        (ResourceType.GROUP, group + "-direct", "User:alice", AclOperation.READ),
+        (ResourceType.GROUP, group + "-gateway", "User:alice", AclOperation.READ),
+    )
+    creds = tmp_path / "users.json"
+    add_user(creds, *ALICE)
+    pw = tmp_path / "upstream-password"
+    pw.write_text(ADMIN[1] + "\n")
+    # authorization is left at auto: on under termination, with no acceptance of the gateway's rights.
+    config = _write_toml(tmp_path / "gateway.toml", {
+        "listener_security_protocol": "SASL_PLAINTEXT",
+        "listener_sasl_mode": "terminate",
+        "listener_sasl_credentials_file": str(creds),
+        "upstream_sasl_mechanism": "SCRAM-SHA-512",
+        "upstream_sasl_username": ADMIN[0],
+        "upstream_sasl_password_file": str(pw),
+        "super.users": "User:admin",
+    })
+    gw = GatewayProcess(upstream=sasl_kafka.sasl_bootstrap, log_dir=tmp_path,
+                        extra_args=["--config", str(config), "--log-level", "debug"])
+    gw.start()
+    try:
+        outcomes = {}
+        for name, bootstrap in {"direct": sasl_kafka.sasl_bootstrap, "gateway": gw.bootstrap}.items():
+            values = [f"{name}-{i}".encode() for i in range(5)]
+            ok = _produce(bootstrap, allowed, values)
+            assert ok == [None] * len(values), (name, ok)
+            denied = _produce(bootstrap, refused, [b"x"])
+            assert len(denied) == 1 and denied[0] is not None, (name, denied)
+            assert _consume(bootstrap, allowed, f"{group}-{name}", set(values)) >= set(values), name
+            outcomes[name] = (denied[0].code(), _raw_produce(bootstrap, refused))
+        assert outcomes["direct"][0] == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert outcomes["direct"][1] == {refused: {29}}  # TOPIC_AUTHORIZATION_FAILED on the partition
+        assert outcomes["gateway"] == outcomes["direct"]
+        assert "not-authorized:0" in gw.log_path.read_text()  # refused by the gateway, not by the broker
+    finally:
+        gw.stop()
