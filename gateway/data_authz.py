@@ -10,7 +10,7 @@ with the cluster's ACLs (gateway/acls.py, translate/authorizer.py) and the check
 | --- | --- | --- |
 | Produce | WRITE on the transactional id (if any); WRITE per topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; TOPIC_AUTHORIZATION_FAILED per partition |
 | Fetch | READ per topic; a follower's fetch: CLUSTER_ACTION on the cluster | TOPIC_AUTHORIZATION_FAILED per partition |
-| ListOffsets, OffsetForLeaderEpoch | DESCRIBE per topic | TOPIC_AUTHORIZATION_FAILED per partition |
+| ListOffsets, OffsetForLeaderEpoch | DESCRIBE per topic; a follower's OffsetForLeaderEpoch: CLUSTER_ACTION | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per partition |
 | Metadata | DESCRIBE per topic; auto-creation: CREATE on the cluster or the topic | named: TOPIC_AUTHORIZATION_FAILED for that topic; listing all: left out |
 | InitProducerId | WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic | TRANSACTIONAL_ID_ / CLUSTER_AUTHORIZATION_FAILED |
 | AddPartitionsToTxn v0-3 | WRITE on the transactional id, WRITE per topic | the request, on every partition |
@@ -134,6 +134,11 @@ class DataAuthorizer:
             whole = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if api_key == codec.FETCH and _replica_id(msg, version) >= 0 and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
             whole = TOPIC_AUTHORIZATION_FAILED  # a follower's fetch (KafkaApis: every partition)
+        if (
+            api_key == OFFSET_FOR_LEADER_EPOCH and version >= 3 and msg.replica_id >= 0
+            and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+        ):
+            whole = CLUSTER_AUTHORIZATION_FAILED  # a follower's (KafkaApis: every partition)
         by_id = version >= TOPIC_ID_FROM.get(api_key, 1 << 15)
         names = self.names() if by_id else {}
         kept: list[Any] = []

@@ -243,3 +243,16 @@ def test_metadata_reports_the_clients_authorized_operations() -> None:
     merged = codec.decode_response(codec.METADATA, 12, v.merge(_metadata_answer(12, A)))[1]
     # READ, WRITE and (implied) DESCRIBE: not the gateway's own rights the cluster computed.
     assert merged.topics[0].authorized_operations == {Operation.READ, Operation.WRITE, Operation.DESCRIBE}
+
+
+def test_follower_offset_for_leader_epoch_is_refused() -> None:
+    cls = codec.REQUESTS[23]
+    tcls = cls.OffsetForLeaderTopic
+    req = cls[4](replica_id=1, topics=[tcls(topic=A, partitions=[tcls.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=0)])])
+    v = authorizer(*ACLS).check(ALICE, HOST, 23, 4, framed(23, 4, req))
+    assert v is not None
+    body = answer(v, 23, 4)
+    assert body.topics[0].partitions[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+    req.replica_id = -1  # a consumer's: DESCRIBE on the topic suffices
+    assert authorizer(*ACLS).check(ALICE, HOST, 23, 4, framed(23, 4, req)) is None
