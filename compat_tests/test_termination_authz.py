@@ -18,9 +18,9 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.sasl import ADMIN, ALICE, confluent_conf
+from compat_tests.harness.sasl import ADMIN, ALICE, confluent_conf, java_props
 from compat_tests.test_sasl import _frame, _read, grant
-from compat_tests.test_sasl_oauth import _write_toml
+from compat_tests.test_sasl_oauth import _java_produce, _write_toml
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.sasl_server import add_user
@@ -77,7 +77,7 @@ def _raw_produce(bootstrap: str, topic: str) -> dict[str, set[int]]:
 
 
 def test_termination_enforces_the_clusters_acls_for_the_client(
-    sasl_kafka: EmbeddedKafka, tmp_path: Path, names: Callable[[str], str]
+    sasl_kafka: EmbeddedKafka, tmp_path: Path, names: Callable[[str], str], java_logs: Path
 ) -> None:
     allowed, refused = create_topic(sasl_kafka.bootstrap, names("a"), 1), create_topic(sasl_kafka.bootstrap, names("b"), 1)
     group = names("group")
@@ -119,5 +119,8 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
         assert outcomes["direct"][1] == {refused: {29}}  # TOPIC_AUTHORIZATION_FAILED on the partition
         assert outcomes["gateway"] == outcomes["direct"]
         assert "not-authorized:0" in gw.log_path.read_text()  # refused by the gateway, not by the broker
+        # Kafka's own idempotent producer: InitProducerId without a transactional id passes on alice's WRITE
+        # on a topic (KIP-679), and Kafka 4.3's Produce (topic ids) and Metadata versions are checked.
+        _java_produce(gw.bootstrap, java_props("SCRAM-SHA-512", ALICE), allowed, java_logs, n=20)
     finally:
         gw.stop()
