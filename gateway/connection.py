@@ -306,6 +306,10 @@ class ClientConnection(asyncio.Protocol):
             if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
                     payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                    if payload is not None and slot.merge is not None:
+                        # Termination: a remembered answer is the cluster's (maybe to another principal's
+                        # identical request); the client's refusals and filtering apply to it as well.
+                        payload = slot.merge(payload)
                 except (ValueError, struct.error, IndexError) as e:
                     # A request that does not read as its schema says (the broker would close too).
                     log.info("unreadable request while the upstream is unreachable", peer=self.peer,

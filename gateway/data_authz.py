@@ -19,7 +19,7 @@ with the cluster's ACLs (gateway/acls.py, translate/authorizer.py) and the check
 | EndTxn | WRITE on the transactional id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 | TxnOffsetCommit (groups passed through) | WRITE on the transactional id, READ on the group, READ per topic | the request, on every partition |
 | group APIs of groups passed through | as gateway/group_authz.py's table | the request |
-| ApiVersions, DescribeCluster, SaslHandshake/Authenticate | none (as Kafka) | |
+| ApiVersions, DescribeCluster, SaslHandshake/Authenticate | none (as Kafka; DescribeCluster's authorized operations are the client's) | |
 | anything else | only super users | the API's authorization error (CLUSTER_AUTHORIZATION_FAILED ...) |
 
 Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and Metadata mixing allowed and refused topics: the
@@ -99,7 +99,7 @@ class DataAuthorizer:
 
     def check(self, principal: str, host: str, api_key: int, version: int, frame: bytes, acks0: bool = False) -> Verdict | None:
         """None: pass ``frame`` on unchanged."""
-        if api_key in FREE:
+        if api_key in FREE and api_key != codec.DESCRIBE_CLUSTER:
             return None
         access = self.authz.access(principal, host)
         if self.authz.unsure() is None and (self.authz.cache.open or principal in self.authz.cache.super_users):
@@ -111,6 +111,8 @@ class DataAuthorizer:
             return Verdict(f"unreadable request ({e})", close=True)
         head = bytes(frame[4 : 4 + header.body_offset])
         d = _Decider(access)
+        if api_key == codec.DESCRIBE_CLUSTER:
+            return _describe_cluster(access, version, msg)
         if api_key in PER_TOPIC:
             return self._per_topic(d, api_key, version, corr, head, msg, acks0)
         if api_key == codec.METADATA:
@@ -315,6 +317,20 @@ _CLUSTER_OPERATIONS = (
 def _operations(access: Access, rtype: ResourceType, name: str, supported: tuple[Operation, ...]) -> set[int]:
     """The bits set (kafka-python's form of a bit field) for the operations allowed."""
     return {int(op) for op in supported if access.now(op, rtype, name)}
+
+
+def _describe_cluster(access: Access, version: int, msg: Any) -> Verdict | None:
+    """DescribeCluster needs nothing, but the authorized operations the cluster computed are the gateway's."""
+    if not msg.include_cluster_authorized_operations:
+        return None
+
+    def merge(payload: bytes) -> bytes:
+        rhead, body = codec.decode_response(codec.DESCRIBE_CLUSTER, version, payload)
+        if body.error_code == 0:
+            body.authorized_operations = _operations(access, CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS)
+        return rhead + codec.encode_body(body, version)
+
+    return Verdict("authorized operations for the client", merge=merge)
 
 
 def _replica_id(msg: Any, version: int) -> int:

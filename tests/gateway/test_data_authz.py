@@ -256,3 +256,16 @@ def test_follower_offset_for_leader_epoch_is_refused() -> None:
     assert body.topics[0].partitions[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
     req.replica_id = -1  # a consumer's: DESCRIBE on the topic suffices
     assert authorizer(*ACLS).check(ALICE, HOST, 23, 4, framed(23, 4, req)) is None
+
+
+def test_describe_cluster_is_free_but_reports_the_clients_operations() -> None:
+    authz = authorizer(*ACLS, allow(ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE))
+    req = codec.REQUESTS[codec.DESCRIBE_CLUSTER][1](include_cluster_authorized_operations=True, endpoint_type=1)
+    v = authz.check(ALICE, HOST, codec.DESCRIBE_CLUSTER, 1, framed(60, 1, req))
+    assert v is not None and v.merge is not None and v.forward is None and v.answer is None
+    cls = codec.RESPONSES[codec.DESCRIBE_CLUSTER]
+    cluster = cls[1](throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id="c",
+                     controller_id=1, brokers=[], authorized_operations={int(o) for o in Operation if 3 <= o <= 12})
+    merged = codec.decode_response(codec.DESCRIBE_CLUSTER, 1, v.merge(
+        codec.encode_response(codec.DESCRIBE_CLUSTER, 1, 7, cluster)))[1]
+    assert merged.authorized_operations == {Operation.DESCRIBE}
