@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AclOperation, ResourceType
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
@@ -57,8 +58,16 @@ def _consume(bootstrap: str, topic: str, group: str, want: set[bytes]) -> set[by
     return got
 
 
-def _raw_produce(bootstrap: str, topic: str) -> dict[str, set[int]]:
-    """A Produce v9 of ``topic`` as alice (PLAIN) on one connection: the partition error codes by topic."""
+def _batch() -> bytes:
+    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+    b.append(timestamp=None, key=b"k", value=b"raw", headers=[])
+    b.close()
+    return bytes(b.buffer())
+
+
+def _raw_produce(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]]:
+    """One Produce v9 of a record batch to partition 0 of each of ``topics`` as alice (PLAIN), then one
+    Fetch of them: the partition error codes by topic of each."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
@@ -68,12 +77,32 @@ def _raw_produce(bootstrap: str, topic: str) -> dict[str, set[int]]:
         cls = codec.REQUESTS[codec.PRODUCE]
         tcls = cls.TopicProduceData
         req = cls[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-            tcls(name=topic, partition_data=[tcls.PartitionProduceData(index=0, records=None)])])
+            tcls(name=t, partition_data=[tcls.PartitionProduceData(index=0, records=_batch())]) for t in topics])
         s.sendall(_frame(req, 9, 3))
         payload = _read(s)
         assert payload is not None, "connection closed"
         body = codec.decode_response(codec.PRODUCE, 9, payload)[1]
-        return {t.name: {p.error_code for p in t.partition_responses} for t in body.responses}
+        produced = {t.name: {p.error_code for p in t.partition_responses} for t in body.responses}
+        # A Fetch (v12: by name, no session) of the same topics from offset 0.
+        fcls = codec.REQUESTS[codec.FETCH]
+        ftcls = fcls.FetchTopic
+        fetch = fcls[12](
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, rack_id="", forgotten_topics_data=[],
+            topics=[ftcls(topic=t, partitions=[ftcls.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 16)]) for t in topics],
+        )
+        s.sendall(_frame(fetch, 12, 4))
+        payload = _read(s)
+        assert payload is not None, "connection closed"
+        fetched = codec.decode_response(codec.FETCH, 12, payload)[1]
+        assert fetched.error_code == 0
+        for t in fetched.responses:
+            for p in t.partitions:
+                assert (p.error_code == 0) == bool(p.records), (t.topic, p)  # records only where allowed
+        read = {t.topic: {p.error_code for p in t.partitions} for t in fetched.responses}
+        return {"produce": produced, "fetch": read}
 
 
 def test_termination_enforces_the_clusters_acls_for_the_client(
@@ -114,9 +143,13 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
             denied = _produce(bootstrap, refused, [b"x"])
             assert len(denied) == 1 and denied[0] is not None, (name, denied)
             assert _consume(bootstrap, allowed, f"{group}-{name}", set(values)) >= set(values), name
-            outcomes[name] = (denied[0].code(), _raw_produce(bootstrap, refused))
+            # One request naming both topics: A written, B refused (through the gateway: A forwarded
+            # alone and B's refusal merged into the broker's answer).
+            outcomes[name] = (denied[0].code(), _raw_produce(bootstrap, refused), _raw_produce(bootstrap, allowed, refused))
         assert outcomes["direct"][0] == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        assert outcomes["direct"][1] == {refused: {29}}  # TOPIC_AUTHORIZATION_FAILED on the partition
+        # TOPIC_AUTHORIZATION_FAILED on the partition
+        assert outcomes["direct"][1] == {"produce": {refused: {29}}, "fetch": {refused: {29}}}
+        assert outcomes["direct"][2] == {"produce": {allowed: {0}, refused: {29}}, "fetch": {allowed: {0}, refused: {29}}}
         assert outcomes["gateway"] == outcomes["direct"]
         assert "not-authorized:0" in gw.log_path.read_text()  # refused by the gateway, not by the broker
         # Kafka's own idempotent producer: InitProducerId without a transactional id passes on alice's WRITE
