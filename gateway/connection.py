@@ -495,7 +495,7 @@ class ClientConnection(asyncio.Protocol):
             return None
         if verdict is None:
             return frame
-        if verdict.answer is not None or verdict.close:
+        if verdict.refused:
             self.metrics.errors[api_key] += 1
             self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"not-authorized:{api_key}", verdict.reason,

@@ -81,13 +81,15 @@ _NULL_ID = uuid.UUID(int=0)
 class Verdict:
     """What to do with a request that is not passed on unchanged: ``forward`` it instead (a frame), and/or
     answer it now (``answer``: a response payload), or ``close`` the connection (nothing to answer with);
-    ``merge`` turns the cluster's answer (payload) into the client's; ``reason`` for the refusal log."""
+    ``merge`` turns the cluster's answer (payload) into the client's; ``reason`` for the refusal log.
+    ``refused``: something was refused (logged); False: only answers to adjust (Metadata, ...)."""
 
     reason: str
     forward: bytes | None = None
     answer: bytes | None = None
     merge: Callable[[bytes], bytes] | None = None
     close: bool = False
+    refused: bool = True
 
 
 class DataAuthorizer:
@@ -219,7 +221,7 @@ class DataAuthorizer:
                 body.authorized_operations = _operations(access, CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS)
             return rhead + codec.encode_body(body, version)
 
-        return Verdict(d.reason or "metadata answer filtered", forward=forward, merge=merge)
+        return Verdict(d.reason or "metadata answer filtered", forward=forward, merge=merge, refused=False)
 
     # --- everything else: allowed whole or refused whole ----------------------------------------------
 
@@ -330,7 +332,7 @@ def _describe_cluster(access: Access, version: int, msg: Any) -> Verdict | None:
             body.authorized_operations = _operations(access, CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS)
         return rhead + codec.encode_body(body, version)
 
-    return Verdict("authorized operations for the client", merge=merge)
+    return Verdict("authorized operations for the client", merge=merge, refused=False)
 
 
 def _replica_id(msg: Any, version: int) -> int:

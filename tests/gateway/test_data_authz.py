@@ -98,6 +98,7 @@ def test_produce_mixing_topics_forwards_the_allowed_part_and_merges_the_refusal(
     authz = authorizer(*ACLS)
     v = authz.check(ALICE, HOST, codec.PRODUCE, 9, framed(0, 9, produce(9, A, B)))
     assert v is not None and v.forward is not None and v.merge is not None and v.answer is None
+    assert v.refused  # logged as a refusal
     header, forwarded = codec.decode_request(codec.PRODUCE, 9, v.forward[4:])
     assert header.correlation_id == 7 and [t.name for t in forwarded.topic_data] == [A]
     # The cluster answers for A; the client gets A's answer and B's refusal.
@@ -173,7 +174,7 @@ def test_metadata_names_refused_topics_and_leaves_them_out_of_a_listing() -> Non
     req = MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=n) for n in (A, B)],
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     v = authz.check(ALICE, HOST, codec.METADATA, 12, framed(3, 12, req))
-    assert v is not None and v.merge is not None and v.forward is None
+    assert v is not None and v.merge is not None and v.forward is None and not v.refused
     merged = codec.decode_response(codec.METADATA, 12, v.merge(_metadata_answer(12, A, B)))[1]
     assert [(t.name, t.error_code) for t in merged.topics] == [(A, 0), (B, TOPIC_AUTHORIZATION_FAILED)]
     listing = MetadataRequest[12](topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
