@@ -21,7 +21,7 @@ from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.sasl import ADMIN, ALICE, confluent_conf, java_props
 from compat_tests.test_sasl import _frame, _read, grant
-from compat_tests.test_sasl_oauth import _java_produce, _write_toml
+from compat_tests.test_sasl_oauth import _java_round_trip, _write_toml
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.sasl_server import add_user
@@ -109,6 +109,7 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
     sasl_kafka: EmbeddedKafka, tmp_path: Path, names: Callable[[str], str], java_logs: Path
 ) -> None:
     allowed, refused = create_topic(sasl_kafka.bootstrap, names("a"), 1), create_topic(sasl_kafka.bootstrap, names("b"), 1)
+    java_topic = create_topic(sasl_kafka.bootstrap, names("java"), 1)  # the Java round trip counts every record
     group = names("group")
     grant(
         sasl_kafka,
@@ -116,6 +117,9 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
         (ResourceType.TOPIC, allowed, "User:alice", AclOperation.READ),
         (ResourceType.GROUP, group + "-direct", "User:alice", AclOperation.READ),
         (ResourceType.GROUP, group + "-gateway", "User:alice", AclOperation.READ),
+        (ResourceType.GROUP, group + "-java", "User:alice", AclOperation.READ),
+        (ResourceType.TOPIC, java_topic, "User:alice", AclOperation.WRITE),
+        (ResourceType.TOPIC, java_topic, "User:alice", AclOperation.READ),
     )
     creds = tmp_path / "users.json"
     add_user(creds, *ALICE)
@@ -152,8 +156,9 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
         assert outcomes["direct"][2] == {"produce": {allowed: {0}, refused: {29}}, "fetch": {allowed: {0}, refused: {29}}}
         assert outcomes["gateway"] == outcomes["direct"]
         assert "not-authorized:0" in gw.log_path.read_text()  # refused by the gateway, not by the broker
-        # Kafka's own idempotent producer: InitProducerId without a transactional id passes on alice's WRITE
-        # on a topic (KIP-679), and Kafka 4.3's Produce (topic ids) and Metadata versions are checked.
-        _java_produce(gw.bootstrap, java_props("SCRAM-SHA-512", ALICE), allowed, java_logs, n=20)
+        # Kafka's own clients: the idempotent producer's InitProducerId without a transactional id passes on
+        # alice's WRITE on a topic (KIP-679); Kafka 4.3's Produce and Fetch (topic ids) and Metadata versions
+        # are checked; the consumer, which asks for a fetch session, is served without one.
+        _java_round_trip(gw.bootstrap, java_props("SCRAM-SHA-512", ALICE), java_topic, f"{group}-java", java_logs)
     finally:
         gw.stop()

@@ -9,7 +9,7 @@ with the cluster's ACLs (gateway/acls.py, translate/authorizer.py) and the check
 | API | checks | refused as |
 | --- | --- | --- |
 | Produce | WRITE on the transactional id (if any); WRITE per topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; TOPIC_AUTHORIZATION_FAILED per partition |
-| Fetch | READ per topic; a follower's fetch: CLUSTER_ACTION on the cluster | TOPIC_AUTHORIZATION_FAILED per partition |
+| Fetch (asked without a fetch session) | READ per topic; a follower's fetch: CLUSTER_ACTION on the cluster | TOPIC_AUTHORIZATION_FAILED per partition |
 | ListOffsets, OffsetForLeaderEpoch | DESCRIBE per topic; a follower's OffsetForLeaderEpoch: CLUSTER_ACTION | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per partition |
 | Metadata | DESCRIBE per topic; auto-creation: CREATE on the cluster or the topic | named: TOPIC_AUTHORIZATION_FAILED for that topic; listing all: left out |
 | InitProducerId | WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic | TRANSACTIONAL_ID_ / CLUSTER_AUTHORIZATION_FAILED |
@@ -143,6 +143,14 @@ class DataAuthorizer:
             and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
         ):
             whole = CLUSTER_AUTHORIZATION_FAILED  # a follower's (KafkaApis: every partition)
+        sessionless = False
+        if api_key == codec.FETCH and version >= 7 and msg.session_epoch == 0:
+            # No fetch sessions (KIP-227): an incremental fetch names only changed partitions, and the
+            # broker would keep serving a session's partitions after their ACL is gone. Asked as a fetch
+            # without a session (epoch -1), the broker creates none and the client keeps sending full
+            # fetches, each checked whole (as against brokers with no session cache slots).
+            msg.session_epoch = -1
+            sessionless = True
         by_id = version >= TOPIC_ID_FROM.get(api_key, 1 << 15)
         names = self.names() if by_id else {}
         kept: list[Any] = []
@@ -160,6 +168,8 @@ class DataAuthorizer:
             else:
                 denied.setdefault(TOPIC_AUTHORIZATION_FAILED, []).append(t)
         if not denied:
+            if sessionless:
+                return Verdict("", forward=frames.frame(head + codec.encode_body(msg, version)), refused=False)
             return None
         if acks0:
             return Verdict(d.reason + "; acks=0, connection closed as Kafka does", close=True)

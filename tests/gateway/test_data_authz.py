@@ -270,3 +270,14 @@ def test_describe_cluster_is_free_but_reports_the_clients_operations() -> None:
     merged = codec.decode_response(codec.DESCRIBE_CLUSTER, 1, v.merge(
         codec.encode_response(codec.DESCRIBE_CLUSTER, 1, 7, cluster)))[1]
     assert merged.authorized_operations == {Operation.DESCRIBE}
+
+
+def test_fetch_sessions_are_not_opened() -> None:
+    """A full fetch asking for a session (epoch 0) is forwarded sessionless (epoch -1): a session would
+    serve its partitions without naming them in later requests, past an ACL's removal."""
+    msg = fetch(12, A)
+    msg.session_epoch = 0
+    v = authorizer(*ACLS).check(ALICE, HOST, codec.FETCH, 12, framed(1, 12, msg))
+    assert v is not None and v.forward is not None and v.merge is None and not v.refused
+    _, forwarded = codec.decode_request(codec.FETCH, 12, v.forward[4:])
+    assert (forwarded.session_id, forwarded.session_epoch, [t.topic for t in forwarded.topics]) == (0, -1, [A])
