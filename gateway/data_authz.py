@@ -93,11 +93,16 @@ class Verdict:
 
 
 class DataAuthorizer:
-    """The per-API checks of the table above. ``names()``: topic id -> name (the gateway's topic image)."""
+    """The per-API checks of the table above. ``names()``: topic id -> name (the gateway's topic image);
+    ``unknown_id()``: a request named an id it lacks (the image is read again)."""
 
-    def __init__(self, authz: GroupAuthorizer, names: Callable[[], dict[uuid.UUID, str]]) -> None:
+    def __init__(
+        self, authz: GroupAuthorizer, names: Callable[[], dict[uuid.UUID, str]],
+        unknown_id: Callable[[], None] = lambda: None,
+    ) -> None:
         self.authz = authz
         self.names = names
+        self.unknown_id = unknown_id  # called when a request names an id ``names()`` lacks
 
     def check(self, principal: str, host: str, api_key: int, version: int, frame: bytes, acks0: bool = False) -> Verdict | None:
         """None: pass ``frame`` on unchanged."""
@@ -162,6 +167,7 @@ class DataAuthorizer:
             name = names.get(t.topic_id) if by_id else getattr(t, name_field)
             if name is None:
                 d.reason = d.reason or f"unknown topic id {t.topic_id}"
+                self.unknown_id()
                 denied.setdefault(UNKNOWN_TOPIC_ID, []).append(t)
             elif d.allows(op, TOPIC, name):
                 kept.append(t)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -192,6 +193,7 @@ class GroupLayer:
         self.authorizer: GroupAuthorizer | None = None
         self._names_of: object = None
         self._names: dict[uuid.UUID, str] = {}
+        self._unknown_id_refresh = float("-inf")
         config = gw.config
         if config.authorizes():
             self.acls = AclCache(
@@ -225,7 +227,7 @@ class GroupLayer:
             self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
         if self.authorizer is not None and self.gw.config.listener_sasl_mode == "terminate":
             # Termination: the passed-through requests are authorized with the same ACLs.
-            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names)
+            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
         self.gw.directory.set_local_api(gc.LOCAL_API)
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
@@ -234,6 +236,22 @@ class GroupLayer:
         if self._names_of is not image:
             self._names_of, self._names = image, {tid: name for name, (tid, _) in image.items()}
         return self._names
+
+    def _unknown_topic_id(self) -> None:
+        """A request named a topic id the image lacks (a topic just created): read the image again soon
+        rather than at the next periodic refresh (at most once a second)."""
+        now = time.monotonic()
+        if now - self._unknown_id_refresh < 1.0:
+            return
+        self._unknown_id_refresh = now
+
+        async def refresh() -> None:
+            try:
+                await self.watch.refresh()
+            except UpstreamError as e:
+                log.info("metadata refresh for an unknown topic id failed", error=str(e))
+
+        self.runtime.spawn(refresh())
 
     @property
     def ready(self) -> bool:

@@ -149,13 +149,17 @@ def test_follower_fetch_is_refused() -> None:
     assert partition_codes(answer(v, codec.FETCH, 12), parts="partitions") == {A: TOPIC_AUTHORIZATION_FAILED}
 
 
-def test_unknown_topic_id_is_answered_as_kafka_does() -> None:
+def test_unknown_topic_id_is_answered_as_kafka_does_and_the_image_read_again() -> None:
     msg = fetch(13, A)
     msg.topics[0].topic_id = uuid.uuid4()
-    v = authorizer(*ACLS).check(ALICE, HOST, codec.FETCH, 13, framed(1, 13, msg))
+    authz = authorizer(*ACLS)
+    asked: list[bool] = []
+    authz.unknown_id = lambda: asked.append(True)
+    v = authz.check(ALICE, HOST, codec.FETCH, 13, framed(1, 13, msg))
     assert v is not None and v.answer is not None
     body = codec.decode_response(codec.FETCH, 13, v.answer)[1]
     assert body.responses[0].partitions[0].error_code == Errors.UNKNOWN_TOPIC_ID
+    assert asked == [True]
 
 
 def _metadata_answer(version: int, *names: str, code: int = 0) -> bytes:
