@@ -265,6 +265,12 @@ class GatewayConfig(SaslSettings):
                 "gateway's rights on the cluster; set listener_sasl_terminate_grants_gateway_rights=true to "
                 "accept that, or leave authorization on"
             )
+        if self.listener_sasl_mode == "terminate" and self.authorizes() and not self.coordinator.enabled:
+            # The ACL cache lives in the group layer: without it every passed-through request would be refused.
+            raise ValueError(
+                "listener_sasl_mode=terminate with authorization on needs the group coordinator enabled "
+                "(it reads the cluster's ACLs)"
+            )
         if self.upstream_sasl_password is not None and self.upstream_sasl_password_file is not None:
             raise ValueError("upstream_sasl_password and upstream_sasl_password_file: set one, not both")
         lp = self.listener_security_protocol

@@ -209,6 +209,8 @@ def test_settings_take_kafkas_names_and_default_to_sasl_listeners() -> None:
     assert GatewayConfig.model_validate({**terminating, "authorization": "on"}).authorizes()
     with pytest.raises(ValueError, match="listener_sasl_terminate_grants_gateway_rights"):
         GatewayConfig.model_validate({**terminating, "authorization": "off"})
+    with pytest.raises(ValueError, match="needs the group coordinator enabled"):
+        GatewayConfig.model_validate({**terminating, "coordinator": {"enabled": False}})
     off = {**terminating, "authorization": "off", "listener_sasl_terminate_grants_gateway_rights": True}
     assert not GatewayConfig.model_validate(off).authorizes()  # clients have the gateway's rights there
     with pytest.raises(ValueError):
