@@ -18,7 +18,7 @@ with the cluster's ACLs (gateway/acls.py, translate/authorizer.py) and the check
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | TRANSACTIONAL_ID_ / GROUP_AUTHORIZATION_FAILED |
 | EndTxn | WRITE on the transactional id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 | TxnOffsetCommit (groups passed through) | WRITE on the transactional id, READ on the group, READ per topic | the request, on every partition |
-| group APIs of groups passed through | as gateway/group_authz.py's table | the request |
+| group APIs of groups passed through | as gateway/group_authz.py's table (an all-topics OffsetFetch is refused) | the request; describe answers filtered |
 | ApiVersions, DescribeCluster, SaslHandshake/Authenticate | none (as Kafka; DescribeCluster's authorized operations are the client's) | |
 | anything else | only super users | the API's authorization error (CLUSTER_AUTHORIZATION_FAILED ...) |
 
@@ -48,6 +48,7 @@ from .group_authz import (
     TOPIC_OPERATION,
     Access,
     GroupAuthorizer,
+    streams_topology_topics,
 )
 from .group_requests import group_ids
 
@@ -128,6 +129,8 @@ class DataAuthorizer:
             return _add_partitions(d, version, corr, msg)
         code = self._refusal_code(d, api_key, version, msg)
         if code is None:
+            if api_key in (gc.DESCRIBE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE):
+                return _describe_groups(access, api_key, version, msg)
             return None
         return _refuse(api_key, version, corr, msg, code, d.reason)
 
@@ -270,7 +273,12 @@ class DataAuthorizer:
                 return GROUP_AUTHORIZATION_FAILED
             topic_op = TOPIC_OPERATION.get(api_key)
             if topic_op is not None:
-                for name in _group_request_topics(api_key, msg):
+                for name in self._group_request_topics(api_key, version, msg):
+                    if name is None:
+                        # All of a group's topics (OffsetFetch), or an id the gateway cannot name: the
+                        # cluster's answer would not be filtered per topic, so it is not asked.
+                        d.reason = d.reason or "a request for topics the gateway cannot name passed through"
+                        return TOPIC_AUTHORIZATION_FAILED
                     if not d.allows(topic_op, TOPIC, name):
                         return TOPIC_AUTHORIZATION_FAILED
             if api_key == gc.LIST_GROUPS and not d.allows(DESCRIBE, CLUSTER, CLUSTER_NAME):
@@ -279,6 +287,39 @@ class DataAuthorizer:
         # Not in the table: only super users (handled above) get it through under the gateway's rights.
         d.reason = d.reason or f"{d.access.principal} may not send api key {api_key} through a terminating gateway"
         return CLUSTER_AUTHORIZATION_FAILED
+
+
+    def _group_request_topics(self, api_key: int, version: int, msg: Any) -> list[str | None]:
+        """The topics a group request names (None: all of a group's, or an id the image lacks)."""
+        names: dict[uuid.UUID, str] | None = None
+
+        def of(t: Any) -> str | None:
+            nonlocal names
+            if getattr(t, "name", None):
+                return str(t.name)
+            if getattr(t, "topic_id", None) is None:
+                return None
+            if names is None:
+                names = self.names()
+            name = names.get(t.topic_id)
+            if name is None:
+                self.unknown_id()
+            return name
+
+        if api_key == gc.CONSUMER_GROUP_HEARTBEAT:
+            return list(msg.subscribed_topic_names or ())
+        if api_key == codec.STREAMS_GROUP_HEARTBEAT:
+            return list(streams_topology_topics(msg))
+        if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE):
+            return [of(t) for t in msg.topics or ()]
+        if api_key == gc.OFFSET_FETCH:
+            if version <= 7:
+                return [None] if msg.topics is None else [of(t) for t in msg.topics]
+            out: list[str | None] = []
+            for g in msg.groups or ():
+                out.extend([None] if g.topics is None else [of(t) for t in g.topics])
+            return out
+        return []
 
 
 class _Decider:
@@ -351,19 +392,48 @@ def _describe_cluster(access: Access, version: int, msg: Any) -> Verdict | None:
     return Verdict("authorized operations for the client", merge=merge, refused=False)
 
 
+def _describe_groups(access: Access, api_key: int, version: int, msg: Any) -> Verdict | None:
+    """Groups the cluster describes (passed through): authorized operations (KIP-430) for the client, not
+    the gateway; ConsumerGroupDescribe also needs DESCRIBE on every assigned topic (as the group layer's)."""
+    ops = bool(getattr(msg, "include_authorized_operations", False))
+    if api_key == gc.DESCRIBE_GROUPS and not ops:
+        return None
+
+    def merge(payload: bytes) -> bytes:
+        rhead, body = codec.decode_response(api_key, version, payload)
+        groups = []
+        for g in body.groups:
+            if g.error_code == 0 and api_key == gc.CONSUMER_GROUP_DESCRIBE:
+                names = {
+                    tp.topic_name
+                    for m in g.members or ()
+                    for a in (m.assignment, m.target_assignment)
+                    if a is not None
+                    for tp in a.topic_partitions or ()
+                }
+                if not all(access.now(DESCRIBE, TOPIC, n) for n in names):
+                    g = type(g)(
+                        group_id=g.group_id, error_code=TOPIC_AUTHORIZATION_FAILED,
+                        error_message="The group has described topic(s) that the client is not authorized to describe.",
+                        members=[],
+                    )
+            if g.error_code == 0 and ops:
+                bits = access.group_operations(g.group_id) or 0
+                # DescribeGroups carries a bit field (kafka-python: the set of bits), ConsumerGroupDescribe an int32.
+                g.authorized_operations = bits if api_key == gc.CONSUMER_GROUP_DESCRIBE else {
+                    i for i in range(31) if bits >> i & 1}
+            groups.append(g)
+        body.groups = groups
+        return rhead + codec.encode_body(body, version)
+
+    return Verdict("groups described for the client", merge=merge, refused=False)
+
+
 def _replica_id(msg: Any, version: int) -> int:
     if version >= 15:
         state = getattr(msg, "replica_state", None)
         return -1 if state is None else int(state.replica_id)
     return int(msg.replica_id)
-
-
-def _group_request_topics(api_key: int, msg: Any) -> list[str]:
-    if api_key == gc.CONSUMER_GROUP_HEARTBEAT:
-        return list(msg.subscribed_topic_names or ())
-    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE):
-        return [t.name for t in msg.topics or () if t.name]
-    return []
 
 
 def _add_partitions(d: _Decider, version: int, corr: int, msg: Any) -> Verdict | None:

@@ -285,3 +285,80 @@ def test_fetch_sessions_are_not_opened() -> None:
     assert v is not None and v.forward is not None and v.merge is None and not v.refused
     _, forwarded = codec.decode_request(codec.FETCH, 12, v.forward[4:])
     assert (forwarded.session_id, forwarded.session_epoch, [t.topic for t in forwarded.topics]) == (0, -1, [A])
+
+
+GROUP_ACL = allow(ResourceType.GROUP, "g", Operation.READ)
+
+
+def test_offset_fetch_of_a_passed_through_group_checks_its_topics() -> None:
+    from gateway import group_codec as gc
+    cls = codec.REQUESTS[gc.OFFSET_FETCH]
+    authz = authorizer(*ACLS, GROUP_ACL)
+
+    def fetch_offsets(*topics: str | None) -> bytes:
+        gcls = cls.OffsetFetchRequestGroup
+        tcls = gcls.OffsetFetchRequestTopics
+        group = gcls(group_id="g", member_id=None, member_epoch=-1,
+                     topics=None if topics == (None,) else [tcls(name=t, partition_indexes=[0]) for t in topics])
+        return framed(gc.OFFSET_FETCH, 9, cls[9](groups=[group], require_stable=False))
+
+    assert authz.check(ALICE, HOST, gc.OFFSET_FETCH, 9, fetch_offsets(A)) is None
+    for refused in (fetch_offsets(A, B), fetch_offsets(None)):  # all topics: the answer would not be filtered
+        v = authz.check(ALICE, HOST, gc.OFFSET_FETCH, 9, refused)
+        assert v is not None and v.answer is not None
+        assert answer(v, gc.OFFSET_FETCH, 9).groups[0].error_code == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_offset_commit_by_topic_id_is_checked_by_name() -> None:
+    from gateway import group_codec as gc
+    cls = codec.REQUESTS[gc.OFFSET_COMMIT]
+    tcls = cls.OffsetCommitRequestTopic
+    pcls = tcls.OffsetCommitRequestPartition
+    req = cls[10](group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                  topics=[tcls(name="", topic_id=ID_OF[B], partitions=[pcls(
+                      partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    v = authorizer(*ACLS, GROUP_ACL).check(ALICE, HOST, gc.OFFSET_COMMIT, 10, framed(gc.OFFSET_COMMIT, 10, req))
+    assert v is not None and v.answer is not None
+    parts = answer(v, gc.OFFSET_COMMIT, 10).topics[0].partitions
+    assert parts[0].error_code == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_consumer_group_describe_passed_through_hides_groups_assigned_refused_topics() -> None:
+    from gateway import group_codec as gc
+    authz = authorizer(*ACLS, allow(ResourceType.GROUP, "g", Operation.DESCRIBE))
+    req = codec.REQUESTS[gc.CONSUMER_GROUP_DESCRIBE][0](group_ids=["g"], include_authorized_operations=True)
+    v = authz.check(ALICE, HOST, gc.CONSUMER_GROUP_DESCRIBE, 0, framed(69, 0, req))
+    assert v is not None and v.merge is not None and not v.refused
+    cls = codec.RESPONSES[gc.CONSUMER_GROUP_DESCRIBE]
+    gcls = cls.DescribedGroup
+    mcls = gcls.Member
+    acls_ = mcls.Assignment
+    tpcls = acls_.TopicPartitions
+
+    def described(topic: str) -> bytes:
+        assignment = acls_(topic_partitions=[tpcls(topic_id=ID_OF[topic], topic_name=topic, partitions=[0])])
+        member = mcls(member_id="m", instance_id=None, rack_id=None, member_epoch=1, client_id="c", client_host="/h",
+                      subscribed_topic_names=[topic], subscribed_topic_regex=None, assignment=assignment,
+                      target_assignment=assignment)
+        group = gcls(error_code=0, error_message=None, group_id="g", group_state="Stable", group_epoch=1,
+                     assignment_epoch=1, assignor_name="uniform", members=[member], authorized_operations=2**31 - 1)
+        return codec.encode_response(gc.CONSUMER_GROUP_DESCRIBE, 0, 7, cls[0](throttle_time_ms=0, groups=[group]))
+
+    ok = codec.decode_response(gc.CONSUMER_GROUP_DESCRIBE, 0, v.merge(described(A)))[1].groups[0]
+    assert ok.error_code == 0 and ok.authorized_operations == 1 << int(Operation.DESCRIBE)
+    hidden = codec.decode_response(gc.CONSUMER_GROUP_DESCRIBE, 0, v.merge(described(B)))[1].groups[0]
+    assert (hidden.error_code, hidden.members) == (TOPIC_AUTHORIZATION_FAILED, [])
+
+
+def test_describe_groups_passed_through_reports_the_clients_operations() -> None:
+    from gateway import group_codec as gc
+    authz = authorizer(*ACLS, allow(ResourceType.GROUP, "g", Operation.READ))
+    req = codec.REQUESTS[gc.DESCRIBE_GROUPS][5](groups=["g"], include_authorized_operations=True)
+    v = authz.check(ALICE, HOST, gc.DESCRIBE_GROUPS, 5, framed(15, 5, req))
+    assert v is not None and v.merge is not None
+    cls = codec.RESPONSES[gc.DESCRIBE_GROUPS]
+    group = cls.DescribedGroup(error_code=0, group_id="g", group_state="Stable", protocol_type="consumer",
+                               protocol_data="range", members=[], authorized_operations=None)
+    cluster = codec.encode_response(gc.DESCRIBE_GROUPS, 5, 7, cls[5](throttle_time_ms=0, groups=[group]))
+    merged = codec.decode_response(gc.DESCRIBE_GROUPS, 5, v.merge(cluster))[1].groups[0]
+    assert merged.authorized_operations == {int(Operation.READ), int(Operation.DESCRIBE)}
