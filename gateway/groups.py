@@ -313,7 +313,7 @@ class GroupLayer:
             else:
                 log.info(
                     "authorizing group requests with the cluster's ACLs"
-                    + (" (and, in SASL termination, every request passed through)" if self.gw.data_authz else ""),
+                    + (" (and, in SASL termination, every request passed through)" if getattr(self.gw, "data_authz", None) else ""),
                     authorization=self.gw.config.authorization, acls=len(self.acls.snapshot.bindings)
                     if self.acls.snapshot is not None else None,
                     **{"acl_refresh_interval_ms": self.gw.config.acl_refresh_interval_ms},
