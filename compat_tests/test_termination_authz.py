@@ -65,9 +65,9 @@ def _batch() -> bytes:
     return bytes(b.buffer())
 
 
-def _raw_produce(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]]:
+def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]]:
     """One Produce v9 of a record batch to partition 0 of each of ``topics`` as alice (PLAIN), then one
-    Fetch of them: the partition error codes by topic of each."""
+    Fetch, Metadata and ListOffsets of them: the error codes by topic of each."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
@@ -102,7 +102,21 @@ def _raw_produce(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]]
             for p in t.partitions:
                 assert (p.error_code == 0) == bool(p.records), (t.topic, p)  # records only where allowed
         read = {t.topic: {p.error_code for p in t.partitions} for t in fetched.responses}
-        return {"produce": produced, "fetch": read}
+        # Metadata naming the topics (no auto-creation) and ListOffsets (latest) of them.
+        mcls = codec.REQUESTS[codec.METADATA]
+        s.sendall(_frame(mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name=t) for t in topics],
+                                  allow_auto_topic_creation=False, include_topic_authorized_operations=False), 12, 5))
+        payload = _read(s)
+        assert payload is not None, "connection closed"
+        described = {t.name: {t.error_code} for t in codec.decode_response(codec.METADATA, 12, payload)[1].topics}
+        lcls = codec.REQUESTS[2]
+        ltcls = lcls.ListOffsetsTopic
+        s.sendall(_frame(lcls[7](replica_id=-1, isolation_level=0, topics=[ltcls(name=t, partitions=[
+            ltcls.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)]) for t in topics]), 7, 6))
+        payload = _read(s)
+        assert payload is not None, "connection closed"
+        listed = {t.name: {p.error_code for p in t.partitions} for t in codec.decode_response(2, 7, payload)[1].topics}
+        return {"produce": produced, "fetch": read, "metadata": described, "list_offsets": listed}
 
 
 def test_termination_enforces_the_clusters_acls_for_the_client(
@@ -149,11 +163,12 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
             assert _consume(bootstrap, allowed, f"{group}-{name}", set(values)) >= set(values), name
             # One request naming both topics: A written, B refused (through the gateway: A forwarded
             # alone and B's refusal merged into the broker's answer).
-            outcomes[name] = (denied[0].code(), _raw_produce(bootstrap, refused), _raw_produce(bootstrap, allowed, refused))
+            outcomes[name] = (denied[0].code(), _raw_requests(bootstrap, refused), _raw_requests(bootstrap, allowed, refused))
         assert outcomes["direct"][0] == KafkaError.TOPIC_AUTHORIZATION_FAILED
         # TOPIC_AUTHORIZATION_FAILED on the partition
-        assert outcomes["direct"][1] == {"produce": {refused: {29}}, "fetch": {refused: {29}}}
-        assert outcomes["direct"][2] == {"produce": {allowed: {0}, refused: {29}}, "fetch": {allowed: {0}, refused: {29}}}
+        assert outcomes["direct"][1] == dict.fromkeys(("produce", "fetch", "metadata", "list_offsets"), {refused: {29}})
+        assert outcomes["direct"][2] == dict.fromkeys(("produce", "fetch", "metadata", "list_offsets"),
+                                                      {allowed: {0}, refused: {29}})
         assert outcomes["gateway"] == outcomes["direct"]
         assert "not-authorized:0" in gw.log_path.read_text()  # refused by the gateway, not by the broker
         # Kafka's own clients: the idempotent producer's InitProducerId without a transactional id passes on
