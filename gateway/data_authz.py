@@ -13,7 +13,7 @@ with the cluster's ACLs (gateway/acls.py, translate/authorizer.py) and the check
 | ListOffsets, OffsetForLeaderEpoch | DESCRIBE per topic; a follower's OffsetForLeaderEpoch: CLUSTER_ACTION | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per partition |
 | Metadata | DESCRIBE per topic; auto-creation: CREATE on the cluster or the topic | named: TOPIC_AUTHORIZATION_FAILED for that topic; listing all: left out |
 | InitProducerId | WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic | TRANSACTIONAL_ID_ / CLUSTER_AUTHORIZATION_FAILED |
-| AddPartitionsToTxn v0-3 | WRITE on the transactional id, WRITE per topic | the request, on every partition |
+| AddPartitionsToTxn v0-3 | WRITE on the transactional id, WRITE per topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; TOPIC_AUTHORIZATION_FAILED on refused topics, OPERATION_NOT_ATTEMPTED on the others |
 | AddPartitionsToTxn v4+ (brokers') | CLUSTER_ACTION on the cluster | CLUSTER_AUTHORIZATION_FAILED |
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | TRANSACTIONAL_ID_ / GROUP_AUTHORIZATION_FAILED |
 | EndTxn | WRITE on the transactional id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
@@ -287,7 +287,6 @@ class DataAuthorizer:
         # Not in the table: only super users (handled above) get it through under the gateway's rights.
         d.reason = d.reason or f"{d.access.principal} may not send api key {api_key} through a terminating gateway"
         return CLUSTER_AUTHORIZATION_FAILED
-
 
     def _group_request_topics(self, api_key: int, version: int, msg: Any) -> list[str | None]:
         """The topics a group request names (None: all of a group's, or an id the image lacks)."""
