@@ -362,3 +362,20 @@ def test_describe_groups_passed_through_reports_the_clients_operations() -> None
     cluster = codec.encode_response(gc.DESCRIBE_GROUPS, 5, 7, cls[5](throttle_time_ms=0, groups=[group]))
     merged = codec.decode_response(gc.DESCRIBE_GROUPS, 5, v.merge(cluster))[1].groups[0]
     assert merged.authorized_operations == {int(Operation.READ), int(Operation.DESCRIBE)}
+
+
+def test_add_partitions_to_txn_answers_per_topic_as_kafka() -> None:
+    cls = codec.REQUESTS[24]
+    tcls = cls.AddPartitionsToTxnTopic
+    req = cls[3](v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+                 v3_and_below_topics=[tcls(name=t, partitions=[0]) for t in (A, B)])
+    with_tx = authorizer(*ACLS, allow(ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE))
+    v = with_tx.check(ALICE, HOST, 24, 3, framed(24, 3, req))
+    assert v is not None
+    codes = {t.name: t.results_by_partition[0].partition_error_code
+             for t in answer(v, 24, 3).results_by_topic_v3_and_below}
+    assert codes == {A: Errors.OPERATION_NOT_ATTEMPTED, B: TOPIC_AUTHORIZATION_FAILED}
+    v = authorizer(*ACLS).check(ALICE, HOST, 24, 3, framed(24, 3, req))
+    assert v is not None
+    assert {t.results_by_partition[0].partition_error_code for t in answer(v, 24, 3).results_by_topic_v3_and_below} == {
+        Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
