@@ -125,6 +125,9 @@ def term_gateway(
         "listener_security_protocol": "SASL_PLAINTEXT",
         "listener_sasl_mode": "terminate",
         "listener_sasl_credentials_file": str(creds),
+        # The deliberate opt-out: no authorization of data requests, the gateway's rights for everyone
+        # (compat_tests/test_termination_authz.py runs termination with authorization on).
+        "authorization": "off",
         "listener_sasl_terminate_grants_gateway_rights": True,
         "sasl.oauthbearer.jwks.endpoint.url": jwks[1].as_uri(),
         "sasl.oauthbearer.expected.audience": "kafka",
@@ -337,11 +340,12 @@ def test_termination_oauthbearer_over_a_jwks(term_gateway: GatewayProcess, jwks:
     assert refused == (0, b'{"status":"invalid_token"}', 58, '{"status":"invalid_token"}', True)
 
 
-def test_termination_does_not_start_without_accepting_the_trust_model(tmp_path: Path) -> None:
+def test_termination_without_authorization_does_not_start_without_accepting_the_trust_model(tmp_path: Path) -> None:
     add_user(tmp_path / "users.json", *ALICE)
     r = subprocess.run(
         [groupgate_binary(), "serve", "--upstream", "127.0.0.1:1", "--listener-security-protocol", "SASL_PLAINTEXT",
-         "--listener-sasl-mode", "terminate", "--listener-sasl-credentials-file", str(tmp_path / "users.json")],
+         "--listener-sasl-mode", "terminate", "--listener-sasl-credentials-file", str(tmp_path / "users.json"),
+         "--authorization", "off"],
         capture_output=True, text=True, timeout=60,
     )
     assert r.returncode == 2

@@ -129,7 +129,7 @@ class GatewayConfig(SaslSettings):
     upstream_sasl_password_file: str | None = None
     # Authorization of what the gateway answers itself (docs/gateway.md, "Authorization"): the cluster's ACLs,
     # read with DescribeAcls and decided as Kafka's StandardAuthorizer decides. "auto": on when the client
-    # listeners pass SASL through, off otherwise (termination too); "on": also there (every client of a
+    # listeners speak SASL (passthrough or termination), off otherwise; "on": also there (every client of a
     # PLAINTEXT/SSL listener is
     # User:ANONYMOUS then); "strict": on, and refusing where the gateway's decision could differ from the
     # cluster's (an authorizer other than Kafka's own on the brokers, ACLs not read for too long).
@@ -255,6 +255,22 @@ class GatewayConfig(SaslSettings):
             raise ValueError("upstream_sasl_oauthbearer_* set but upstream_sasl_mechanism is not OAUTHBEARER")
         if self.listener_sasl_mode == "terminate" and self.listener_security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
             raise ValueError("listener_sasl_mode=terminate needs listener_security_protocol SASL_PLAINTEXT or SASL_SSL")
+        if (
+            self.listener_sasl_mode == "terminate" and not self.authorizes()
+            and not self.listener_sasl_terminate_grants_gateway_rights
+        ):
+            raise ValueError(
+                "listener_sasl_mode=terminate with authorization=off: the cluster then sees only the gateway's "
+                "identity and nothing checks the clients' rights, so every authenticated client gets the "
+                "gateway's rights on the cluster; set listener_sasl_terminate_grants_gateway_rights=true to "
+                "accept that, or leave authorization on"
+            )
+        if self.listener_sasl_mode == "terminate" and self.authorizes() and not self.coordinator.enabled:
+            # The ACL cache lives in the group layer: without it every passed-through request would be refused.
+            raise ValueError(
+                "listener_sasl_mode=terminate with authorization on needs the group coordinator enabled "
+                "(it reads the cluster's ACLs)"
+            )
         if self.upstream_sasl_password is not None and self.upstream_sasl_password_file is not None:
             raise ValueError("upstream_sasl_password and upstream_sasl_password_file: set one, not both")
         lp = self.listener_security_protocol
@@ -298,9 +314,9 @@ class GatewayConfig(SaslSettings):
     def authorizes(self) -> bool:
         """Whether the gateway authorizes what it answers itself (``authorization``)."""
         if self.authorization == "auto":
-            # Passthrough SASL only: in termination every client acts with the gateway's rights on the
-            # cluster, as its operator accepted (listener_sasl_terminate_grants_gateway_rights).
-            return self.listener_sasl() and self.listener_sasl_mode != "terminate"
+            # SASL listeners, passthrough or termination (where the gateway also authorizes what its clients
+            # send through, gateway/data_authz.py).
+            return self.listener_sasl()
         return self.authorization != "off"
 
     def upstream_sasl(self) -> tuple[str, str, str] | TokenSource | None:

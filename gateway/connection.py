@@ -306,6 +306,10 @@ class ClientConnection(asyncio.Protocol):
             if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
                 try:
                     payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                    if payload is not None and slot.merge is not None:
+                        # Termination: a remembered answer is the cluster's (maybe to another principal's
+                        # identical request); the client's refusals and filtering apply to it as well.
+                        payload = slot.merge(payload)
                 except (ValueError, struct.error, IndexError) as e:
                     # A request that does not read as its schema says (the broker would close too).
                     log.info("unreadable request while the upstream is unreachable", peer=self.peer,
@@ -445,6 +449,11 @@ class ClientConnection(asyncio.Protocol):
             if acks == 0:
                 # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
                 slot = None
+        if self.terminating:
+            authorized = self._authorize(frame, api_key, version, slot)
+            if authorized is None:
+                return
+            frame = authorized
         if slot is not None:
             self.pending.append(slot)
             if len(self.pending) >= _MAX_PENDING:
@@ -464,6 +473,46 @@ class ClientConnection(asyncio.Protocol):
         if not self._linking:
             self._linking = True
             self._spawn(self._connect_upstream())
+
+    def _authorize(self, frame: bytes, api_key: int, version: int, slot: Slot | None) -> bytes | None:
+        """SASL termination: the cluster sees the gateway's principal, so the gateway checks the client's
+        (gateway/data_authz.py). The frame to forward, or None when the request was answered (or the
+        connection closed) here."""
+        authz = self.gw.data_authz
+        if authz is None:
+            if self.gw.config.authorizes():
+                # Authorization is on but its ACL cache is not installed: fail closed.
+                self.close()
+                return None
+            return frame  # authorization off: the operator accepted the gateway's rights for everyone
+        principal = self.principal or "User:ANONYMOUS"
+        host = self.peer[0] if self.peer else ""
+        try:
+            verdict = authz.check(principal, host, api_key, version, frame, acks0=slot is None)
+        except Exception:
+            log.exception("cannot authorize a request; closing", peer=self.peer, api_key=api_key, api_version=version)
+            self.close()
+            return None
+        if verdict is None:
+            return frame
+        if verdict.refused:
+            self.metrics.errors[api_key] += 1
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"not-authorized:{api_key}", verdict.reason,
+                api_key=api_key, api_version=version, principal=principal,
+            )
+        if verdict.close:
+            self.close()
+            return None
+        if verdict.answer is not None:
+            if slot is not None:
+                slot.data = frames.frame(verdict.answer)
+                self.pending.append(slot)
+                self._flush()
+            return None
+        if slot is not None:
+            slot.merge = verdict.merge
+        return verdict.forward if verdict.forward is not None else frame
 
     def _retire(self, link: UpstreamLink) -> None:
         """SASL termination: the link's session is about to end; later requests go to a new link, and
@@ -643,6 +692,14 @@ class ClientConnection(asyncio.Protocol):
                 log.exception(
                     "cannot rewrite response; closing", peer=self.peer, api_key=api_key, api_version=version
                 )
+                self.close()
+                return
+        if slot.merge is not None:
+            try:
+                frame = frames.frame(slot.merge(frame[4:]))
+            except Exception:
+                # Never pass on an answer from which the refusals of what was not forwarded are missing.
+                log.exception("cannot merge refusals into a response; closing", peer=self.peer, api_key=api_key)
                 self.close()
                 return
         slot.data = frame

@@ -14,6 +14,7 @@ from .upstream import set_nodelay
 if TYPE_CHECKING:
     from .config import GatewayConfig
     from .connection import ClientConnection
+    from .data_authz import DataAuthorizer
     from .limits import ConnectionLimits
     from .metrics import GatewayMetrics
     from .refusals import RefusalLog
@@ -30,10 +31,12 @@ LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Await
 
 
 class Slot:
-    __slots__ = ("data",)
+    # merge: turns the cluster's answer into the client's (gateway/data_authz.py refusals merged in).
+    __slots__ = ("data", "merge")
 
     def __init__(self, data: bytes | None = None) -> None:
         self.data = data
+        self.merge: Callable[[bytes], bytes] | None = None
 
 
 class UpstreamLink(asyncio.Protocol):
@@ -86,6 +89,7 @@ class ConnectionHost(Protocol):
     local_handlers: dict[int, LocalHandler]
     connections: set[ClientConnection]
     sasl_terminator: Terminator | None  # SASL termination (gateway/sasl_server.py); None: passthrough
+    data_authz: DataAuthorizer | None  # termination: authorization of passed-through requests
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         """The address clients use for ``node_id`` (None: the gateway does not serve it)."""

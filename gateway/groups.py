@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -40,6 +41,7 @@ from .acls import AclCache
 from .adoption import UpstreamLeaver
 from .cluster_groups import ROUTED_MANY, ROUTED_ONE, ClusterGroups
 from .coordinator_settings import CoordinatorSettings
+from .data_authz import DataAuthorizer
 from .file_store import FileStateStore
 from .group_authz import (
     ALLOW_ALL,
@@ -184,6 +186,9 @@ class GroupLayer:
         self._state_opened = False
         # Authorization of what the gateway answers itself (gateway/group_authz.py): None when off.
         self.authorizer: GroupAuthorizer | None = None
+        self._names_of: object = None
+        self._names: dict[uuid.UUID, str] = {}
+        self._unknown_id_refresh = float("-inf")
         config = gw.config
         if config.authorizes():
             self.acls = AclCache(
@@ -215,7 +220,33 @@ class GroupLayer:
         """Register the local handlers and versions on the gateway (before it starts)."""
         for api_key in self._api_keys:
             self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
+        if self.authorizer is not None and self.gw.config.listener_sasl_mode == "terminate":
+            # Termination: the passed-through requests are authorized with the same ACLs.
+            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
         self.gw.directory.set_local_api(gc.LOCAL_API)
+
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of the topic image (rebuilt when the image changes)."""
+        image = self.watch.topics
+        if self._names_of is not image:
+            self._names_of, self._names = image, {tid: name for name, (tid, _) in image.items()}
+        return self._names
+
+    def _unknown_topic_id(self) -> None:
+        """A request named a topic id the image lacks (a topic just created): read the image again soon
+        rather than at the next periodic refresh (at most once a second)."""
+        now = time.monotonic()
+        if now - self._unknown_id_refresh < 1.0:
+            return
+        self._unknown_id_refresh = now
+
+        async def refresh() -> None:
+            try:
+                await self.watch.refresh()
+            except UpstreamError as e:
+                log.info("metadata refresh for an unknown topic id failed", error=str(e))
+
+        self.runtime.spawn(refresh())
 
     @property
     def ready(self) -> bool:
@@ -276,7 +307,8 @@ class GroupLayer:
                 )
             else:
                 log.info(
-                    "authorizing group requests with the cluster's ACLs",
+                    "authorizing group requests with the cluster's ACLs"
+                    + (" (and, in SASL termination, every request passed through)" if getattr(self.gw, "data_authz", None) else ""),
                     authorization=self.gw.config.authorization, acls=len(self.acls.snapshot.bindings)
                     if self.acls.snapshot is not None else None,
                     **{"acl_refresh_interval_ms": self.gw.config.acl_refresh_interval_ms},

@@ -76,9 +76,10 @@ class SaslSettings(BaseModel):
         ge=0,
         validation_alias=_alias("sasl_oauthbearer_clock_skew_seconds", "sasl.oauthbearer.clock.skew.seconds"),
     )
-    # terminate: the cluster sees only the gateway's identity, and the gateway does not authorize data
-    # requests (Produce, Fetch, Metadata, ...) itself: every authenticated client gets the gateway's own
-    # rights on the cluster. Termination refuses to start unless this says the operator accepts that.
+    # terminate with authorization=off: the cluster sees only the gateway's identity and nothing authorizes
+    # the clients' data requests (Produce, Fetch, Metadata, ...): every authenticated client gets the
+    # gateway's own rights on the cluster. Termination refuses to start so unless this says the operator
+    # accepts that. With authorization on (the default) the gateway enforces the cluster's ACLs itself.
     listener_sasl_terminate_grants_gateway_rights: bool = False
 
     @field_validator("listener_sasl_enabled_mechanisms", "sasl_oauthbearer_expected_audience", mode="before")
@@ -115,13 +116,6 @@ class SaslSettings(BaseModel):
                     raise ValueError("terminating OAUTHBEARER needs sasl_oauthbearer_jwks_endpoint_url")
                 if m != "OAUTHBEARER" and self.listener_sasl_credentials_file is None:
                     raise ValueError(f"terminating {m} needs listener_sasl_credentials_file")
-            if not self.listener_sasl_terminate_grants_gateway_rights:
-                raise ValueError(
-                    "listener_sasl_mode=terminate: the cluster then sees only the gateway's identity and the "
-                    "gateway does not authorize data requests itself, so every authenticated client gets the "
-                    "gateway's rights on the cluster; set listener_sasl_terminate_grants_gateway_rights=true "
-                    "to accept that"
-                )
             if not self.terminated_mechanisms():
                 raise ValueError(
                     "listener_sasl_mode=terminate needs listener_sasl_credentials_file and/or "

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
+from .data_authz import DataAuthorizer
 from .limits import ConnectionLimits
 from .logging import get_logger
 from .metrics import GatewayMetrics
@@ -58,6 +59,9 @@ class Gateway:
         self.refusals = RefusalLog()
         # SASL termination (gateway/sasl_server.py): the users and key sets every connection checks against.
         self.sasl_terminator = Terminator.from_config(config)
+        # ... and the authorization of what its clients send through (gateway/data_authz.py), installed by
+        # the group layer, which owns the ACL cache; None: passed on under the gateway's rights.
+        self.data_authz: DataAuthorizer | None = None
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)

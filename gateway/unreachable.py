@@ -189,10 +189,16 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
     if api_key not in (codec.FETCH, codec.PRODUCE, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH) or not codec.known(api_key):
         return None
     _, msg = codec.decode_request(api_key, version, frame[4:])
+    if api_key == codec.FETCH and version >= 7 and msg.session_epoch > 0:
+        return codec.RESPONSES[api_key][version](error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    return partition_errors(api_key, version, msg, NOT_LEADER_OR_FOLLOWER)
+
+
+def partition_errors(api_key: int, version: int, msg: Any, code: int) -> Any:
+    """The response to Fetch, Produce, ListOffsets or OffsetForLeaderEpoch request ``msg`` carrying ``code``
+    on every partition it names (also the refusals of gateway/data_authz.py)."""
     cls = codec.RESPONSES[api_key]
     if api_key == codec.FETCH:
-        if version >= 7 and msg.session_epoch > 0:
-            return cls[version](error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
         tcls = cls.FetchableTopicResponse
         pcls = tcls.PartitionData
         return cls[version](
@@ -203,7 +209,7 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
                     topic=t.topic if version <= 12 else "",
                     topic_id=t.topic_id if version >= 13 else None,
                     partitions=[
-                        pcls(partition_index=p.partition, error_code=NOT_LEADER_OR_FOLLOWER, high_watermark=-1,
+                        pcls(partition_index=p.partition, error_code=code, high_watermark=-1,
                              last_stable_offset=-1, log_start_offset=-1, records=b"")
                         for p in t.partitions
                     ],
@@ -220,7 +226,7 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
                     name=t.name if version <= 12 else "",
                     topic_id=t.topic_id if version >= 13 else None,
                     partition_responses=[
-                        pcls(index=p.index, error_code=NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_start_offset=-1)
+                        pcls(index=p.index, error_code=code, base_offset=-1, log_start_offset=-1)
                         for p in t.partition_data
                     ],
                 )
@@ -235,7 +241,7 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
                 tcls(
                     topic=t.topic,
                     partitions=[
-                        pcls(error_code=NOT_LEADER_OR_FOLLOWER, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                        pcls(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1)
                         for p in t.partitions
                     ],
                 )
@@ -248,7 +254,7 @@ def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None
         topics=[
             tcls(
                 name=t.name,
-                partitions=[pcls(partition_index=p.partition_index, error_code=NOT_LEADER_OR_FOLLOWER) for p in t.partitions],
+                partitions=[pcls(partition_index=p.partition_index, error_code=code) for p in t.partitions],
             )
             for t in msg.topics
         ]

@@ -203,9 +203,16 @@ def test_settings_take_kafkas_names_and_default_to_sasl_listeners() -> None:
     assert GatewayConfig.model_validate({"upstream": "h:1", "listener_security_protocol": "SASL_PLAINTEXT"}).authorizes()
     assert GatewayConfig.model_validate({"upstream": "h:1", "authorization": "on"}).authorizes()
     terminating = {"upstream": "h:1", "listener_security_protocol": "SASL_PLAINTEXT", "listener_sasl_mode": "terminate",
-                   "listener_sasl_terminate_grants_gateway_rights": True, "listener_sasl_credentials_file": "users.json"}
-    assert not GatewayConfig.model_validate(terminating).authorizes()  # clients have the gateway's rights there
+                   "listener_sasl_credentials_file": "users.json"}
+    # Termination authorizes by default (gateway/data_authz.py), needing no acceptance of the gateway's rights.
+    assert GatewayConfig.model_validate(terminating).authorizes()
     assert GatewayConfig.model_validate({**terminating, "authorization": "on"}).authorizes()
+    with pytest.raises(ValueError, match="listener_sasl_terminate_grants_gateway_rights"):
+        GatewayConfig.model_validate({**terminating, "authorization": "off"})
+    with pytest.raises(ValueError, match="needs the group coordinator enabled"):
+        GatewayConfig.model_validate({**terminating, "coordinator": {"enabled": False}})
+    off = {**terminating, "authorization": "off", "listener_sasl_terminate_grants_gateway_rights": True}
+    assert not GatewayConfig.model_validate(off).authorizes()  # clients have the gateway's rights there
     with pytest.raises(ValueError):
         GatewayConfig.model_validate({"upstream": "h:1", "super.users": "admin"})
 

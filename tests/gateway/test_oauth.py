@@ -170,9 +170,11 @@ def test_termination_settings_are_refused_unless_complete() -> None:
         _cfg(**base, listener_sasl_credentials_file="/x", **{"sasl.enabled.mechanisms": "SCRAM-SHA-256,OAUTHBEARER"})
     with pytest.raises(ValidationError, match="cannot terminate GSSAPI"):
         _cfg(**base, listener_sasl_credentials_file="/x", listener_sasl_enabled_mechanisms=["GSSAPI"])
-    # The trust model: without the explicit acceptance, termination does not start.
+    # The trust model: with authorization off, termination does not start without the explicit acceptance.
     with pytest.raises(ValidationError, match="gateway's rights"):
-        _cfg(**{**base, "listener_sasl_terminate_grants_gateway_rights": False}, listener_sasl_credentials_file="/x")
+        _cfg(**{**base, "listener_sasl_terminate_grants_gateway_rights": False}, listener_sasl_credentials_file="/x",
+             authorization="off")
+    _cfg(**{**base, "listener_sasl_terminate_grants_gateway_rights": False}, listener_sasl_credentials_file="/x")
     with pytest.raises(ValidationError, match="SASL_PLAINTEXT or SASL_SSL"):
         _cfg(**{**base, "listener_security_protocol": None}, listener_sasl_credentials_file="/x")
     c = _cfg(**base, listener_sasl_credentials_file="/x", sasl_oauthbearer_jwks_endpoint_url="file:///j")
