@@ -1,9 +1,12 @@
-"""The harness's own checks must be able to fail: invariants, event parsing and the container port layout.
+"""The harness's own checks must be able to fail: invariants, event parsing, the container port layout, and
+the gateway launcher's way out of a port taken before its first start.
 
-No broker here; these run in milliseconds.
+Only that last one needs the broker; the others run in milliseconds.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from compat_tests.harness.brokers import GATEWAY_PORT_SPAN, gateway_container_args
 from compat_tests.harness.events import EventLog, ProducedRecord
@@ -128,3 +131,22 @@ def test_container_publishes_every_port_the_gateway_advertises() -> None:
     config = GatewayConfig(listen_host="0.0.0.0", listen_port=port, advertised_host="127.0.0.1")
     # The single-node broker images use node id 1.
     assert port <= config.broker_port(1) < port + GATEWAY_PORT_SPAN
+
+
+@pytest.mark.kafka
+def test_a_gateway_whose_port_was_taken_before_its_first_start_moves_to_a_free_block(kafka, tmp_path) -> None:
+    import socket
+
+    from compat_tests.harness.gateway_proc import GatewayProcess
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        gw = GatewayProcess(upstream=kafka.bootstrap, listen_port=port, log_dir=tmp_path)
+        with gw:
+            assert gw.listen_port != port and gw.bootstrap == f"127.0.0.1:{gw.listen_port}"
+        assert "address already in use" in gw.log_path.read_text()
+    finally:
+        taken.close()
