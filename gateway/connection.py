@@ -21,7 +21,6 @@ connection down.
 from __future__ import annotations
 
 import asyncio
-import errno
 import struct
 import time
 from collections import deque
@@ -29,18 +28,15 @@ from collections.abc import Coroutine
 from typing import Any
 
 from . import codec, connection_sasl, frames, node_endpoints, rewrite, unreachable
-from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink
+from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink, dial
 from .logging import get_logger
 from .refusals import client_id_of
 from .sasl import SASL_APIS, ClientSasl
-from .tls import connect_kwargs, note_upstream_failure
-from .upstream import UpstreamAuthError, set_nodelay
+from .upstream import set_nodelay
 
 log = get_logger("gateway.connection")
 
 _HEAD = struct.Struct(">hhi")
-# Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
-_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
@@ -138,33 +134,8 @@ class ClientConnection(asyncio.Protocol):
         else:
             addr = directory.address(self.node_id)
             targets = [] if addr is None else [addr]
-        loop = asyncio.get_running_loop()
-        errors = []
-        exhausted = False
-        for host, port in targets:
-            try:
-                if self.terminating:
-                    link = await asyncio.wait_for(connection_sasl.open_link(self, host, port),
-                                                  self.gw.config.upstream_connect_timeout_s)
-                else:
-                    _, link = await asyncio.wait_for(
-                        loop.create_connection(
-                            lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
-                        ),
-                        self.gw.config.upstream_connect_timeout_s,
-                    )
-            except UpstreamAuthError as e:
-                # The cluster refused the gateway's own credentials: says nothing about its reachability.
-                log.warning("upstream refused the gateway's credentials", peer=self.peer, error=str(e))
-                errors.append(str(e))
-                continue
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
-                if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
-                    exhausted = True  # our own descriptors ran out: says nothing about the cluster
-                else:
-                    self.metrics.upstream_connect_failures += 1
-                continue
+        link, errors, exhausted = await dial(self, targets)
+        if link is not None:
             self._linking = False
             if self.closed:
                 assert link.transport is not None

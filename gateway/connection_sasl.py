@@ -20,9 +20,8 @@ from . import frames
 from .connection_parts import ConnectionHost, Slot, UpstreamLink
 from .logging import get_logger
 from .refusals import client_id_of
-from .sasl import SASL_HANDSHAKE, AuthenticationFailed, ClientSasl
+from .sasl import SASL_HANDSHAKE, ClientSasl
 from .sasl_server import TerminatingSasl
-from .upstream import UpstreamAuthError, open_authenticated, upstream_credentials
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
@@ -70,27 +69,6 @@ def follow_response(conn: ClientConnection, api_key: int, version: int, frame: b
 
 
 # --- termination --------------------------------------------------------------------------------------
-
-
-async def open_link(conn: ClientConnection, host: str, port: int) -> UpstreamLink:
-    """A link authenticated as the gateway itself, then handed to an UpstreamLink."""
-    try:
-        reader, writer, lifetime_ms = await open_authenticated(
-            host, port, conn.gw.directory.tls, upstream_credentials(conn.gw.config)
-        )
-    except AuthenticationFailed as e:
-        raise UpstreamAuthError(str(e)) from None
-    transport = writer.transport
-    link = UpstreamLink(conn)
-    # The stream writer closes its transport when collected: the link keeps it while it lives.
-    link.writer = writer
-    transport.set_protocol(link)
-    link.connection_made(transport)
-    if lifetime_ms > 0:
-        # Move to a new link well before the broker's session ends (Kafka's clients re-authenticate
-        # at 85-95% of it); a request after the end would close the link.
-        link.renew_at = time.monotonic() + lifetime_ms * 0.85 / 1000
-    return link
 
 
 def retire(conn: ClientConnection, link: UpstreamLink) -> None:
@@ -181,4 +159,4 @@ def answer_sasl(conn: ClientConnection, frame: bytes, api_key: int, version: int
     conn.spawn(run())
 
 
-__all__ = ["answer_sasl", "authorize", "client_sasl", "follow_response", "open_link", "retire", "retired_link_lost", "sasl_admits"]
+__all__ = ["answer_sasl", "authorize", "client_sasl", "follow_response", "retire", "retired_link_lost", "sasl_admits"]
