@@ -327,9 +327,14 @@ class GroupLayer:
 
             assert isinstance(self.runtime.store, KafkaStateStore)
             self.fleet = FleetMembership(
-                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics
+                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics,
+                self.gw.listener_rule(),
             )
             self.handlers.fleet_coordinator = self.fleet.coordinator
+            self.handlers.fleet = self.fleet
+            # One node table in every instance's answers: brokers at the instance carrying them, and the
+            # instances' coordinator nodes beside them.
+            self.gw.fleet = self.fleet
             await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
