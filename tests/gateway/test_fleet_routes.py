@@ -154,7 +154,7 @@ def test_metadata_and_describe_cluster_list_the_coordinator_nodes_beside_the_bro
     cls = codec.RESPONSES[codec.DESCRIBE_CLUSTER][0]
     dc = cls(throttle_time_ms=0, error_code=0, error_message=None, cluster_id="c", controller_id=1,
              brokers=[cls.DescribeClusterBroker(broker_id=1, host="kafka-1", port=9092, rack=None)],
-             authorized_operations=-2147483648)
+             authorized_operations=set())
     out = rewrite.rewrite_response(codec.DESCRIBE_CLUSTER, codec.encode_response(codec.DESCRIBE_CLUSTER, 0, 3, dc), 0,
                                    addr_of, listed)
     _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, 0, out.payload)
