@@ -7,7 +7,7 @@ one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.
   same while membership does;
 - behind a round-robin TCP balancer as the only bootstrap address, a librdkafka and a kafka-python
   consumer in one group consume every record (partitions led by brokers carried by different
-  instances); a librdkafka consumer with the plain list of the instances as its bootstrap does too;
+  instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
 - ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
   groups by the instance holding their shard, the cluster's own groups by their broker; so do
   `kafka-consumer-groups --list` (Kafka 4.3.1's Java admin client) and confluent-kafka's AdminClient.
@@ -15,6 +15,7 @@ one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import time
@@ -29,7 +30,13 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import free_port_block
-from compat_tests.harness.clients import ConfluentConsumer, KafkaPythonConsumer, produce_confluent, values
+from compat_tests.harness.clients import (
+    AiokafkaConsumer,
+    ConfluentConsumer,
+    KafkaPythonConsumer,
+    produce_confluent,
+    values,
+)
 from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
@@ -71,6 +78,7 @@ class Fleet:
             "instances_session_timeout_ms = 6000\n"
             "instances_heartbeat_interval_ms = 500\n"
             "instances_rebalance_timeout_ms = 10000\n"
+            '"group.initial.rebalance.delay.ms" = 0\n'
         )
         self.brokers = sorted(cluster.brokers)
         self.gateways = [
@@ -92,8 +100,8 @@ class Fleet:
         return [gw.bootstrap for gw in self.gateways]
 
     def stop(self) -> None:
-        for gw in self.gateways:
-            gw.stop()
+        with concurrent.futures.ThreadPoolExecutor(INSTANCES) as pool:
+            list(pool.map(lambda gw: gw.stop(), self.gateways))
 
     def tails(self) -> str:
         return "\n".join(f"--- {gw.log_path}\n{gw.tail(30)}" for gw in self.gateways)
@@ -115,15 +123,19 @@ def _table(address: str) -> dict[int, str]:
 @pytest.fixture(scope="module")
 def fleet(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f = Fleet(kafka3, tmp_path_factory.mktemp("route"))
+    began = time.monotonic()
     try:
         f.start()
         # Every instance has the assignment of all three (their coordinator nodes listed).
         _wait("every instance lists the three coordinator nodes",
               lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES for b in f.bootstraps),
               60, f)
+        print(f"three instances serving one node table {time.monotonic() - began:.1f}s after the start")
         yield f
     finally:
+        began = time.monotonic()
         f.stop()
+        print(f"three instances stopped in {time.monotonic() - began:.1f}s")
 
 
 def test_every_instance_answers_one_node_table_spread_by_the_routing(fleet: Fleet) -> None:
@@ -177,9 +189,17 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
                 c.stop()
         assert lb.accepted >= INSTANCES  # the balancer spread the bootstrap connections too
     listed = EventLog()
-    with ConfluentConsumer(name="rdkafka-list", log=listed, bootstrap=",".join(fleet.bootstraps),
-                           group_id=unique(PREFIX + "list"), topics=[topic]):
-        _wait("the consumer with a bootstrap list consumed every record", lambda: _consumed(listed) >= set(sent), 60, fleet)
+
+    async def through_the_list() -> None:
+        consumer = await AiokafkaConsumer(name="aiokafka-list", log=listed, bootstrap=",".join(fleet.bootstraps),
+                                          group_id=unique(PREFIX + "list"), topics=[topic]).start()
+        try:
+            await consumer.wait_until_count(len(sent), 60)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(through_the_list())
+    assert _consumed(listed) >= set(sent)
 
 
 def _topic_metadata(address: str, topic: str) -> Any:
