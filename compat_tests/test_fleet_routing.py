@@ -5,8 +5,8 @@ one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.
   keeps its node id, at the listener of the instance a rendezvous hash picks (so the brokers' traffic is
   spread over the instances), and every instance's coordinator node is listed beside them; it stays the
   same while membership does;
-- behind a round-robin TCP balancer as the only bootstrap address, a librdkafka and a kafka-python
-  consumer in one group consume every record (partitions led by brokers carried by different
+- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.3.1), a librdkafka and
+  a kafka-python consumer in one group consume every record (partitions led by brokers carried by different
   instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
 - ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
   groups by the instance holding their shard, the cluster's own groups by their broker; so do
@@ -38,9 +38,9 @@ from compat_tests.harness.clients import (
     values,
 )
 from compat_tests.harness.cluster import KafkaCluster
-from compat_tests.harness.events import EventLog
+from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
 from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.java import consumer_groups_command
+from compat_tests.harness.java import JavaTool, consumer_groups_command, verifiable_consumer
 from compat_tests.harness.names import unique
 from compat_tests.harness.probe import describe_cluster_endpoints, metadata_endpoints, roundtrip
 from compat_tests.harness.tcp_proxy import RoundRobinProxy
@@ -52,6 +52,7 @@ pytestmark = pytest.mark.kafka
 SHARDS = 6
 INSTANCES = 3
 PREFIX = "route-"  # the managed groups; others are the cluster's own
+RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
 
 
 def _spread_ports(brokers: list[int]) -> list[int]:
@@ -164,30 +165,53 @@ def _consumed(log: EventLog) -> set[bytes]:
 
 
 def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consume_everything(
-    kafka3: KafkaCluster, fleet: Fleet
+    kafka3: KafkaCluster, fleet: Fleet, tmp_path: Path
 ) -> None:
     topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
+    names = ["java-lb", "rdkafka-lb", "kafka-python-lb"]
+    log = EventLog()
+    java: JavaTool | None = None
+
+    def seen() -> EventLog:
+        """The Python clients' events and the Java consumer's so far, in one log."""
+        out = EventLog()
+        for o in list(log.ownership):
+            out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
+        for r in list(log.records):
+            out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
+        if java is not None:
+            ingest_verifiable_consumer(out, "java-lb", java)
+        return out
+
     with RoundRobinProxy(fleet.bootstraps) as lb:
         # The partitions' leaders are brokers carried by different instances: the data is spread.
         leaders = {p.leader_id for t in _topic_metadata(lb.address, topic) for p in t.partitions}
         carriers = {routes(fleet.brokers, fleet.bootstraps)[n] for n in leaders}
         assert len(carriers) > 1, (leaders, carriers)
-        sent = values("lb", 60)
-        produce_confluent(lb.address, topic, sent)
-        log = EventLog()
+        # One group of three client families (the classic protocol's range assignor is common to all),
+        # each bootstrapped on the balancer alone.
         group = unique(PREFIX + "lb")
         consumers = [
             ConfluentConsumer(name="rdkafka-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
             KafkaPythonConsumer(name="kafka-python-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
         ]
-        for c in consumers:
-            c.start()
         try:
-            _wait("the group behind the balancer consumed every record", lambda: _consumed(log) >= set(sent), 60, fleet)
+            java = verifiable_consumer("4.3.1", lb.address, topic, group, assignment_strategy=RANGE,
+                                       log_dir=tmp_path).start()
+            for c in consumers:
+                c.start()
+            _wait("the three members hold a partition each", lambda: seen().settled(topic, 3, names), 60, fleet)
+            produced = produce_confluent(lb.address, topic, values("lb", 60))
+            _wait("the group behind the balancer consumed every record", lambda: seen().covers(produced), 60, fleet)
+            assert java.alive(), java.tail()
         finally:
+            if java is not None:
+                java.stop()
             for c in consumers:
                 c.stop()
+        assert {r.consumer for r in seen().records} == set(names)  # every client consumed its partition
         assert lb.accepted >= INSTANCES  # the balancer spread the bootstrap connections too
+    sent = [p.value for p in produced]
     listed = EventLog()
 
     async def through_the_list() -> None:
@@ -223,7 +247,7 @@ def _commit_on_cluster(bootstrap: str, group: str, topic: str) -> None:
 def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluster, fleet: Fleet) -> None:
     topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
     produce_confluent(kafka3.bootstrap, topic, values("lg", 6))
-    live = [unique(PREFIX + f"live{i}") for i in range(4)]  # managed, members at the gateway
+    live = [unique(PREFIX + f"live{i}") for i in range(INSTANCES)]  # managed, members at the gateway
     offsets_only = unique(PREFIX + "offsets")  # managed id, committed on the cluster only
     plain = unique("plain-route")  # not managed: the cluster's own group
     for g in (offsets_only, plain):
