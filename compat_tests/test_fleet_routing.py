@@ -8,6 +8,7 @@ one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.
 - behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.3.1), a librdkafka and
   a kafka-python consumer in one group consume every record (partitions led by brokers carried by different
   instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
+- one instance leaving (SIGTERM) changes the others' table only for the brokers it carried;
 - ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
   groups by the instance holding their shard, the cluster's own groups by their broker; so do
   `kafka-consumer-groups --list` (Kafka 4.3.1's Java admin client) and confluent-kafka's AdminClient.
@@ -280,3 +281,25 @@ def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluste
     finally:
         for c in consumers:
             c.stop()
+
+
+def test_the_table_changes_with_membership_only_for_the_leaving_instances_brokers(fleet: Fleet) -> None:
+    """Runs last: one instance leaves (SIGTERM), the two others' table drops its coordinator node and
+    moves only the brokers it carried."""
+    before = _table(fleet.bootstraps[0])
+    carried = routes(fleet.brokers, fleet.bootstraps)
+    leaving, *staying = fleet.gateways
+    gone = leaving.bootstrap
+    leaving.stop()
+    stay = [gw.bootstrap for gw in staying]
+    _wait("the others list two coordinator nodes",
+          lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES - 1 for b in stay), 30, fleet)
+    after = [_table(b) for b in stay]
+    assert after[0] == after[1], after
+    table = after[0]
+    assert sorted(a for n, a in table.items() if n >= COORDINATOR_NODE_BASE) == sorted(stay)
+    for node in fleet.brokers:
+        if carried[node] == gone:
+            assert table[node] != before[node], (node, table)
+        else:
+            assert table[node] == before[node], f"broker {node} moved though its instance stayed: {before} -> {table}"
