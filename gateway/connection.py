@@ -551,7 +551,7 @@ class ClientConnection(asyncio.Protocol):
             result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
             directory.note_narrowed(result.narrowed)
             return result.payload
-        result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
+        result = rewrite.rewrite_response(api_key, payload, version, self.gw.addr_of, self.gw.listed_nodes())
         if result.brokers is not None:
             directory.observe(result.brokers)
         return result.payload

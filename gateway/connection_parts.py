@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .limits import ConnectionLimits
     from .metrics import GatewayMetrics
     from .refusals import RefusalLog
+    from .rewrite import Broker
     from .sasl_server import Terminator
     from .unreachable import Replies
     from .upstream import BrokerDirectory
@@ -164,6 +165,10 @@ class ConnectionHost(Protocol):
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         """The address clients use for ``node_id`` (None: the gateway does not serve it)."""
+        ...
+
+    def listed_nodes(self) -> list[Broker]:
+        """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
         ...
 
 
