@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.events import now_ms
+from compat_tests.harness.events import OwnershipEvent, now_ms
 from compat_tests.harness.names import unique
 from rehearsal import events as ev
 from rehearsal.calibration import Schedule, Step, Timings
@@ -90,6 +90,30 @@ def _stopped_ms(run: RollingUpgrade, m: Member, fallback: float) -> float:
     after = [e.at_ms for e in run.log.ownership
              if e.consumer == m.name and e.kind in ("revoked", "stopped") and e.at_ms >= fallback]
     return min(after) if after else fallback
+
+
+def ends_after_close(ownership: list[OwnershipEvent]) -> list[OwnershipEvent]:
+    """The recording with each incarnation's end after the revocation its close reported.
+
+    The librdkafka harness records ``stopped`` when its poll loop ends and only then closes the consumer,
+    whose close serves the revocation callback (classic and KIP-848 alike) within a millisecond or two; the
+    Java tool reports that revocation before it ends. Converted as recorded, a librdkafka member's end
+    comes first and its final revocation no longer changes anything, so its rolling restart counted one
+    ownership change per step fewer than the same restart by Java clients or by the simulation (which
+    revokes, then leaves). Moving the end after the close's revocation measures every client alike."""
+    out = list(ownership)
+    i = 0
+    while i < len(out):
+        e = out[i]
+        later = [j for j in range(i + 1, len(out))
+                 if out[j].consumer == e.consumer and out[j].kind in ("revoked", "lost")]
+        if e.kind == "stopped" and later:
+            last = later[-1]
+            out.insert(last + 1, OwnershipEvent(e.consumer, "stopped", (), max(e.at_ms, out[last].at_ms)))
+            del out[i]
+            continue
+        i += 1
+    return out
 
 
 def run_real(
@@ -161,7 +185,7 @@ def run_real(
     # The run ends when the last step settled: the fleet's shutdown after it is not part of the scenario.
     end_ms = run.steps[-1].settled_ms
     recorded = convert(
-        [e for e in run.log.ownership if e.at_ms <= end_ms], run="measured", group=group, client_mix=mix,
+        ends_after_close([e for e in run.log.ownership if e.at_ms <= end_ms]), run="measured", group=group, client_mix=mix,
         protocols={m.name: m.spec.protocol for m in run.all_members()}, topics={topic: partitions},
     )
     events = [e.model_copy(update={"reason": "crash"}) if e.event == "member_left" and e.member in killed else e
