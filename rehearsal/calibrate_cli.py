@@ -36,6 +36,7 @@ from rehearsal.calibration import (
     Timings,
     client_timings,
     figures,
+    first_requests,
     simulate_schedule,
 )
 from rehearsal.events import EventWriter, parse_event, read_events
@@ -120,6 +121,7 @@ class Row:
     gateway: Figures | None = None  # the same window measured on the gateway's own --rebalance-events
     events: str | None = None  # the directory with measured.jsonl, simulated-0.jsonl, schedule.json
     runs: int = 1
+    start_lags_ms: list[int] = field(default_factory=list)  # per restart: its start to its first group request
 
     @property
     def mix(self) -> str:
@@ -153,6 +155,7 @@ class Row:
             "simulated": [fig_json(f) for f in self.simulated] or [fig_json(c.simulated)],
             "gateway": fig_json(self.gateway) if self.gateway else None,
             "ratios": {k: _finite(v) for k, v in c.ratios().items()}, "within_25": c.within(TOLERANCE),
+            "start_lags_ms": self.start_lags_ms,
         }
 
 
@@ -176,7 +179,8 @@ def compare_saved(real_events: Sequence[Any], schedule: Schedule, seeds: int, cl
     span = max(real_fig.time_to_stable_ms, *(f.time_to_stable_ms for f in sims))
     real_fig = figures(real_events, members, real_fig.first_disturbance_ms + span)
     sims = [figures(events, members, f.first_disturbance_ms + span) for events, f in zip(simulated, sims, strict=True)]
-    return Row(Comparison(schedule.mix, schedule.scenario, real_fig, averaged(sims), CLIENTS.get(client, client)), sims)
+    return Row(Comparison(schedule.mix, schedule.scenario, real_fig, averaged(sims), CLIENTS.get(client, client)), sims,
+               start_lags_ms=start_lags(schedule))
 
 
 def pooled(rows: Sequence[Row]) -> list[Row]:
@@ -190,7 +194,7 @@ def pooled(rows: Sequence[Row]) -> list[Row]:
             continue
         comparison = Comparison(mix, scenario, pool([r.comparison.real for r in mine]),
                                 pool([r.comparison.simulated for r in mine]), CLIENTS[client])
-        out.append(Row(comparison, runs=len(mine)))
+        out.append(Row(comparison, runs=len(mine), start_lags_ms=[lag for r in mine for lag in r.start_lags_ms]))
     return out
 
 
@@ -252,6 +256,25 @@ def gateway_figures(path: Path, group: str, members: int, window: tuple[int, int
     return figures(events, members, window[1], window[0]) if events else None
 
 
+def coordinator_timed(schedule: Schedule, real_events: Sequence[Any], gateway_events: Path | None) -> Schedule:
+    """The schedule with each restart at the moment the gateway first heard from it (``first_requests``), when
+    the gateway's event log of the run is at hand; else as recorded."""
+    if gateway_events is None or not gateway_events.exists() or not schedule.steps:
+        return schedule
+    group = next((e.group for e in real_events), None)
+    events = [e for e in (parse_event(line) for line in gateway_events.read_text().splitlines() if line.strip())
+              if e.group == group]
+    first = next((e.ts_ms for e in real_events if e.event == "disturbance"), None)
+    if not events or first is None:
+        return schedule
+    return first_requests(schedule, events, first - schedule.steps[0].stop_ms)
+
+
+def start_lags(schedule: Schedule) -> list[int]:
+    """Per step, from the new incarnation's start to the coordinator's first request from it (ms)."""
+    return [s.first_request_ms - s.start_ms for s in schedule.steps if s.first_request_ms is not None]
+
+
 def gateway_mode(mix: str) -> str:
     return "translate" if mix == "translate" else "native"
 
@@ -266,14 +289,15 @@ def run_one(gateway: str, broker: str, mix: str, scenario: str, *, members: int,
     timings = client_timings(harness_client)
     real = run_real(gateway, broker, mix, scenario, members=members, partitions=partitions,  # type: ignore[arg-type]
                     client=harness_client, timings=timings, log_dir=keep)
-    row = compare_saved(real.events, real.schedule, seeds, harness_client)
+    schedule = coordinator_timed(real.schedule, real.events, gateway_events)
+    row = compare_saved(real.events, schedule, seeds, harness_client)
     keep.mkdir(parents=True, exist_ok=True)
     (keep / "run.json").write_text(json.dumps({"client": harness_client}) + "\n")
     with EventWriter(keep / "measured.jsonl") as w:
         w.write_all(real.events)
     with EventWriter(keep / "simulated-0.jsonl") as w:
-        w.write_all(simulate_schedule(real.schedule, 0))
-    (keep / "schedule.json").write_text(json.dumps(dataclasses.asdict(real.schedule)) + "\n")
+        w.write_all(simulate_schedule(schedule, 0))
+    (keep / "schedule.json").write_text(json.dumps(dataclasses.asdict(schedule)) + "\n")
     row.events = str(keep)
     if gateway_events is not None:
         origin = row.comparison.real.first_disturbance_ms
@@ -370,6 +394,9 @@ def replay(works: Sequence[Path], seeds: int, out: Path | None, json_path: Path 
         who = CLIENTS.get(meta.get("client", client), "java")
         schedule = dataclasses.replace(load_schedule(run / "schedule.json"), timings=client_timings(who))
         real = list(read_events([str(run / "measured.jsonl")]))
+        if not start_lags(schedule):
+            # A run saved before its schedule was timed by the coordinator: its gateway's log is beside it.
+            schedule = coordinator_timed(schedule, real, run.parent / gateway_mode(schedule.mix) / "events.jsonl")
         row = compare_saved(real, schedule, seeds, who)
         row.events = str(run)
         rows.append(row)

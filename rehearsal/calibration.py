@@ -79,6 +79,10 @@ class Step:
     graceful: bool
     start_ms: int  # the next incarnation starts (its consumer is created and subscribes)
     protocol: str  # the next incarnation's protocol: classic | consumer
+    # When the coordinator first heard from the next incarnation (its first JoinGroup or ConsumerGroupHeartbeat,
+    # read from the gateway's --rebalance-events by ``first_requests``); None: start_ms + the client's start
+    # latency. A client's start is CPU-bound (a JVM on a loaded machine), the protocol after it is not.
+    first_request_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,34 @@ class Schedule:
 
     def initial_protocol(self) -> str:
         return "consumer" if self.mix == "consumer" else "classic"
+
+
+# A simulated client's first request reaches the coordinator this long after it starts (a 1 ms wake-up and
+# the simulated network's 1-5 ms).
+REQUEST_LEAD_MS = 4
+
+
+def first_requests(schedule: Schedule, coordinator_events: Iterable[ev.Event], origin_ms: int) -> Schedule:
+    """The schedule with each step's ``first_request_ms``: when the coordinator first heard from the slot's
+    next incarnation, read from the coordinator's own events of the group (the gateway's
+    ``--rebalance-events``; ``origin_ms`` is the schedule's zero on their clock).
+
+    After the incarnation started (and the old one stopped) and before the next step, that is the first
+    ``rebalance_started`` caused by a JoinGroup (a classic member joining a settled group starts one) or the
+    first ``member_joined`` of a new-protocol member id not seen before (written on its first heartbeat's
+    response). A step where neither is found (a classic member that joined a rebalance already under way)
+    keeps its start plus the client's start latency."""
+    ordered = _ordered(coordinator_events)
+    steps = []
+    for i, step in enumerate(schedule.steps):
+        lo = origin_ms + max(step.stop_ms, step.start_ms)
+        hi = origin_ms + schedule.steps[i + 1].stop_ms if i + 1 < len(schedule.steps) else 1 << 62
+        seen = {e.member for e in ordered if e.ts_ms < lo and e.member}
+        found = next((e.ts_ms for e in ordered if lo <= e.ts_ms < hi and (
+            (isinstance(e, ev.RebalanceStarted) and e.reason == "JoinGroupRequest")
+            or (isinstance(e, ev.MemberJoined) and e.protocol == "consumer" and e.member not in seen))), None)
+        steps.append(replace(step, first_request_ms=None if found is None else found - origin_ms))
+    return replace(schedule, steps=tuple(steps))
 
 
 class ScheduledSimulation(Simulation):
@@ -153,7 +185,8 @@ class ScheduledSimulation(Simulation):
         end = max(s.starts) + lag
         for step in s.steps:
             self._push(step.stop_ms, "action", ("stop", step))
-            start = max(step.start_ms + lag, step.stop_ms + 1)
+            at = step.start_ms + lag if step.first_request_ms is None else step.first_request_ms - REQUEST_LEAD_MS
+            start = max(at, step.stop_ms + 1)
             self._push(start, "action", ("start", (step.protocol, step.slot, None)))
             end = max(end, start)
         # Faults stop (the simulator then runs until the group converged) once the last member started.
@@ -368,5 +401,5 @@ def table(rows: Sequence[Comparison]) -> str:
 
 __all__ = [
     "CALIBRATION_SCENARIOS", "Comparison", "Figures", "Schedule", "ScheduledSimulation", "Step", "Timings",
-    "compare", "figures", "simulate_schedule", "table",
+    "compare", "figures", "first_requests", "simulate_schedule", "table",
 ]

@@ -18,6 +18,7 @@ stop (the old incarnation's last revocation callback, or the kill) and each rest
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +129,16 @@ def run_real(
     timings: Timings = Timings(),
     log_dir: Path | None = None,
     crash_pause_s: float = 1.0,
+    stop_jitter_ms: int | None = None,
 ) -> RealRun:
     """Run one scenario with real clients against ``bootstrap`` (the gateway, configured with
-    ``gateway_settings(timings)``; translate mode for the translate mix)."""
+    ``gateway_settings(timings)``; translate mode for the translate mix).
+
+    Each step waits a random 0..``stop_jitter_ms`` (default: the heartbeat interval) after the group
+    settled before it stops the next member. Without it every stop came a fixed time after the group's
+    last rebalance, so at the same phase of the members' heartbeats (which that rebalance reset), and the
+    members learned of every stop after about the same delay: a bias of the harness that neither a
+    production rollout nor the simulation replaying the schedule has."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario}")
     if scenario == "crashes" and client != "java":
@@ -144,6 +152,8 @@ def run_real(
         timeouts=Timeouts(timings.session_timeout_ms, timings.heartbeat_interval_ms), log_dir=log_dir,
     )
     kill = scenario == "crashes"
+    jitter = timings.heartbeat_interval_ms if stop_jitter_ms is None else stop_jitter_ms
+    rng = random.Random(group)
     launched: dict[str, float] = {}
     steps: list[tuple[int, Member, float, Member, bool]] = []
     try:
@@ -152,6 +162,7 @@ def run_real(
         for m in run.members.values():
             launched[m.name] = t
         for slot in range(members):
+            time.sleep(rng.uniform(0, jitter) / 1000)
             started = now_ms()
             if kill:
                 old = run.stop_slot(slot, kill=True)

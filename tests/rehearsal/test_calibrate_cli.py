@@ -116,3 +116,33 @@ def test_replay_of_a_saved_run_writes_the_table_and_json(tmp_path: Path) -> None
     assert "| java | rolling-restart | classic-cooperative | 1 |" in (out / "calibration.md").read_text()
     # Nothing saved there: a clear refusal.
     assert groupgate(["rehearse", "calibrate", "--replay", str(tmp_path / "empty")]) == 2
+
+
+def test_restarts_are_replayed_when_the_coordinator_first_heard_from_them() -> None:
+    from rehearsal import events as E
+    from rehearsal.calibration import first_requests
+
+    origin = 1_000_000
+    steps = (Step(0, 15000, True, 15200, "classic"), Step(1, 19000, True, 19100, "consumer"),
+             Step(2, 23000, True, 23050, "classic"))
+    schedule = Schedule("classic-cooperative", "rolling-upgrade", 6, (0, 0, 0), steps)  # type: ignore[arg-type]
+
+    def at(ms: int, cls: type, **fields: object) -> E.Event:
+        return cls.model_validate({"ts_ms": origin + ms, "seq": ms, "run": "gateway", "group": "g",
+                                   "client_mix": "classic-cooperative", "protocol": "classic", **fields})
+
+    coordinator = [
+        at(100, E.MemberJoined, member="old-consumer", protocol="consumer"),
+        at(15000, E.RebalanceStarted, reason="LeaveGroupRequest"),  # the stop itself
+        at(15150, E.RebalanceStarted, reason="JoinGroupRequest"),  # before the new incarnation started: not it
+        at(16900, E.RebalanceStarted, reason="JoinGroupRequest"),  # slot 0's classic successor
+        at(19400, E.MemberJoined, member="old-consumer", protocol="consumer"),  # seen before: not new
+        at(19600, E.MemberJoined, member="new-consumer", protocol="consumer"),  # slot 1's successor
+        # Slot 2's successor joined a rebalance under way: nothing to read, its start latency stays.
+    ]
+    timed = first_requests(schedule, coordinator, origin)
+    assert [s.first_request_ms for s in timed.steps] == [16900, 19600, None]
+    assert timed.steps[0].start_ms == 15200  # the recorded start is kept beside it
+    # The simulated successor's first request reaches the coordinator then, not at its start + latency.
+    joins = [e for e in simulate_schedule(timed) if e.event == "member_joined" and e.ts_ms > 15000]
+    assert 16900 <= joins[0].ts_ms <= 16900 + 600, joins[0]
