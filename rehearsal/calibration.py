@@ -61,6 +61,8 @@ class Timings:
     # The new protocol's callbacks wait for the application thread's poll loop: on the calibration's idle
     # topic, the fetch long poll (fetch.max.wait.ms). See ConsumerClient.callback_wait_ms.
     callback_wait_ms: int = 500
+    # Classic clients: heartbeat intervals from a JoinGroup response to the next heartbeat (ClassicClient).
+    classic_heartbeats_after_join: int = 1
 
 
 def client_timings(client: str) -> Timings:
@@ -68,7 +70,7 @@ def client_timings(client: str) -> Timings:
     its first group request follows its creation within tens of milliseconds) and serves its rebalance
     callbacks from the poll that the rebalance itself wakes up."""
     if client == "confluent":
-        return Timings(start_latency_ms=40, callback_wait_ms=0, straggler_share=0.0)
+        return Timings(start_latency_ms=40, callback_wait_ms=0, straggler_share=0.0, classic_heartbeats_after_join=2)
     return Timings()
 
 
@@ -147,7 +149,8 @@ class ScheduledSimulation(Simulation):
             server_assignor="uniform",  # what the real new-protocol members ask for (group.remote.assignor)
         )
         config = replace(sim_config(spec, 0), crashes=0, active_ms=2_000, seed=seed)
-        classic = type("CalibratedClassic", (ClassicClient,), {"session_timeout_ms": t.session_timeout_ms})
+        classic = type("CalibratedClassic", (ClassicClient,), {
+            "session_timeout_ms": t.session_timeout_ms, "heartbeats_after_join": t.classic_heartbeats_after_join})
         consumer = type("CalibratedConsumer", (ConsumerClient,), {"callback_wait_ms": t.callback_wait_ms})
 
         def endpoint(cfg: EndpointConfig, s: int) -> ServiceEndpoint:
@@ -166,8 +169,9 @@ class ScheduledSimulation(Simulation):
         return self.rng.randint(lo, hi)
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
-        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms == 1_000:
-            delay_ms = self.schedule.timings.heartbeat_interval_ms
+        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms and delay_ms % 1_000 == 0:
+            # The models count classic heartbeats in 1 s intervals (CLASSIC_HEARTBEAT_INTERVAL_MS).
+            delay_ms = delay_ms // 1_000 * self.schedule.timings.heartbeat_interval_ms
         super().call_later(client, delay_ms, tag)
 
     def new_client(self, protocol: str, slot: int, member_id: str | None = None) -> SimClient:
