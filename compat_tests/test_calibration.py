@@ -16,7 +16,7 @@ import pytest
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.upgrade import endpoints
 from compat_tests.upgrade.calibration import gateway_settings
-from rehearsal.calibrate_cli import Row, run_one
+from rehearsal.calibrate_cli import Row, load_schedule, run_one
 from rehearsal.calibration import TOLERANCE, Timings
 
 pytestmark = pytest.mark.kafka
@@ -63,10 +63,18 @@ def test_simulated_crashes_agree_with_real_clients(kafka: ProcessBackend, calibr
         assert (tmp_path / mix / "schedule.json").exists() and (tmp_path / mix / "measured.jsonl").exists()
         assert row.gateway is not None and row.gateway.changes > 0, mix
     eager, cooperative = rows["classic-eager"].comparison, rows["classic-cooperative"].comparison
-    # The protocol's share: a restarted eager member's JoinGroup makes every member revoke everything and
-    # wait for the dead member's session to expire; cooperative members keep theirs. Real and simulated
-    # clients agree that eager costs well over the cooperative figure.
+    # The protocol's share: an eager member restarted before the dead member's session expired makes every
+    # member revoke everything and wait for that expiry; cooperative members keep theirs. How much that is
+    # depends on how soon the restarted JVM reached the coordinator (on a loaded machine it may come after
+    # the expiry, and then costs nothing): the other members' partitions times what was left of the session.
+    schedule = load_schedule(tmp_path / "classic-eager" / "schedule.json")
+    session = Timings().session_timeout_ms
+    others = PARTITIONS - PARTITIONS // MEMBERS
+    penalty = sum(others * (step.stop_ms + session - step.first_request_ms) for step in schedule.steps
+                  if step.first_request_ms is not None and step.first_request_ms < step.stop_ms + session)
     for side in ("real", "simulated"):
         e, c = getattr(eager, side), getattr(cooperative, side)
-        assert e.unavailable_ms > 1.5 * c.unavailable_ms, (side, e.unavailable_ms, c.unavailable_ms)
+        # Slack: when each kill is noticed depends on the heartbeat phase (up to an interval per partition).
+        slack = MEMBERS * 2 * Timings().heartbeat_interval_ms
+        assert e.unavailable_ms - c.unavailable_ms >= 0.5 * penalty - slack, (side, e, c, penalty)
         assert e.rebalances_per_member > c.rebalances_per_member, side
