@@ -1,6 +1,6 @@
 """Calibration: a real run of a small fleet and the simulation of the same fleet, side by side.
 
-A real run (real clients through the gateway, bench/calibrate.py) is reduced to a ``Schedule``: when
+A real run (real clients through the gateway, ``groupgate rehearse calibrate``) is reduced to a ``Schedule``: when
 each member started, and for every step of the scenario which slot stopped (cleanly or killed), when,
 and when its next incarnation started and with which protocol. ``simulate_schedule`` replays exactly
 that schedule in the simulator (rehearsal/simulate.py) with the real run's group timings, so the two

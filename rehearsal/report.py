@@ -46,7 +46,7 @@ class ReportInput:
     members: Sequence[Row] = field(default_factory=list)  # member_rebalances of timeline_group
     histogram: dict[str, list[int]] = field(default_factory=dict)  # mix -> count per bin
     bin_width_ms: float = 1.0
-    # Rows of a calibration against real clients (bench/calibrate.py --json), found as _calibration.json
+    # Rows of a calibration against real clients (`groupgate rehearse calibrate --json`), found as _calibration.json
     # beside the events; empty when none exists.
     calibration: Sequence[Row] = field(default_factory=list)
 
@@ -410,7 +410,7 @@ def render(data: ReportInput) -> str:
         "<p>Of that share, what the protocol costs (partitions waiting for rebalances around clean "
         "restarts) and what crashes cost (partitions of a member that died, or was fenced, waiting for its "
         "session timeout: the same for every protocol, and zero in a rolling deployment without kills). "
-        "Where a calibration against real clients exists (bench/calibrate.py, docs/rehearsal.md) its "
+        "Where a calibration against real clients exists (groupgate rehearse calibrate, docs/rehearsal.md) its "
         "measured and predicted figures stand beside the mix.</p>",
         _cost_split(mixes, data.calibration),
         '<h2 id="client-mixes">Client mixes side by side</h2>',
