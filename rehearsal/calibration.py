@@ -56,7 +56,8 @@ class Timings:
     straggler_ms: tuple[int, int] = (100, 460)
     # From a consumer's start (the Java tool's startup_complete) to its first group request: metadata and
     # FindCoordinator. Measured through the gateway: the first ConsumerGroupHeartbeat of a restarted Java
-    # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms).
+    # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms) on an idle machine; a loaded
+    # one takes seconds, so a step replays its Step.first_request_ms where the gateway's log gives one.
     start_latency_ms: int = 170
     # The new protocol's callbacks wait for the application thread's poll loop: on the calibration's idle
     # topic, the fetch long poll (fetch.max.wait.ms). See ConsumerClient.callback_wait_ms.
