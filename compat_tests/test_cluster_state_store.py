@@ -33,7 +33,7 @@ from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
-from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
+from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS, STATE_TOPIC_SHARDS, gateway_config
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec
 from compat_tests.upgrade.scenario import RollingUpgrade
 from gateway.embedded_kafka import free_port
@@ -43,22 +43,10 @@ pytestmark = pytest.mark.kafka
 
 MEMBERS = 3
 PARTITIONS = 6
-SHARDS = 6  # a small state topic: the cluster is shared with other tests
+SHARDS = STATE_TOPIC_SHARDS  # a small state topic: the cluster is shared with other tests
 # Commits that time out while a killed broker's partitions change leader are retried, not fatal.
 BEFORE = [MemberSpec("confluent", "classic", assignor="range", retry_commits=True) for _ in range(MEMBERS)]
 AFTER = [MemberSpec("confluent", "consumer", retry_commits=True) for _ in range(MEMBERS)]
-
-
-def _config(path: Path, topic: str) -> Path:
-    settings: dict[str, Any] = {**FAST_GROUP_SETTINGS}
-    lines = ["[coordinator]"] + [f'"{k}" = {v}' for k, v in settings.items()]
-    lines += [
-        f'"state.topic.num.partitions" = {SHARDS}',
-        f'state_topic = "{topic}"',
-        f'state_transactional_id_prefix = "{topic}-"',
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _gateway(kafka3: KafkaCluster, work: Path, topic: str, listen_port: int | None = None) -> GatewayProcess:
@@ -67,10 +55,11 @@ def _gateway(kafka3: KafkaCluster, work: Path, topic: str, listen_port: int | No
     return GatewayProcess(
         upstream=kafka3.bootstrap,
         extra_args=[
-            "--config", str(_config(work / "gateway.toml", topic)), "--state-store", "kafka",
+            "--config", str(gateway_config(work / "gateway.toml", state_topic=topic)), "--state-store", "kafka",
             "--metrics-listen", f"127.0.0.1:{free_port()}",
         ],
-        listen_port=listen_port if listen_port is not None else free_port_block(1 + len(kafka3.brokers)),
+        # Node ids 1..3 are served on bootstrap + 1 + id.
+        listen_port=listen_port if listen_port is not None else free_port_block(2 + max(kafka3.brokers)),
         log_dir=work,
     )
 

@@ -1,8 +1,12 @@
 """Rolling upgrades of live consumer fleets from the classic group protocol to KIP-848 and back, through
 the gateway's group coordinator, checked from the clients' own events (compat_tests/upgrade).
 
-The broker behind the gateway (and behind --compat-direct) runs with short group timings
-(upgrade/endpoints.py) so each step settles in seconds.
+The upgrade and restart scenarios run on the session's 3-broker KRaft cluster (``kafka3``: replication
+factor 3, the short group timings of upgrade/endpoints.py), through a gateway that keeps group state in
+the cluster (a state topic of its own, replicated three times), as `groupgate serve` does by default; the
+file store (--state-dir) is exercised by test_state_log_faults.py, test_group_coordinator.py's restart and others.
+Under --compat-direct the same scenarios run against the cluster's own coordinator. KIP-848 in front of
+a broker without it (a classic-only broker, Tansu) runs on brokers of its own.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import pytest
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import ProcessBackend, _wait_tcp
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
+from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.invariants import assert_all_consumed, assert_exclusive_ownership
@@ -35,14 +39,14 @@ pytestmark = pytest.mark.kafka
 
 FLEET = 5
 PARTITIONS = 6
+REPLICATION = 3
 
 
 @dataclass
 class Endpoint:
-    """Where clients connect: the gateway (``process`` set) or, under --compat-direct, the broker itself."""
+    """Where clients connect: the gateway (``process`` set) or, under --compat-direct, the cluster itself."""
 
     bootstrap: str
-    broker: str
     process: GatewayProcess | None = None
 
     @property
@@ -50,57 +54,47 @@ class Endpoint:
         return self.process is None
 
 
-def _endpoint(request: pytest.FixtureRequest, broker: ProcessBackend, work: Path) -> Iterator[Endpoint]:
+def _endpoint(request: pytest.FixtureRequest, cluster: KafkaCluster, work: Path) -> Iterator[Endpoint]:
+    for n, b in cluster.brokers.items():  # a test of another module may have left one down
+        if not b.alive():
+            cluster.restart(n)
     if request.config.getoption("--compat-direct"):
-        yield Endpoint(broker.bootstrap, broker.bootstrap)
+        # Kafka's coordinator must run the gateway's group timings, or the verdicts would not compare.
+        fast = {k: str(v) for k, v in endpoints.FAST_GROUP_SETTINGS.items()}
+        assert {k: CLUSTER_CONFIG[k] for k in fast} == fast
+        # One address: the group probes send FindCoordinator to it.
+        yield Endpoint(cluster.brokers[min(cluster.brokers)].bootstrap)
         return
-    gw = endpoints.gateway(broker.bootstrap, work)
-    gw.start()
+    gw = endpoints.cluster_gateway(cluster, work, unique("upgrade-state"))
+    gw.start(timeout_s=endpoints.CLUSTER_GATEWAY_START_S)
     try:
-        yield Endpoint(gw.bootstrap, broker.bootstrap, gw)
+        yield Endpoint(gw.bootstrap, gw)
     finally:
         gw.stop()
         print(f"--- tail of {gw.log_path}\n{gw.tail(40)}")
 
 
 @pytest.fixture(scope="module")
-def brokers() -> Iterator[dict[str, ProcessBackend]]:
-    """The anchor broker and one without KIP-848, started side by side (their JVM start-ups overlap)."""
-    pair = {"anchor": endpoints.broker(), "classic-only": endpoints.broker(endpoints.CLASSIC_ONLY)}
-    try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            list(pool.map(lambda b: b.start(), pair.values()))
-        yield pair
-    finally:
-        for backend in pair.values():
-            backend.stop()
-
-
-@pytest.fixture(scope="module")
-def anchor(brokers: dict[str, ProcessBackend]) -> ProcessBackend:
-    return brokers["anchor"]
-
-
-@pytest.fixture(scope="module")
 def endpoint(
-    request: pytest.FixtureRequest, anchor: ProcessBackend, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Endpoint]:
-    yield from _endpoint(request, anchor, tmp_path_factory.mktemp("gateway"))
+    yield from _endpoint(request, kafka3, tmp_path_factory.mktemp("gateway"))
 
 
 @pytest.fixture
-def own_gateway(request: pytest.FixtureRequest, anchor: ProcessBackend, tmp_path: Path) -> Iterator[Endpoint]:
+def own_gateway(request: pytest.FixtureRequest, kafka3: KafkaCluster, tmp_path: Path) -> Iterator[Endpoint]:
     """A gateway of this test alone (it gets killed)."""
-    yield from _endpoint(request, anchor, tmp_path / "gateway")
+    yield from _endpoint(request, kafka3, tmp_path / "gateway")
 
 
 @pytest.fixture
-def new_run(anchor: ProcessBackend, tmp_path: Path) -> Iterator[Callable[..., RollingUpgrade]]:
-    """``new_run(endpoint, before, after)``: a RollingUpgrade on a fresh 6-partition topic and group."""
+def new_run(kafka3: KafkaCluster, tmp_path: Path) -> Iterator[Callable[..., RollingUpgrade]]:
+    """``new_run(endpoint, before, after)``: a RollingUpgrade on a fresh 6-partition topic (replication
+    factor 3) and group."""
     runs: list[RollingUpgrade] = []
 
     def make(ep: Endpoint, before: list[MemberSpec], after: list[MemberSpec], **kw: Any) -> RollingUpgrade:
-        topic = create_topic(anchor.bootstrap, unique("upgrade-topic"), PARTITIONS)
+        topic = create_topic(kafka3.bootstrap, unique("upgrade-topic"), PARTITIONS, replication_factor=REPLICATION)
         run = RollingUpgrade(
             ep.bootstrap,
             topic,
@@ -279,7 +273,11 @@ def test_gateway_sigkill_and_restart_mid_upgrade_keeps_members_and_assignments(
         pytest.skip("--compat-direct: there is no gateway process to kill")
     # librdkafka consumers: they restart in milliseconds, which keeps the file within its time budget.
     before, after = CONFLUENT_MATRIX["classic-range_to_consumer"]
-    run = new_run(own_gateway, before, after, allow_send_errors=True)
+    # The restarted process opens its shards from the cluster (fencing the killed one's producers, reading
+    # the state topic) before it answers: several seconds on a loaded 2-core machine, longer than the
+    # classic members' 6 s session (they would give their session up and rejoin). Operators keep the
+    # downtime below the shortest session timeout (docs/operations.md); so does this test.
+    run = new_run(own_gateway, before, after, allow_send_errors=True, timeouts=Timeouts(session_ms=STATIC_SESSION_MS))
     run.start_fleet()
     run.start_producer()
     for slot in (0, 1):
@@ -288,7 +286,8 @@ def test_gateway_sigkill_and_restart_mid_upgrade_keeps_members_and_assignments(
     owned = {slot: m.owned() for slot, m in run.members.items()}
     mark = time.time() * 1000
 
-    own_gateway.process.restart(hard=True)  # SIGKILL; same --state-dir, same ports
+    # SIGKILL; the same state topic and ports
+    own_gateway.process.restart(hard=True, timeout_s=endpoints.CLUSTER_GATEWAY_START_S)
     time.sleep(3.0)  # several heartbeat intervals of both protocols go through the new process
     restarted = run.settle("after the gateway restart", mark).group
 
@@ -305,8 +304,14 @@ def test_gateway_sigkill_and_restart_mid_upgrade_keeps_members_and_assignments(
 
 
 @pytest.fixture(scope="module")
-def classic_only_broker(brokers: dict[str, ProcessBackend]) -> ProcessBackend:
-    return brokers["classic-only"]
+def classic_only_broker() -> Iterator[ProcessBackend]:
+    """A broker without KIP-848 (its coordinator runs classic groups only), short group timings."""
+    backend = endpoints.broker(endpoints.CLASSIC_ONLY)
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
 
 
 def _advertises_consumer_group_heartbeat(address: str) -> bool:

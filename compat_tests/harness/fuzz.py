@@ -148,6 +148,7 @@ class RequestFuzzer:
         self.names = names
         self.evil = False  # per frame: break the schema's rules (nulls where not nullable, length lies)
         self.op_counts: Counter[str] = Counter()
+        self.api_counts: Counter[int] = Counter()  # frames built per api key (before any mutation)
 
     # Values -------------------------------------------------------------------------------------------
 
@@ -334,6 +335,7 @@ class RequestFuzzer:
         """One request frame, valid per its schema or bent by ``evil`` values, then maybe mutated bytes."""
         r = self.rng
         api_key = r.choice(self.apis)
+        self.api_counts[api_key] += 1
         lo, hi = self.ranges[api_key]
         version = r.randint(lo, min(hi, codec.REQUESTS[api_key].max_version))
         self.evil = r.random() < 0.3
@@ -413,6 +415,12 @@ class RequestFuzzer:
         ])
         return _I32.pack(lie) + payload
 
+
+# Every kind of byte mutation and schema-breaking value the fuzzer counts in ``op_counts``.
+OPS = frozenset({
+    "flip", "byte", "truncate", "extend", "api-key", "version", "garbage", "size-lie", "header-version",
+    "null-string", "null-array", "length-lie", "tag-count-lie",
+})
 
 _JOIN_GROUP = 11
 _LEARN_FROM = frozenset({_JOIN_GROUP, 68})  # JoinGroup (also MEMBER_ID_REQUIRED), ConsumerGroupHeartbeat
@@ -678,9 +686,11 @@ async def run_fuzz(
     finally:
         rep.cancel()
     ops: Counter[str] = Counter()
+    apis: Counter[int] = Counter()
     for f in fuzzers:
         ops.update(f.op_counts)
-    fuzzers[0].op_counts = ops
+        apis.update(f.api_counts)
+    fuzzers[0].op_counts, fuzzers[0].api_counts = ops, apis
     return stats, fuzzers[0]
 
 
