@@ -1,0 +1,612 @@
+"""Rebalance events of the groups a GroupService runs, derived from what the service sees (sans-I/O).
+
+``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
+service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
+same ``Outcome`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
+with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py``
+validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
+check the dicts against it.
+
+What each event is derived from:
+
+- ``member_joined``: the first successful JoinGroup response (classic, ``member_epoch`` = generation) or
+  ConsumerGroupHeartbeat response (consumer, ``member_epoch`` = member epoch) of a member id.
+- ``member_left``: a LeaveGroup that removed the member, a ConsumerGroupHeartbeat with epoch -1 / -2
+  (a static member leaving with -2 stays in the coordinator until its session ends, but the client
+  gave everything up), or a static member replaced by a new incarnation (``reason`` = ``replaced``).
+- ``member_fenced``: a timer removed the member (``reason`` = the timer kind: ``session``,
+  ``rebalance``, ``classic-heartbeat``, ``classic-join``, ...), or a ConsumerGroupHeartbeat was
+  answered FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID (the client loses its partitions and rejoins).
+- ``assignment_sent``: a ConsumerGroupHeartbeat response carrying an assignment (``member_epoch`` =
+  the response's epoch), or a successful SyncGroup response (``member_epoch`` = the generation).
+- ``partitions_assigned`` / ``partitions_revoked``: ACKNOWLEDGED ownership changes. A consumer member
+  acknowledges with the ``ownedTopicPartitions`` of its heartbeat (null = unchanged; topic ids are
+  named through the service's topic image), diffed against what it acknowledged last. A classic member
+  reports what it still owns in the OwnedPartitions of its JoinGroup subscription (cooperative; an
+  eager member revoked everything before rejoining and reports none) and owns what its successful
+  SyncGroup response assigned from then on. A member that leaves or is fenced loses everything; no
+  revocation is written for that (the analysis ends its ownership at ``member_left``/``member_fenced``).
+- ``group_converted``: the group changed type (classic <-> consumer); ``protocol`` is the new type.
+- ``rebalance_started``: a classic group entered PreparingRebalance; a consumer group's epoch was bumped.
+- ``timer_expired``: a timer of the service fired and changed something (``kind`` as the service names
+  it, ``member`` for member timers).
+- ``group_stable``: the group became Stable (consumer: every member at the target assignment; classic:
+  the Stable state), with the partitions the group's members were assigned.
+- ``topic_metadata``: a consumer group's subscribed topics (its subscription metadata) when first seen
+  or when their partition count changes.
+
+``client_mix`` cannot be known for sure by a coordinator: it is inferred from the group's state when
+its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
+rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
+
+Cost: a call compares snapshots of its group, O(members), except the hot paths: a consumer group member's
+heartbeat that wrote no record costs its acknowledgement alone, a classic group's Heartbeat nothing.
+
+``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
+
+After a restart (``on_loaded``) replayed members are known without a new ``member_joined``; each gets one
+``partitions_assigned`` of what the coordinator holds for it (a no-op for what it already owned).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.errors import Errors
+from coordinator.messages import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    TopicPartitions,
+)
+from coordinator.model import Assignment, ConsumerGroup, GroupState
+from coordinator.timers import TimerKey
+from translate.classic_group import ClassicGroup, ClassicGroupState
+from translate.classic_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from translate.embedded import (
+    CONSUMER_PROTOCOL_TYPE,
+    MalformedEmbeddedProtocol,
+    decode_assignment,
+    decode_subscription,
+)
+from translate.group_config import ClassicGroupsMode, Outcome, RequestKey
+from translate.group_messages import DeleteGroupsRequest
+from translate.group_service import GroupService
+
+EventSink = Callable[[dict[str, Any]], None]
+TP = tuple[str, int]
+
+CLASSIC = "classic"
+CONSUMER = "consumer"
+# Parked JoinGroup / SyncGroup requests remembered until their response is released; a bound so that
+# requests the service never answers (it answers all of them) cannot grow the map without end.
+_MAX_PENDING = 100_000
+_FENCING_ERRORS = {
+    int(Errors.FENCED_MEMBER_EPOCH): "fenced member epoch",
+    int(Errors.UNKNOWN_MEMBER_ID): "unknown member id",
+}
+_GROUP_REQUESTS = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest, ConsumerGroupHeartbeatRequest)
+
+
+def mix_of_protocol(protocol_name: str | None) -> str:
+    """The classic client mix an assignor protocol name implies."""
+    return "classic-cooperative" if protocol_name and "cooperative" in protocol_name.lower() else "classic-eager"
+
+
+@dataclass(slots=True)
+class _Member:
+    protocol: str
+    epoch: int | None = None
+    acked: set[TP] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Group:
+    members: dict[str, _Member] = field(default_factory=dict)
+    topics: dict[str, int] = field(default_factory=dict)  # declared with topic_metadata
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    type: str | None
+    members: frozenset[str]
+    epoch: int
+    stable: bool
+    preparing: bool
+
+
+_NO_GROUP = _Snapshot(None, frozenset(), 0, False, False)
+
+
+def _tps(parts: Iterable[TP]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p} for t, p in sorted(parts)]
+
+
+class RebalanceEventDeriver:
+    def __init__(
+        self,
+        service: GroupService,
+        sink: EventSink,
+        run: str = "gateway",
+        *,
+        first_seq: int = 0,
+        client_mixes: Mapping[str, str] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.service = service
+        self.on_error = on_error
+        self.failures = 0
+        self.sink = sink
+        self.run = run
+        self.seq = first_seq
+        self.mixes: dict[str, str] = dict(client_mixes or {})
+        self.groups: dict[str, _Group] = {}
+        self._pending: dict[RequestKey, JoinGroupRequest | SyncGroupRequest] = {}
+        self._names: dict[uuid.UUID, str] = {}
+        self._now = 0
+        self._out: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
+        self._last: dict[str, _Snapshot] = {}  # consumer groups after their last derived change (fast path)
+
+    # ---- the wrapped calls -----------------------------------------------------------------------
+    def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
+        if isinstance(request, _GROUP_REQUESTS):
+            gids = [request.group_id]
+        elif isinstance(request, DeleteGroupsRequest):
+            gids = list(request.group_ids)
+        else:
+            result = self.service.handle(request, request_key, now_ms)  # reads and offset checks
+            if result.records:
+                self._last.clear()  # not expected of these; never trust a snapshot after a change
+            return result
+        if isinstance(request, HeartbeatRequest) and self._consumer(request.group_id) is None:
+            return self.service.handle(request, request_key, now_ms)  # classic: re-arms a timer, changes nothing
+        self._begin(now_ms)
+        last = self._last.get(gids[0])
+        if isinstance(request, ConsumerGroupHeartbeatRequest) and request.member_epoch > 0 and last is not None:
+            # A consumer group changes only through records (its state is what replaying them gives): a call
+            # that wrote none left it as it was; only the member's acknowledgement and what it was told remain.
+            result = self.service.handle(request, request_key, now_ms)
+            if not result.records and len(result.responses) <= 1:
+                self._guarded(lambda: self._steady_heartbeat(request, result.response_to(request_key), result))
+                return result
+            before = {gids[0]: last}
+        else:
+            before = {g: self._snapshot(g) for g in gids}
+            self._guarded(lambda: self._before_request(request, request_key))
+            result = self.service.handle(request, request_key, now_ms)
+        self._guarded(lambda: self._after_request(request, request_key, result, gids, before))
+        return result
+
+    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: Outcome) -> None:
+        self._heartbeat_before(request, response)
+        self._heartbeat_after(request, response)
+        self._responses(result)  # (none expected: a parked response is released by a change, with records)
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
+        before = self._snapshot(key[1])
+        result = self.service.on_timer(key, now_ms)
+        self._begin(now_ms)
+        self._guarded(lambda: self._after_timer(key, result, before))
+        return result
+
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
+        current = {n: (m.topic_id, m.num_partitions) for n, m in self.service.coordinator.state.topics.items()}
+        if dict(topics) == current:
+            result = self.service.on_metadata(topics, now_ms)  # nothing changes
+            if result.records:
+                self._last.clear()
+            return result
+        gids = self._all_groups()
+        before = {g: self._snapshot(g) for g in gids}
+        result = self.service.on_metadata(topics, now_ms)
+        self._names = {}
+        self._begin(now_ms)
+        self._guarded(lambda: self._after_changes(gids, before, result, "topic metadata changed"))
+        return result
+
+    def on_loaded(self, now_ms: int) -> Outcome:
+        """After replay: take the replayed members as known, then arm the service's timers."""
+        self._begin(now_ms)
+        gids = self._all_groups()
+        self._guarded(lambda: self._restore_all(gids))
+        before = {g: self._snapshot(g) for g in gids}
+        result = self.service.on_loaded(now_ms)
+        self._guarded(lambda: self._after_changes(gids, before, result, "loaded"))
+        return result
+
+    def expire_empty_groups(self, now_ms: int) -> Outcome:
+        """Expired groups were Empty: no event (nobody rebalances); they are forgotten here too, and
+        their client_mix stays fixed for the run."""
+        result = self.service.expire_empty_groups(now_ms)
+        if result.records:
+            live = set(self._all_groups())
+            for gid in [g for g in self.groups if g not in live]:
+                del self.groups[gid]
+            self._last.clear()  # never trust a snapshot after a change
+        return result
+
+    def _guarded(self, derive: Callable[[], object]) -> None:
+        """Derive and write events. The service call already happened: a failure here must not lose
+        its result, so it is handed to ``on_error`` (re-raised when there is none, as in tests)."""
+        try:
+            derive()
+            self._flush()
+        except Exception as exc:
+            self._out = []
+            self.failures += 1
+            if self.on_error is None:
+                raise
+            self.on_error(exc)
+
+    def _before_request(self, request: object, request_key: RequestKey) -> None:
+        if isinstance(request, JoinGroupRequest):
+            self._join_request(request)
+        if isinstance(request, JoinGroupRequest | SyncGroupRequest):
+            self._remember(request_key, request)
+
+    def _after_request(
+        self, request: object, request_key: RequestKey, result: Outcome, gids: list[str],
+        before: dict[str, _Snapshot],
+    ) -> None:
+        if isinstance(request, ConsumerGroupHeartbeatRequest):
+            self._heartbeat_before(request, result.response_to(request_key))
+        after = {gid: self._snapshot(gid) for gid in gids}  # the service does not change until we return
+        for gid in gids:
+            self._departures(gid, after[gid], self._departure_reason(request))
+            self._group_changes(gid, before[gid], after[gid], type(request).__name__)
+        if isinstance(request, ConsumerGroupHeartbeatRequest):
+            self._heartbeat_after(request, result.response_to(request_key))
+        self._responses(result)
+        for gid in gids:
+            self._stable(gid, before[gid], after[gid])
+            group = self.groups.get(gid)
+            if group is not None and not group.members and after[gid].type is None:
+                del self.groups[gid]  # deleted; its client_mix stays fixed for the run
+        self._remember_after(gids, after)
+
+    def _remember_after(self, gids: Iterable[str], afters: Mapping[str, _Snapshot]) -> None:
+        for gid in gids:
+            after = afters[gid]
+            if after.type == CONSUMER:
+                self._last[gid] = after
+            else:
+                self._last.pop(gid, None)
+
+    def _after_timer(self, key: TimerKey, result: Outcome, before: _Snapshot) -> None:
+        kind, gid, member_id = key
+        after = self._snapshot(gid)
+        if not (result.records or result.responses or after != before):
+            return  # a stale timer: nothing happened
+        known = self.groups.get(gid)
+        member = known.members.get(member_id) if known is not None and member_id else None
+        protocol = member.protocol if member is not None else (before.type or CONSUMER)
+        self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
+        self._departures(gid, after, ("member_fenced", kind))
+        self._group_changes(gid, before, after, f"{kind} timer")
+        self._responses(result)
+        self._stable(gid, before, after)
+        self._remember_after([gid], {gid: after})
+
+    def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: Outcome, cause: str) -> None:
+        after = {gid: self._snapshot(gid) for gid in gids}
+        for gid in gids:
+            self._departures(gid, after[gid], ("member_fenced", cause))
+            self._group_changes(gid, before[gid], after[gid], cause)
+            self._stable(gid, before[gid], after[gid])
+        self._responses(result)
+        self._remember_after(gids, after)
+
+    # ---- state views -----------------------------------------------------------------------------
+    def _all_groups(self) -> list[str]:
+        return sorted(set(self.service.classic_groups.groups) | set(self.service.coordinator.state.groups))
+
+    def _classic(self, gid: str) -> ClassicGroup | None:
+        return self.service.classic_groups.group(gid)
+
+    def _consumer(self, gid: str) -> ConsumerGroup | None:
+        if self.service.classic_groups.group(gid) is not None:
+            return None
+        return self.service.coordinator.group(gid)
+
+    def _snapshot(self, gid: str) -> _Snapshot:
+        classic = self._classic(gid)
+        if classic is not None:
+            return _Snapshot(
+                CLASSIC, frozenset(classic.members), classic.generation_id,
+                classic.is_in(ClassicGroupState.STABLE), classic.is_in(ClassicGroupState.PREPARING_REBALANCE),
+            )
+        group = self._consumer(gid)
+        if group is not None:
+            return _Snapshot(CONSUMER, frozenset(group.members), group.group_epoch, group.state() is GroupState.STABLE, False)
+        return _NO_GROUP
+
+    def _name_of(self, topic_id: uuid.UUID, gid: str) -> str | None:
+        """The topic's name in the service's topic image, else in the group's own subscription metadata
+        (persisted with the group, so known right after a replay, before the image is loaded)."""
+        name = self._names.get(topic_id)
+        if name is None:
+            topics = self.service.coordinator.state.topics
+            if len(self._names) != len(topics):
+                self._names = {m.topic_id: n for n, m in topics.items()}
+                name = self._names.get(topic_id)
+        if name is None:
+            group = self.service.coordinator.group(gid)
+            if group is not None:
+                name = next((n for n, m in group.subscription_metadata.items() if m.topic_id == topic_id), None)
+        return name
+
+    def _named(self, items: Iterable[TopicPartitions], gid: str) -> set[TP]:
+        out: set[TP] = set()
+        for item in items:
+            name = self._name_of(item.topic_id, gid)
+            if name is not None:
+                out.update((name, p) for p in item.partitions)
+        return out
+
+    def _named_assignment(self, assignment: Assignment, gid: str) -> set[TP]:
+        return self._named((TopicPartitions(t, sorted(p)) for t, p in assignment.items()), gid)
+
+    @staticmethod
+    def _decoded(blob: bytes) -> set[TP] | None:
+        try:
+            assignment = decode_assignment(blob)
+        except MalformedEmbeddedProtocol:
+            return None
+        return {(tp.topic, p) for tp in assignment.assigned_partitions for p in tp.partitions}
+
+    def _infer_mix(self, gid: str, protocol: str) -> str:
+        classic = self._classic(gid)
+        if classic is not None and classic.members:
+            name = classic.protocol_name
+            if name is None:
+                first = next(iter(classic.members.values()))
+                name = first.supported_protocols[0].name if first.supported_protocols else None
+            return mix_of_protocol(name)
+        group = self._consumer(gid)
+        if group is not None and group.members:
+            legacy = [m for m in group.members.values() if m.classic_metadata is not None]
+            if not legacy:
+                return "consumer"
+            if self.service.config.mode is ClassicGroupsMode.TRANSLATE:
+                return "translate"
+            meta = legacy[0].classic_metadata
+            protocols = meta.supported_protocols if meta is not None else ()
+            return mix_of_protocol(protocols[0][0] if protocols else None)
+        return "consumer" if protocol == CONSUMER else "classic-eager"
+
+    # ---- emitting --------------------------------------------------------------------------------
+    def _begin(self, now_ms: int) -> None:
+        self._now = now_ms
+        self._out = []
+
+    def _emit(self, event_type: str, gid: str, member: str | None, protocol: str, **fields: Any) -> None:
+        self._out.append((event_type, gid, member, protocol, fields))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        for event_type, gid, member, protocol, fields in out:
+            mix = self.mixes.get(gid)
+            if mix is None:
+                mix = self.mixes[gid] = self._infer_mix(gid, protocol)
+            event: dict[str, Any] = {
+                "ts_ms": self._now, "seq": self.seq, "run": self.run, "group": gid,
+                "protocol": protocol, "client_mix": mix, "event": event_type,
+            }  # fmt: skip
+            if member is not None:
+                event["member"] = member
+            event.update((k, v) for k, v in fields.items() if v is not None)
+            self.seq += 1
+            self.sink(event)
+
+    def _group(self, gid: str) -> _Group:
+        group = self.groups.get(gid)
+        if group is None:
+            group = self.groups[gid] = _Group()
+        return group
+
+    def _join(self, gid: str, member_id: str, protocol: str, epoch: int, instance_id: str | None) -> _Member:
+        group = self._group(gid)
+        member = group.members.get(member_id)
+        if member is None:
+            member = group.members[member_id] = _Member(protocol, epoch)
+            self._emit("member_joined", gid, member_id, protocol, member_epoch=epoch, instance_id=instance_id)
+        member.epoch = epoch
+        return member
+
+    def _gone(self, gid: str, member_id: str, kind: str, reason: str) -> None:
+        group = self.groups.get(gid)
+        member = group.members.pop(member_id, None) if group is not None else None
+        if member is not None:
+            self._emit(kind, gid, member_id, member.protocol, member_epoch=member.epoch, reason=reason)
+
+    def _acknowledge(self, gid: str, member_id: str, member: _Member, owned: set[TP], epoch: int | None) -> None:
+        revoked = member.acked - owned
+        assigned = owned - member.acked
+        if revoked:
+            self._emit("partitions_revoked", gid, member_id, member.protocol, member_epoch=epoch, partitions=_tps(revoked))
+        if assigned:
+            self._emit("partitions_assigned", gid, member_id, member.protocol, member_epoch=epoch, partitions=_tps(assigned))
+        member.acked = set(owned)
+
+    # ---- what requests and responses say ---------------------------------------------------------
+    def _remember(self, key: RequestKey, request: JoinGroupRequest | SyncGroupRequest) -> None:
+        self._pending[key] = request
+        while len(self._pending) > _MAX_PENDING:
+            del self._pending[next(iter(self._pending))]
+
+    def _join_request(self, request: JoinGroupRequest) -> None:
+        """A known classic member rejoins: its subscription says what it still owns."""
+        group = self.groups.get(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if member is None or member.protocol != CLASSIC or request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return
+        if not request.protocols:
+            return
+        try:
+            sub = decode_subscription(request.protocols[0].metadata)
+        except MalformedEmbeddedProtocol:
+            return
+        owned = {(tp.topic, p) for tp in sub.owned_partitions for p in tp.partitions}
+        self._acknowledge(request.group_id, request.member_id, member, owned, member.epoch)
+
+    def _heartbeat_before(self, request: ConsumerGroupHeartbeatRequest, response: object) -> None:
+        """Leaves and fencing answered to a consumer member (before the group changes they cause)."""
+        if not isinstance(response, ConsumerGroupHeartbeatResponse):
+            return
+        member_id = response.member_id or request.member_id
+        if response.error_code != Errors.NONE:
+            reason = _FENCING_ERRORS.get(response.error_code)
+            if reason is not None:
+                self._gone(request.group_id, member_id, "member_fenced", reason)
+            return
+        if request.member_epoch < JOIN_GROUP_MEMBER_EPOCH:
+            static = request.member_epoch != LEAVE_GROUP_MEMBER_EPOCH
+            self._gone(request.group_id, member_id, "member_left", "static leave" if static else "leave")
+
+    def _heartbeat_after(self, request: ConsumerGroupHeartbeatRequest, response: object) -> None:
+        if not isinstance(response, ConsumerGroupHeartbeatResponse) or response.error_code != Errors.NONE:
+            return
+        if request.member_epoch < JOIN_GROUP_MEMBER_EPOCH or not response.member_id:
+            return
+        gid, member_id = request.group_id, response.member_id
+        member = self._join(gid, member_id, CONSUMER, response.member_epoch, request.instance_id)
+        if request.topic_partitions is not None:
+            owned = self._named(request.topic_partitions, gid)
+            self._acknowledge(gid, member_id, member, owned, request.member_epoch)
+        if response.assignment is not None:
+            told = self._named(response.assignment, gid)
+            self._emit("assignment_sent", gid, member_id, CONSUMER, member_epoch=response.member_epoch, partitions=_tps(told))
+
+    def _responses(self, result: Outcome) -> None:
+        """Parked JoinGroup / SyncGroup responses this result releases."""
+        for reply in result.responses:
+            request = self._pending.pop(reply.request_key, None)  # type: ignore[call-overload]
+            if isinstance(request, JoinGroupRequest) and isinstance(reply.body, JoinGroupResponse):
+                body = reply.body
+                if body.error_code == Errors.NONE and body.member_id:
+                    self._join(request.group_id, body.member_id, CLASSIC, body.generation_id, request.group_instance_id)
+            elif isinstance(request, SyncGroupRequest) and isinstance(reply.body, SyncGroupResponse):
+                self._synced(request, reply.body)
+
+    def _synced(self, request: SyncGroupRequest, response: SyncGroupResponse) -> None:
+        gid = request.group_id
+        if response.error_code != Errors.NONE:
+            return
+        classic = self._classic(gid)
+        if classic is not None and classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return  # not the consumer protocol (e.g. Connect): no partitions to read
+        parts = self._decoded(response.assignment)
+        if parts is None:
+            return
+        member = self._join(gid, request.member_id, CLASSIC, request.generation_id, request.group_instance_id)
+        generation = request.generation_id
+        self._emit("assignment_sent", gid, request.member_id, CLASSIC, member_epoch=generation, partitions=_tps(parts))
+        self._acknowledge(gid, request.member_id, member, parts, generation)
+
+    # ---- what the group's state says -------------------------------------------------------------
+    @staticmethod
+    def _departure_reason(request: object) -> tuple[str, str]:
+        if isinstance(request, LeaveGroupRequest):
+            reasons = [m.reason for m in request.members if m.reason]
+            return "member_left", reasons[0] if reasons else "LeaveGroup"
+        if isinstance(request, JoinGroupRequest | ConsumerGroupHeartbeatRequest):
+            return "member_left", "replaced"  # a static member's new incarnation took its place
+        if isinstance(request, DeleteGroupsRequest):
+            return "member_left", "group deleted"
+        return "member_fenced", "removed"
+
+    def _departures(self, gid: str, after: _Snapshot, how: tuple[str, str]) -> None:
+        group = self.groups.get(gid)
+        if group is None or not group.members:
+            return
+        for member_id in [m for m in group.members if m not in after.members]:
+            self._gone(gid, member_id, *how)
+
+    def _group_changes(self, gid: str, before: _Snapshot, after: _Snapshot, cause: str) -> None:
+        if after.type is None:
+            return
+        if before.type is not None and before.members and before.type != after.type:
+            # (An empty group of the other type is deleted and replaced, not converted.)
+            self._emit("group_converted", gid, None, after.type, group_epoch=after.epoch,
+                       from_type=before.type, to_type=after.type)
+        same = before.type == after.type
+        if after.type == CLASSIC:
+            started = after.preparing and not (same and before.preparing)
+            passed = same and after.epoch > before.epoch and not before.preparing
+            if started or passed:
+                self._emit("rebalance_started", gid, None, CLASSIC, group_epoch=after.epoch, reason=cause)
+        elif same and after.epoch > before.epoch:
+            self._emit("rebalance_started", gid, None, CONSUMER, group_epoch=after.epoch, reason=cause)
+        group = self._consumer(gid)
+        if group is not None:
+            declared = self._group(gid).topics
+            for name, meta in sorted(group.subscription_metadata.items()):
+                if declared.get(name) != meta.num_partitions and meta.num_partitions > 0:
+                    declared[name] = meta.num_partitions
+                    self._emit("topic_metadata", gid, None, CONSUMER, topic=name, num_partitions=meta.num_partitions)
+
+    def _stable(self, gid: str, before: _Snapshot, after: _Snapshot) -> None:
+        if not after.stable or (before.stable and before.type == after.type and before.epoch == after.epoch):
+            return
+        partitions: set[TP] | None = set()
+        classic = self._classic(gid)
+        if classic is not None:
+            if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                partitions = None
+            else:
+                for m in classic.members.values():
+                    parts = self._decoded(m.assignment)
+                    if parts is None or partitions is None:
+                        partitions = None
+                    else:
+                        partitions |= parts
+        else:
+            group = self._consumer(gid)
+            assert group is not None
+            for target in group.target_assignment.values():
+                assert partitions is not None
+                partitions |= self._named_assignment(target, gid)
+        self._emit("group_stable", gid, None, after.type or CONSUMER, group_epoch=after.epoch,
+                   partitions=None if partitions is None else _tps(partitions))
+
+    def _restore_all(self, gids: list[str]) -> None:
+        for gid in gids:
+            self._restore(gid)
+
+    def _restore(self, gid: str) -> None:
+        """A replayed group: its members are known, and own what the coordinator holds for them."""
+        group = self._group(gid)
+        classic = self._classic(gid)
+        if classic is not None:
+            consumer_protocol = classic.protocol_type == CONSUMER_PROTOCOL_TYPE
+            for member_id, m in classic.members.items():
+                known = group.members.setdefault(member_id, _Member(CLASSIC, classic.generation_id))
+                held = self._decoded(m.assignment or m.synced_assignment) if consumer_protocol else None
+                if held:
+                    self._acknowledge(gid, member_id, known, held, classic.generation_id)
+            return
+        consumer = self._consumer(gid)
+        if consumer is None:
+            return
+        for member_id, cm in consumer.members.items():
+            protocol = CLASSIC if cm.uses_classic_protocol else CONSUMER
+            known = group.members.setdefault(member_id, _Member(protocol, cm.member_epoch))
+            held = self._named_assignment(cm.assigned_partitions, gid) | self._named_assignment(
+                cm.partitions_pending_revocation, gid
+            )
+            if held:
+                self._acknowledge(gid, member_id, known, held, cm.member_epoch)
+
+
+__all__ = ["EventSink", "RebalanceEventDeriver", "mix_of_protocol"]
