@@ -64,6 +64,8 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import Assignment, ConsumerGroup, GroupState
+from coordinator.outcome import GroupConverted, MemberRemoved, RebalanceStarted
+from coordinator.records import Record, RecordType
 from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_messages import (
@@ -115,18 +117,48 @@ class _Member:
 class _Group:
     members: dict[str, _Member] = field(default_factory=dict)
     topics: dict[str, int] = field(default_factory=dict)  # declared with topic_metadata
+    # The group as of the last call that changed it: its type, epoch (classic: generation) and whether it
+    # was Stable. A consumer group changes only through records, a classic one's rebalance starts with a
+    # RebalanceStarted change and settles with a record: every change passes through here.
+    kind: str | None = None
+    epoch: int = 0
+    stable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    type: str | None
-    members: frozenset[str]
-    epoch: int
-    stable: bool
-    preparing: bool
+class _Seen:
+    """What one call's outcome says happened to its groups: consumer groups through their records
+    (a member metadata tombstone removes a member, record 4 is the subscribed topics' metadata), classic
+    groups and conversions through its ``changes``."""
+
+    __slots__ = ("groups", "removed", "metadata", "started", "converted")
+
+    def __init__(self, result: Outcome) -> None:
+        self.groups: dict[str, None] = {}  # touched, in order
+        self.removed: dict[str, set[str]] = {}
+        self.metadata: set[str] = set()
+        self.started: set[str] = set()
+        self.converted: dict[str, GroupConverted] = {}
+        for record in result.records:
+            self.groups[record.group_id] = None
+            if isinstance(record, Record) and record.value is None and record.type is RecordType.MEMBER_METADATA:
+                self.removed.setdefault(record.group_id, set()).add(record.sub_key or "")
+            elif isinstance(record, Record) and record.type is RecordType.PARTITION_METADATA:
+                self.metadata.add(record.group_id)
+        for change in result.changes:
+            self.groups[change.group_id] = None
+            if isinstance(change, MemberRemoved):
+                self.removed.setdefault(change.group_id, set()).add(change.member_id)
+            elif isinstance(change, RebalanceStarted):
+                self.started.add(change.group_id)
+            else:
+                self.converted[change.group_id] = change
 
 
-_NO_GROUP = _Snapshot(None, frozenset(), 0, False, False)
+def _touched(seen: _Seen, gids: list[str]) -> list[str]:
+    """The groups the call changed: those it was made for first, in their order."""
+    if not seen.groups:
+        return []
+    return [g for g in gids if g in seen.groups] + sorted(g for g in seen.groups if g not in gids)
 
 
 def _tps(parts: Iterable[TP]) -> list[dict[str, Any]]:
@@ -156,7 +188,6 @@ class RebalanceEventDeriver:
         self._names: dict[uuid.UUID, str] = {}
         self._now = 0
         self._out: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
-        self._last: dict[str, _Snapshot] = {}  # consumer groups after their last derived change (fast path)
 
     # ---- the wrapped calls -----------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
@@ -165,54 +196,32 @@ class RebalanceEventDeriver:
         elif isinstance(request, DeleteGroupsRequest):
             gids = list(request.group_ids)
         else:
-            result = self.service.handle(request, request_key, now_ms)  # reads and offset checks
-            if result.records:
-                self._last.clear()  # not expected of these; never trust a snapshot after a change
-            return result
+            return self.service.handle(request, request_key, now_ms)  # reads and offset checks: no rebalance
         if isinstance(request, HeartbeatRequest) and self._consumer(request.group_id) is None:
             return self.service.handle(request, request_key, now_ms)  # classic: re-arms a timer, changes nothing
         self._begin(now_ms)
-        last = self._last.get(gids[0])
-        if isinstance(request, ConsumerGroupHeartbeatRequest) and request.member_epoch > 0 and last is not None:
-            # A consumer group changes only through records (its state is what replaying them gives): a call
-            # that wrote none left it as it was; only the member's acknowledgement and what it was told remain.
-            result = self.service.handle(request, request_key, now_ms)
-            if not result.records and len(result.responses) <= 1:
-                self._guarded(lambda: self._steady_heartbeat(request, result.response_to(request_key), result))
-                return result
-            before = {gids[0]: last}
-        else:
-            before = {g: self._snapshot(g) for g in gids}
+        if isinstance(request, JoinGroupRequest | SyncGroupRequest):
             self._guarded(lambda: self._before_request(request, request_key))
-            result = self.service.handle(request, request_key, now_ms)
-        self._guarded(lambda: self._after_request(request, request_key, result, gids, before))
+        result = self.service.handle(request, request_key, now_ms)
+        self._guarded(lambda: self._after_request(request, request_key, result, gids))
         return result
 
-    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: Outcome) -> None:
-        self._heartbeat_before(request, response)
-        self._heartbeat_after(request, response)
-        self._responses(result)  # (none expected: a parked response is released by a change, with records)
-
     def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
-        before = self._snapshot(key[1])
         result = self.service.on_timer(key, now_ms)
         self._begin(now_ms)
-        self._guarded(lambda: self._after_timer(key, result, before))
+        if result.records or result.responses or result.changes:  # else a stale timer: nothing happened
+            self._guarded(lambda: self._after_timer(key, result))
         return result
 
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
         current = {n: (m.topic_id, m.num_partitions) for n, m in self.service.coordinator.state.topics.items()}
         if dict(topics) == current:
-            result = self.service.on_metadata(topics, now_ms)  # nothing changes
-            if result.records:
-                self._last.clear()
-            return result
-        gids = self._all_groups()
-        before = {g: self._snapshot(g) for g in gids}
+            return self.service.on_metadata(topics, now_ms)  # nothing changes
         result = self.service.on_metadata(topics, now_ms)
         self._names = {}
         self._begin(now_ms)
-        self._guarded(lambda: self._after_changes(gids, before, result, "topic metadata changed"))
+        # Every group's subscribed topics are declared (replayed groups are first seen here, before on_loaded).
+        self._guarded(lambda: self._after_changes(_Seen(result), result, "topic metadata changed", self._all_groups()))
         return result
 
     def on_loaded(self, now_ms: int) -> Outcome:
@@ -220,9 +229,11 @@ class RebalanceEventDeriver:
         self._begin(now_ms)
         gids = self._all_groups()
         self._guarded(lambda: self._restore_all(gids))
-        before = {g: self._snapshot(g) for g in gids}
         result = self.service.on_loaded(now_ms)
-        self._guarded(lambda: self._after_changes(gids, before, result, "loaded"))
+        seen = _Seen(result)
+        seen.groups.update(dict.fromkeys(gids))  # a replayed group: its topics and state are news
+        seen.metadata.update(gids)
+        self._guarded(lambda: self._after_changes(seen, result, "loaded", gids))
         return result
 
     def expire_empty_groups(self, now_ms: int) -> Outcome:
@@ -233,7 +244,6 @@ class RebalanceEventDeriver:
             live = set(self._all_groups())
             for gid in [g for g in self.groups if g not in live]:
                 del self.groups[gid]
-            self._last.clear()  # never trust a snapshot after a change
         return result
 
     def _guarded(self, derive: Callable[[], object]) -> None:
@@ -249,63 +259,52 @@ class RebalanceEventDeriver:
                 raise
             self.on_error(exc)
 
-    def _before_request(self, request: object, request_key: RequestKey) -> None:
+    def _before_request(self, request: JoinGroupRequest | SyncGroupRequest, request_key: RequestKey) -> None:
         if isinstance(request, JoinGroupRequest):
             self._join_request(request)
-        if isinstance(request, JoinGroupRequest | SyncGroupRequest):
-            self._remember(request_key, request)
+        self._remember(request_key, request)
 
-    def _after_request(
-        self, request: object, request_key: RequestKey, result: Outcome, gids: list[str],
-        before: dict[str, _Snapshot],
-    ) -> None:
-        if isinstance(request, ConsumerGroupHeartbeatRequest):
+    def _after_request(self, request: object, request_key: RequestKey, result: Outcome, gids: list[str]) -> None:
+        heartbeat = isinstance(request, ConsumerGroupHeartbeatRequest)
+        if heartbeat:
             self._heartbeat_before(request, result.response_to(request_key))
-        after = {gid: self._snapshot(gid) for gid in gids}  # the service does not change until we return
-        for gid in gids:
-            self._departures(gid, after[gid], self._departure_reason(request))
-            self._group_changes(gid, before[gid], after[gid], type(request).__name__)
-        if isinstance(request, ConsumerGroupHeartbeatRequest):
+        seen = _Seen(result)
+        # A consumer member's steady heartbeat writes no record: nothing of its group changed.
+        order = _touched(seen, gids)
+        for gid in order:
+            self._group_changes(gid, seen, self._departure_reason(request), type(request).__name__)
+        if heartbeat:
             self._heartbeat_after(request, result.response_to(request_key))
         self._responses(result)
+        for gid in order:
+            self._stable(gid)
         for gid in gids:
-            self._stable(gid, before[gid], after[gid])
             group = self.groups.get(gid)
-            if group is not None and not group.members and after[gid].type is None:
+            if group is not None and not group.members and self._kind(gid) is None:
                 del self.groups[gid]  # deleted; its client_mix stays fixed for the run
-        self._remember_after(gids, after)
 
-    def _remember_after(self, gids: Iterable[str], afters: Mapping[str, _Snapshot]) -> None:
-        for gid in gids:
-            after = afters[gid]
-            if after.type == CONSUMER:
-                self._last[gid] = after
-            else:
-                self._last.pop(gid, None)
-
-    def _after_timer(self, key: TimerKey, result: Outcome, before: _Snapshot) -> None:
+    def _after_timer(self, key: TimerKey, result: Outcome) -> None:
         kind, gid, member_id = key
-        after = self._snapshot(gid)
-        if not (result.records or result.responses or after != before):
-            return  # a stale timer: nothing happened
         known = self.groups.get(gid)
         member = known.members.get(member_id) if known is not None and member_id else None
-        protocol = member.protocol if member is not None else (before.type or CONSUMER)
+        protocol = member.protocol if member is not None else (self._was(gid) or CONSUMER)
         self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
-        self._departures(gid, after, ("member_fenced", kind))
-        self._group_changes(gid, before, after, f"{kind} timer")
+        seen = _Seen(result)
+        order = _touched(seen, [gid])
+        for g in order:
+            self._group_changes(g, seen, ("member_fenced", kind), f"{kind} timer")
         self._responses(result)
-        self._stable(gid, before, after)
-        self._remember_after([gid], {gid: after})
+        for g in order:
+            self._stable(g)
 
-    def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: Outcome, cause: str) -> None:
-        after = {gid: self._snapshot(gid) for gid in gids}
-        for gid in gids:
-            self._departures(gid, after[gid], ("member_fenced", cause))
-            self._group_changes(gid, before[gid], after[gid], cause)
-            self._stable(gid, before[gid], after[gid])
+    def _after_changes(self, seen: _Seen, result: Outcome, cause: str, declaring: list[str]) -> None:
+        for gid in sorted(set(seen.groups).union(declaring)):
+            if gid in seen.groups:
+                self._group_changes(gid, seen, ("member_fenced", cause), cause)
+                self._stable(gid)
+            else:
+                self._declare_topics(gid)
         self._responses(result)
-        self._remember_after(gids, after)
 
     # ---- state views -----------------------------------------------------------------------------
     def _all_groups(self) -> list[str]:
@@ -319,17 +318,29 @@ class RebalanceEventDeriver:
             return None
         return self.service.coordinator.group(gid)
 
-    def _snapshot(self, gid: str) -> _Snapshot:
+    def _kind(self, gid: str) -> str | None:
+        if self._classic(gid) is not None:
+            return CLASSIC
+        return CONSUMER if self.service.coordinator.group(gid) is not None else None
+
+    def _was(self, gid: str) -> str | None:
+        group = self.groups.get(gid)
+        return group.kind if group is not None and group.kind is not None else self._kind(gid)
+
+    def _present(self, gid: str, member_id: str) -> bool:
         classic = self._classic(gid)
         if classic is not None:
-            return _Snapshot(
-                CLASSIC, frozenset(classic.members), classic.generation_id,
-                classic.is_in(ClassicGroupState.STABLE), classic.is_in(ClassicGroupState.PREPARING_REBALANCE),
-            )
-        group = self._consumer(gid)
-        if group is not None:
-            return _Snapshot(CONSUMER, frozenset(group.members), group.group_epoch, group.state() is GroupState.STABLE, False)
-        return _NO_GROUP
+            return member_id in classic.members
+        group = self.service.coordinator.group(gid)
+        return group is not None and member_id in group.members
+
+    def _epoch_and_stable(self, gid: str) -> tuple[int, bool]:
+        classic = self._classic(gid)
+        if classic is not None:
+            return classic.generation_id, classic.is_in(ClassicGroupState.STABLE)
+        group = self.service.coordinator.group(gid)
+        assert group is not None
+        return group.group_epoch, group.state() is GroupState.STABLE  # O(members): only after a record
 
     def _name_of(self, topic_id: uuid.UUID, gid: str) -> str | None:
         """The topic's name in the service's topic image, else in the group's own subscription metadata
@@ -526,38 +537,50 @@ class RebalanceEventDeriver:
             return "member_left", "group deleted"
         return "member_fenced", "removed"
 
-    def _departures(self, gid: str, after: _Snapshot, how: tuple[str, str]) -> None:
+    def _group_changes(self, gid: str, seen: _Seen, how: tuple[str, str], cause: str) -> None:
+        """Departures, conversion, a rebalance's start and the subscribed topics, as the call returned them."""
         group = self.groups.get(gid)
-        if group is None or not group.members:
+        removed = seen.removed.get(gid)
+        if removed and group is not None and group.members:
+            for member_id in [m for m in group.members if m in removed and not self._present(gid, m)]:
+                self._gone(gid, member_id, *how)  # (a conversion's tombstones keep the member: still present)
+        kind = self._kind(gid)
+        if kind is None:
             return
-        for member_id in [m for m in group.members if m not in after.members]:
-            self._gone(gid, member_id, *how)
+        epoch = self._classic(gid).generation_id if kind == CLASSIC else self.service.coordinator.group(gid).group_epoch  # type: ignore[union-attr]
+        converted = seen.converted.get(gid)
+        if converted is not None:
+            self._emit("group_converted", gid, None, kind, group_epoch=epoch, from_type=converted.from_type, to_type=kind)
+        if kind == CLASSIC:
+            if gid in seen.started:
+                self._emit("rebalance_started", gid, None, CLASSIC, group_epoch=epoch, reason=cause)
+        elif group is not None and group.kind == CONSUMER and epoch > group.epoch:
+            self._emit("rebalance_started", gid, None, CONSUMER, group_epoch=epoch, reason=cause)
+        if gid in seen.metadata:
+            self._declare_topics(gid)
 
-    def _group_changes(self, gid: str, before: _Snapshot, after: _Snapshot, cause: str) -> None:
-        if after.type is None:
-            return
-        if before.type is not None and before.members and before.type != after.type:
-            # (An empty group of the other type is deleted and replaced, not converted.)
-            self._emit("group_converted", gid, None, after.type, group_epoch=after.epoch,
-                       from_type=before.type, to_type=after.type)
-        same = before.type == after.type
-        if after.type == CLASSIC:
-            started = after.preparing and not (same and before.preparing)
-            passed = same and after.epoch > before.epoch and not before.preparing
-            if started or passed:
-                self._emit("rebalance_started", gid, None, CLASSIC, group_epoch=after.epoch, reason=cause)
-        elif same and after.epoch > before.epoch:
-            self._emit("rebalance_started", gid, None, CONSUMER, group_epoch=after.epoch, reason=cause)
-        group = self._consumer(gid)
-        if group is not None:
+    def _declare_topics(self, gid: str) -> None:
+        consumer = self._consumer(gid)
+        if consumer is not None:
             declared = self._group(gid).topics
-            for name, meta in sorted(group.subscription_metadata.items()):
+            for name, meta in sorted(consumer.subscription_metadata.items()):
                 if declared.get(name) != meta.num_partitions and meta.num_partitions > 0:
                     declared[name] = meta.num_partitions
                     self._emit("topic_metadata", gid, None, CONSUMER, topic=name, num_partitions=meta.num_partitions)
 
-    def _stable(self, gid: str, before: _Snapshot, after: _Snapshot) -> None:
-        if not after.stable or (before.stable and before.type == after.type and before.epoch == after.epoch):
+    def _stable(self, gid: str) -> None:
+        """group_stable when a group the call changed is Stable and was not at this epoch; then remember it."""
+        kind = self._kind(gid)
+        if kind is None:
+            known = self.groups.get(gid)
+            if known is not None:
+                known.kind, known.epoch, known.stable = None, 0, False
+            return
+        known = self._group(gid)
+        epoch, stable = self._epoch_and_stable(gid)
+        was_stable = known.stable and known.kind == kind and known.epoch == epoch
+        known.kind, known.epoch, known.stable = kind, epoch, stable
+        if not stable or was_stable:
             return
         partitions: set[TP] | None = set()
         classic = self._classic(gid)
@@ -577,7 +600,7 @@ class RebalanceEventDeriver:
             for target in group.target_assignment.values():
                 assert partitions is not None
                 partitions |= self._named_assignment(target, gid)
-        self._emit("group_stable", gid, None, after.type or CONSUMER, group_epoch=after.epoch,
+        self._emit("group_stable", gid, None, kind, group_epoch=epoch,
                    partitions=None if partitions is None else _tps(partitions))
 
     def _restore_all(self, gids: list[str]) -> None:
@@ -595,10 +618,12 @@ class RebalanceEventDeriver:
                 held = self._decoded(m.assignment or m.synced_assignment) if consumer_protocol else None
                 if held:
                     self._acknowledge(gid, member_id, known, held, classic.generation_id)
+            group.kind, group.epoch, group.stable = CLASSIC, classic.generation_id, classic.is_in(ClassicGroupState.STABLE)
             return
         consumer = self._consumer(gid)
         if consumer is None:
             return
+        group.kind, group.epoch, group.stable = CONSUMER, consumer.group_epoch, consumer.state() is GroupState.STABLE
         for member_id, cm in consumer.members.items():
             protocol = CLASSIC if cm.uses_classic_protocol else CONSUMER
             known = group.members.setdefault(member_id, _Member(protocol, cm.member_epoch))
