@@ -1,4 +1,4 @@
-"""Rebalance events of the groups a GroupService runs, derived from what the service sees (sans-I/O).
+"""Rebalance events of the groups a GroupService runs, derived from what its calls return (sans-I/O).
 
 ``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
 service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
@@ -7,13 +7,21 @@ with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``
 validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
 check the dicts against it.
 
-What each event is derived from:
+Events come from each call's inputs (the request, the timer's key) and its ``Outcome``: the responses,
+the records (a consumer group's state is what replaying its records gives, so they describe every change
+of it) and ``Outcome.changes`` (coordinator/outcome.py: what a classic group's records do not say, a
+member removed or a rebalance started, and conversions between the two types, emitted by translate/
+where they happen). The deriver reads the group's current state only for what an event reports (an
+epoch, a Stable group's partitions) and keeps, per group, its members' acknowledged partitions and the
+group's type, epoch and Stable flag as of the last call that changed it. What each event comes from:
 
 - ``member_joined``: the first successful JoinGroup response (classic, ``member_epoch`` = generation) or
   ConsumerGroupHeartbeat response (consumer, ``member_epoch`` = member epoch) of a member id.
 - ``member_left``: a LeaveGroup that removed the member, a ConsumerGroupHeartbeat with epoch -1 / -2
   (a static member leaving with -2 stays in the coordinator until its session ends, but the client
   gave everything up), or a static member replaced by a new incarnation (``reason`` = ``replaced``).
+  A removal is a member metadata tombstone (consumer group) or a ``MemberRemoved`` change (classic)
+  of a member no longer in the group after the call (a conversion's tombstones keep their members).
 - ``member_fenced``: a timer removed the member (``reason`` = the timer kind: ``session``,
   ``rebalance``, ``classic-heartbeat``, ``classic-join``, ...), or a ConsumerGroupHeartbeat was
   answered FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID (the client loses its partitions and rejoins).
@@ -26,21 +34,24 @@ What each event is derived from:
   eager member revoked everything before rejoining and reports none) and owns what its successful
   SyncGroup response assigned from then on. A member that leaves or is fenced loses everything; no
   revocation is written for that (the analysis ends its ownership at ``member_left``/``member_fenced``).
-- ``group_converted``: the group changed type (classic <-> consumer); ``protocol`` is the new type.
-- ``rebalance_started``: a classic group entered PreparingRebalance; a consumer group's epoch was bumped.
+- ``group_converted``: a ``GroupConverted`` change (classic <-> consumer); ``protocol`` is the new type.
+- ``rebalance_started``: a ``RebalanceStarted`` change (a classic group entered PreparingRebalance); a
+  consumer group's epoch record above the epoch it had (not in the call that created or converted it).
 - ``timer_expired``: a timer of the service fired and changed something (``kind`` as the service names
   it, ``member`` for member timers).
-- ``group_stable``: the group became Stable (consumer: every member at the target assignment; classic:
-  the Stable state), with the partitions the group's members were assigned.
-- ``topic_metadata``: a consumer group's subscribed topics (its subscription metadata) when first seen
-  or when their partition count changes.
+- ``group_stable``: a group the call changed is Stable (consumer: every member at the target assignment;
+  classic: the Stable state, entered with a GroupMetadata record) and was not at that epoch, with the
+  partitions the group's members were assigned.
+- ``topic_metadata``: a consumer group's subscribed topics (its partition metadata record) when first
+  seen (replayed groups: at ``on_metadata`` / ``on_loaded``) or when their partition count changes.
 
 ``client_mix`` cannot be known for sure by a coordinator: it is inferred from the group's state when
 its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
 rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
 
-Cost: a call compares snapshots of its group, O(members), except the hot paths: a consumer group member's
-heartbeat that wrote no record costs its acknowledgement alone, a classic group's Heartbeat nothing.
+Cost: O(records + changes) of the call, plus O(members) to check whether a group the call changed is
+Stable. A consumer group member's heartbeat that wrote no record costs its acknowledgement alone, a
+classic group's Heartbeat nothing.
 
 ``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
 
@@ -265,16 +276,15 @@ class RebalanceEventDeriver:
         self._remember(request_key, request)
 
     def _after_request(self, request: object, request_key: RequestKey, result: Outcome, gids: list[str]) -> None:
-        heartbeat = isinstance(request, ConsumerGroupHeartbeatRequest)
-        if heartbeat:
-            self._heartbeat_before(request, result.response_to(request_key))
+        heartbeat = request if isinstance(request, ConsumerGroupHeartbeatRequest) else None
+        if heartbeat is not None:
+            self._heartbeat_before(heartbeat, result.response_to(request_key))
         seen = _Seen(result)
-        # A consumer member's steady heartbeat writes no record: nothing of its group changed.
-        order = _touched(seen, gids)
+        order = _touched(seen, gids)  # none for a steady heartbeat: it wrote no record, nothing changed
         for gid in order:
             self._group_changes(gid, seen, self._departure_reason(request), type(request).__name__)
-        if heartbeat:
-            self._heartbeat_after(request, result.response_to(request_key))
+        if heartbeat is not None:
+            self._heartbeat_after(heartbeat, result.response_to(request_key))
         self._responses(result)
         for gid in order:
             self._stable(gid)
@@ -334,13 +344,17 @@ class RebalanceEventDeriver:
         group = self.service.coordinator.group(gid)
         return group is not None and member_id in group.members
 
-    def _epoch_and_stable(self, gid: str) -> tuple[int, bool]:
+    def _epoch(self, gid: str) -> int:
+        classic = self._classic(gid)
+        group = self.service.coordinator.group(gid)
+        return classic.generation_id if classic is not None else group.group_epoch if group is not None else 0
+
+    def _is_stable(self, gid: str) -> bool:
         classic = self._classic(gid)
         if classic is not None:
-            return classic.generation_id, classic.is_in(ClassicGroupState.STABLE)
+            return classic.is_in(ClassicGroupState.STABLE)
         group = self.service.coordinator.group(gid)
-        assert group is not None
-        return group.group_epoch, group.state() is GroupState.STABLE  # O(members): only after a record
+        return group is not None and group.state() is GroupState.STABLE  # O(members): only after a change
 
     def _name_of(self, topic_id: uuid.UUID, gid: str) -> str | None:
         """The topic's name in the service's topic image, else in the group's own subscription metadata
@@ -547,7 +561,7 @@ class RebalanceEventDeriver:
         kind = self._kind(gid)
         if kind is None:
             return
-        epoch = self._classic(gid).generation_id if kind == CLASSIC else self.service.coordinator.group(gid).group_epoch  # type: ignore[union-attr]
+        epoch = self._epoch(gid)
         converted = seen.converted.get(gid)
         if converted is not None:
             self._emit("group_converted", gid, None, kind, group_epoch=epoch, from_type=converted.from_type, to_type=kind)
@@ -577,7 +591,7 @@ class RebalanceEventDeriver:
                 known.kind, known.epoch, known.stable = None, 0, False
             return
         known = self._group(gid)
-        epoch, stable = self._epoch_and_stable(gid)
+        epoch, stable = self._epoch(gid), self._is_stable(gid)
         was_stable = known.stable and known.kind == kind and known.epoch == epoch
         known.kind, known.epoch, known.stable = kind, epoch, stable
         if not stable or was_stable:
