@@ -17,7 +17,7 @@ import legacy_rebalance_events as legacy
 import pytest
 import test_group_service_random_traffic as random_traffic
 import test_rebalance_events as scenarios
-import test_rebalance_events_fast_path as fast_path
+import test_rebalance_events_cost as fast_path
 from migration_harness import Driver
 
 from rehearsal.sim_endpoint import ServiceEndpoint
