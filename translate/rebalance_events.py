@@ -3,57 +3,44 @@
 ``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
 service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
 same ``Outcome`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
-with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py``
-validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
-check the dicts against it.
+with the field names of the rehearsal event schema (docs/rehearsal-events.md, "Events written by the
+gateway", says when each is written; ``rehearsal/events.py`` validates them; this module does not import
+``rehearsal``: the schema is the contract, and the tests check the dicts against it).
 
-Events come from each call's inputs (the request, the timer's key) and its ``Outcome``: the responses,
-the records (a consumer group's state is what replaying its records gives, so they describe every change
-of it) and ``Outcome.changes`` (coordinator/outcome.py: what a classic group's records do not say, a
-member removed or a rebalance started, and conversions between the two types, emitted by translate/
-where they happen). The deriver reads the group's current state only for what an event reports (an
-epoch, a Stable group's partitions) and keeps, per group, its members' acknowledged partitions and the
-group's type, epoch and Stable flag as of the last call that changed it. What each event comes from:
+Events come from each call's inputs (the request, the timer's key) and its ``Outcome``, never from a
+comparison of the group's state before and after:
 
-- ``member_joined``: the first successful JoinGroup response (classic, ``member_epoch`` = generation) or
-  ConsumerGroupHeartbeat response (consumer, ``member_epoch`` = member epoch) of a member id.
-- ``member_left``: a LeaveGroup that removed the member, a ConsumerGroupHeartbeat with epoch -1 / -2
-  (a static member leaving with -2 stays in the coordinator until its session ends, but the client
-  gave everything up), or a static member replaced by a new incarnation (``reason`` = ``replaced``).
-  A removal is a member metadata tombstone (consumer group) or a ``MemberRemoved`` change (classic)
-  of a member no longer in the group after the call (a conversion's tombstones keep their members).
-- ``member_fenced``: a timer removed the member (``reason`` = the timer kind: ``session``,
-  ``rebalance``, ``classic-heartbeat``, ``classic-join``, ...), or a ConsumerGroupHeartbeat was
-  answered FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID (the client loses its partitions and rejoins).
-- ``assignment_sent``: a ConsumerGroupHeartbeat response carrying an assignment (``member_epoch`` =
-  the response's epoch), or a successful SyncGroup response (``member_epoch`` = the generation).
-- ``partitions_assigned`` / ``partitions_revoked``: ACKNOWLEDGED ownership changes. A consumer member
-  acknowledges with the ``ownedTopicPartitions`` of its heartbeat (null = unchanged; topic ids are
-  named through the service's topic image), diffed against what it acknowledged last. A classic member
-  reports what it still owns in the OwnedPartitions of its JoinGroup subscription (cooperative; an
-  eager member revoked everything before rejoining and reports none) and owns what its successful
-  SyncGroup response assigned from then on. A member that leaves or is fenced loses everything; no
-  revocation is written for that (the analysis ends its ownership at ``member_left``/``member_fenced``).
-- ``group_converted``: a ``GroupConverted`` change (classic <-> consumer); ``protocol`` is the new type.
-- ``rebalance_started``: a ``RebalanceStarted`` change (a classic group entered PreparingRebalance); a
-  consumer group's epoch record above the epoch it had (not in the call that created or converted it).
-- ``timer_expired``: a timer of the service fired and changed something (``kind`` as the service names
-  it, ``member`` for member timers).
-- ``group_stable``: a group the call changed is Stable (consumer: every member at the target assignment;
-  classic: the Stable state, entered with a GroupMetadata record) and was not at that epoch, with the
-  partitions the group's members were assigned.
-- ``topic_metadata``: a consumer group's subscribed topics (its partition metadata record) when first
-  seen (replayed groups: at ``on_metadata`` / ``on_loaded``) or when their partition count changes.
+- responses: ``member_joined`` (a member id's first successful JoinGroup / ConsumerGroupHeartbeat
+  response), ``assignment_sent`` (a heartbeat response's assignment, a successful SyncGroup response),
+  ``member_left`` / ``member_fenced`` answered to a consumer member (epoch -1 / -2; FENCED_MEMBER_EPOCH,
+  UNKNOWN_MEMBER_ID), and acknowledged ownership: ``partitions_assigned`` / ``partitions_revoked`` from
+  a consumer member's ``ownedTopicPartitions`` (null = unchanged; topic ids named through the topic
+  image), a classic member's JoinGroup OwnedPartitions (an eager member reports none) and what its
+  SyncGroup response assigned. A member that leaves or is fenced loses everything without a revocation.
+- records (a consumer group's state is the replay of its records, so they show every change of it): a
+  member metadata tombstone removes a member (``member_left`` / ``member_fenced``, the reason from the
+  call: LeaveGroup's, ``replaced`` for a static member's new incarnation, the timer's kind), a group
+  epoch record above the epoch the group had is ``rebalance_started``, a partition metadata record
+  declares ``topic_metadata`` (a replayed group's topics are declared at ``on_metadata`` / ``on_loaded``).
+- ``Outcome.changes`` (coordinator/outcome.py), for what a classic group's records do not say, emitted by
+  translate/ where it happens: ``MemberRemoved``, ``RebalanceStarted`` (PreparingRebalance) and
+  ``GroupConverted`` (``group_converted``, classic <-> consumer).
+- ``group_stable``: a group the call changed (a record or a change) is Stable and was not at that epoch.
+- ``timer_expired``: a timer whose call returned anything.
+
+A removed member still in the group after the call (a conversion tombstones its consumer records) stays.
+The deriver reads the group's current state only for what an event reports (an epoch, the partitions of
+a Stable group) and keeps, per group, its members' acknowledged partitions and the group's type, epoch
+and Stable flag as of the last call that changed it.
 
 ``client_mix`` cannot be known for sure by a coordinator: it is inferred from the group's state when
 its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
 rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
 
-Cost: O(records + changes) of the call, plus O(members) to check whether a group the call changed is
-Stable. A consumer group member's heartbeat that wrote no record costs its acknowledgement alone, a
-classic group's Heartbeat nothing.
-
-``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
+Cost: O(records + changes) of the call, plus O(members) to check whether a group it changed is Stable.
+A consumer group member's heartbeat that wrote no record costs its acknowledgement alone, a classic
+group's Heartbeat nothing. ``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from
+``first_seq``; ``run`` is fixed.
 
 After a restart (``on_loaded``) replayed members are known without a new ``member_joined``; each gets one
 ``partitions_assigned`` of what the coordinator holds for it (a no-op for what it already owned).
@@ -211,8 +198,8 @@ class RebalanceEventDeriver:
         if isinstance(request, HeartbeatRequest) and self._consumer(request.group_id) is None:
             return self.service.handle(request, request_key, now_ms)  # classic: re-arms a timer, changes nothing
         self._begin(now_ms)
-        if isinstance(request, JoinGroupRequest | SyncGroupRequest):
-            self._guarded(lambda: self._before_request(request, request_key))
+        if isinstance(request, JoinGroupRequest | SyncGroupRequest):  # answered later: remember the request
+            self._guarded(lambda: self._join_request(request, request_key))
         result = self.service.handle(request, request_key, now_ms)
         self._guarded(lambda: self._after_request(request, request_key, result, gids))
         return result
@@ -239,7 +226,7 @@ class RebalanceEventDeriver:
         """After replay: take the replayed members as known, then arm the service's timers."""
         self._begin(now_ms)
         gids = self._all_groups()
-        self._guarded(lambda: self._restore_all(gids))
+        self._guarded(lambda: self._restore(gids))
         result = self.service.on_loaded(now_ms)
         seen = _Seen(result)
         seen.groups.update(dict.fromkeys(gids))  # a replayed group: its topics and state are news
@@ -270,11 +257,6 @@ class RebalanceEventDeriver:
                 raise
             self.on_error(exc)
 
-    def _before_request(self, request: JoinGroupRequest | SyncGroupRequest, request_key: RequestKey) -> None:
-        if isinstance(request, JoinGroupRequest):
-            self._join_request(request)
-        self._remember(request_key, request)
-
     def _after_request(self, request: object, request_key: RequestKey, result: Outcome, gids: list[str]) -> None:
         heartbeat = request if isinstance(request, ConsumerGroupHeartbeatRequest) else None
         if heartbeat is not None:
@@ -297,7 +279,8 @@ class RebalanceEventDeriver:
         kind, gid, member_id = key
         known = self.groups.get(gid)
         member = known.members.get(member_id) if known is not None and member_id else None
-        protocol = member.protocol if member is not None else (self._was(gid) or CONSUMER)
+        was = known.kind if known is not None else None  # the group's type before the call
+        protocol = member.protocol if member is not None else (was or self._kind(gid) or CONSUMER)
         self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
         seen = _Seen(result)
         order = _touched(seen, [gid])
@@ -332,10 +315,6 @@ class RebalanceEventDeriver:
         if self._classic(gid) is not None:
             return CLASSIC
         return CONSUMER if self.service.coordinator.group(gid) is not None else None
-
-    def _was(self, gid: str) -> str | None:
-        group = self.groups.get(gid)
-        return group.kind if group is not None and group.kind is not None else self._kind(gid)
 
     def _present(self, gid: str, member_id: str) -> bool:
         classic = self._classic(gid)
@@ -465,18 +444,16 @@ class RebalanceEventDeriver:
         member.acked = set(owned)
 
     # ---- what requests and responses say ---------------------------------------------------------
-    def _remember(self, key: RequestKey, request: JoinGroupRequest | SyncGroupRequest) -> None:
+    def _join_request(self, request: JoinGroupRequest | SyncGroupRequest, key: RequestKey) -> None:
+        """A parked request is remembered; a known classic member rejoining says what it still owns."""
         self._pending[key] = request
         while len(self._pending) > _MAX_PENDING:
             del self._pending[next(iter(self._pending))]
-
-    def _join_request(self, request: JoinGroupRequest) -> None:
-        """A known classic member rejoins: its subscription says what it still owns."""
+        if not isinstance(request, JoinGroupRequest) or request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return
         group = self.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        if member is None or member.protocol != CLASSIC or request.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return
-        if not request.protocols:
+        if member is None or member.protocol != CLASSIC or not request.protocols:
             return
         try:
             sub = decode_subscription(request.protocols[0].metadata)
@@ -617,11 +594,11 @@ class RebalanceEventDeriver:
         self._emit("group_stable", gid, None, kind, group_epoch=epoch,
                    partitions=None if partitions is None else _tps(partitions))
 
-    def _restore_all(self, gids: list[str]) -> None:
+    def _restore(self, gids: list[str]) -> None:
         for gid in gids:
-            self._restore(gid)
+            self._restore_group(gid)
 
-    def _restore(self, gid: str) -> None:
+    def _restore_group(self, gid: str) -> None:
         """A replayed group: its members are known, and own what the coordinator holds for them."""
         group = self._group(gid)
         classic = self._classic(gid)
