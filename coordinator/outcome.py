@@ -8,9 +8,15 @@ An ``Outcome`` holds what a call produced (Kafka's CoordinatorResult: records an
   request it answers (a parked JoinGroup or SyncGroup is answered by a later call, another member's
   request or a timer);
 - ``records``: what to make durable before any of those responses is released (write-ahead), in order;
-- ``timers``: the timer changes to apply (``coordinator.timers.apply_timer_changes``).
+- ``timers``: the timer changes to apply (``coordinator.timers.apply_timer_changes``);
+- ``changes``: what happened to a group that its records do not say (``Change``): a consumer group's
+  records describe every change of its state, a classic group's GroupMetadata record only each settled
+  generation, so a classic member's removal and a classic rebalance's start are told here, and a
+  conversion between the two types (whose records are the old type's tombstones and the new type's
+  records) names itself. Nothing in the group layers reads them; the rebalance event log does
+  (translate/rebalance_events.py).
 
-A caller gathering several calls' outcomes into one ``take``s their records, timers and tagged responses;
+A caller gathering several calls' outcomes into one ``take``s their records, timers, changes and tagged responses;
 a taken ``response`` is the caller's to place (it knows which request it answers).
 """
 
@@ -39,6 +45,34 @@ class Reply:
     body: Any
 
 
+@dataclass(frozen=True, slots=True)
+class MemberRemoved:
+    """A classic group's member left the group (LeaveGroup, session or join expiry, a static member's
+    new incarnation taking its place)."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceStarted:
+    """A classic group entered PreparingRebalance."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConverted:
+    """A group with members changed type (KIP-848 online upgrade / downgrade): "classic" / "consumer"."""
+
+    group_id: str
+    from_type: str
+    to_type: str
+
+
+Change = MemberRemoved | RebalanceStarted | GroupConverted
+
+
 @dataclass(slots=True)
 class Outcome(Generic[R]):
     response: R = None  # type: ignore[assignment]  # None for calls that answer only through ``responses``
@@ -46,6 +80,7 @@ class Outcome(Generic[R]):
     # Classic groups' GroupMetadata records and the consumer groups' records, in the order to persist.
     records: list[Any] = field(default_factory=list)
     timers: list[TimerChange] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
 
     def respond(self, request_key: RequestKey, body: Any) -> None:
         self.responses.append(Reply(request_key, body))
@@ -57,10 +92,11 @@ class Outcome(Generic[R]):
         return None
 
     def take(self, other: Outcome[Any]) -> None:
-        """Another outcome's tagged responses, records and timers, after this one's."""
+        """Another outcome's tagged responses, records, timers and changes, after this one's."""
         self.responses.extend(other.responses)
         self.records.extend(other.records)
         self.timers.extend(other.timers)
+        self.changes.extend(other.changes)
 
 
-__all__ = ["Outcome", "Reply", "RequestKey"]
+__all__ = ["Change", "GroupConverted", "MemberRemoved", "Outcome", "RebalanceStarted", "Reply", "RequestKey"]

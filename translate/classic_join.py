@@ -8,6 +8,7 @@ changing the group's protocol.
 
 from __future__ import annotations
 
+from coordinator.outcome import MemberRemoved
 from translate.classic_group import ClassicGroup, ClassicGroupMember, PendingJoin
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_messages import (
@@ -160,6 +161,7 @@ class ClassicJoin:
         leader_before = group.leader_id
         self.rb.cancel_heartbeat(out, group, old_member_id)
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        out.changes.append(MemberRemoved(group.group_id, old_member_id))
         self.rb.reschedule_heartbeat(out, group, member, now_ms)
         group.update_member(
             member,

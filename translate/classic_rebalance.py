@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coordinator.outcome import MemberRemoved, RebalanceStarted
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
 from translate.errors import Errors
@@ -138,6 +139,7 @@ class Rebalancer:
             group.initial_remaining_ms = -1
             self.schedule(out, join_key, now_ms + group.rebalance_timeout_ms())
         group.transition_to(State.PREPARING_REBALANCE, now_ms)
+        out.changes.append(RebalanceStarted(group.group_id))  # no record until the group settles
         if not is_initial:
             self.maybe_complete_join_phase(out, group, now_ms)
 
@@ -278,6 +280,7 @@ class Rebalancer:
             out.respond(member.awaiting_sync.request_key, SyncGroupResponse(error_code=Errors.UNKNOWN_MEMBER_ID))
             member.awaiting_sync = None
         group.remove(member.member_id)
+        out.changes.append(MemberRemoved(group.group_id, member.member_id))  # no record until the group settles
         self.cancel_heartbeat(out, group, member.member_id)
 
     def remove_member_and_update_group(

@@ -75,6 +75,7 @@ from coordinator.model import (
     MemberState,
     subscribed_topic_names,
 )
+from coordinator.outcome import GroupConverted
 from coordinator.records import Record, RecordType
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import rebalance_key, session_key
@@ -186,6 +187,7 @@ class GroupConverter:
             rb.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
         del self.classic_groups.groups[gid]
         out.records.append(GroupMetadataRecord(gid, None))
+        out.changes.append(GroupConverted(gid, "classic", "consumer"))
 
         tx = self.coordinator.begin()
         for member in members:
@@ -398,6 +400,7 @@ class GroupConverter:
         self.classic_groups.groups[gid] = classic
         rb = self.classic_groups.rebalancer
         out.records.append(rb.group_record(classic))
+        out.changes.append(GroupConverted(gid, "consumer", "classic"))
         for cmember in classic.members.values():
             rb.reschedule_heartbeat(out, classic, cmember, now_ms)
         if rebalance:

@@ -1,48 +1,46 @@
-"""Rebalance events of the groups a GroupService runs, derived from what the service sees (sans-I/O).
+"""Rebalance events of the groups a GroupService runs, derived from what its calls return (sans-I/O).
 
 ``RebalanceEventDeriver`` wraps a ``GroupService``: the caller hands it the calls it would make on the
 service (``handle``, ``on_timer``, ``on_metadata``, ``on_loaded``, ``expire_empty_groups``), gets the
 same ``Outcome`` back, and every rebalance event the call implies goes to ``sink`` as a plain dict
-with the field names of the rehearsal event schema (docs/rehearsal-events.md; ``rehearsal/events.py``
-validates them). This module does not import ``rehearsal``: the schema is the contract, and the tests
-check the dicts against it.
+with the field names of the rehearsal event schema (docs/rehearsal-events.md, "Events written by the
+gateway", says when each is written; ``rehearsal/events.py`` validates them; this module does not import
+``rehearsal``: the schema is the contract, and the tests check the dicts against it).
 
-What each event is derived from:
+Events come from each call's inputs (the request, the timer's key) and its ``Outcome``, never from a
+comparison of the group's state before and after:
 
-- ``member_joined``: the first successful JoinGroup response (classic, ``member_epoch`` = generation) or
-  ConsumerGroupHeartbeat response (consumer, ``member_epoch`` = member epoch) of a member id.
-- ``member_left``: a LeaveGroup that removed the member, a ConsumerGroupHeartbeat with epoch -1 / -2
-  (a static member leaving with -2 stays in the coordinator until its session ends, but the client
-  gave everything up), or a static member replaced by a new incarnation (``reason`` = ``replaced``).
-- ``member_fenced``: a timer removed the member (``reason`` = the timer kind: ``session``,
-  ``rebalance``, ``classic-heartbeat``, ``classic-join``, ...), or a ConsumerGroupHeartbeat was
-  answered FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID (the client loses its partitions and rejoins).
-- ``assignment_sent``: a ConsumerGroupHeartbeat response carrying an assignment (``member_epoch`` =
-  the response's epoch), or a successful SyncGroup response (``member_epoch`` = the generation).
-- ``partitions_assigned`` / ``partitions_revoked``: ACKNOWLEDGED ownership changes. A consumer member
-  acknowledges with the ``ownedTopicPartitions`` of its heartbeat (null = unchanged; topic ids are
-  named through the service's topic image), diffed against what it acknowledged last. A classic member
-  reports what it still owns in the OwnedPartitions of its JoinGroup subscription (cooperative; an
-  eager member revoked everything before rejoining and reports none) and owns what its successful
-  SyncGroup response assigned from then on. A member that leaves or is fenced loses everything; no
-  revocation is written for that (the analysis ends its ownership at ``member_left``/``member_fenced``).
-- ``group_converted``: the group changed type (classic <-> consumer); ``protocol`` is the new type.
-- ``rebalance_started``: a classic group entered PreparingRebalance; a consumer group's epoch was bumped.
-- ``timer_expired``: a timer of the service fired and changed something (``kind`` as the service names
-  it, ``member`` for member timers).
-- ``group_stable``: the group became Stable (consumer: every member at the target assignment; classic:
-  the Stable state), with the partitions the group's members were assigned.
-- ``topic_metadata``: a consumer group's subscribed topics (its subscription metadata) when first seen
-  or when their partition count changes.
+- responses: ``member_joined`` (a member id's first successful JoinGroup / ConsumerGroupHeartbeat
+  response), ``assignment_sent`` (a heartbeat response's assignment, a successful SyncGroup response),
+  ``member_left`` / ``member_fenced`` answered to a consumer member (epoch -1 / -2; FENCED_MEMBER_EPOCH,
+  UNKNOWN_MEMBER_ID), and acknowledged ownership: ``partitions_assigned`` / ``partitions_revoked`` from
+  a consumer member's ``ownedTopicPartitions`` (null = unchanged; topic ids named through the topic
+  image), a classic member's JoinGroup OwnedPartitions (an eager member reports none) and what its
+  SyncGroup response assigned. A member that leaves or is fenced loses everything without a revocation.
+- records (a consumer group's state is the replay of its records, so they show every change of it): a
+  member metadata tombstone removes a member (``member_left`` / ``member_fenced``, the reason from the
+  call: LeaveGroup's, ``replaced`` for a static member's new incarnation, the timer's kind), a group
+  epoch record above the epoch the group had is ``rebalance_started``, a partition metadata record
+  declares ``topic_metadata`` (a replayed group's topics are declared at ``on_metadata`` / ``on_loaded``).
+- ``Outcome.changes`` (coordinator/outcome.py), for what a classic group's records do not say, emitted by
+  translate/ where it happens: ``MemberRemoved``, ``RebalanceStarted`` (PreparingRebalance) and
+  ``GroupConverted`` (``group_converted``, classic <-> consumer).
+- ``group_stable``: a group the call changed (a record or a change) is Stable and was not at that epoch.
+- ``timer_expired``: a timer whose call returned anything.
+
+A removed member still in the group after the call (a conversion tombstones its consumer records) stays.
+The deriver reads the group's current state only for what an event reports (an epoch, the partitions of
+a Stable group) and keeps, per group, its members' acknowledged partitions and the group's type, epoch
+and Stable flag as of the last call that changed it.
 
 ``client_mix`` cannot be known for sure by a coordinator: it is inferred from the group's state when
 its first event is written, then kept (``client_mixes`` seeds it from an existing log of the run); the
 rules are in docs/rehearsal-events.md ("Events written by the gateway") and ``_infer_mix``.
 
-Cost: a call compares snapshots of its group, O(members), except the hot paths: a consumer group member's
-heartbeat that wrote no record costs its acknowledgement alone, a classic group's Heartbeat nothing.
-
-``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from ``first_seq``; ``run`` is fixed.
+Cost: O(records + changes) of the call, plus O(members) to check whether a group it changed is Stable.
+A consumer group member's heartbeat that wrote no record costs its acknowledgement alone, a classic
+group's Heartbeat nothing. ``ts_ms`` is the caller's ``now_ms``; ``seq`` numbers the dicts from
+``first_seq``; ``run`` is fixed.
 
 After a restart (``on_loaded``) replayed members are known without a new ``member_joined``; each gets one
 ``partitions_assigned`` of what the coordinator holds for it (a no-op for what it already owned).
@@ -64,6 +62,8 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import Assignment, ConsumerGroup, GroupState
+from coordinator.outcome import GroupConverted, MemberRemoved, RebalanceStarted
+from coordinator.records import Record, RecordType
 from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_messages import (
@@ -115,18 +115,48 @@ class _Member:
 class _Group:
     members: dict[str, _Member] = field(default_factory=dict)
     topics: dict[str, int] = field(default_factory=dict)  # declared with topic_metadata
+    # The group as of the last call that changed it: its type, epoch (classic: generation) and whether it
+    # was Stable. A consumer group changes only through records, a classic one's rebalance starts with a
+    # RebalanceStarted change and settles with a record: every change passes through here.
+    kind: str | None = None
+    epoch: int = 0
+    stable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    type: str | None
-    members: frozenset[str]
-    epoch: int
-    stable: bool
-    preparing: bool
+class _Seen:
+    """What one call's outcome says happened to its groups: consumer groups through their records
+    (a member metadata tombstone removes a member, record 4 is the subscribed topics' metadata), classic
+    groups and conversions through its ``changes``."""
+
+    __slots__ = ("groups", "removed", "metadata", "started", "converted")
+
+    def __init__(self, result: Outcome) -> None:
+        self.groups: dict[str, None] = {}  # touched, in order
+        self.removed: dict[str, set[str]] = {}
+        self.metadata: set[str] = set()
+        self.started: set[str] = set()
+        self.converted: dict[str, GroupConverted] = {}
+        for record in result.records:
+            self.groups[record.group_id] = None
+            if isinstance(record, Record) and record.value is None and record.type is RecordType.MEMBER_METADATA:
+                self.removed.setdefault(record.group_id, set()).add(record.sub_key or "")
+            elif isinstance(record, Record) and record.type is RecordType.PARTITION_METADATA:
+                self.metadata.add(record.group_id)
+        for change in result.changes:
+            self.groups[change.group_id] = None
+            if isinstance(change, MemberRemoved):
+                self.removed.setdefault(change.group_id, set()).add(change.member_id)
+            elif isinstance(change, RebalanceStarted):
+                self.started.add(change.group_id)
+            else:
+                self.converted[change.group_id] = change
 
 
-_NO_GROUP = _Snapshot(None, frozenset(), 0, False, False)
+def _touched(seen: _Seen, gids: list[str]) -> list[str]:
+    """The groups the call changed: those it was made for first, in their order."""
+    if not seen.groups:
+        return []
+    return [g for g in gids if g in seen.groups] + sorted(g for g in seen.groups if g not in gids)
 
 
 def _tps(parts: Iterable[TP]) -> list[dict[str, Any]]:
@@ -156,7 +186,6 @@ class RebalanceEventDeriver:
         self._names: dict[uuid.UUID, str] = {}
         self._now = 0
         self._out: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
-        self._last: dict[str, _Snapshot] = {}  # consumer groups after their last derived change (fast path)
 
     # ---- the wrapped calls -----------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
@@ -165,64 +194,44 @@ class RebalanceEventDeriver:
         elif isinstance(request, DeleteGroupsRequest):
             gids = list(request.group_ids)
         else:
-            result = self.service.handle(request, request_key, now_ms)  # reads and offset checks
-            if result.records:
-                self._last.clear()  # not expected of these; never trust a snapshot after a change
-            return result
+            return self.service.handle(request, request_key, now_ms)  # reads and offset checks: no rebalance
         if isinstance(request, HeartbeatRequest) and self._consumer(request.group_id) is None:
             return self.service.handle(request, request_key, now_ms)  # classic: re-arms a timer, changes nothing
         self._begin(now_ms)
-        last = self._last.get(gids[0])
-        if isinstance(request, ConsumerGroupHeartbeatRequest) and request.member_epoch > 0 and last is not None:
-            # A consumer group changes only through records (its state is what replaying them gives): a call
-            # that wrote none left it as it was; only the member's acknowledgement and what it was told remain.
-            result = self.service.handle(request, request_key, now_ms)
-            if not result.records and len(result.responses) <= 1:
-                self._guarded(lambda: self._steady_heartbeat(request, result.response_to(request_key), result))
-                return result
-            before = {gids[0]: last}
-        else:
-            before = {g: self._snapshot(g) for g in gids}
-            self._guarded(lambda: self._before_request(request, request_key))
-            result = self.service.handle(request, request_key, now_ms)
-        self._guarded(lambda: self._after_request(request, request_key, result, gids, before))
+        if isinstance(request, JoinGroupRequest | SyncGroupRequest):  # answered later: remember the request
+            self._guarded(lambda: self._join_request(request, request_key))
+        result = self.service.handle(request, request_key, now_ms)
+        self._guarded(lambda: self._after_request(request, request_key, result, gids))
         return result
 
-    def _steady_heartbeat(self, request: ConsumerGroupHeartbeatRequest, response: object, result: Outcome) -> None:
-        self._heartbeat_before(request, response)
-        self._heartbeat_after(request, response)
-        self._responses(result)  # (none expected: a parked response is released by a change, with records)
-
     def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
-        before = self._snapshot(key[1])
         result = self.service.on_timer(key, now_ms)
         self._begin(now_ms)
-        self._guarded(lambda: self._after_timer(key, result, before))
+        if result.records or result.responses or result.changes:  # else a stale timer: nothing happened
+            self._guarded(lambda: self._after_timer(key, result))
         return result
 
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
         current = {n: (m.topic_id, m.num_partitions) for n, m in self.service.coordinator.state.topics.items()}
         if dict(topics) == current:
-            result = self.service.on_metadata(topics, now_ms)  # nothing changes
-            if result.records:
-                self._last.clear()
-            return result
-        gids = self._all_groups()
-        before = {g: self._snapshot(g) for g in gids}
+            return self.service.on_metadata(topics, now_ms)  # nothing changes
         result = self.service.on_metadata(topics, now_ms)
         self._names = {}
         self._begin(now_ms)
-        self._guarded(lambda: self._after_changes(gids, before, result, "topic metadata changed"))
+        # Every group's subscribed topics are declared (replayed groups are first seen here, before on_loaded).
+        self._guarded(lambda: self._after_changes(_Seen(result), result, "topic metadata changed", self._all_groups()))
         return result
 
     def on_loaded(self, now_ms: int) -> Outcome:
         """After replay: take the replayed members as known, then arm the service's timers."""
         self._begin(now_ms)
         gids = self._all_groups()
-        self._guarded(lambda: self._restore_all(gids))
-        before = {g: self._snapshot(g) for g in gids}
+        self._guarded(lambda: self._restore(gids))
         result = self.service.on_loaded(now_ms)
-        self._guarded(lambda: self._after_changes(gids, before, result, "loaded"))
+        seen = _Seen(result)
+        seen.groups.update(dict.fromkeys(gids))  # a replayed group: its topics and state are news
+        seen.metadata.update(gids)
+        self._guarded(lambda: self._after_changes(seen, result, "loaded", gids))
         return result
 
     def expire_empty_groups(self, now_ms: int) -> Outcome:
@@ -233,7 +242,6 @@ class RebalanceEventDeriver:
             live = set(self._all_groups())
             for gid in [g for g in self.groups if g not in live]:
                 del self.groups[gid]
-            self._last.clear()  # never trust a snapshot after a change
         return result
 
     def _guarded(self, derive: Callable[[], object]) -> None:
@@ -249,63 +257,47 @@ class RebalanceEventDeriver:
                 raise
             self.on_error(exc)
 
-    def _before_request(self, request: object, request_key: RequestKey) -> None:
-        if isinstance(request, JoinGroupRequest):
-            self._join_request(request)
-        if isinstance(request, JoinGroupRequest | SyncGroupRequest):
-            self._remember(request_key, request)
-
-    def _after_request(
-        self, request: object, request_key: RequestKey, result: Outcome, gids: list[str],
-        before: dict[str, _Snapshot],
-    ) -> None:
-        if isinstance(request, ConsumerGroupHeartbeatRequest):
-            self._heartbeat_before(request, result.response_to(request_key))
-        after = {gid: self._snapshot(gid) for gid in gids}  # the service does not change until we return
-        for gid in gids:
-            self._departures(gid, after[gid], self._departure_reason(request))
-            self._group_changes(gid, before[gid], after[gid], type(request).__name__)
-        if isinstance(request, ConsumerGroupHeartbeatRequest):
-            self._heartbeat_after(request, result.response_to(request_key))
+    def _after_request(self, request: object, request_key: RequestKey, result: Outcome, gids: list[str]) -> None:
+        heartbeat = request if isinstance(request, ConsumerGroupHeartbeatRequest) else None
+        if heartbeat is not None:
+            self._heartbeat_before(heartbeat, result.response_to(request_key))
+        seen = _Seen(result)
+        order = _touched(seen, gids)  # none for a steady heartbeat: it wrote no record, nothing changed
+        for gid in order:
+            self._group_changes(gid, seen, self._departure_reason(request), type(request).__name__)
+        if heartbeat is not None:
+            self._heartbeat_after(heartbeat, result.response_to(request_key))
         self._responses(result)
+        for gid in order:
+            self._stable(gid)
         for gid in gids:
-            self._stable(gid, before[gid], after[gid])
             group = self.groups.get(gid)
-            if group is not None and not group.members and after[gid].type is None:
+            if group is not None and not group.members and self._kind(gid) is None:
                 del self.groups[gid]  # deleted; its client_mix stays fixed for the run
-        self._remember_after(gids, after)
 
-    def _remember_after(self, gids: Iterable[str], afters: Mapping[str, _Snapshot]) -> None:
-        for gid in gids:
-            after = afters[gid]
-            if after.type == CONSUMER:
-                self._last[gid] = after
-            else:
-                self._last.pop(gid, None)
-
-    def _after_timer(self, key: TimerKey, result: Outcome, before: _Snapshot) -> None:
+    def _after_timer(self, key: TimerKey, result: Outcome) -> None:
         kind, gid, member_id = key
-        after = self._snapshot(gid)
-        if not (result.records or result.responses or after != before):
-            return  # a stale timer: nothing happened
         known = self.groups.get(gid)
         member = known.members.get(member_id) if known is not None and member_id else None
-        protocol = member.protocol if member is not None else (before.type or CONSUMER)
+        was = known.kind if known is not None else None  # the group's type before the call
+        protocol = member.protocol if member is not None else (was or self._kind(gid) or CONSUMER)
         self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
-        self._departures(gid, after, ("member_fenced", kind))
-        self._group_changes(gid, before, after, f"{kind} timer")
+        seen = _Seen(result)
+        order = _touched(seen, [gid])
+        for g in order:
+            self._group_changes(g, seen, ("member_fenced", kind), f"{kind} timer")
         self._responses(result)
-        self._stable(gid, before, after)
-        self._remember_after([gid], {gid: after})
+        for g in order:
+            self._stable(g)
 
-    def _after_changes(self, gids: list[str], before: dict[str, _Snapshot], result: Outcome, cause: str) -> None:
-        after = {gid: self._snapshot(gid) for gid in gids}
-        for gid in gids:
-            self._departures(gid, after[gid], ("member_fenced", cause))
-            self._group_changes(gid, before[gid], after[gid], cause)
-            self._stable(gid, before[gid], after[gid])
+    def _after_changes(self, seen: _Seen, result: Outcome, cause: str, declaring: list[str]) -> None:
+        for gid in sorted(set(seen.groups).union(declaring)):
+            if gid in seen.groups:
+                self._group_changes(gid, seen, ("member_fenced", cause), cause)
+                self._stable(gid)
+            else:
+                self._declare_topics(gid)
         self._responses(result)
-        self._remember_after(gids, after)
 
     # ---- state views -----------------------------------------------------------------------------
     def _all_groups(self) -> list[str]:
@@ -319,17 +311,29 @@ class RebalanceEventDeriver:
             return None
         return self.service.coordinator.group(gid)
 
-    def _snapshot(self, gid: str) -> _Snapshot:
+    def _kind(self, gid: str) -> str | None:
+        if self._classic(gid) is not None:
+            return CLASSIC
+        return CONSUMER if self.service.coordinator.group(gid) is not None else None
+
+    def _present(self, gid: str, member_id: str) -> bool:
         classic = self._classic(gid)
         if classic is not None:
-            return _Snapshot(
-                CLASSIC, frozenset(classic.members), classic.generation_id,
-                classic.is_in(ClassicGroupState.STABLE), classic.is_in(ClassicGroupState.PREPARING_REBALANCE),
-            )
-        group = self._consumer(gid)
-        if group is not None:
-            return _Snapshot(CONSUMER, frozenset(group.members), group.group_epoch, group.state() is GroupState.STABLE, False)
-        return _NO_GROUP
+            return member_id in classic.members
+        group = self.service.coordinator.group(gid)
+        return group is not None and member_id in group.members
+
+    def _epoch(self, gid: str) -> int:
+        classic = self._classic(gid)
+        group = self.service.coordinator.group(gid)
+        return classic.generation_id if classic is not None else group.group_epoch if group is not None else 0
+
+    def _is_stable(self, gid: str) -> bool:
+        classic = self._classic(gid)
+        if classic is not None:
+            return classic.is_in(ClassicGroupState.STABLE)
+        group = self.service.coordinator.group(gid)
+        return group is not None and group.state() is GroupState.STABLE  # O(members): only after a change
 
     def _name_of(self, topic_id: uuid.UUID, gid: str) -> str | None:
         """The topic's name in the service's topic image, else in the group's own subscription metadata
@@ -440,18 +444,16 @@ class RebalanceEventDeriver:
         member.acked = set(owned)
 
     # ---- what requests and responses say ---------------------------------------------------------
-    def _remember(self, key: RequestKey, request: JoinGroupRequest | SyncGroupRequest) -> None:
+    def _join_request(self, request: JoinGroupRequest | SyncGroupRequest, key: RequestKey) -> None:
+        """A parked request is remembered; a known classic member rejoining says what it still owns."""
         self._pending[key] = request
         while len(self._pending) > _MAX_PENDING:
             del self._pending[next(iter(self._pending))]
-
-    def _join_request(self, request: JoinGroupRequest) -> None:
-        """A known classic member rejoins: its subscription says what it still owns."""
+        if not isinstance(request, JoinGroupRequest) or request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return
         group = self.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        if member is None or member.protocol != CLASSIC or request.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return
-        if not request.protocols:
+        if member is None or member.protocol != CLASSIC or not request.protocols:
             return
         try:
             sub = decode_subscription(request.protocols[0].metadata)
@@ -526,38 +528,50 @@ class RebalanceEventDeriver:
             return "member_left", "group deleted"
         return "member_fenced", "removed"
 
-    def _departures(self, gid: str, after: _Snapshot, how: tuple[str, str]) -> None:
+    def _group_changes(self, gid: str, seen: _Seen, how: tuple[str, str], cause: str) -> None:
+        """Departures, conversion, a rebalance's start and the subscribed topics, as the call returned them."""
         group = self.groups.get(gid)
-        if group is None or not group.members:
+        removed = seen.removed.get(gid)
+        if removed and group is not None and group.members:
+            for member_id in [m for m in group.members if m in removed and not self._present(gid, m)]:
+                self._gone(gid, member_id, *how)  # (a conversion's tombstones keep the member: still present)
+        kind = self._kind(gid)
+        if kind is None:
             return
-        for member_id in [m for m in group.members if m not in after.members]:
-            self._gone(gid, member_id, *how)
+        epoch = self._epoch(gid)
+        converted = seen.converted.get(gid)
+        if converted is not None:
+            self._emit("group_converted", gid, None, kind, group_epoch=epoch, from_type=converted.from_type, to_type=kind)
+        if kind == CLASSIC:
+            if gid in seen.started:
+                self._emit("rebalance_started", gid, None, CLASSIC, group_epoch=epoch, reason=cause)
+        elif group is not None and group.kind == CONSUMER and epoch > group.epoch:
+            self._emit("rebalance_started", gid, None, CONSUMER, group_epoch=epoch, reason=cause)
+        if gid in seen.metadata:
+            self._declare_topics(gid)
 
-    def _group_changes(self, gid: str, before: _Snapshot, after: _Snapshot, cause: str) -> None:
-        if after.type is None:
-            return
-        if before.type is not None and before.members and before.type != after.type:
-            # (An empty group of the other type is deleted and replaced, not converted.)
-            self._emit("group_converted", gid, None, after.type, group_epoch=after.epoch,
-                       from_type=before.type, to_type=after.type)
-        same = before.type == after.type
-        if after.type == CLASSIC:
-            started = after.preparing and not (same and before.preparing)
-            passed = same and after.epoch > before.epoch and not before.preparing
-            if started or passed:
-                self._emit("rebalance_started", gid, None, CLASSIC, group_epoch=after.epoch, reason=cause)
-        elif same and after.epoch > before.epoch:
-            self._emit("rebalance_started", gid, None, CONSUMER, group_epoch=after.epoch, reason=cause)
-        group = self._consumer(gid)
-        if group is not None:
+    def _declare_topics(self, gid: str) -> None:
+        consumer = self._consumer(gid)
+        if consumer is not None:
             declared = self._group(gid).topics
-            for name, meta in sorted(group.subscription_metadata.items()):
+            for name, meta in sorted(consumer.subscription_metadata.items()):
                 if declared.get(name) != meta.num_partitions and meta.num_partitions > 0:
                     declared[name] = meta.num_partitions
                     self._emit("topic_metadata", gid, None, CONSUMER, topic=name, num_partitions=meta.num_partitions)
 
-    def _stable(self, gid: str, before: _Snapshot, after: _Snapshot) -> None:
-        if not after.stable or (before.stable and before.type == after.type and before.epoch == after.epoch):
+    def _stable(self, gid: str) -> None:
+        """group_stable when a group the call changed is Stable and was not at this epoch; then remember it."""
+        kind = self._kind(gid)
+        if kind is None:
+            known = self.groups.get(gid)
+            if known is not None:
+                known.kind, known.epoch, known.stable = None, 0, False
+            return
+        known = self._group(gid)
+        epoch, stable = self._epoch(gid), self._is_stable(gid)
+        was_stable = known.stable and known.kind == kind and known.epoch == epoch
+        known.kind, known.epoch, known.stable = kind, epoch, stable
+        if not stable or was_stable:
             return
         partitions: set[TP] | None = set()
         classic = self._classic(gid)
@@ -577,14 +591,14 @@ class RebalanceEventDeriver:
             for target in group.target_assignment.values():
                 assert partitions is not None
                 partitions |= self._named_assignment(target, gid)
-        self._emit("group_stable", gid, None, after.type or CONSUMER, group_epoch=after.epoch,
+        self._emit("group_stable", gid, None, kind, group_epoch=epoch,
                    partitions=None if partitions is None else _tps(partitions))
 
-    def _restore_all(self, gids: list[str]) -> None:
+    def _restore(self, gids: list[str]) -> None:
         for gid in gids:
-            self._restore(gid)
+            self._restore_group(gid)
 
-    def _restore(self, gid: str) -> None:
+    def _restore_group(self, gid: str) -> None:
         """A replayed group: its members are known, and own what the coordinator holds for them."""
         group = self._group(gid)
         classic = self._classic(gid)
@@ -595,10 +609,12 @@ class RebalanceEventDeriver:
                 held = self._decoded(m.assignment or m.synced_assignment) if consumer_protocol else None
                 if held:
                     self._acknowledge(gid, member_id, known, held, classic.generation_id)
+            group.kind, group.epoch, group.stable = CLASSIC, classic.generation_id, classic.is_in(ClassicGroupState.STABLE)
             return
         consumer = self._consumer(gid)
         if consumer is None:
             return
+        group.kind, group.epoch, group.stable = CONSUMER, consumer.group_epoch, consumer.state() is GroupState.STABLE
         for member_id, cm in consumer.members.items():
             protocol = CLASSIC if cm.uses_classic_protocol else CONSUMER
             known = group.members.setdefault(member_id, _Member(protocol, cm.member_epoch))
