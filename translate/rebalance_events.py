@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.errors import Errors
@@ -62,8 +61,6 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import Assignment, ConsumerGroup, GroupState
-from coordinator.outcome import GroupConverted, MemberRemoved, RebalanceStarted
-from coordinator.records import Record, RecordType
 from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_messages import (
@@ -83,9 +80,9 @@ from translate.embedded import (
 from translate.group_config import ClassicGroupsMode, Outcome, RequestKey
 from translate.group_messages import DeleteGroupsRequest
 from translate.group_service import GroupService
+from translate.rebalance_seen import TP, GroupMemo, MemberMemo, Seen, mix_of_protocol, touched, tps
 
 EventSink = Callable[[dict[str, Any]], None]
-TP = tuple[str, int]
 
 CLASSIC = "classic"
 CONSUMER = "consumer"
@@ -97,70 +94,6 @@ _FENCING_ERRORS = {
     int(Errors.UNKNOWN_MEMBER_ID): "unknown member id",
 }
 _GROUP_REQUESTS = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest, ConsumerGroupHeartbeatRequest)
-
-
-def mix_of_protocol(protocol_name: str | None) -> str:
-    """The classic client mix an assignor protocol name implies."""
-    return "classic-cooperative" if protocol_name and "cooperative" in protocol_name.lower() else "classic-eager"
-
-
-@dataclass(slots=True)
-class _Member:
-    protocol: str
-    epoch: int | None = None
-    acked: set[TP] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class _Group:
-    members: dict[str, _Member] = field(default_factory=dict)
-    topics: dict[str, int] = field(default_factory=dict)  # declared with topic_metadata
-    # The group as of the last call that changed it: its type, epoch (classic: generation) and whether it
-    # was Stable. A consumer group changes only through records, a classic one's rebalance starts with a
-    # RebalanceStarted change and settles with a record: every change passes through here.
-    kind: str | None = None
-    epoch: int = 0
-    stable: bool = False
-
-
-class _Seen:
-    """What one call's outcome says happened to its groups: consumer groups through their records
-    (a member metadata tombstone removes a member, record 4 is the subscribed topics' metadata), classic
-    groups and conversions through its ``changes``."""
-
-    __slots__ = ("groups", "removed", "metadata", "started", "converted")
-
-    def __init__(self, result: Outcome) -> None:
-        self.groups: dict[str, None] = {}  # touched, in order
-        self.removed: dict[str, set[str]] = {}
-        self.metadata: set[str] = set()
-        self.started: set[str] = set()
-        self.converted: dict[str, GroupConverted] = {}
-        for record in result.records:
-            self.groups[record.group_id] = None
-            if isinstance(record, Record) and record.value is None and record.type is RecordType.MEMBER_METADATA:
-                self.removed.setdefault(record.group_id, set()).add(record.sub_key or "")
-            elif isinstance(record, Record) and record.type is RecordType.PARTITION_METADATA:
-                self.metadata.add(record.group_id)
-        for change in result.changes:
-            self.groups[change.group_id] = None
-            if isinstance(change, MemberRemoved):
-                self.removed.setdefault(change.group_id, set()).add(change.member_id)
-            elif isinstance(change, RebalanceStarted):
-                self.started.add(change.group_id)
-            else:
-                self.converted[change.group_id] = change
-
-
-def _touched(seen: _Seen, gids: list[str]) -> list[str]:
-    """The groups the call changed: those it was made for first, in their order."""
-    if not seen.groups:
-        return []
-    return [g for g in gids if g in seen.groups] + sorted(g for g in seen.groups if g not in gids)
-
-
-def _tps(parts: Iterable[TP]) -> list[dict[str, Any]]:
-    return [{"topic": t, "partition": p} for t, p in sorted(parts)]
 
 
 class RebalanceEventDeriver:
@@ -181,7 +114,7 @@ class RebalanceEventDeriver:
         self.run = run
         self.seq = first_seq
         self.mixes: dict[str, str] = dict(client_mixes or {})
-        self.groups: dict[str, _Group] = {}
+        self.groups: dict[str, GroupMemo] = {}
         self._pending: dict[RequestKey, JoinGroupRequest | SyncGroupRequest] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._now = 0
@@ -219,7 +152,7 @@ class RebalanceEventDeriver:
         self._names = {}
         self._begin(now_ms)
         # Every group's subscribed topics are declared (replayed groups are first seen here, before on_loaded).
-        self._guarded(lambda: self._after_changes(_Seen(result), result, "topic metadata changed", self._all_groups()))
+        self._guarded(lambda: self._after_changes(Seen(result), result, "topic metadata changed", self._all_groups()))
         return result
 
     def on_loaded(self, now_ms: int) -> Outcome:
@@ -228,7 +161,7 @@ class RebalanceEventDeriver:
         gids = self._all_groups()
         self._guarded(lambda: self._restore(gids))
         result = self.service.on_loaded(now_ms)
-        seen = _Seen(result)
+        seen = Seen(result)
         seen.groups.update(dict.fromkeys(gids))  # a replayed group: its topics and state are news
         seen.metadata.update(gids)
         self._guarded(lambda: self._after_changes(seen, result, "loaded", gids))
@@ -261,8 +194,8 @@ class RebalanceEventDeriver:
         heartbeat = request if isinstance(request, ConsumerGroupHeartbeatRequest) else None
         if heartbeat is not None:
             self._heartbeat_before(heartbeat, result.response_to(request_key))
-        seen = _Seen(result)
-        order = _touched(seen, gids)  # none for a steady heartbeat: it wrote no record, nothing changed
+        seen = Seen(result)
+        order = touched(seen, gids)  # none for a steady heartbeat: it wrote no record, nothing changed
         for gid in order:
             self._group_changes(gid, seen, self._departure_reason(request), type(request).__name__)
         if heartbeat is not None:
@@ -282,15 +215,15 @@ class RebalanceEventDeriver:
         was = known.kind if known is not None else None  # the group's type before the call
         protocol = member.protocol if member is not None else (was or self._kind(gid) or CONSUMER)
         self._emit("timer_expired", gid, member_id or None, protocol, kind=kind)
-        seen = _Seen(result)
-        order = _touched(seen, [gid])
+        seen = Seen(result)
+        order = touched(seen, [gid])
         for g in order:
             self._group_changes(g, seen, ("member_fenced", kind), f"{kind} timer")
         self._responses(result)
         for g in order:
             self._stable(g)
 
-    def _after_changes(self, seen: _Seen, result: Outcome, cause: str, declaring: list[str]) -> None:
+    def _after_changes(self, seen: Seen, result: Outcome, cause: str, declaring: list[str]) -> None:
         for gid in sorted(set(seen.groups).union(declaring)):
             if gid in seen.groups:
                 self._group_changes(gid, seen, ("member_fenced", cause), cause)
@@ -413,17 +346,17 @@ class RebalanceEventDeriver:
             self.seq += 1
             self.sink(event)
 
-    def _group(self, gid: str) -> _Group:
+    def _group(self, gid: str) -> GroupMemo:
         group = self.groups.get(gid)
         if group is None:
-            group = self.groups[gid] = _Group()
+            group = self.groups[gid] = GroupMemo()
         return group
 
-    def _join(self, gid: str, member_id: str, protocol: str, epoch: int, instance_id: str | None) -> _Member:
+    def _join(self, gid: str, member_id: str, protocol: str, epoch: int, instance_id: str | None) -> MemberMemo:
         group = self._group(gid)
         member = group.members.get(member_id)
         if member is None:
-            member = group.members[member_id] = _Member(protocol, epoch)
+            member = group.members[member_id] = MemberMemo(protocol, epoch)
             self._emit("member_joined", gid, member_id, protocol, member_epoch=epoch, instance_id=instance_id)
         member.epoch = epoch
         return member
@@ -434,13 +367,13 @@ class RebalanceEventDeriver:
         if member is not None:
             self._emit(kind, gid, member_id, member.protocol, member_epoch=member.epoch, reason=reason)
 
-    def _acknowledge(self, gid: str, member_id: str, member: _Member, owned: set[TP], epoch: int | None) -> None:
+    def _acknowledge(self, gid: str, member_id: str, member: MemberMemo, owned: set[TP], epoch: int | None) -> None:
         revoked = member.acked - owned
         assigned = owned - member.acked
         if revoked:
-            self._emit("partitions_revoked", gid, member_id, member.protocol, member_epoch=epoch, partitions=_tps(revoked))
+            self._emit("partitions_revoked", gid, member_id, member.protocol, member_epoch=epoch, partitions=tps(revoked))
         if assigned:
-            self._emit("partitions_assigned", gid, member_id, member.protocol, member_epoch=epoch, partitions=_tps(assigned))
+            self._emit("partitions_assigned", gid, member_id, member.protocol, member_epoch=epoch, partitions=tps(assigned))
         member.acked = set(owned)
 
     # ---- what requests and responses say ---------------------------------------------------------
@@ -488,7 +421,7 @@ class RebalanceEventDeriver:
             self._acknowledge(gid, member_id, member, owned, request.member_epoch)
         if response.assignment is not None:
             told = self._named(response.assignment, gid)
-            self._emit("assignment_sent", gid, member_id, CONSUMER, member_epoch=response.member_epoch, partitions=_tps(told))
+            self._emit("assignment_sent", gid, member_id, CONSUMER, member_epoch=response.member_epoch, partitions=tps(told))
 
     def _responses(self, result: Outcome) -> None:
         """Parked JoinGroup / SyncGroup responses this result releases."""
@@ -513,7 +446,7 @@ class RebalanceEventDeriver:
             return
         member = self._join(gid, request.member_id, CLASSIC, request.generation_id, request.group_instance_id)
         generation = request.generation_id
-        self._emit("assignment_sent", gid, request.member_id, CLASSIC, member_epoch=generation, partitions=_tps(parts))
+        self._emit("assignment_sent", gid, request.member_id, CLASSIC, member_epoch=generation, partitions=tps(parts))
         self._acknowledge(gid, request.member_id, member, parts, generation)
 
     # ---- what the group's state says -------------------------------------------------------------
@@ -528,7 +461,7 @@ class RebalanceEventDeriver:
             return "member_left", "group deleted"
         return "member_fenced", "removed"
 
-    def _group_changes(self, gid: str, seen: _Seen, how: tuple[str, str], cause: str) -> None:
+    def _group_changes(self, gid: str, seen: Seen, how: tuple[str, str], cause: str) -> None:
         """Departures, conversion, a rebalance's start and the subscribed topics, as the call returned them."""
         group = self.groups.get(gid)
         removed = seen.removed.get(gid)
@@ -592,7 +525,7 @@ class RebalanceEventDeriver:
                 assert partitions is not None
                 partitions |= self._named_assignment(target, gid)
         self._emit("group_stable", gid, None, kind, group_epoch=epoch,
-                   partitions=None if partitions is None else _tps(partitions))
+                   partitions=None if partitions is None else tps(partitions))
 
     def _restore(self, gids: list[str]) -> None:
         for gid in gids:
@@ -605,7 +538,7 @@ class RebalanceEventDeriver:
         if classic is not None:
             consumer_protocol = classic.protocol_type == CONSUMER_PROTOCOL_TYPE
             for member_id, m in classic.members.items():
-                known = group.members.setdefault(member_id, _Member(CLASSIC, classic.generation_id))
+                known = group.members.setdefault(member_id, MemberMemo(CLASSIC, classic.generation_id))
                 held = self._decoded(m.assignment or m.synced_assignment) if consumer_protocol else None
                 if held:
                     self._acknowledge(gid, member_id, known, held, classic.generation_id)
@@ -617,7 +550,7 @@ class RebalanceEventDeriver:
         group.kind, group.epoch, group.stable = CONSUMER, consumer.group_epoch, consumer.state() is GroupState.STABLE
         for member_id, cm in consumer.members.items():
             protocol = CLASSIC if cm.uses_classic_protocol else CONSUMER
-            known = group.members.setdefault(member_id, _Member(protocol, cm.member_epoch))
+            known = group.members.setdefault(member_id, MemberMemo(protocol, cm.member_epoch))
             held = self._named_assignment(cm.assigned_partitions, gid) | self._named_assignment(
                 cm.partitions_pending_revocation, gid
             )
