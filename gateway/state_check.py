@@ -141,16 +141,17 @@ async def topic_problems(store: KafkaStateStore, expected_shards: int) -> list[P
     policy, min.insync.replicas (never creates or changes the topic)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from .state_topic import default_min_insync_replicas, default_replication_factor
+    from .state_topic_admin import StateTopicAdmin, default_min_insync_replicas, default_replication_factor
 
     admin = AIOKafkaAdminClient(client_id=f"{store.client_id}-admin", **store._client_kwargs())
     await admin.start()
     try:
-        described = await store._describe(admin)
+        topic_admin = StateTopicAdmin(admin, store.topic, store.load_timeout_ms)
+        described = await topic_admin.describe()
         if described is None:
             return [Problem(None, f"there is no state topic {store.topic} on {store.bootstrap}")]
         brokers = len((await admin.describe_cluster())["brokers"])
-        configs = await store._topic_configs(admin)
+        configs = await topic_admin.configs()
     finally:
         await admin.close()
     problems: list[Problem] = []

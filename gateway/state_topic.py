@@ -36,20 +36,26 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
 
 from .coordinator_settings import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from .logging import get_logger
 from .oauth import AiokafkaTokenProvider, TokenSource
 from .sasl import Credentials
 from .state_log import Record, StateLogWriteFailed
-from .state_store import DEFAULT_SHARDS, ShardFenced, StateStoreMismatch
+from .state_store import DEFAULT_SHARDS, ShardFenced
+from .state_topic_admin import (  # noqa: F401  (re-exported: the store's errors and defaults)
+    StateTopicAdmin,
+    StateTopicError,
+    StateTopicMismatch,
+    TopicCheck,
+    default_min_insync_replicas,
+    default_replication_factor,
+)
 
 if TYPE_CHECKING:
     from .config import GatewayConfig
@@ -71,14 +77,6 @@ STOP_GRACE_S = 2.0
 DEFAULT_LOAD_TIMEOUT_MS = 60_000
 
 
-class StateTopicError(Exception):
-    """The state topic cannot be used as configured (missing rights, creation refused, ...)."""
-
-
-class StateTopicMismatch(StateTopicError, StateStoreMismatch):
-    """The state topic exists with settings the store refuses to use (partition count, cleanup policy)."""
-
-
 def _is_fenced(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what it wraps) says a newer producer of our transactional id took over."""
     seen = 0
@@ -88,26 +86,6 @@ def _is_fenced(exc: BaseException | None) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
-
-
-def default_replication_factor(brokers: int) -> int:
-    return max(1, min(3, brokers))
-
-
-def default_min_insync_replicas(replication_factor: int) -> int:
-    return max(1, min(2, replication_factor))
-
-
-@dataclass(frozen=True, slots=True)
-class TopicCheck:
-    """What ``open()`` found or made: the topic's partition count, replication and settings."""
-
-    created: bool
-    partitions: int
-    replication_factor: int
-    cleanup_policy: str
-    min_insync_replicas: int | None
-    warnings: tuple[str, ...] = ()
 
 
 class KafkaShardLog:
@@ -357,11 +335,16 @@ class KafkaStateStore:
         admin = AIOKafkaAdminClient(client_id=f"{self.client_id}-admin", **self._client_kwargs())
         await admin.start()
         try:
-            self.topic_check = await self._ensure_topic(admin)
+            self.topic_check = await self._topic_admin(admin).ensure(
+                self.shards, self.replication_factor, self.min_insync_replicas
+            )
         finally:
             await admin.close()
         for w in self.topic_check.warnings:
             log.warning("state topic", topic=self.topic, warning=w)
+
+    def _topic_admin(self, admin: AIOKafkaAdminClient) -> StateTopicAdmin:
+        return StateTopicAdmin(admin, self.topic, self.load_timeout_ms)
 
     async def partitions(self) -> int | None:
         """The state topic's partition count as it is now (None: no such topic), creating nothing: for the
@@ -369,121 +352,10 @@ class KafkaStateStore:
         admin = AIOKafkaAdminClient(client_id=f"{self.client_id}-admin", **self._client_kwargs())
         await admin.start()
         try:
-            described = await self._describe(admin)
+            described = await self._topic_admin(admin).describe()
         finally:
             await admin.close()
         return None if described is None else len(described["partitions"])
-
-    async def _ensure_topic(self, admin: AIOKafkaAdminClient) -> TopicCheck:
-        brokers = len((await admin.describe_cluster())["brokers"])
-        rf = self.replication_factor or default_replication_factor(brokers)
-        mir = self.min_insync_replicas or default_min_insync_replicas(rf)
-        created = False
-        described = await self._describe(admin)
-        if described is None:
-            if rf > brokers:
-                raise StateTopicError(
-                    f"cannot create state topic {self.topic}: replication factor {rf} needs at least {rf} brokers; "
-                    f"the cluster has {brokers}"
-                )
-            resp = await admin.create_topics(
-                [
-                    NewTopic(
-                        self.topic,
-                        num_partitions=self.shards,
-                        replication_factor=rf,
-                        topic_configs={
-                            "cleanup.policy": "compact",
-                            "min.insync.replicas": str(mir),
-                            # An out-of-sync replica elected leader would drop acknowledged state.
-                            "unclean.leader.election.enable": "false",
-                        },
-                    )
-                ]
-            )
-            for name, code, *rest in resp.topic_errors:
-                err = kafka_errors.for_code(code)
-                if err is kafka_errors.NoError:
-                    created = True
-                elif err is not kafka_errors.TopicAlreadyExistsError:  # created meanwhile: verify below
-                    message = rest[0] if rest and isinstance(rest[0], str) else ""
-                    raise StateTopicError(f"creating state topic {name} failed: {err.__name__} {message}".rstrip())
-            if created:
-                log.info("state topic created", topic=self.topic, partitions=self.shards, replication_factor=rf,
-                         min_insync_replicas=mir)
-            described = await self._wait_described(admin)
-        partitions = described["partitions"]
-        if len(partitions) != self.shards:
-            raise StateTopicMismatch(
-                f"state topic {self.topic} has {len(partitions)} partitions but the store runs {self.shards} shards: "
-                "groups would be looked for in the wrong shard. Run with the shard count the state was written "
-                "with, or point the store at another topic"
-            )
-        actual_rf = min(len(p["replicas"]) for p in partitions)
-        configs = await self._topic_configs(admin)
-        policy = configs.get("cleanup.policy") or ""
-        if policy != "compact":
-            raise StateTopicMismatch(
-                f"state topic {self.topic} has cleanup.policy={policy!r}; it must be 'compact' (retention would delete "
-                "group state)"
-            )
-        warnings: list[str] = []
-        if actual_rf < rf:
-            warnings.append(f"replication factor {actual_rf} is lower than the {rf} configured/expected")
-        mir_value = configs.get("min.insync.replicas")
-        actual_mir = int(mir_value) if mir_value else None
-        if actual_mir is not None and actual_mir < mir:
-            warnings.append(f"min.insync.replicas={actual_mir} is lower than the {mir} configured/expected")
-        if (configs.get("unclean.leader.election.enable") or "").lower() == "true":
-            warnings.append("unclean.leader.election.enable=true: a lagging replica made leader loses acknowledged state")
-        return TopicCheck(created, len(partitions), actual_rf, policy, actual_mir, tuple(warnings))
-
-    async def _describe(self, admin: AIOKafkaAdminClient) -> dict[str, Any] | None:
-        # Metadata for a named topic may create it when the cluster has auto.create.topics.enable (with
-        # Kafka's default partition count): ask for every topic's name first, which never creates one.
-        if self.topic not in await admin.list_topics():
-            return None
-        for t in await admin.describe_topics([self.topic]):
-            err = kafka_errors.for_code(t["error_code"])
-            if err is kafka_errors.UnknownTopicOrPartitionError:
-                return None
-            if err is not kafka_errors.NoError:
-                raise StateTopicError(f"describing state topic {self.topic} failed: {err.__name__}")
-            return t  # type: ignore[no-any-return]
-        return None
-
-    async def _wait_described(self, admin: AIOKafkaAdminClient) -> dict[str, Any]:
-        """The topic's metadata once every partition has a leader (right after creation, it may not yet)."""
-        deadline = time.monotonic() + self.load_timeout_ms / 1000
-        while True:
-            t = await self._describe(admin)
-            if t is not None and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"]):
-                return t
-            if time.monotonic() > deadline:
-                raise StateTopicError(f"state topic {self.topic}: partitions without a leader after creation")
-            await asyncio.sleep(0.2)
-
-    async def _topic_configs(self, admin: AIOKafkaAdminClient) -> dict[str, str | None]:
-        # Right after creation the broker asked may not know the topic yet: retry that briefly.
-        deadline = time.monotonic() + self.load_timeout_ms / 1000
-        while True:
-            resp = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)])
-            out: dict[str, str | None] = {}
-            unknown = False
-            for r in resp:
-                for code, message, _rtype, _name, entries in r.resources:
-                    err = kafka_errors.for_code(code)
-                    if err is kafka_errors.UnknownTopicOrPartitionError and time.monotonic() < deadline:
-                        unknown = True
-                    elif err is not kafka_errors.NoError:
-                        raise StateTopicError(
-                            f"describing the configs of {self.topic} failed: {err.__name__} {message or ''}".rstrip()
-                        )
-                    for entry in entries:
-                        out[entry[0]] = entry[1]
-            if not unknown:
-                return out
-            await asyncio.sleep(0.2)
 
     # --- shards -------------------------------------------------------------------------------------
 
