@@ -50,7 +50,6 @@ from compat_tests.harness.java import (
     PartitionsAssigned,
     PartitionsRevoked,
     ProducerSendSuccess,
-    RecordsConsumed,
 )
 from compat_tests.harness.names import unique
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
@@ -179,36 +178,32 @@ def _callbacks(run: RollingUpgrade, after_ms: float) -> int:
     return out
 
 
-def _consumption_gaps(run: RollingUpgrade, start_ms: float, end_ms: float) -> tuple[float, dict[int, float]]:
-    """Summed gaps longer than GAP_MS between records consumed, per partition, in [start_ms, end_ms]
+def _gaps(times: dict[int, list[float]], start_ms: float, end_ms: float) -> tuple[float, dict[int, float]]:
+    """Summed gaps longer than GAP_MS between the events of each partition in [start_ms, end_ms]
     (partition-seconds), and each partition's longest gap (seconds)."""
-    times: dict[int, list[float]] = {p: [start_ms, end_ms] for p in range(PARTITIONS)}
-    for r in list(run.log.records):
-        times[r.partition].append(r.at_ms)
-    for m in run.members.values():
-        if m.tool is not None:
-            for e in m.tool.of_type(RecordsConsumed):
-                for rng in e.ranges:
-                    times[rng.partition.partition].append(e.timestamp_ms)
     total, longest = 0.0, {}
-    for p, ts in times.items():
-        inside = sorted(t for t in ts if start_ms <= t <= end_ms)
+    for p in range(PARTITIONS):
+        inside = sorted({start_ms, end_ms, *(t for t in times.get(p, []) if start_ms <= t <= end_ms)})
         gaps = [b - a for a, b in zip(inside, inside[1:], strict=False)]
         total += sum(g for g in gaps if g > GAP_MS)
         longest[p] = max(gaps, default=0.0) / 1000.0
     return total / 1000.0, longest
 
 
+def _consumption_gaps(run: RollingUpgrade, start_ms: float, end_ms: float) -> tuple[float, dict[int, float]]:
+    """Over the records consumed (once the run is closed: every Java member's events are in the log)."""
+    times: dict[int, list[float]] = {}
+    for r in list(run.log.records):
+        times.setdefault(r.partition, []).append(r.at_ms)
+    return _gaps(times, start_ms, end_ms)
+
+
 def _production_gaps(run: RollingUpgrade, start_ms: float, end_ms: float) -> float:
-    """Summed gaps longer than GAP_MS between records acknowledged to the producer, per partition."""
-    times: dict[int, list[float]] = {p: [start_ms, end_ms] for p in range(PARTITIONS)}
+    """Over the records acknowledged to the producer (once it has stopped: all its events are read)."""
+    times: dict[int, list[float]] = {}
     for e in run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []:
-        times[e.partition.partition].append(e.timestamp_ms)
-    total = 0.0
-    for ts in times.values():
-        inside = sorted(t for t in ts if start_ms <= t <= end_ms)
-        total += sum(b - a for a, b in zip(inside, inside[1:], strict=False) if b - a > GAP_MS)
-    return total / 1000.0
+        times.setdefault(e.partition.partition, []).append(e.timestamp_ms)
+    return _gaps(times, start_ms, end_ms)[0]
 
 
 def scenario(
@@ -233,15 +228,17 @@ def scenario(
         served_s = time.monotonic() - t0 if not waiting else float("inf")
         time.sleep(max(0.0, window_s - (time.monotonic() - t0)))
         end_ms = time.time() * 1000
-        gaps, longest = _consumption_gaps(run, killed_ms - 1000, end_ms)
-        produce_gaps = _production_gaps(run, killed_ms - 1000, end_ms)
         owners = {p: names for (_, p), names in run.ownership().items()}
         rebalanced = _callbacks(run, killed_ms)
         after()
         produced = run.finish()
     finally:
         run.close()
-    unowned = metrics.unavailable_seconds(run, killed_ms, end_ms)  # the Java members' events are in the log now
+    # Once the run is closed: the tools' output read to the end, every Java member's events in the log
+    # (read while they run, the events of a loaded machine's tools lag behind).
+    gaps, longest = _consumption_gaps(run, killed_ms - 1000, end_ms)
+    produce_gaps = _production_gaps(run, killed_ms - 1000, end_ms)
+    unowned = metrics.unavailable_seconds(run, killed_ms, end_ms)
     assert_rolling_upgrade(run, produced)  # figures of a run that broke an invariant would mean nothing
     f = Figures(served_s, len(groups), gaps, produce_gaps, unowned, rebalanced, len(produced))
     print(
