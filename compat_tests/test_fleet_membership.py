@@ -376,6 +376,7 @@ def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigki
     expired = 0.0
     try:
         # Mid upgrade: slots 2 and 3 already speak KIP-848, slots 0 and 1 still the classic protocol.
+        began = time.monotonic()
         run.start_fleet([BEFORE[0], BEFORE[1], AFTER[2], AFTER[3]])
         run.start_producer()
         snapshot = run.settle("before the kill", time.time() * 1000).group
@@ -409,6 +410,7 @@ def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigki
         assert not _lost(run, killed_ms), "a member lost its partitions for the failover"
         _wait_consumed_again(run, killed_ms + 1000, fleet)
 
+        print(f"fleet up and failover checked: {time.monotonic() - began:.0f}s")
         # A rolling restart of the three: the killed one back first, then each stopped (SIGTERM: it hands
         # its shards over at once) and started again. No member of the group expires on the way.
         a.start(timeout_s=60)
@@ -426,6 +428,7 @@ def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigki
         assert _changes(run) == changes, "a member took part in a rebalance for the rolling restart"
         assert not _lost(run, killed_ms), "a member lost its partitions for the rolling restart"
 
+        print(f"rolling restart checked: {time.monotonic() - began:.0f}s")
         for slot in (0, 1):  # the upgrade completes through the fleet
             run.restart(slot, AFTER[slot])
         expired += sum(_expired(gw) for gw in (a, b, c))
