@@ -21,8 +21,11 @@ Measured from the kill:
 - partition-unavailability: per partition of the fleet's topic, the gaps longer than 1 s between two
   records consumed (the producer writes ~16 records/s to each), summed over the partitions, from 1 s
   before the kill to the end of the window (the same for the records acknowledged to the producer, whose
-  own stall shows in the consumers' too); and the seconds a partition had no owner (the clients'
-  assignment callbacks: a rebalance caused by the failover would show there);
+  own stall shows in the consumers' too); per partition, the longest wait of a record acknowledged in
+  that window until a consumer first read it (the consumers' share alone), summed; and the seconds a
+  partition had no owner (the clients' assignment callbacks: a rebalance caused by the failover would
+  show there). The consumers commit synchronously after every batch, so a commit waiting for the
+  coordinator holds their consumption too, as it does an application's;
 - members that took part in a rebalance or lost their partitions because of the failover.
 
 Each run is checked as the compat tests check it (nothing acknowledged lost, no partition owned twice,
@@ -85,6 +88,7 @@ class Figures:
     groups: int
     gap_s: float  # summed consumption gaps (partition-seconds)
     produce_gap_s: float  # summed gaps between acknowledged records (partition-seconds)
+    delay_s: float  # summed per-partition longest wait from acknowledgement to consumption
     unowned_s: float  # summed seconds without an owner (partition-seconds)
     rebalanced: int  # members called back with a new assignment or a revocation after the kill
     records: int
@@ -208,6 +212,21 @@ def _production_gaps(run: RollingUpgrade, start_ms: float, end_ms: float) -> flo
     return _gaps(times, start_ms, end_ms)[0]
 
 
+def _delivery_delays(run: RollingUpgrade, start_ms: float, end_ms: float) -> float:
+    """Per partition, the longest wait of a record acknowledged in [start_ms, end_ms] before a consumer
+    first read it (seconds), summed over the partitions: the consumers' share of the unavailability,
+    apart from the producer's."""
+    first: dict[tuple[str, int, int], float] = {}
+    for r in list(run.log.records):
+        first[r.position] = min(first.get(r.position, r.at_ms), r.at_ms)
+    worst: dict[int, float] = {}
+    for e in run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []:
+        at = first.get((e.partition.topic, e.partition.partition, e.offset))
+        if start_ms <= e.timestamp_ms <= end_ms and at is not None:
+            worst[e.partition.partition] = max(worst.get(e.partition.partition, 0.0), at - e.timestamp_ms)
+    return sum(worst.values()) / 1000.0
+
+
 def scenario(
     name: str, run: RollingUpgrade, kill: Callable[[], tuple[str, list[str]]], window_s: float,
     after: Callable[[], None] = lambda: None,
@@ -240,6 +259,7 @@ def scenario(
     # (read while they run, the events of a loaded machine's tools lag behind).
     gaps, longest = _consumption_gaps(run, killed_ms - 1000, end_ms)
     produce_gaps = _production_gaps(run, killed_ms - 1000, end_ms)
+    delays = _delivery_delays(run, killed_ms - 1000, end_ms)
     unowned = metrics.unavailable_seconds(run, killed_ms, end_ms)
     try:
         assert_rolling_upgrade(run, produced)
@@ -247,11 +267,12 @@ def scenario(
     except AssertionError as e:  # reported beside the figures, which then mean little
         broken = str(e).splitlines()[0][:400]
         print(f"[{name}] INVARIANT BROKEN: {broken}", flush=True)
-    f = Figures(served_s, len(groups), gaps, produce_gaps, unowned, rebalanced, len(produced), broken)
+    f = Figures(served_s, len(groups), gaps, produce_gaps, delays, unowned, rebalanced, len(produced), broken)
     print(
         f"[{name}] every affected group ({f.groups}) served again {f.served_s:.1f} s after the kill; "
         f"consumption gaps > {GAP_MS / 1000:.0f} s: {f.gap_s:.1f} partition-s (production gaps: "
-        f"{f.produce_gap_s:.1f}); without an owner: "
+        f"{f.produce_gap_s:.1f}); longest wait from acknowledged to consumed, summed: {f.delay_s:.1f} s; "
+        f"without an owner: "
         f"{f.unowned_s:.1f} partition-s; members called back after the kill: {f.rebalanced}/{members}; "
         f"{f.records} records",
         flush=True,
@@ -348,6 +369,9 @@ def main() -> None:
         "consumption_gap_ratio": ratio(g.gap_s, k.gap_s),
         "gateway_production_gap_partition_s": f"{g.produce_gap_s:.1f}",
         "kafka_production_gap_partition_s": f"{k.produce_gap_s:.1f}",
+        "gateway_delivery_delay_s": f"{g.delay_s:.1f}",
+        "kafka_delivery_delay_s": f"{k.delay_s:.1f}",
+        "delivery_delay_ratio": ratio(g.delay_s, k.delay_s),
         "gateway_unowned_partition_s": f"{g.unowned_s:.1f}",
         "kafka_unowned_partition_s": f"{k.unowned_s:.1f}",
         "gateway_members_rebalanced": g.rebalanced,
