@@ -470,23 +470,26 @@ def _last_consumed(run: RollingUpgrade) -> dict[int, tuple[float, str]]:
 
 
 def _wait_consumed_again(run: RollingUpgrade, since_ms: float, fleet: Fleet, timeout_s: float = 60) -> None:
-    """Every partition has records consumed after ``since_ms``: its consumer's data connections (through
-    whichever instance) carry on."""
+    """The producer acknowledged records after ``since_ms`` and, of every partition it wrote to since, a
+    record was consumed after ``since_ms``: the clients' data connections (through whichever instance)
+    carry on."""
     deadline = time.monotonic() + timeout_s
     while True:
+        produced = run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []
+        written = {e.partition.partition for e in produced if e.timestamp_ms > since_ms}
         last = _last_consumed(run)
-        behind = {p: last.get(p) for p in range(PARTITIONS) if last.get(p, (0.0, ""))[0] <= since_ms}
-        if not behind:
+        behind = {p: last.get(p) for p in written if last.get(p, (0.0, ""))[0] <= since_ms}
+        if written and not behind:
             return
         if time.monotonic() > deadline:
             owners = run.ownership()
-            produced = run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []
             detail = {
                 p: (f"last {(at - since_ms) / 1000:+.1f}s by {who}" if at else "never", owners.get((run.topic, p)),
                     sum(1 for e in produced if e.partition.partition == p and e.timestamp_ms > since_ms))
                 for p, (at, who) in ((p, v or (0.0, "")) for p, v in behind.items())
             }
-            raise AssertionError(f"partitions not consumed since the kill (last consumed, owner, produced since): {detail}")
+            raise AssertionError(f"written since the kill: partitions {sorted(written)}; not consumed since "
+                                 f"(last consumed, owner, acknowledged since): {detail}")
         time.sleep(0.2)
 
 
