@@ -17,28 +17,30 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AclOperation, ResourceType
 from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.sasl import ADMIN, BOB, SaslSession, confluent_conf
+from compat_tests.harness.sasl import (
+    ADMIN,
+    BOB,
+    WAIT_S,
+    SaslSession,
+    allow,
+    confluent_conf,
+    grant,
+    revoke,
+    sasl_gateway,
+)
+from compat_tests.harness.sasl import targets as sasl_targets
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
-WAIT_S = 30.0
 REFRESH_MS = 1000
 GROUP_AUTHORIZATION_FAILED = 30
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -47,83 +49,24 @@ MEMBER_ID_REQUIRED = 79
 
 @pytest.fixture(scope="module")
 def authz_gateway(sasl_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    d = tmp_path_factory.mktemp("authz-gateway")
-    pw = d / "upstream-password"
-    pw.write_text(ADMIN[1] + "\n")
-    config = d / "groupgate.toml"
     # Kafka's names for the brokers' authorizer settings, as the broker has them (the harness's PLAINTEXT
     # listener makes User:ANONYMOUS a super user too).
     # Strict: the gateway must identify the brokers' StandardAuthorizer (DescribeConfigs) to decide at all,
     # so every scenario here also shows that it does.
-    config.write_text(
-        'authorization = "strict"\n'
-        '"super.users" = "User:ANONYMOUS;User:admin"\n'
-        '"allow.everyone.if.no.acl.found" = false\n'
-        f"acl_refresh_interval_ms = {REFRESH_MS}\n"
-        "[coordinator]\ninitial_rebalance_delay_ms = 0\n"
-    )
-    gw = GatewayProcess(
-        upstream=sasl_kafka.sasl_bootstrap,
-        log_dir=d,
-        extra_args=[
-            "--config", str(config),
-            "--listener-security-protocol", "SASL_PLAINTEXT",
-            "--upstream-sasl-mechanism", "SCRAM-SHA-512",
-            "--upstream-sasl-username", ADMIN[0],
-            "--upstream-sasl-password-file", str(pw),
-        ],
-    )
-    gw.start()
-    try:
+    settings = {
+        "authorization": "strict",
+        "super.users": "User:ANONYMOUS;User:admin",
+        "allow.everyone.if.no.acl.found": False,
+        "acl_refresh_interval_ms": REFRESH_MS,
+    }
+    with sasl_gateway(sasl_kafka, tmp_path_factory.mktemp("authz-gateway"), settings,
+                      coordinator={"initial_rebalance_delay_ms": 0}) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture
 def targets(sasl_kafka: EmbeddedKafka, authz_gateway: GatewayProcess) -> dict[str, str]:
-    return {"direct": sasl_kafka.sasl_bootstrap, "gateway": authz_gateway.bootstrap}
-
-
-def _admin(sasl_kafka: EmbeddedKafka) -> AdminClient:
-    return AdminClient({"bootstrap.servers": sasl_kafka.bootstrap, "socket.timeout.ms": 10000})
-
-
-_EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                               AclPermissionType.ANY)
-
-
-def _allow(rt: ResourceType, name: str, principal: str, op: AclOperation) -> AclBinding:
-    return AclBinding(rt, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
-
-
-def _applied(admin: AdminClient, bindings: list[AclBinding], present: bool) -> None:
-    """Until the broker's authorizer lists (or no longer lists) them."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        listed = set(admin.describe_acls(_EVERYTHING).result(timeout=WAIT_S))
-        if all((b in listed) == present for b in bindings):
-            return
-        assert time.monotonic() < deadline, f"ACL change not applied within {WAIT_S}s: {bindings}"
-        time.sleep(0.05)
-
-
-def grant(sasl_kafka: EmbeddedKafka, *bindings: AclBinding) -> None:
-    admin = _admin(sasl_kafka)
-    for f in admin.create_acls(list(bindings)).values():
-        f.result(timeout=WAIT_S)
-    _applied(admin, list(bindings), True)
-
-
-def revoke(sasl_kafka: EmbeddedKafka, *bindings: AclBinding) -> None:
-    admin = _admin(sasl_kafka)
-    filters = [
-        AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type)
-        for b in bindings
-    ]
-    for f in admin.delete_acls(filters).values():
-        f.result(timeout=WAIT_S)
-    _applied(admin, list(bindings), False)
+    return sasl_targets(sasl_kafka, authz_gateway)
 
 
 # --- raw requests: exactly what the principal is told ------------------------------------------------
@@ -205,8 +148,8 @@ def test_group_without_read_is_refused_alike(
     commit are GROUP_AUTHORIZATION_FAILED; describing and fetching offsets are allowed."""
     group = names("group")
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
-    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.DESCRIBE),
-          _allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+    grant(sasl_kafka, allow(ResourceType.GROUP, group, "User:bob", AclOperation.DESCRIBE),
+          allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
     _coordinator_ready(sasl_kafka, group)
     seen: dict[str, tuple[Any, ...]] = {}
     for name, s in _session(targets, BOB).items():
@@ -233,8 +176,8 @@ def test_topic_without_read_is_refused_on_commit_alike(
     group = names("group")
     readable = create_topic(sasl_kafka.bootstrap, names("readable"), 1)
     secret = create_topic(sasl_kafka.bootstrap, names("secret"), 1)
-    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
-          _allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ))
+    grant(sasl_kafka, allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+          allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ))
     _coordinator_ready(sasl_kafka, group)
     seen = {}
     for name, s in _session(targets, BOB).items():
@@ -252,7 +195,7 @@ def test_consumer_group_heartbeat_checks_group_and_subscription_alike(
     """KIP-848: READ on the group, then DESCRIBE on every subscribed topic."""
     group, other = names("group"), names("other")
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
-    grant(sasl_kafka, _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ))
+    grant(sasl_kafka, allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ))
 
     def join(s: SaslSession, g: str) -> int:
         req = ConsumerGroupHeartbeatRequest[1](group_id=g, member_id="m-" + g, member_epoch=0,
@@ -279,7 +222,7 @@ def test_list_and_delete_show_only_permitted_groups_alike(
     with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as admin:
         for g in (visible, hidden):  # offsets-only groups of the cluster, listed by both targets
             assert _commit(admin, g, topic) == {topic: 0}
-    grant(sasl_kafka, _allow(ResourceType.GROUP, visible, "User:bob", AclOperation.DESCRIBE))
+    grant(sasl_kafka, allow(ResourceType.GROUP, visible, "User:bob", AclOperation.DESCRIBE))
     seen = {}
     for name, b in targets.items():
         listed = {}
@@ -311,7 +254,7 @@ def test_acl_removed_while_a_member_runs_takes_effect_alike(
     gateway within its ACL refresh interval (acl_refresh_interval_ms)."""
     # One group per target (the gateway coordinates its own; the broker's is the direct one), Bob may read both.
     groups = {name: names(f"group-{name}") for name in targets}
-    acls = [_allow(ResourceType.GROUP, g, "User:bob", AclOperation.READ) for g in groups.values()]
+    acls = [allow(ResourceType.GROUP, g, "User:bob", AclOperation.READ) for g in groups.values()]
     grant(sasl_kafka, *acls)
     _coordinator_ready(sasl_kafka, groups["direct"])
     members = {}
@@ -352,7 +295,7 @@ def test_consumer_without_group_read_fails_alike(
 ) -> None:
     """A real client (librdkafka, classic protocol) subscribing in a group it may not read."""
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
-    grant(sasl_kafka, _allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+    grant(sasl_kafka, allow(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
     seen = {}
     for name, b in targets.items():
         c = Consumer(confluent_conf(b, "SCRAM-SHA-256", BOB, **{"group.id": names("group"),
@@ -379,7 +322,7 @@ def test_consumer_group_describe_hides_assigned_topics_alike(
     yet is told TOPIC_AUTHORIZATION_FAILED for it, without members."""
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 2)
     groups = {name: names(f"group-{name}") for name in targets}
-    grant(sasl_kafka, *(_allow(ResourceType.GROUP, g, "User:bob", AclOperation.DESCRIBE) for g in groups.values()))
+    grant(sasl_kafka, *(allow(ResourceType.GROUP, g, "User:bob", AclOperation.DESCRIBE) for g in groups.values()))
     _coordinator_ready(sasl_kafka, groups["direct"])
     seen = {}
     for name, b in targets.items():
@@ -421,10 +364,10 @@ def test_offset_delete_txn_commit_and_find_coordinator_alike(
     secret = create_topic(sasl_kafka.bootstrap, names("secret"), 1)
     grant(
         sasl_kafka,
-        _allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
-        _allow(ResourceType.GROUP, deletable, "User:bob", AclOperation.DELETE),
-        _allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ),
-        _allow(ResourceType.TRANSACTIONAL_ID, txn, "User:bob", AclOperation.WRITE),
+        allow(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+        allow(ResourceType.GROUP, deletable, "User:bob", AclOperation.DELETE),
+        allow(ResourceType.TOPIC, readable, "User:bob", AclOperation.READ),
+        allow(ResourceType.TRANSACTIONAL_ID, txn, "User:bob", AclOperation.WRITE),
     )
     _coordinator_ready(sasl_kafka, group, deletable)
     with SaslSession(sasl_kafka.sasl_bootstrap, ADMIN) as admin:  # offsets to delete

@@ -10,12 +10,10 @@ authenticates its own connections as User:admin with SCRAM-SHA-512.
 from __future__ import annotations
 
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -31,17 +29,30 @@ from confluent_kafka.admin import (
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from compat_tests.harness import sasl
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import free_port_block
 from compat_tests.harness.gateway_proc import GatewayProcess, groupgate_binary
-from compat_tests.harness.java import (
-    OffsetsCommitted,
-    ProducerSendSuccess,
-    RecordsConsumed,
-    verifiable_consumer,
-    verifiable_producer,
+from compat_tests.harness.sasl import (
+    ADMIN,
+    ALICE,
+    BOB,
+    SASL_SESSION_MS,
+    WAIT_S,
+    acls_applied,
+    admin_client,
+    closed,
+    confluent_conf,
+    frame,
+    grant,
+    grant_alice,
+    java_props,
+    java_round_trip,
+    plain_authenticate,
+    plain_exchange,
+    produce_consume,
+    read_response,
 )
-from compat_tests.harness.sasl import ADMIN, ALICE, BOB, SASL_SESSION_MS, confluent_conf, java_props
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
@@ -50,67 +61,17 @@ from translate import authorizer as az
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def sasl_gateway(sasl_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    d = tmp_path_factory.mktemp("sasl-gateway")
-    pw = d / "upstream-password"
-    pw.write_text(ADMIN[1] + "\n")
-    gw = GatewayProcess(
-        upstream=sasl_kafka.sasl_bootstrap,
-        log_dir=d,
-        extra_args=[
-            "--listener-security-protocol", "SASL_PLAINTEXT",
-            "--upstream-sasl-mechanism", "SCRAM-SHA-512",
-            "--upstream-sasl-username", ADMIN[0],
-            "--upstream-sasl-password-file", str(pw),
-            "--log-level", "debug",
-        ],
-    )
-    gw.start()
-    try:
+    with sasl.sasl_gateway(sasl_kafka, tmp_path_factory.mktemp("sasl-gateway"), extra_args=("--log-level", "debug")) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture
 def targets(sasl_kafka: EmbeddedKafka, sasl_gateway: GatewayProcess) -> dict[str, str]:
-    """Where a client connects: the broker's SASL listener itself, and the gateway in front of it."""
-    return {"direct": sasl_kafka.sasl_bootstrap, "gateway": sasl_gateway.bootstrap}
-
-
-def _admin(sasl_kafka: EmbeddedKafka) -> AdminClient:
-    # The broker's PLAINTEXT listener: the harness's administrative channel (not a client path under test).
-    return AdminClient({"bootstrap.servers": sasl_kafka.bootstrap, "socket.timeout.ms": 10000})
-
-
-def grant(sasl_kafka: EmbeddedKafka, *acls: tuple[ResourceType, str, str, AclOperation]) -> None:
-    """ALLOW (resource type, name, principal, operation) entries, literal, from any host."""
-    bindings = [
-        AclBinding(rt, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
-        for rt, name, principal, op in acls
-    ]
-    admin = _admin(sasl_kafka)  # kept alive until the results are in
-    for f in admin.create_acls(bindings).values():
-        f.result(timeout=WAIT_S)
-    wait_for_acls(admin, bindings)
-
-
-def wait_for_acls(admin: AdminClient, bindings: list[AclBinding]) -> None:
-    """Until the broker's authorizer lists them: CreateAcls returns once the controller committed them,
-    and the broker applies that metadata a moment later (DescribeAcls reads the broker's authorizer)."""
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                                  AclPermissionType.ANY)
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        listed = set(admin.describe_acls(everything).result(timeout=WAIT_S))
-        if all(b in listed for b in bindings):
-            return
-        assert time.monotonic() < deadline, f"ACLs not applied within {WAIT_S}s: {bindings}"
-        time.sleep(0.05)
+    return sasl.targets(sasl_kafka, sasl_gateway)
 
 
 @pytest.fixture
@@ -121,31 +82,6 @@ def secured_topic(sasl_kafka: EmbeddedKafka, names: Callable[[str], str]) -> str
 # --- clients move data under their own identity ------------------------------------------------------
 
 
-def _produce_consume(bootstrap: str, mechanism: str, topic: str, group: str, values: list[bytes]) -> list[bytes]:
-    p = Producer(confluent_conf(bootstrap, mechanism, ALICE, acks="all"))
-    errors: list[Any] = []
-    for v in values:
-        p.produce(topic, v, on_delivery=lambda err, _m: errors.append(err) if err else None)
-    assert p.flush(WAIT_S) == 0 and not errors, errors
-    c = Consumer(confluent_conf(bootstrap, mechanism, ALICE, **{"group.id": group, "auto.offset.reset": "earliest",
-                                                               "enable.auto.commit": False}))
-    got: list[bytes] = []
-    wanted = set(values)
-    try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        while len(wanted.intersection(got)) < len(wanted) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append(m.value())
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
-    return got
-
-
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_confluent_client_produces_and_consumes(
     mechanism: str, targets: dict[str, str], sasl_kafka: EmbeddedKafka, secured_topic: str, names: Callable[[str], str]
@@ -153,14 +89,9 @@ def test_confluent_client_produces_and_consumes(
     results = {}
     for name, bootstrap in targets.items():
         group = names(f"group-{name}")
-        grant(
-            sasl_kafka,
-            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.WRITE),
-            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.READ),
-            (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
-        )
+        grant_alice(sasl_kafka, secured_topic, group)
         values = [f"{name}-{mechanism}-{i}".encode() for i in range(20)]
-        got = _produce_consume(bootstrap, mechanism, secured_topic, group, values)
+        got = produce_consume(confluent_conf(bootstrap, mechanism, ALICE), secured_topic, group, values)
         # Both targets' records are on the topic; each consumer read from the beginning.
         results[name] = sorted(v for v in got if v.startswith(name.encode()))
         assert results[name] == sorted(values), name
@@ -177,28 +108,8 @@ def test_java_clients_through_the_gateway(
     java_logs: Path,
 ) -> None:
     group = names("group")
-    grant(
-        sasl_kafka,
-        (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.WRITE),
-        (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.READ),
-        (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
-    )
-    props = java_logs / "client.properties"
-    props.write_text("".join(f"{k}={v}\n" for k, v in java_props(mechanism, ALICE).items()))
-    n = 200
-    producer = verifiable_producer("4.3.1", sasl_gateway.bootstrap, secured_topic, n, log_dir=java_logs)
-    producer.args += ["--command-config", str(props)]
-    with producer:
-        assert producer.wait(60) == 0, producer.tail()
-    assert len(producer.of_type(ProducerSendSuccess)) == n, producer.tail()
-    consumer = verifiable_consumer("4.3.1", sasl_gateway.bootstrap, secured_topic, group, max_messages=n,
-                                   log_dir=java_logs)
-    consumer.args += ["--command-config", str(props)]
-    with consumer:
-        assert consumer.wait(60) == 0, consumer.tail()
-    assert sum(e.count for e in consumer.of_type(RecordsConsumed)) == n, consumer.tail()
-    commits = consumer.of_type(OffsetsCommitted)
-    assert commits and all(e.success for e in commits), consumer.tail()
+    grant_alice(sasl_kafka, secured_topic, group)
+    java_round_trip(sasl_gateway.bootstrap, java_props(mechanism, ALICE), secured_topic, group, java_logs, n=200)
 
 
 def test_sasl_ssl_listener(
@@ -219,12 +130,7 @@ def test_sasl_ssl_listener(
     ).start()
     try:
         group = names("group")
-        grant(
-            sasl_kafka,
-            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.WRITE),
-            (ResourceType.TOPIC, secured_topic, "User:alice", AclOperation.READ),
-            (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
-        )
+        grant_alice(sasl_kafka, secured_topic, group)
         tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca}
         values = [f"tls-{i}".encode() for i in range(10)]
         p = Producer({**confluent_conf(gw.bootstrap, "SCRAM-SHA-256", ALICE), **tls})
@@ -258,60 +164,10 @@ def test_sasl_ssl_listener(
 # --- refusals are the cluster's, the same either way ---------------------------------------------------
 
 
-def _frame(msg: Any, version: int, corr: int) -> bytes:
-    msg.with_header(correlation_id=corr, client_id="sasl-probe")
-    return bytes(msg.encode(version=version, header=True, framed=True))
-
-
-def _read(sock: socket.socket) -> bytes | None:
-    """One response payload, or None when the peer closed the connection."""
-    head = b""
-    while len(head) < 4:
-        chunk = sock.recv(4 - len(head))
-        if not chunk:
-            return None
-        head += chunk
-    (size,) = struct.unpack(">i", head)
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def _closed(sock: socket.socket) -> bool:
-    try:
-        return _read(sock) is None
-    except (ConnectionResetError, TimeoutError):
-        return True
-
-
-def _plain_exchange(bootstrap: str, user: str, password: str) -> tuple[int, str | None, bool]:
-    """(error code, error message, closed afterwards) of a PLAIN SaslAuthenticate on a fresh connection."""
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
-        hs = codec.decode_response(17, 1, _read(s) or b"")[1]
-        assert hs.error_code == 0
-        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode()), 2, 2))
-        r = codec.decode_response(36, 2, _read(s) or b"")[1]
-        s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
-        return r.error_code, r.error_message, _closed(s)
-
-
-def _plain_authenticate(s: socket.socket, corr: int) -> Any:
-    s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, corr))
-    assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
-    s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()), 2, corr + 1))
-    return codec.decode_response(36, 2, _read(s) or b"")[1]
-
-
 def _metadata_ok(s: socket.socket, corr: int) -> bool:
-    s.sendall(_frame(MetadataRequest[12](topics=[]), 12, corr))
+    s.sendall(frame(MetadataRequest[12](topics=[]), 12, corr))
     try:
-        return _read(s) is not None
+        return read_response(s) is not None
     except (ConnectionResetError, TimeoutError):
         return False
 
@@ -322,11 +178,11 @@ def test_reauthentication_kip368_alike(targets: dict[str, str]) -> None:
     for name, b in targets.items():
         host, port = b.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            r = _plain_authenticate(s, 1)
+            r = plain_authenticate(s, 1)
             assert (r.error_code, r.session_lifetime_ms) == (0, SASL_SESSION_MS), name
             assert _metadata_ok(s, 3), name
             time.sleep(SASL_SESSION_MS * 0.6 / 1000)
-            r = _plain_authenticate(s, 4)  # KIP-368 re-authentication, same connection
+            r = plain_authenticate(s, 4)  # KIP-368 re-authentication, same connection
             assert r.error_code == 0 and 0 < r.session_lifetime_ms <= SASL_SESSION_MS, name
             time.sleep(SASL_SESSION_MS * 0.6 / 1000)
             # Past the first session's end, within the second's.
@@ -337,12 +193,12 @@ def test_reauthentication_kip368_alike(targets: dict[str, str]) -> None:
 
 
 def test_wrong_password_is_refused_alike(targets: dict[str, str]) -> None:
-    outcomes = {name: _plain_exchange(b, ALICE[0], "not-the-password") for name, b in targets.items()}
+    outcomes = {name: plain_exchange(b, ALICE[0], "not-the-password") for name, b in targets.items()}
     assert outcomes["direct"][0] == 58  # SASL_AUTHENTICATION_FAILED
     assert outcomes["direct"][2], "the broker closes a connection after a failed authentication"
     assert outcomes["gateway"] == outcomes["direct"]
     # And the right password succeeds on both, with the connection usable afterwards.
-    right = {name: _plain_exchange(b, *ALICE) for name, b in targets.items()}
+    right = {name: plain_exchange(b, *ALICE) for name, b in targets.items()}
     assert right["direct"][0] == 0 and not right["direct"][2]
     assert right["gateway"] == right["direct"]
 
@@ -368,8 +224,8 @@ def test_unknown_mechanism_is_answered_alike(targets: dict[str, str]) -> None:
     for name, b in targets.items():
         host, port = b.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            s.sendall(_frame(SaslHandshakeRequest[1](mechanism="NOT-A-MECHANISM"), 1, 1))
-            hs = codec.decode_response(17, 1, _read(s) or b"")[1]
+            s.sendall(frame(SaslHandshakeRequest[1](mechanism="NOT-A-MECHANISM"), 1, 1))
+            hs = codec.decode_response(17, 1, read_response(s) or b"")[1]
             seen[name] = (hs.error_code, sorted(hs.mechanisms))
     assert seen["direct"][0] == 33  # UNSUPPORTED_SASL_MECHANISM, with what the cluster offers
     assert seen["gateway"] == seen["direct"]
@@ -381,12 +237,12 @@ def test_malformed_token_is_refused_alike(targets: dict[str, str]) -> None:
     for name, b in targets.items():
         host, port = b.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
-            assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
-            s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=b"no-separators-here"), 2, 2))
-            r = codec.decode_response(36, 2, _read(s) or b"")[1]
-            s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
-            seen[name] = (r.error_code, r.error_message, _closed(s))
+            s.sendall(frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
+            assert codec.decode_response(17, 1, read_response(s) or b"")[1].error_code == 0
+            s.sendall(frame(SaslAuthenticateRequest[2](auth_bytes=b"no-separators-here"), 2, 2))
+            r = codec.decode_response(36, 2, read_response(s) or b"")[1]
+            s.sendall(frame(MetadataRequest[12](topics=[]), 12, 3))
+            seen[name] = (r.error_code, r.error_message, closed(s))
     assert seen["direct"][0] != 0 and seen["direct"][2]
     assert seen["gateway"] == seen["direct"]
 
@@ -396,16 +252,16 @@ def test_requests_before_authentication_close_the_connection_alike(targets: dict
         host, port = b.rsplit(":", 1)
         # Metadata (passed through), JoinGroup (which the gateway answers itself for its groups), and
         # SaslAuthenticate before any SaslHandshake (out of order).
-        for frame in (
-            _frame(SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0alice-secret"), 2, 1),
-            _frame(MetadataRequest[12](topics=[]), 12, 1),
-            _frame(codec.REQUESTS[11][5](group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+        for request in (
+            frame(SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0alice-secret"), 2, 1),
+            frame(MetadataRequest[12](topics=[]), 12, 1),
+            frame(codec.REQUESTS[11][5](group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                          member_id="", group_instance_id=None, protocol_type="consumer",
                                          protocols=[]), 5, 1),
         ):
             with socket.create_connection((host, int(port)), timeout=10) as s:
-                s.sendall(frame)
-                assert _closed(s), name
+                s.sendall(request)
+                assert closed(s), name
 
 
 def test_topic_without_read_is_refused_alike(
@@ -479,7 +335,7 @@ def test_group_authorized_operations_match_the_broker(
     """The broker's authorized operations for a group (DescribeGroups, KIP-430) equal what
     translate.authorizer computes from the ACLs DescribeAcls reports."""
     group = names("group")
-    admin = _admin(sasl_kafka)
+    admin = admin_client(sasl_kafka)
     prefix = group[: len(group) // 2]
     bindings = [
         AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
@@ -495,7 +351,7 @@ def test_group_authorized_operations_match_the_broker(
     ]
     for f in admin.create_acls(bindings).values():
         f.result(timeout=WAIT_S)
-    wait_for_acls(admin, bindings)
+    acls_applied(admin, bindings)
     listed = admin.describe_acls(
         AclBindingFilter(ResourceType.GROUP, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                          AclPermissionType.ANY)
@@ -538,12 +394,7 @@ def test_gateway_authenticates_over_sasl_ssl(
         pytest.skip(openssl_missing_reason() or "no certificates")
     topic = create_topic(sasl_kafka.bootstrap, names("topic"), 1)
     group = names("group")
-    grant(
-        sasl_kafka,
-        (ResourceType.TOPIC, topic, "User:alice", AclOperation.WRITE),
-        (ResourceType.TOPIC, topic, "User:alice", AclOperation.READ),
-        (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
-    )
+    grant_alice(sasl_kafka, topic, group)
     pw = tmp_path / "pw"
     pw.write_text(ADMIN[1])
     gw = GatewayProcess(
@@ -554,7 +405,7 @@ def test_gateway_authenticates_over_sasl_ssl(
     ).start()
     try:
         values = [f"sasl-ssl-{i}".encode() for i in range(10)]
-        got = _produce_consume(gw.bootstrap, "SCRAM-SHA-512", topic, group, values)
+        got = produce_consume(confluent_conf(gw.bootstrap, "SCRAM-SHA-512", ALICE), topic, group, values)
         assert sorted(got) == sorted(values)
     finally:
         gw.stop()

@@ -26,33 +26,35 @@ from typing import Any
 
 import jwt
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess, groupgate_binary
-from compat_tests.harness.java import (
-    OffsetsCommitted,
-    ProducerSendSuccess,
-    RecordsConsumed,
-    verifiable_consumer,
-    verifiable_producer,
-)
 from compat_tests.harness.sasl import (
     ADMIN,
     ALICE,
     BOB,
     SASL_SESSION_MS,
+    closed,
     confluent_conf,
     confluent_oauth_conf,
+    frame,
+    grant_alice,
     java_oauth_props,
+    java_produce,
     java_props,
+    java_round_trip,
+    plain_authenticate,
+    plain_exchange,
+    produce_consume,
+    read_response,
+    sasl_gateway,
     unsecured_token,
 )
-from compat_tests.test_sasl import _closed, _frame, _plain_exchange, _read, grant
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.oauth import TokenSource, client_first_message
@@ -61,16 +63,6 @@ from gateway.upstream import UpstreamAuthError, request_once
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
-WAIT_S = 30.0
-
-
-def _write_toml(path: Path, settings: dict[str, Any], coordinator: dict[str, Any] | None = None) -> Path:
-    # JSON strings and booleans read as TOML; quoted keys keep Kafka's dotted names whole.
-    lines = [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in settings.items()]
-    if coordinator:
-        lines += ["[coordinator]", *(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in coordinator.items())]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -81,23 +73,17 @@ def oauth_gateway(
     d = tmp_path_factory.mktemp("oauth-gateway")
     token = d / "token"
     token.write_text(unsecured_token(ADMIN[0]) + "\n")
-    config = _write_toml(d / "gateway.toml", {
+    settings = {
         "upstream_security_protocol": "SASL_PLAINTEXT",
         "upstream_sasl_mechanism": "OAUTHBEARER",
         "upstream_sasl_oauthbearer_token_file": str(token),
-        "listener_security_protocol": "SASL_PLAINTEXT",
-    }, coordinator={"state_topic": f"oauth-gw-state-{os.getpid()}",
+    }
+    coordinator = {"state_topic": f"oauth-gw-state-{os.getpid()}",
                    # A few shards: each is a transactional producer to start.
-                   "state_topic_num_partitions": 2})
-    gw = GatewayProcess(
-        upstream=sasl_kafka.sasl_bootstrap, log_dir=d,
-        extra_args=["--config", str(config), "--state-store", "kafka", "--log-level", "debug"],
-    )
-    gw.start()
-    try:
+                   "state_topic_num_partitions": 2}
+    with sasl_gateway(sasl_kafka, d, settings, coordinator, as_admin=False,
+                      extra_args=("--state-store", "kafka", "--log-level", "debug")) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +105,7 @@ def term_gateway(
     creds = d / "users.json"
     for user, password in (ALICE, BOB):
         add_user(creds, user, password)
-    pw = d / "upstream-password"
-    pw.write_text(ADMIN[1] + "\n")
-    config = _write_toml(d / "gateway.toml", {
-        "listener_security_protocol": "SASL_PLAINTEXT",
+    settings = {
         "listener_sasl_mode": "terminate",
         "listener_sasl_credentials_file": str(creds),
         # The deliberate opt-out: no authorization of data requests, the gateway's rights for everyone
@@ -131,55 +114,14 @@ def term_gateway(
         "listener_sasl_terminate_grants_gateway_rights": True,
         "sasl.oauthbearer.jwks.endpoint.url": jwks[1].as_uri(),
         "sasl.oauthbearer.expected.audience": "kafka",
-        "upstream_sasl_mechanism": "SCRAM-SHA-512",
-        "upstream_sasl_username": ADMIN[0],
-        "upstream_sasl_password_file": str(pw),
-    })
-    gw = GatewayProcess(
-        upstream=sasl_kafka.sasl_bootstrap, log_dir=d, extra_args=["--config", str(config), "--log-level", "debug"]
-    )
-    gw.start()
-    try:
+    }
+    with sasl_gateway(sasl_kafka, d, settings, extra_args=("--log-level", "debug")) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture
 def secured_topic(sasl_kafka: EmbeddedKafka, names: Callable[[str], str]) -> str:
     return create_topic(sasl_kafka.bootstrap, names("topic"), 2)
-
-
-def _grant_alice(sasl_kafka: EmbeddedKafka, topic: str, group: str) -> None:
-    grant(
-        sasl_kafka,
-        (ResourceType.TOPIC, topic, "User:alice", AclOperation.WRITE),
-        (ResourceType.TOPIC, topic, "User:alice", AclOperation.READ),
-        (ResourceType.GROUP, group, "User:alice", AclOperation.READ),
-    )
-
-
-def _produce_consume(conf: dict[str, Any], topic: str, group: str, values: list[bytes]) -> list[bytes]:
-    p = Producer({**conf, "acks": "all"})
-    errors: list[Any] = []
-    for v in values:
-        p.produce(topic, v, on_delivery=lambda err, _m: errors.append(err) if err else None)
-    assert p.flush(WAIT_S) == 0 and not errors, errors
-    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    got: list[bytes] = []
-    try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        while not set(values) <= set(got) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append(m.value())
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
-    return got
 
 
 def _gateway_log(gw: GatewayProcess) -> str:
@@ -194,9 +136,9 @@ def test_oauthbearer_clients_alike_and_the_gateway_learns_the_principal(
 ) -> None:
     for name, bootstrap in {"direct": sasl_kafka.sasl_bootstrap, "gateway": oauth_gateway.bootstrap}.items():
         group = names(f"group-{name}")
-        _grant_alice(sasl_kafka, secured_topic, group)
+        grant_alice(sasl_kafka, secured_topic, group)
         values = [f"{name}-{i}".encode() for i in range(10)]
-        got = _produce_consume(confluent_oauth_conf(bootstrap, ALICE[0]), secured_topic, group, values)
+        got = produce_consume(confluent_oauth_conf(bootstrap, ALICE[0]), secured_topic, group, values)
         assert set(values) <= set(got), name
     # The principal the gateway took from the token, only after the broker accepted it.
     assert "principal=User:alice" in _gateway_log(oauth_gateway)
@@ -207,48 +149,25 @@ def test_java_oauthbearer_through_the_gateway(
     java_logs: Path,
 ) -> None:
     group = names("group")
-    _grant_alice(sasl_kafka, secured_topic, group)
-    _java_round_trip(oauth_gateway.bootstrap, java_oauth_props(ALICE[0]), secured_topic, group, java_logs)
-
-
-def _java_produce(bootstrap: str, props: dict[str, str], topic: str, java_logs: Path, n: int = 100) -> Path:
-    path = java_logs / "client.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    producer = verifiable_producer("4.3.1", bootstrap, topic, n, log_dir=java_logs)
-    producer.args += ["--command-config", str(path)]
-    with producer:
-        assert producer.wait(60) == 0, producer.tail()
-    assert len(producer.of_type(ProducerSendSuccess)) == n, producer.tail()
-    return path
-
-
-def _java_round_trip(bootstrap: str, props: dict[str, str], topic: str, group: str, java_logs: Path) -> None:
-    n = 100
-    path = _java_produce(bootstrap, props, topic, java_logs, n)
-    consumer = verifiable_consumer("4.3.1", bootstrap, topic, group, max_messages=n, log_dir=java_logs)
-    consumer.args += ["--command-config", str(path)]
-    with consumer:
-        assert consumer.wait(60) == 0, consumer.tail()
-    assert sum(e.count for e in consumer.of_type(RecordsConsumed)) == n, consumer.tail()
-    commits = consumer.of_type(OffsetsCommitted)
-    assert commits and all(e.success for e in commits), consumer.tail()
+    grant_alice(sasl_kafka, secured_topic, group)
+    java_round_trip(oauth_gateway.bootstrap, java_oauth_props(ALICE[0]), secured_topic, group, java_logs)
 
 
 def _oauth_exchange(bootstrap: str, token: str) -> tuple[Any, ...]:
     """(first answer's error and bytes, the answer to the client's 0x01, closed afterwards)."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="OAUTHBEARER"), 1, 1))
-        assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
-        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=client_first_message(token)), 2, 2))
-        r1 = codec.decode_response(36, 2, _read(s) or b"")[1]
+        s.sendall(frame(SaslHandshakeRequest[1](mechanism="OAUTHBEARER"), 1, 1))
+        assert codec.decode_response(17, 1, read_response(s) or b"")[1].error_code == 0
+        s.sendall(frame(SaslAuthenticateRequest[2](auth_bytes=client_first_message(token)), 2, 2))
+        r1 = codec.decode_response(36, 2, read_response(s) or b"")[1]
         if r1.error_code != 0 or not r1.auth_bytes:
-            s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
-            return (r1.error_code, bytes(r1.auth_bytes), None, None, _closed(s) if r1.error_code else _read(s) is None)
-        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=b"\x01"), 2, 3))
-        r2 = codec.decode_response(36, 2, _read(s) or b"")[1]
-        s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 4))
-        return (r1.error_code, bytes(r1.auth_bytes), r2.error_code, r2.error_message, _closed(s))
+            s.sendall(frame(MetadataRequest[12](topics=[]), 12, 3))
+            return (r1.error_code, bytes(r1.auth_bytes), None, None, closed(s) if r1.error_code else read_response(s) is None)
+        s.sendall(frame(SaslAuthenticateRequest[2](auth_bytes=b"\x01"), 2, 3))
+        r2 = codec.decode_response(36, 2, read_response(s) or b"")[1]
+        s.sendall(frame(MetadataRequest[12](topics=[]), 12, 4))
+        return (r1.error_code, bytes(r1.auth_bytes), r2.error_code, r2.error_message, closed(s))
 
 
 @pytest.mark.parametrize("token", ["expired", "garbage", "no-sub"])
@@ -294,7 +213,7 @@ def test_termination_scram_produces_and_consumes_as_the_gateway(
     """alice has no ACL at all on this topic: through a terminating gateway the broker sees User:admin
     (the trust model in docs/gateway.md, "SASL termination")."""
     values = [f"term-{i}".encode() for i in range(10)]
-    got = _produce_consume(confluent_conf(term_gateway.bootstrap, "SCRAM-SHA-256", ALICE), secured_topic,
+    got = produce_consume(confluent_conf(term_gateway.bootstrap, "SCRAM-SHA-256", ALICE), secured_topic,
                            names("group"), values)
     assert set(values) <= set(got)
     assert "principal=User:alice" in _gateway_log(term_gateway)
@@ -302,7 +221,7 @@ def test_termination_scram_produces_and_consumes_as_the_gateway(
 
 def test_termination_java_scram(term_gateway: GatewayProcess, secured_topic: str, java_logs: Path) -> None:
     """Kafka's own SCRAM client against the gateway's SCRAM server (librdkafka consumes above)."""
-    _java_produce(term_gateway.bootstrap, java_props("SCRAM-SHA-512", BOB), secured_topic, java_logs)
+    java_produce(term_gateway.bootstrap, java_props("SCRAM-SHA-512", BOB), secured_topic, java_logs)
 
 
 def test_termination_wrong_password_fails_as_on_the_broker(
@@ -325,8 +244,8 @@ def test_termination_plain_exchanges_read_as_the_brokers(
     sasl_kafka: EmbeddedKafka, term_gateway: GatewayProcess
 ) -> None:
     for user, password in ((ALICE[0], "wrong"), ("nobody", "x"), ALICE):
-        direct = _plain_exchange(sasl_kafka.sasl_bootstrap, user, password)
-        assert _plain_exchange(term_gateway.bootstrap, user, password) == direct, (user, password)
+        direct = plain_exchange(sasl_kafka.sasl_bootstrap, user, password)
+        assert plain_exchange(term_gateway.bootstrap, user, password) == direct, (user, password)
 
 
 def test_termination_oauthbearer_over_a_jwks(term_gateway: GatewayProcess, jwks: tuple[Any, Path]) -> None:
@@ -359,17 +278,14 @@ def test_termination_outlives_the_gateways_upstream_session(
     that; a client of the terminating gateway keeps its connection across it, on a new link."""
     host, port = term_gateway.bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
-        assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
-        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()), 2, 2))
-        r = codec.decode_response(36, 2, _read(s) or b"")[1]
+        r = plain_authenticate(s, 1)
         assert (r.error_code, r.session_lifetime_ms) == (0, 0)  # no lifetime for the client's own session
-        s.sendall(_frame(MetadataRequest[12](topics=[]), 12, 3))
-        assert _read(s) is not None
+        s.sendall(frame(MetadataRequest[12](topics=[]), 12, 3))
+        assert read_response(s) is not None
         time.sleep(SASL_SESSION_MS * 1.2 / 1000)
         # A request never asked before (no remembered answer could stand in for the broker's).
-        s.sendall(_frame(MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=secured_topic)]), 12, 4))
-        payload = _read(s)
+        s.sendall(frame(MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=secured_topic)]), 12, 4))
+        payload = read_response(s)
         assert payload is not None, "the client connection was closed"
         md = codec.decode_response(3, 12, payload)[1]
         assert [(t.name, t.error_code) for t in md.topics] == [(secured_topic, 0)]

@@ -43,8 +43,8 @@ from gateway.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from gateway.state_log import _HEAD
 from gateway.state_repair import verify
+from gateway.state_segments import _HEAD
 
 pytestmark = pytest.mark.kafka
 

@@ -14,21 +14,27 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AclOperation, ResourceType
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.sasl import ADMIN, ALICE, confluent_conf, java_props
-from compat_tests.test_sasl import _frame, _read, grant
-from compat_tests.test_sasl_oauth import _java_round_trip, _write_toml
+from compat_tests.harness.sasl import (
+    ALICE,
+    WAIT_S,
+    confluent_conf,
+    frame,
+    grant,
+    java_props,
+    java_round_trip,
+    plain_authenticate,
+    read_response,
+    sasl_gateway,
+)
 from gateway import codec
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.sasl_server import add_user
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
-WAIT_S = 30.0
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
@@ -70,16 +76,13 @@ def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]
     Fetch, Metadata and ListOffsets of them: the error codes by topic of each."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(_frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
-        assert codec.decode_response(17, 1, _read(s) or b"")[1].error_code == 0
-        s.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()), 2, 2))
-        assert codec.decode_response(36, 2, _read(s) or b"")[1].error_code == 0
+        assert plain_authenticate(s, 1, ALICE).error_code == 0
         cls = codec.REQUESTS[codec.PRODUCE]
         tcls = cls.TopicProduceData
         req = cls[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
             tcls(name=t, partition_data=[tcls.PartitionProduceData(index=0, records=_batch())]) for t in topics])
-        s.sendall(_frame(req, 9, 3))
-        payload = _read(s)
+        s.sendall(frame(req, 9, 3))
+        payload = read_response(s)
         assert payload is not None, "connection closed"
         body = codec.decode_response(codec.PRODUCE, 9, payload)[1]
         produced = {t.name: {p.error_code for p in t.partition_responses} for t in body.responses}
@@ -93,8 +96,8 @@ def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]
                 partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=1 << 16)]) for t in topics],
         )
-        s.sendall(_frame(fetch, 12, 4))
-        payload = _read(s)
+        s.sendall(frame(fetch, 12, 4))
+        payload = read_response(s)
         assert payload is not None, "connection closed"
         fetched = codec.decode_response(codec.FETCH, 12, payload)[1]
         assert fetched.error_code == 0
@@ -104,16 +107,16 @@ def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]
         read = {t.topic: {p.error_code for p in t.partitions} for t in fetched.responses}
         # Metadata naming the topics (no auto-creation) and ListOffsets (latest) of them.
         mcls = codec.REQUESTS[codec.METADATA]
-        s.sendall(_frame(mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name=t) for t in topics],
+        s.sendall(frame(mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name=t) for t in topics],
                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False), 12, 5))
-        payload = _read(s)
+        payload = read_response(s)
         assert payload is not None, "connection closed"
         described = {t.name: {t.error_code} for t in codec.decode_response(codec.METADATA, 12, payload)[1].topics}
         lcls = codec.REQUESTS[2]
         ltcls = lcls.ListOffsetsTopic
-        s.sendall(_frame(lcls[7](replica_id=-1, isolation_level=0, topics=[ltcls(name=t, partitions=[
+        s.sendall(frame(lcls[7](replica_id=-1, isolation_level=0, topics=[ltcls(name=t, partitions=[
             ltcls.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)]) for t in topics]), 7, 6))
-        payload = _read(s)
+        payload = read_response(s)
         assert payload is not None, "connection closed"
         listed = {t.name: {p.error_code for p in t.partitions} for t in codec.decode_response(2, 7, payload)[1].topics}
         return {"produce": produced, "fetch": read, "metadata": described, "list_offsets": listed}
@@ -137,22 +140,13 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
     )
     creds = tmp_path / "users.json"
     add_user(creds, *ALICE)
-    pw = tmp_path / "upstream-password"
-    pw.write_text(ADMIN[1] + "\n")
     # authorization is left at auto: on under termination, with no acceptance of the gateway's rights.
-    config = _write_toml(tmp_path / "gateway.toml", {
-        "listener_security_protocol": "SASL_PLAINTEXT",
+    settings = {
         "listener_sasl_mode": "terminate",
         "listener_sasl_credentials_file": str(creds),
-        "upstream_sasl_mechanism": "SCRAM-SHA-512",
-        "upstream_sasl_username": ADMIN[0],
-        "upstream_sasl_password_file": str(pw),
         "super.users": "User:admin",
-    })
-    gw = GatewayProcess(upstream=sasl_kafka.sasl_bootstrap, log_dir=tmp_path,
-                        extra_args=["--config", str(config), "--log-level", "debug"])
-    gw.start()
-    try:
+    }
+    with sasl_gateway(sasl_kafka, tmp_path, settings, extra_args=("--log-level", "debug")) as gw:
         outcomes = {}
         for name, bootstrap in {"direct": sasl_kafka.sasl_bootstrap, "gateway": gw.bootstrap}.items():
             values = [f"{name}-{i}".encode() for i in range(5)]
@@ -174,6 +168,4 @@ def test_termination_enforces_the_clusters_acls_for_the_client(
         # Kafka's own clients: the idempotent producer's InitProducerId without a transactional id passes on
         # alice's WRITE on a topic (KIP-679); Kafka 4.3's Produce and Fetch (topic ids) and Metadata versions
         # are checked; the consumer, which asks for a fetch session, is served without one.
-        _java_round_trip(gw.bootstrap, java_props("SCRAM-SHA-512", ALICE), java_topic, f"{group}-java", java_logs)
-    finally:
-        gw.stop()
+        java_round_trip(gw.bootstrap, java_props("SCRAM-SHA-512", ALICE), java_topic, f"{group}-java", java_logs)

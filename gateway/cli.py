@@ -425,6 +425,12 @@ def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_rehearse_calibrate(args: argparse.Namespace) -> int:
+    from rehearsal.calibrate_cli import calibrate
+
+    return int(calibrate(args))
+
+
 def cmd_rehearse_validate(args: argparse.Namespace) -> int:
     from rehearsal.cli import validate_main
 
@@ -576,6 +582,36 @@ def build_parser() -> argparse.ArgumentParser:
         validate = rsub.add_parser("validate", help="check that event logs are valid rebalance events")
         validate.add_argument("paths", nargs="+")
         validate.set_defaults(func=cmd_rehearse_validate)
+        calibrate = rsub.add_parser(
+            "calibrate", help="the same small fleet run by real clients through the gateway and simulated: "
+            "measured beside predicted",
+        )  # fmt: skip
+        calibrate.add_argument(
+            "--client", choices=("java", "librdkafka"), default="java",
+            help="java: Java 4.3.1 consumers, each its own process; librdkafka: confluent-kafka consumers",
+        )  # fmt: skip
+        calibrate.add_argument(
+            "--mix", default="all", help="all, or some of classic-eager,classic-cooperative,translate,consumer"
+        )
+        calibrate.add_argument("--scenario", default="all", help="all, or some of rolling-upgrade,rolling-restart,crashes")
+        calibrate.add_argument(
+            "--groups", type=int, default=1, help="groups per mix and scenario, run one after another and pooled"
+        )
+        calibrate.add_argument("--members", type=int, default=3, help="members per group")
+        calibrate.add_argument("--partitions", type=int, default=6, help="partitions of each group's topic")
+        calibrate.add_argument(
+            "--seeds", type=int, default=3, help="simulated runs per real run (the prediction is their mean)"
+        )
+        calibrate.add_argument(
+            "--out", help="work directory: every run's events and schedule, calibration.md and calibration.json "
+            "(default: a new temporary directory)",
+        )  # fmt: skip
+        calibrate.add_argument("--json", type=Path, help="also write the JSON rows here (e.g. EVENTS/_calibration.json)")
+        calibrate.add_argument(
+            "--replay", type=Path, action="append", default=[], metavar="DIR",
+            help="no real clients: re-simulate and measure the runs saved under DIR (repeatable; runs pooled)",
+        )  # fmt: skip
+        calibrate.set_defaults(func=cmd_rehearse_calibrate)
     return parser
 
 

@@ -178,11 +178,14 @@ class ClusterGroups:
                     out[d.group_id] = d
         return out
 
-    async def list_groups(self, msg: Any, version: int, node_id: int | None) -> tuple[int, list[Any]]:
+    async def list_groups(
+        self, msg: Any, version: int, node_id: int | None, keep: Callable[[str], bool] | None = None
+    ) -> tuple[int, list[Any]]:
         """The cluster's groups that the gateway does not list itself: (error code, ListGroups entries).
 
         A managed id the gateway holds state for is left out (the gateway lists its own view); a managed
-        id it holds none for is shown as the cluster holds it, offsets only."""
+        id it holds none for is shown as the cluster holds it, offsets only. ``keep``: only the ids it
+        selects (several instances split what each lists)."""
         try:
             v = self.forward.version(gc.LIST_GROUPS, version)
             up = await self.forward.send_any(gc.LIST_GROUPS, v, msg, node_id=node_id)
@@ -191,6 +194,8 @@ class ClusterGroups:
             return 0, []
         listed = []
         for g in up.groups:
+            if keep is not None and not keep(g.group_id):
+                continue
             if self.managed(g.group_id) and self.has_state(g.group_id):
                 continue  # the gateway's view of it is listed; the cluster only holds its offsets
             if version >= 5 and g.group_type in FOREIGN_TYPES:
@@ -199,6 +204,22 @@ class ClusterGroups:
                 listed_as_offsets_only(g, version)
             listed.append(g)
         return int(Errors.of(up.error_code)), listed
+
+    async def list_groups_everywhere(
+        self, msg: Any, version: int, keep: Callable[[str], bool]
+    ) -> tuple[int, list[Any]]:
+        """``list_groups`` of every upstream broker (each lists the groups it coordinates), the ids ``keep``
+        selects, each once."""
+        nodes = sorted(self.forward.directory.brokers)
+        answers = await asyncio.gather(*(self.list_groups(msg, version, n, keep) for n in nodes))
+        error, out, seen = 0, [], set()
+        for err, groups in answers:
+            error = error or err
+            for g in groups:
+                if g.group_id not in seen:
+                    seen.add(g.group_id)
+                    out.append(g)
+        return error, out
 
     # --- share and streams groups: the cluster's coordinator -------------------------------------------
 

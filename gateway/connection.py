@@ -4,7 +4,7 @@ Each client connection is bound to one upstream broker: the broker its listener 
 bootstrap listener any live broker. Requests are pipelined upstream unchanged (the client's own correlation
 ids, since the upstream connection is not shared) and responses go back strictly in request order: every
 request that expects a response gets a Slot in ``pending``; a slot is filled by the upstream response or by
-a local handler (the group layer), and ``_flush`` writes the filled prefix. Clients rely on that order
+a local handler (the group layer), and ``flush`` writes the filled prefix. Clients rely on that order
 (the Java client fails on an out-of-order correlation id).
 
 Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
@@ -21,27 +21,22 @@ connection down.
 from __future__ import annotations
 
 import asyncio
-import errno
 import struct
 import time
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from . import codec, frames, node_endpoints, rewrite, unreachable
-from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink
+from . import codec, connection_sasl, frames, node_endpoints, rewrite, unreachable
+from .connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink, dial
 from .logging import get_logger
 from .refusals import client_id_of
-from .sasl import SASL_APIS, SASL_HANDSHAKE, AuthenticationFailed, ClientSasl
-from .sasl_server import TerminatingSasl
-from .tls import connect_kwargs, note_upstream_failure
-from .upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
+from .sasl import SASL_APIS, ClientSasl
+from .upstream import set_nodelay
 
 log = get_logger("gateway.connection")
 
 _HEAD = struct.Struct(">hhi")
-# Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
-_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _INT32 = struct.Struct(">i")
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
@@ -100,17 +95,10 @@ class ClientConnection(asyncio.Protocol):
         self.last_write_buffer = 0
         self.partial_seq = -1
         self.partial_since = 0.0
-        # SASL listeners (gateway/sasl.py): the client's exchange with the cluster, followed to learn its
-        # principal and to refuse requests before authentication. None on PLAINTEXT/SSL listeners.
-        # With listener_sasl_mode=terminate (gateway/sasl_server.py) the gateway answers the exchange itself
-        # and the upstream link authenticates with the gateway's own credentials.
-        terminator = gateway.sasl_terminator
-        self.sasl: ClientSasl | None = (
-            terminator.connection() if terminator is not None
-            else ClientSasl(gateway.config.sasl_oauthbearer_sub_claim_name) if gateway.config.listener_sasl()
-            else None
-        )
-        self.terminating = terminator is not None
+        # SASL listeners (gateway/connection_sasl.py): the client's exchange, followed or (termination)
+        # answered by the gateway. None on PLAINTEXT/SSL listeners.
+        self.sasl: ClientSasl | None = connection_sasl.client_sasl(gateway)
+        self.terminating = gateway.sasl_terminator is not None
 
     @property
     def principal(self) -> str | None:
@@ -132,9 +120,9 @@ class ClientConnection(asyncio.Protocol):
         # Reading starts at once (local answers need no link); the link is opened ahead of the first
         # request for the cluster, which waits in _unlinked meanwhile.
         self._linking = True
-        self._spawn(self._connect_upstream())
+        self.spawn(self._connect_upstream())
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -146,33 +134,8 @@ class ClientConnection(asyncio.Protocol):
         else:
             addr = directory.address(self.node_id)
             targets = [] if addr is None else [addr]
-        loop = asyncio.get_running_loop()
-        errors = []
-        exhausted = False
-        for host, port in targets:
-            try:
-                if self.terminating:
-                    link = await asyncio.wait_for(self._open_authenticated(host, port),
-                                                  self.gw.config.upstream_connect_timeout_s)
-                else:
-                    _, link = await asyncio.wait_for(
-                        loop.create_connection(
-                            lambda: UpstreamLink(self), host, port, **connect_kwargs(directory.tls, host)
-                        ),
-                        self.gw.config.upstream_connect_timeout_s,
-                    )
-            except UpstreamAuthError as e:
-                # The cluster refused the gateway's own credentials: says nothing about its reachability.
-                log.warning("upstream refused the gateway's credentials", peer=self.peer, error=str(e))
-                errors.append(str(e))
-                continue
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
-                if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
-                    exhausted = True  # our own descriptors ran out: says nothing about the cluster
-                else:
-                    self.metrics.upstream_connect_failures += 1
-                continue
+        link, errors, exhausted = await dial(self, targets)
+        if link is not None:
             self._linking = False
             if self.closed:
                 assert link.transport is not None
@@ -209,27 +172,7 @@ class ClientConnection(asyncio.Protocol):
                 requests=len(waiting),
                 errors=errors,
             )
-        self._answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
-
-    async def _open_authenticated(self, host: str, port: int) -> UpstreamLink:
-        """SASL termination: a link authenticated as the gateway itself, then handed to an UpstreamLink."""
-        try:
-            reader, writer, lifetime_ms = await open_authenticated(
-                host, port, self.gw.directory.tls, upstream_credentials(self.gw.config)
-            )
-        except AuthenticationFailed as e:
-            raise UpstreamAuthError(str(e)) from None
-        transport = writer.transport
-        link = UpstreamLink(self)
-        # The stream writer closes its transport when collected: the link keeps it while it lives.
-        link.writer = writer
-        transport.set_protocol(link)
-        link.connection_made(transport)
-        if lifetime_ms > 0:
-            # Move to a new link well before the broker's session ends (Kafka's clients re-authenticate
-            # at 85-95% of it); a request after the end would close the link.
-            link.renew_at = time.monotonic() + lifetime_ms * 0.85 / 1000
-        return link
+        self.answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
     def close(self) -> None:
         if self.closed:
@@ -265,12 +208,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         if link is not self.upstream:
-            # A link retired at the end of its SASL session (termination) that broke before answering all.
-            inflight = list(link.inflight)
-            link.inflight.clear()
-            if inflight:
-                self._answer_unlinked([(slot, frame, api_key, version, corr)
-                                       for corr, slot, api_key, version, frame in inflight])
+            connection_sasl.retired_link_lost(self, link)
             return
         self.upstream = None
         if self.sasl is not None and not self.terminating:
@@ -293,9 +231,9 @@ class ClientConnection(asyncio.Protocol):
             inflight=len(inflight),
             error=str(exc) if exc else None,
         )
-        self._answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
+        self.answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
 
-    def _answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
+    def answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
         """Answer requests the cluster could not be asked (gateway/unreachable.py); close the connection
         when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
         gw = self.gw
@@ -329,7 +267,7 @@ class ClientConnection(asyncio.Protocol):
             assert slot is not None
             slot.data = frames.frame(payload)
             self.metrics.upstream_unavailable_answers += 1
-        self._flush()
+        self.flush()
 
     # --- flow control ----------------------------------------------------------------------------------
 
@@ -397,10 +335,10 @@ class ClientConnection(asyncio.Protocol):
             return
         api_key, version, corr = _HEAD.unpack_from(frame, 4)
         if self.sasl is not None:
-            if not self._sasl_admits(frame, api_key, version):
+            if not connection_sasl.sasl_admits(self, frame, api_key, version):
                 return
             if self.terminating and api_key in SASL_APIS:
-                self._answer_sasl(frame, api_key, version)
+                connection_sasl.answer_sasl(self, frame, api_key, version)
                 return
         rng = self.gw.directory.api_ranges.get(api_key)
         if rng is None:
@@ -450,7 +388,7 @@ class ClientConnection(asyncio.Protocol):
                 # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
                 slot = None
         if self.terminating:
-            authorized = self._authorize(frame, api_key, version, slot)
+            authorized = connection_sasl.authorize(self, frame, api_key, version, slot)
             if authorized is None:
                 return
             frame = authorized
@@ -460,110 +398,19 @@ class ClientConnection(asyncio.Protocol):
                 self.pause("pending")
         link = self.upstream
         if link is not None and link.renew_at is not None and time.monotonic() >= link.renew_at:
-            self._retire(link)
+            connection_sasl.retire(self, link)
             link = None
         if link is not None and link.transport is not None:
             self._write_upstream(link, frame, slot, api_key, version, corr)
             return
         if not self._linking and time.monotonic() < self._relink_at:
             # The broker refused the link a moment ago: answer now rather than dial it per request.
-            self._answer_unlinked([(slot, frame, api_key, version, corr)])
+            self.answer_unlinked([(slot, frame, api_key, version, corr)])
             return
         self._unlinked.append((frame, slot, api_key, version, corr))
         if not self._linking:
             self._linking = True
-            self._spawn(self._connect_upstream())
-
-    def _authorize(self, frame: bytes, api_key: int, version: int, slot: Slot | None) -> bytes | None:
-        """SASL termination: the cluster sees the gateway's principal, so the gateway checks the client's
-        (gateway/data_authz.py). The frame to forward, or None when the request was answered (or the
-        connection closed) here."""
-        authz = self.gw.data_authz
-        if authz is None:
-            if self.gw.config.authorizes():
-                # Authorization is on but its ACL cache is not installed: fail closed.
-                self.close()
-                return None
-            return frame  # authorization off: the operator accepted the gateway's rights for everyone
-        principal = self.principal or "User:ANONYMOUS"
-        host = self.peer[0] if self.peer else ""
-        try:
-            verdict = authz.check(principal, host, api_key, version, frame, acks0=slot is None)
-        except Exception:
-            log.exception("cannot authorize a request; closing", peer=self.peer, api_key=api_key, api_version=version)
-            self.close()
-            return None
-        if verdict is None:
-            return frame
-        if verdict.refused:
-            self.metrics.errors[api_key] += 1
-            self.gw.refusals.note(
-                self.peer, client_id_of(frame), f"not-authorized:{api_key}", verdict.reason,
-                api_key=api_key, api_version=version, principal=principal,
-            )
-        if verdict.close:
-            self.close()
-            return None
-        if verdict.answer is not None:
-            if slot is not None:
-                slot.data = frames.frame(verdict.answer)
-                self.pending.append(slot)
-                self._flush()
-            return None
-        if slot is not None:
-            slot.merge = verdict.merge
-        return verdict.forward if verdict.forward is not None else frame
-
-    def _retire(self, link: UpstreamLink) -> None:
-        """SASL termination: the link's session is about to end; later requests go to a new link, and
-        this one closes once it answered what it carries."""
-        self.upstream = None
-        if not link.inflight and link.transport is not None:
-            link.transport.close()
-
-    def _answer_sasl(self, frame: bytes, api_key: int, version: int) -> None:
-        """SASL termination: the gateway answers the client's SaslHandshake / SaslAuthenticate."""
-        sasl = self.sasl
-        assert isinstance(sasl, TerminatingSasl)
-        slot = Slot()
-        self.pending.append(slot)
-
-        async def run() -> None:
-            try:
-                out = await sasl.answer(api_key, version, frame[4:], int(time.monotonic() * 1000))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("SASL request could not be answered; closing", peer=self.peer, api_key=api_key)
-                self.close()
-                return
-            slot.data = frames.frame(out)
-            self.metrics.local[api_key] += 1
-            if sasl.state == "failed":
-                log.info("client SASL authentication refused", peer=self.peer, mechanism=sasl.mechanism,
-                         reason=sasl.refusal)
-            elif sasl.authenticated and api_key != SASL_HANDSHAKE:
-                log.debug("client authenticated", peer=self.peer, principal=sasl.principal,
-                          mechanism=sasl.mechanism, reauthentications=sasl.reauthentications)
-            self._flush()
-            if sasl.state == "failed" and not self.pending:
-                self.close()  # as a broker does after a failed exchange (the answer is written first)
-
-        self._spawn(run())
-
-    def _sasl_admits(self, frame: bytes, api_key: int, version: int) -> bool:
-        """Kafka's server-side SASL states: a request the connection may not send now closes it."""
-        assert self.sasl is not None
-        verdict = self.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
-        if verdict.ok:
-            return True
-        self.gw.refusals.note(
-            self.peer, client_id_of(frame), "sasl-state",
-            f"{verdict.reason}; connection closed as Kafka does", api_key=api_key, api_version=version,
-        )
-        self.metrics.errors[api_key] += 1
-        self.close()
-        return False
+            self.spawn(self._connect_upstream())
 
     def _write_upstream(
         self, link: UpstreamLink, frame: bytes, slot: Slot | None, api_key: int, version: int, corr: int
@@ -590,7 +437,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         self.pending.append(Slot(frames.frame(payload)))
-        self._flush()
+        self.flush()
 
     def _answer_locally(
         self, handler: LocalHandler, frame: bytes, api_key: int, version: int, claim: Any = True
@@ -637,9 +484,9 @@ class ClientConnection(asyncio.Protocol):
             slot.data = frames.frame(response)
             metrics.local[api_key] += 1
             metrics.latency(api_key).observe(time.perf_counter() - arrived)
-            self._flush()
+            self.flush()
 
-        self._spawn(run())
+        self.spawn(run())
 
     # --- responses -------------------------------------------------------------------------------------
 
@@ -658,14 +505,7 @@ class ClientConnection(asyncio.Protocol):
         if link is not self.upstream and not link.inflight and link.transport is not None:
             link.transport.close()  # a retired link (SASL termination) has answered everything
         if self.sasl is not None and api_key in SASL_APIS:
-            was = self.sasl.principal if self.sasl.authenticated else None
-            self.sasl.on_response(api_key, version, frame[4:], int(time.monotonic() * 1000))
-            if self.sasl.authenticated and self.sasl.principal != was:
-                log.debug("client authenticated", peer=self.peer, principal=self.sasl.principal,
-                         mechanism=self.sasl.mechanism, reauthentications=self.sasl.reauthentications)
-            elif self.sasl.state == "failed":
-                log.info("client SASL authentication refused by the cluster", peer=self.peer,
-                         mechanism=self.sasl.mechanism)
+            connection_sasl.follow_response(self, api_key, version, frame)
         first = _ENDPOINTS_FROM.get(api_key)
         if first is not None and version >= first:
             try:
@@ -703,7 +543,7 @@ class ClientConnection(asyncio.Protocol):
                 self.close()
                 return
         slot.data = frame
-        self._flush()
+        self.flush()
 
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
         directory = self.gw.directory
@@ -711,12 +551,12 @@ class ClientConnection(asyncio.Protocol):
             result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
             directory.note_narrowed(result.narrowed)
             return result.payload
-        result = rewrite.REWRITERS[api_key](payload, version, self.gw.addr_of)
+        result = rewrite.rewrite_response(api_key, payload, version, self.gw.addr_of, self.gw.listed_nodes())
         if result.brokers is not None:
             directory.observe(result.brokers)
         return result.payload
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         pending = self.pending
         transport = self.transport
         if transport is None or self.closed:

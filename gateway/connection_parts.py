@@ -1,15 +1,21 @@
 """The parts of a client connection (gateway/connection.py) that are not its request path: a response
-slot, the upstream link it opens to one broker, and ``ConnectionHost``, what it needs of the gateway."""
+slot, the upstream link it opens to one broker (and the dialing of it, as the gateway itself under SASL
+termination), and ``ConnectionHost``, what it needs of the gateway."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from . import frames
-from .upstream import set_nodelay
+from .logging import get_logger
+from .sasl import AuthenticationFailed
+from .tls import connect_kwargs, note_upstream_failure
+from .upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
 
 if TYPE_CHECKING:
     from .config import GatewayConfig
@@ -18,15 +24,21 @@ if TYPE_CHECKING:
     from .limits import ConnectionLimits
     from .metrics import GatewayMetrics
     from .refusals import RefusalLog
+    from .rewrite import Broker
     from .sasl_server import Terminator
     from .unreachable import Replies
     from .upstream import BrokerDirectory
+
+log = get_logger("gateway.connection")
 
 # Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
 UPSTREAM_FRAME_LIMIT = 2**31 - 1
 
 # A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
 # (response header + body, without the size prefix).
+# Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
+_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
 LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
 
 
@@ -74,6 +86,66 @@ class UpstreamLink(asyncio.Protocol):
         self.client.resume("upstream-backpressure")
 
 
+async def open_authenticated_link(conn: ClientConnection, host: str, port: int) -> UpstreamLink:
+    """SASL termination (gateway/connection_sasl.py): a link authenticated as the gateway itself, then handed
+    to an UpstreamLink."""
+    try:
+        reader, writer, lifetime_ms = await open_authenticated(
+            host, port, conn.gw.directory.tls, upstream_credentials(conn.gw.config)
+        )
+    except AuthenticationFailed as e:
+        raise UpstreamAuthError(str(e)) from None
+    transport = writer.transport
+    link = UpstreamLink(conn)
+    # The stream writer closes its transport when collected: the link keeps it while it lives.
+    link.writer = writer
+    transport.set_protocol(link)
+    link.connection_made(transport)
+    if lifetime_ms > 0:
+        # Move to a new link well before the broker's session ends (Kafka's clients re-authenticate
+        # at 85-95% of it); a request after the end would close the link.
+        link.renew_at = time.monotonic() + lifetime_ms * 0.85 / 1000
+    return link
+
+
+async def dial(
+    conn: ClientConnection, targets: list[tuple[str, int]]
+) -> tuple[UpstreamLink | None, list[str], bool]:
+    """The first of ``targets`` that takes a link for ``conn``; else None, what failed, and whether our own
+    resources ran out (which says nothing about the cluster)."""
+    gw = conn.gw
+    directory = gw.directory
+    loop = asyncio.get_running_loop()
+    errors = []
+    exhausted = False
+    for host, port in targets:
+        try:
+            if conn.terminating:
+                link = await asyncio.wait_for(open_authenticated_link(conn, host, port),
+                                              gw.config.upstream_connect_timeout_s)
+            else:
+                _, link = await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: UpstreamLink(conn), host, port, **connect_kwargs(directory.tls, host)
+                    ),
+                    gw.config.upstream_connect_timeout_s,
+                )
+        except UpstreamAuthError as e:
+            # The cluster refused the gateway's own credentials: says nothing about its reachability.
+            log.warning("upstream refused the gateway's credentials", peer=conn.peer, error=str(e))
+            errors.append(str(e))
+            continue
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            errors.append(f"{host}:{port}: {note_upstream_failure(directory.tls, host, port, e)}")
+            if getattr(e, "errno", None) in _LOCAL_EXHAUSTION:
+                exhausted = True  # our own descriptors ran out: says nothing about the cluster
+            else:
+                conn.metrics.upstream_connect_failures += 1
+            continue
+        return link, errors, exhausted
+    return None, errors, exhausted
+
+
 class ConnectionHost(Protocol):
     """What a client connection uses of the gateway that accepted it (gateway/server.py ``Gateway``), and
     nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the SASL
@@ -95,5 +167,10 @@ class ConnectionHost(Protocol):
         """The address clients use for ``node_id`` (None: the gateway does not serve it)."""
         ...
 
+    def listed_nodes(self) -> list[Broker]:
+        """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
+        ...
 
-__all__ = ["UPSTREAM_FRAME_LIMIT", "ConnectionHost", "LocalHandler", "Slot", "UpstreamLink"]
+
+__all__ = ["UPSTREAM_FRAME_LIMIT", "ConnectionHost", "LocalHandler", "Slot", "UpstreamLink", "dial",
+           "open_authenticated_link"]

@@ -26,7 +26,8 @@ from pathlib import Path
 from coordinator.records.codec import group_of_key
 
 from .logging import get_logger
-from .state_log import MANIFEST, FileStateLog, FsyncPolicy, Record, _fsync_dir, _numbered_segments
+from .state_log import FileStateLog, FsyncPolicy, Record
+from .state_segments import MANIFEST, _fsync_dir, _numbered_segments
 from .state_store import StateStoreMismatch, shard_of
 
 log = get_logger("gateway.file_store")

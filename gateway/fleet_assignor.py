@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 PROTOCOL_NAME = "groupgate-shards"
 _VERSION = 1
@@ -42,21 +43,26 @@ class MemberClaim:
     owned: tuple[int, ...] = ()
     epoch: int = 0
     slot: int = -1
+    # How its broker listeners are numbered (gateway/fleet_routes.py ListenerRule.encode()); None: it
+    # publishes none (an older version), and carries no broker's traffic for the others.
+    listeners: Mapping[str, Any] | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"v": _VERSION, "endpoint": self.endpoint, "owned": list(self.owned), "epoch": self.epoch, "slot": self.slot},
-            separators=(",", ":"),
-        ).encode()
+        d: dict[str, Any] = {"v": _VERSION, "endpoint": self.endpoint, "owned": list(self.owned), "epoch": self.epoch,
+                             "slot": self.slot}
+        if self.listeners is not None:
+            d["listeners"] = dict(self.listeners)
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> MemberClaim:
         """A member whose metadata does not read (another version, garbage) claims nothing."""
         try:
             d = json.loads(data or b"{}")
+            listeners = d.get("listeners")
             return cls(
                 str(d.get("endpoint", "")), tuple(int(x) for x in d.get("owned", ())), int(d.get("epoch", 0)),
-                int(d.get("slot", -1)),
+                int(d.get("slot", -1)), listeners if isinstance(listeners, dict) else None,
             )
         except (ValueError, TypeError, AttributeError):
             return cls("")
@@ -74,11 +80,14 @@ class FleetAssignment:
     # A member's slot numbers its coordinator node (gateway/membership.py): kept while the member stays, so
     # that a node id names the same address until membership changes; a new member takes the lowest free one.
     slots: Mapping[str, int] = field(default_factory=dict)
+    # member id -> how its broker listeners are numbered (the members that published it): the table the
+    # brokers' addresses are routed over (gateway/fleet_routes.py).
+    listeners: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps(
             {"v": _VERSION, "epoch": self.epoch, "endpoints": dict(self.endpoints), "owners": list(self.owners),
-             "slots": dict(self.slots)},
+             "slots": dict(self.slots), "listeners": {m: dict(r) for m, r in self.listeners.items()}},
             separators=(",", ":"),
         ).encode()
 
@@ -90,6 +99,7 @@ class FleetAssignment:
                 shards, int(d.get("epoch", 0)), {str(k): str(v) for k, v in d.get("endpoints", {}).items()},
                 tuple(None if o is None else str(o) for o in d.get("owners", ())),
                 {str(k): int(v) for k, v in d.get("slots", {}).items()},
+                {str(k): v for k, v in (d.get("listeners") or {}).items() if isinstance(v, dict)},
             )
         except (ValueError, TypeError, AttributeError):
             return cls(shards, 0)
@@ -146,7 +156,8 @@ def assign(shards: int, members: Mapping[str, MemberClaim]) -> dict[str, FleetAs
             owners[s] = m
     endpoints = {m: members[m].endpoint for m in order}
     slots = _slots(members, order)
-    return {m: FleetAssignment(result_shards[m], epoch, endpoints, tuple(owners), slots) for m in order}
+    listeners = {m: rule for m in order if (rule := members[m].listeners) is not None}
+    return {m: FleetAssignment(result_shards[m], epoch, endpoints, tuple(owners), slots, listeners) for m in order}
 
 
 def _slots(members: Mapping[str, MemberClaim], order: list[str]) -> dict[str, int]:

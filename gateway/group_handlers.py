@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
 from translate.classic_messages import JoinGroupRequest
@@ -40,6 +40,9 @@ from .metadata_watch import MetadataWatch
 from .offsets import OffsetBridge
 from .runtime import CoordinatorRuntime
 
+if TYPE_CHECKING:
+    from .membership import FleetMembership
+
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 _KEY_TYPE_TRANSACTION = 1  # FindCoordinator's key type of transactional ids
 
@@ -68,6 +71,8 @@ class GroupHandlers:
         # Several instances (gateway/membership.py): the coordinator node (id, host, port) of the instance
         # owning a shard, the same in every instance's answers; None while the shard is in transit.
         self.fleet_coordinator: Callable[[int], tuple[int, str, int] | None] | None = None
+        # ... and the membership itself (which listener is which node of the fleet, for ListGroups).
+        self.fleet: FleetMembership | None = None
         # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
         # (gateway/cluster_group_configs.py). None: nothing to do first.
         self.before_join: Callable[[str], Awaitable[None]] | None = None
@@ -289,12 +294,26 @@ class GroupHandlers:
         lists it, so nothing that has offsets or members disappears from tools and lag exporters."""
         version = ctx.api_version
         listed: list[Any] = []
-        # Admin clients ask every broker and concatenate: list the gateway's groups on one listener only.
-        if ctx.node_id is None or ctx.node_id == self.home_node():
+        if self.fleet is not None:
+            # Admin clients ask every node of a Metadata answer and concatenate. In a fleet, as with Kafka's
+            # brokers, each node lists the groups it coordinates: an instance's coordinator node (its
+            # bootstrap listener) the managed ids of the shards it holds (offsets-only ones too, from every
+            # broker); a broker's node the cluster's groups that broker coordinates, the managed ids left
+            # out. Through any one instance's node table every group of the fleet is listed once.
+            mine = ctx.node_id is None
+        else:
+            # Admin clients ask every broker and concatenate: list the gateway's groups on one listener only.
+            mine = ctx.node_id is None or ctx.node_id == self.home_node()
+        if mine:
             request = gc.list_groups_request(msg, version)
             for reply in await self.runtime.read(None, lambda _part: request):
                 listed.extend(gc.listed_group(g) for g in reply.groups if self.managed(g.group_id))
-        error, upstream = await self.cluster.list_groups(msg, version, ctx.node_id)
+        if self.fleet is None:
+            error, upstream = await self.cluster.list_groups(msg, version, ctx.node_id)
+        elif mine:
+            error, upstream = await self.cluster.list_groups_everywhere(msg, version, self._held_managed)
+        else:
+            error, upstream = await self.cluster.list_groups(msg, version, ctx.node_id, self._unmanaged)
         listed.extend(upstream)
         access = ctx.access
         if access.enabled and not await access.lists_all_groups():
@@ -302,6 +321,12 @@ class GroupHandlers:
             # cluster's were listed to the gateway's own principal, so they are filtered here too).
             listed = [g for g in listed if await access.group(DESCRIBE, g.group_id)]
         return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
+
+    def _held_managed(self, group_id: str) -> bool:
+        return self.managed(group_id) and self.runtime.shard_for(group_id).owned
+
+    def _unmanaged(self, group_id: str) -> bool:
+        return not self.managed(group_id)
 
     async def delete_groups(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version

@@ -327,9 +327,14 @@ class GroupLayer:
 
             assert isinstance(self.runtime.store, KafkaStateStore)
             self.fleet = FleetMembership(
-                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics
+                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics,
+                self.gw.listener_rule(),
             )
             self.handlers.fleet_coordinator = self.fleet.coordinator
+            self.handlers.fleet = self.fleet
+            # One node table in every instance's answers: brokers at the instance carrying them, and the
+            # instances' coordinator nodes beside them.
+            self.gw.fleet = self.fleet
             await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
@@ -440,9 +445,12 @@ class GroupLayer:
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
             ids = group_ids(api_key, version, msg)
             if api_key == gc.LIST_GROUPS:
-                for shard in self.runtime.shards:
-                    if not shard.fenced and shard.owned:  # another instance lists the groups it owns
-                        shard.check_loaded()
+                # In a fleet a broker's node lists none of the managed groups: a shard being loaded here
+                # does not hold its answer up (gateway/group_handlers.py list_groups).
+                if self.fleet is None or ctx.node_id is None:
+                    for shard in self.runtime.shards:
+                        if not shard.fenced and shard.owned:  # another instance lists the groups it owns
+                            shard.check_loaded()
             elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])
             if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):

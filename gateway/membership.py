@@ -37,6 +37,7 @@ from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
 from .fleet_assignor import PROTOCOL_NAME, FleetAssignment, MemberClaim, assign
+from .fleet_routes import ListenerRule, pick
 from .logging import get_logger
 
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ class ShardAssignor(AbstractPartitionAssignor):
         self.fleet = fleet
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
-        claim = MemberClaim(self.fleet.endpoint, tuple(self.fleet.runtime.held()), self.fleet.epoch, self.fleet.slot)
+        rule = self.fleet.listeners
+        claim = MemberClaim(self.fleet.endpoint, tuple(self.fleet.runtime.held()), self.fleet.epoch, self.fleet.slot,
+                            None if rule is None else rule.encode())
         return ConsumerProtocolMemberMetadata(0, sorted(topics), claim.encode())
 
     def assign(  # type: ignore[override]
@@ -108,6 +111,7 @@ class FleetMembership:
         store: KafkaStateStore,
         endpoint: str,
         refresh_topics: Callable[[], Awaitable[None]] | None = None,
+        listeners: ListenerRule | None = None,
     ) -> None:
         assert settings.instances_group is not None
         self.runtime = runtime
@@ -117,6 +121,9 @@ class FleetMembership:
         self.topic = store.topic
         self.shards = runtime.shard_count
         self.endpoint = endpoint
+        # How this instance numbers its broker listeners, published so that every instance can name them.
+        self.listeners = listeners
+        self._routes: tuple[FleetAssignment, dict[str, ListenerRule]] | None = None
         # Before a shard is taken over: the topic image must hold every topic its groups subscribe to
         # (one created since the last periodic refresh too), or loading would see them vanish and bump
         # the groups' epochs, a rebalance the failover must not cause.
@@ -256,6 +263,53 @@ class FleetMembership:
             return None
         host, _, port = table.endpoints[owner].rpartition(":")
         return COORDINATOR_NODE_BASE + table.slots[owner], host, int(port)
+
+    def _rules(self) -> dict[str, ListenerRule]:
+        """Instance address -> its listener rule, over the current table (computed once per assignment)."""
+        table = self.table
+        if table is None:
+            return {}
+        cached = self._routes
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        rules: dict[str, ListenerRule] = {}
+        for member, raw in sorted(table.listeners.items()):
+            endpoint = table.endpoints.get(member)
+            rule = ListenerRule.decode(raw)
+            if endpoint and rule is not None:
+                rules[endpoint] = rule  # one address, one instance (a restarted one may be listed twice)
+        self._routes = (table, rules)
+        return rules
+
+    def broker_address(self, node_id: int) -> tuple[str, int] | None:
+        """Broker ``node_id``'s listener on the instance a rendezvous hash picks over the current table
+        (gateway/fleet_routes.py), as every instance names it; None: this instance's own listener (no
+        table yet, or this instance is the one picked)."""
+        rules = self._rules()
+        chosen = pick(node_id, rules)
+        if chosen is None or chosen == self.endpoint:
+            return None
+        return rules[chosen].address(node_id)
+
+    def coordinator_nodes(self) -> list[tuple[int, str, int]]:
+        """Every instance's coordinator node (id from its slot, its advertised bootstrap address), listed
+        beside the brokers in Metadata and DescribeCluster so that admin clients asking every node (for
+        ListGroups) reach every instance."""
+        table = self.table
+        if table is None:
+            return []
+        out = {}
+        for member, slot in table.slots.items():
+            endpoint = table.endpoints.get(member)
+            if not endpoint:
+                continue
+            host, _, port = endpoint.rpartition(":")
+            out[COORDINATOR_NODE_BASE + slot] = (COORDINATOR_NODE_BASE + slot, host, int(port))
+        return [out[n] for n in sorted(out)]
+
+    def owns(self, shard: int) -> bool:
+        """Whether the current table gives ``shard`` to this instance."""
+        return self.owner_endpoint(shard) == self.endpoint
 
     def owner_endpoint(self, shard: int) -> str | None:
         """The advertised address of the instance the last assignment gave ``shard`` to (None: in transit

@@ -7,7 +7,8 @@ OffsetCommitCheck: a zombie with a stale generation or member epoch, or an unkno
 fenced here), then written through to the group's upstream coordinator as a *simple* commit:
 generation -1 and an empty member id, which Kafka accepts for a group without members (the
 upstream never sees the members, they live in the gateway). OffsetFetch is checked locally when a
-v9+ request names its member (KIP-848 member epoch check) and answered by the upstream.
+v9+ request names its member (KIP-848 member epoch check) and answered by the upstream
+(gateway/offset_fetch.py).
 
 OffsetCommit and OffsetFetch v10 name topics by id: the gateway resolves them through its topic image
 (a topic id it cannot resolve gets UNKNOWN_TOPIC_ID, as Kafka answers) and answers with ids again.
@@ -23,12 +24,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
-from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
+from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck
 
 from . import codec
 from . import group_codec as gc
-from .group_authz import DESCRIBE, READ, TOPIC_AUTHORIZATION_FAILED, Access
+from .group_authz import READ, TOPIC_AUTHORIZATION_FAILED
 from .logging import get_logger
+from .offset_fetch import CLUSTER_UNREACHABLE, TOPIC_ID_VERSION, OffsetFetches, _refused
 from .upstream import UpstreamError
 
 if TYPE_CHECKING:
@@ -50,14 +52,6 @@ REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
 GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 GROUP_SUBSCRIBED_TO_TOPIC = Errors.GROUP_SUBSCRIBED_TO_TOPIC
 UNKNOWN_TOPIC_ID = Errors.UNKNOWN_TOPIC_ID
-# OffsetCommit / OffsetFetch v10 (KIP-848) name topics by id only; the gateway speaks names upstream.
-TOPIC_ID_VERSION = 10
-# A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
-# lost in flight with its link). The coordinator (the gateway) is fine: the Java consumer retries
-# COORDINATOR_LOAD_IN_PROGRESS within the same commitSync / position lookup and librdkafka retries it,
-# neither forgets its coordinator (COORDINATOR_NOT_AVAILABLE would make the Java client drop and
-# reopen its coordinator connection). The commit is never acknowledged unless the cluster wrote it.
-CLUSTER_UNREACHABLE = COORDINATOR_LOAD_IN_PROGRESS
 # Upstream answers to a simple commit that only a group with live upstream members gives.
 _MEMBERSHIP_ERRORS = frozenset(
     {
@@ -102,7 +96,7 @@ def _commit_response(api_key: int, prefix: str, version: int, results: CommitRes
     return cls[version](topics=topics)
 
 
-class OffsetBridge:
+class OffsetBridge(OffsetFetches):
     """Offset APIs of managed groups: validated by the group's shard, written to and read from the cluster."""
 
     def __init__(
@@ -127,21 +121,6 @@ class OffsetBridge:
         self.leave_abandoned = leave_abandoned  # coordinator.leave_abandoned_upstream_members
 
     # --- commits ---------------------------------------------------------------------------------------
-
-    async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
-        """Topic id -> name from the topic image, refreshed once when an id is unknown."""
-        watch = self.watch
-        names = {tid: name for name, (tid, _) in watch.topics.items()}
-        if ids - names.keys():
-            try:
-                await watch.refresh()
-            except UpstreamError as e:
-                log.warning("metadata refresh for topic ids failed", error=str(e))
-            names = {tid: name for name, (tid, _) in watch.topics.items()}
-        return names
-
-    def _topic_ids(self) -> dict[str, uuid.UUID]:
-        return {name: tid for name, (tid, _) in self.watch.topics.items()}
 
     async def offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
@@ -295,176 +274,6 @@ class OffsetBridge:
     def _known(self, group_id: str) -> bool:
         return self.groups.group_kind(group_id) is not None
 
-    # --- fetches ---------------------------------------------------------------------------------------
-
-    async def offset_fetch(self, ctx: RequestContext, msg: Any) -> Any:
-        version = ctx.api_version
-        cls = gc.response_cls(gc.OFFSET_FETCH)
-        access = ctx.access
-        got: list[FetchedTopic]
-        if version < 8:
-            topics = None if msg.topics is None else [(t.name, list(t.partition_indexes)) for t in msg.topics]
-            if not await access.group(DESCRIBE, msg.group_id):
-                _refused(ctx, "GROUP_AUTHORIZATION_FAILED")
-                err, got = int(Errors.GROUP_AUTHORIZATION_FAILED), []
-                if version < 2:  # no top-level error code before v2: on every partition asked
-                    got = [(n, [(p, -1, -1, "", err) for p in ps]) for n, ps in topics or ()]
-            else:
-                topics, denied = await _split_fetch_topics(access, topics)
-                if topics == [] and denied:
-                    err, got = 0, []
-                else:
-                    err, got = await self._fetch_group(
-                        msg.group_id, None, -1, topics, msg.require_stable if version >= 7 else False
-                    )
-                got = await _visible(access, topics, got)
-                if err == 0:
-                    got += denied
-            fields = {"error_code": err} if version >= 2 else {}
-            return cls[version](
-                **fields,
-                topics=[
-                    cls.OffsetFetchResponseTopic(
-                        name=name,
-                        partitions=[
-                            cls.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-                                partition_index=p, committed_offset=o, committed_leader_epoch=le, metadata=md,
-                                error_code=e,
-                            )
-                            for p, o, le, md, e in parts
-                        ],
-                    )
-                    for name, parts in got
-                ],
-            )
-        gcls = cls.OffsetFetchResponseGroup
-        tcls = gcls.OffsetFetchResponseTopics
-        pcls = tcls.OffsetFetchResponsePartitions
-        by_id = version >= TOPIC_ID_VERSION
-        names: dict[uuid.UUID, str] = {}
-        if by_id:
-            wanted = {t.topic_id for g in msg.groups for t in (g.topics or ())}
-            names = await self._topic_names(wanted) if wanted else {}
-        groups = []
-        for g in msg.groups:
-            wanted_topics: list[tuple[str, list[int]]] | None = None
-            unknown: list[tuple[str, list[tuple[int, int, int, str | None, int]]]] = []
-            unknown_ids: dict[str, uuid.UUID] = {}
-            if g.topics is not None:
-                wanted_topics = []
-                for t in g.topics:
-                    if not by_id:
-                        wanted_topics.append((t.name, list(t.partition_indexes)))
-                    elif t.topic_id in names:
-                        wanted_topics.append((names[t.topic_id], list(t.partition_indexes)))
-                    else:
-                        # A topic id nobody knows: UNKNOWN_TOPIC_ID per partition, as Kafka answers.
-                        key = f"\0{t.topic_id}"
-                        unknown_ids[key] = t.topic_id
-                        unknown.append((key, [(p, -1, -1, "", UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
-            member_id = g.member_id if version >= 9 else None
-            epoch = g.member_epoch if version >= 9 else -1
-            if not await access.group(DESCRIBE, g.group_id):
-                # Kafka answers this group alone so; the others of the batch are answered.
-                _refused(ctx, "GROUP_AUTHORIZATION_FAILED")
-                groups.append(gcls(group_id=g.group_id, error_code=Errors.GROUP_AUTHORIZATION_FAILED, topics=[]))
-                continue
-            wanted_topics, denied = await _split_fetch_topics(access, wanted_topics)
-            if wanted_topics == [] and (unknown or denied):
-                err, got = 0, []
-            else:
-                err, got = await self._fetch_group(g.group_id, member_id, epoch, wanted_topics, msg.require_stable)
-            got = await _visible(access, wanted_topics, got)
-            ids = self._topic_ids() if by_id else {}
-            if by_id:
-                # Answered with ids: a topic whose id the gateway cannot tell (deleted since) is left out.
-                got = [(n, parts) for n, parts in got if n in ids]
-                if err == 0:
-                    got += unknown
-            if err == 0:
-                got += denied
-            groups.append(
-                gcls(
-                    group_id=g.group_id,
-                    error_code=err,
-                    topics=[
-                        tcls(
-                            name=name,
-                            topic_id=unknown_ids.get(name) or ids.get(name),
-                            partitions=[
-                                pcls(
-                                    partition_index=p, committed_offset=o, committed_leader_epoch=le, metadata=md,
-                                    error_code=e,
-                                )
-                                for p, o, le, md, e in parts
-                            ],
-                        )
-                        for name, parts in got
-                    ],
-                )
-            )
-        return cls[version](groups=groups)
-
-    async def _fetch_group(
-        self,
-        gid: str,
-        member_id: str | None,
-        member_epoch: int,
-        topics: list[tuple[str, list[int]]] | None,
-        require_stable: bool,
-    ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str | None, int]]]]]:
-        """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) from upstream."""
-        if self.managed(gid) and member_id is not None:
-            reply: OffsetCheckResponse = await self.groups.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
-            error = int(reply.error_code)
-            if error in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND) and self.leave_abandoned:
-                # A member id the gateway does not know, typically one the client still holds from the
-                # cluster's coordinator right after its group became managed here (docs/operations.md,
-                # "Adopting a live group"). The Java consumer fails poll() for good on an OffsetFetch
-                # answered UNKNOWN_MEMBER_ID; a fetch changes nothing, so it is answered as one without
-                # a member, and the client's next heartbeat moves it to the gateway's group.
-                self.counters["fetches_unknown_member"] += 1
-            elif error != 0:
-                return error, []
-        client = self.client
-        try:
-            v = client.version(gc.OFFSET_FETCH, 9)
-            req_cls = codec.REQUESTS[gc.OFFSET_FETCH]
-            if v >= 8:
-                gcls = req_cls.OffsetFetchRequestGroup
-                req_topics = (
-                    None
-                    if topics is None
-                    else [gcls.OffsetFetchRequestTopics(name=n, partition_indexes=ps) for n, ps in topics]
-                )
-                req = req_cls[v](
-                    groups=[gcls(group_id=gid, member_id=None, member_epoch=-1, topics=req_topics)],
-                    require_stable=require_stable,
-                )
-            else:
-                req_topics = (
-                    None
-                    if topics is None
-                    else [req_cls.OffsetFetchRequestTopic(name=n, partition_indexes=ps) for n, ps in topics]
-                )
-                req = req_cls[v](group_id=gid, topics=req_topics, require_stable=require_stable)
-            r = await client.to_coordinator(gid, gc.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
-        except UpstreamError as e:
-            log.warning("offset fetch could not reach the upstream coordinator", group_id=gid, error=str(e))
-            return CLUSTER_UNREACHABLE, []
-        if v >= 8:
-            g = r.groups[0]
-            err, rtopics = g.error_code, g.topics
-        else:
-            err, rtopics = r.error_code, r.topics
-        return err, [
-            (
-                t.name,
-                [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code) for p in t.partitions],
-            )
-            for t in rtopics
-        ]
-
     # --- deletes ---------------------------------------------------------------------------------------
 
     async def offset_delete(self, ctx: RequestContext, msg: Any) -> Any:
@@ -539,14 +348,6 @@ class OffsetBridge:
 
 _API_NAMES = {gc.OFFSET_COMMIT: "offset-commit", gc.TXN_OFFSET_COMMIT: "txn-offset-commit"}
 
-# One OffsetFetch topic's answer: (name, [(partition, offset, leader epoch, metadata, error)]).
-FetchedTopic = tuple[str, list[tuple[int, int, int, "str | None", int]]]
-
-
-def _refused(ctx: RequestContext, error: str) -> None:
-    ctx.refuse(f"authorization:{error}", ctx.access.reason)
-
-
 async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitResults:
     """Kafka's READ check of each committed topic: the topics the principal may not read leave ``msg``
     and are answered TOPIC_AUTHORIZATION_FAILED on each partition; the others are committed."""
@@ -559,27 +360,6 @@ async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitRe
     _refused(ctx, "TOPIC_AUTHORIZATION_FAILED")
     msg.topics = [t for t in msg.topics if t.name in allowed]
     return _partition_errors(denied, TOPIC_AUTHORIZATION_FAILED)
-
-
-async def _split_fetch_topics(
-    access: Access, topics: list[tuple[str, list[int]]] | None
-) -> tuple[list[tuple[str, list[int]]] | None, list[FetchedTopic]]:
-    """(topics that may be described, the others answered TOPIC_AUTHORIZATION_FAILED per partition)."""
-    if not access.enabled or topics is None:
-        return topics, []
-    allowed = await access.topics(DESCRIBE, [n for n, _ in topics])
-    denied: list[FetchedTopic] = [
-        (n, [(p, -1, -1, "", int(TOPIC_AUTHORIZATION_FAILED)) for p in ps]) for n, ps in topics if n not in allowed
-    ]
-    return [(n, ps) for n, ps in topics if n in allowed], denied
-
-
-async def _visible(access: Access, asked: list[tuple[str, list[int]]] | None, got: list[Any]) -> list[Any]:
-    """An all-topics fetch shows only the topics the principal may describe (Kafka leaves the others out)."""
-    if not access.enabled or asked is not None or not got:
-        return got
-    allowed = await access.topics(DESCRIBE, [n for n, _ in got])
-    return [(n, parts) for n, parts in got if n in allowed]
 
 
 def _error_name(error: int) -> str:
@@ -615,9 +395,3 @@ def _first_partition_error(r: Any) -> int:
         for p in t.partitions:
             return int(p.error_code)
     return 0
-
-
-def _fetch_error(r: Any, version: int) -> int:
-    if version >= 8:
-        return int(r.groups[0].error_code) if r.groups else 0
-    return int(r.error_code) if version >= 2 else 0

@@ -12,7 +12,7 @@ bytes out.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,14 +99,28 @@ def _served(nodes: list[Any], addr_of: AddressOf, id_field: str) -> list[Any]:
     return kept
 
 
-def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
+def _listed(existing: list[Any], listed: Sequence[Broker], make: Callable[..., Any], id_field: str) -> list[Any]:
+    """``existing`` with the gateway's own nodes (``listed``) beside them; an id already there is not
+    listed twice."""
+    ids = {getattr(n, id_field) for n in existing}
+    extra = [make(**{id_field: b.node_id}, host=b.host, port=b.port, rack=b.rack) for b in listed if b.node_id not in ids]
+    return existing + extra
+
+
+def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()) -> Rewritten:
+    """``listed``: nodes of the gateway's own named beside the brokers (the coordinator nodes of a fleet's
+    instances, gateway/membership.py)."""
     head, msg = codec.decode_response(codec.METADATA, version, payload)
     seen = [Broker(b.node_id, b.host, b.port, b.rack) for b in msg.brokers]
     msg.brokers = _served(msg.brokers, addr_of, "node_id")
+    if listed:
+        msg.brokers = _listed(msg.brokers, listed, type(msg).MetadataResponseBroker, "node_id")
     return Rewritten(head + codec.encode_body(msg, version), brokers=seen)
 
 
-def rewrite_describe_cluster(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
+def rewrite_describe_cluster(
+    payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()
+) -> Rewritten:
     head, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, version, payload)
     if version >= 1 and msg.endpoint_type == 2:
         # KIP-919 controller endpoints: the gateway proxies brokers only and must not reveal controllers.
@@ -116,6 +130,8 @@ def rewrite_describe_cluster(payload: bytes, version: int, addr_of: AddressOf) -
         return Rewritten(head + codec.encode_body(msg, version))
     seen = [Broker(b.broker_id, b.host, b.port, b.rack) for b in msg.brokers]
     msg.brokers = _served(msg.brokers, addr_of, "broker_id")
+    if listed and msg.error_code == 0:
+        msg.brokers = _listed(msg.brokers, listed, type(msg).DescribeClusterBroker, "broker_id")
     return Rewritten(head + codec.encode_body(msg, version), brokers=seen)
 
 
@@ -304,6 +320,17 @@ def rewrite_node_endpoints(api_key: int) -> Callable[[bytes, int, AddressOf], Re
         return Rewritten(head + codec.encode_body(msg, version))
 
     return rewrite
+
+
+def rewrite_response(
+    api_key: int, payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()
+) -> Rewritten:
+    """One response of an API in ``REWRITERS``; ``listed`` goes into Metadata and DescribeCluster."""
+    if api_key == codec.METADATA:
+        return rewrite_metadata(payload, version, addr_of, listed)
+    if api_key == codec.DESCRIBE_CLUSTER:
+        return rewrite_describe_cluster(payload, version, addr_of, listed)
+    return REWRITERS[api_key](payload, version, addr_of)
 
 
 REWRITERS: dict[int, Callable[[bytes, int, AddressOf], Rewritten]] = {

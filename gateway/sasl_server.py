@@ -2,7 +2,7 @@
 
 With ``listener_sasl_mode = "terminate"`` a client's SaslHandshake / SaslAuthenticate never reach the
 cluster: ``TerminatingSasl`` answers them, and the client's upstream connection is authenticated with the
-gateway's own credentials instead (gateway/connection.py). Mechanisms:
+gateway's own credentials instead (gateway/connection_sasl.py). Mechanisms:
 
 - SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802 / 7677) by the ``scramp`` library's server, over salted
   credentials (salt, StoredKey, ServerKey, iterations) from a credentials file: no password is stored;

@@ -10,23 +10,35 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from .config import GatewayConfig, PortMappingError
 from .connection import ClientConnection, LocalHandler
 from .data_authz import DataAuthorizer
+from .fleet_routes import ListenerRule
 from .limits import ConnectionLimits
 from .logging import get_logger
 from .metrics import GatewayMetrics
 from .refusals import RefusalLog
+from .rewrite import Broker
 from .sasl_server import Terminator
 from .tls import TlsAcceptor, server_context
 from .unreachable import Replies
 from .upstream import BrokerDirectory
 
 log = get_logger("gateway.server")
+
+
+class FleetNodes(Protocol):
+    def broker_address(self, node_id: int) -> tuple[str, int] | None:
+        """Broker ``node_id``'s listener on the instance that carries it; None: this process's own."""
+        ...
+
+    def coordinator_nodes(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every instance's coordinator node."""
+        ...
 
 
 class Gateway:
@@ -73,6 +85,9 @@ class Gateway:
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
+        # Several instances (gateway/membership.py): the instance whose listener names each broker, and the
+        # instances' coordinator nodes listed beside the brokers. None: this process's own listeners only.
+        self.fleet: FleetNodes | None = None
 
     # --- addresses -------------------------------------------------------------------------------------
 
@@ -94,8 +109,7 @@ class Gateway:
     def broker_ports(self) -> dict[int, int]:
         return {n: self._ports[n] for n in self._listeners}
 
-    def addr_of(self, node_id: int) -> tuple[str, int] | None:
-        """The address clients use for ``node_id``, or None when the gateway does not serve it."""
+    def _own_addr(self, node_id: int) -> tuple[str, int] | None:
         if node_id in self._listeners:
             return self.config.client_host(), self._ports[node_id]
         if node_id not in self.directory.brokers:
@@ -106,6 +120,30 @@ class Gateway:
             return None
         # A fixed port is known before its listener opens (it is being opened now); an OS-chosen one is not.
         return (self.config.client_host(), port) if port else None
+
+    def addr_of(self, node_id: int) -> tuple[str, int] | None:
+        """The address clients use for ``node_id``, or None when the gateway does not serve it: this
+        process's listener for it, or in a fleet the listener of the instance that carries the broker
+        (the same in every instance's answers)."""
+        own = self._own_addr(node_id)
+        if own is None or self.fleet is None:
+            return own
+        return self.fleet.broker_address(node_id) or own
+
+    def listed_nodes(self) -> list[Broker]:
+        """Nodes listed beside the brokers in Metadata and DescribeCluster: a fleet's coordinator nodes."""
+        if self.fleet is None:
+            return []
+        return [Broker(n, host, port) for n, host, port in self.fleet.coordinator_nodes()]
+
+    def listener_rule(self) -> ListenerRule | None:
+        """How this process numbers its broker listeners, for the other instances of a fleet (None: its
+        ports are chosen by the OS one by one, which nobody else can compute)."""
+        base = self.config.effective_port_base()
+        if base is None:
+            return None
+        return ListenerRule(self.config.client_host(), base, self.config.node_id_base, self.config.max_brokers,
+                            dict(self.config.broker_ports))
 
     # --- lifecycle -------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .state_log import (
+from .state_segments import (
     DAMAGED_SUFFIX,
     Damage,
     LogLayout,

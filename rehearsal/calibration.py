@@ -1,6 +1,6 @@
 """Calibration: a real run of a small fleet and the simulation of the same fleet, side by side.
 
-A real run (real clients through the gateway, bench/calibrate.py) is reduced to a ``Schedule``: when
+A real run (real clients through the gateway, ``groupgate rehearse calibrate``) is reduced to a ``Schedule``: when
 each member started, and for every step of the scenario which slot stopped (cleanly or killed), when,
 and when its next incarnation started and with which protocol. ``simulate_schedule`` replays exactly
 that schedule in the simulator (rehearsal/simulate.py) with the real run's group timings, so the two
@@ -56,11 +56,14 @@ class Timings:
     straggler_ms: tuple[int, int] = (100, 460)
     # From a consumer's start (the Java tool's startup_complete) to its first group request: metadata and
     # FindCoordinator. Measured through the gateway: the first ConsumerGroupHeartbeat of a restarted Java
-    # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms).
+    # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms) on an idle machine; a loaded
+    # one takes seconds, so a step replays its Step.first_request_ms where the gateway's log gives one.
     start_latency_ms: int = 170
     # The new protocol's callbacks wait for the application thread's poll loop: on the calibration's idle
     # topic, the fetch long poll (fetch.max.wait.ms). See ConsumerClient.callback_wait_ms.
     callback_wait_ms: int = 500
+    # Classic clients: heartbeat intervals from a JoinGroup response to the next heartbeat (ClassicClient).
+    classic_heartbeats_after_join: int = 1
 
 
 def client_timings(client: str) -> Timings:
@@ -68,7 +71,7 @@ def client_timings(client: str) -> Timings:
     its first group request follows its creation within tens of milliseconds) and serves its rebalance
     callbacks from the poll that the rebalance itself wakes up."""
     if client == "confluent":
-        return Timings(start_latency_ms=40, callback_wait_ms=0, straggler_share=0.0)
+        return Timings(start_latency_ms=40, callback_wait_ms=0, straggler_share=0.0, classic_heartbeats_after_join=2)
     return Timings()
 
 
@@ -79,6 +82,10 @@ class Step:
     graceful: bool
     start_ms: int  # the next incarnation starts (its consumer is created and subscribes)
     protocol: str  # the next incarnation's protocol: classic | consumer
+    # When the coordinator first heard from the next incarnation (its first JoinGroup or ConsumerGroupHeartbeat,
+    # read from the gateway's --rebalance-events by ``first_requests``); None: start_ms + the client's start
+    # latency. A client's start is CPU-bound (a JVM on a loaded machine), the protocol after it is not.
+    first_request_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,34 @@ class Schedule:
         return "consumer" if self.mix == "consumer" else "classic"
 
 
+# A simulated client's first request reaches the coordinator this long after it starts (a 1 ms wake-up and
+# the simulated network's 1-5 ms).
+REQUEST_LEAD_MS = 4
+
+
+def first_requests(schedule: Schedule, coordinator_events: Iterable[ev.Event], origin_ms: int) -> Schedule:
+    """The schedule with each step's ``first_request_ms``: when the coordinator first heard from the slot's
+    next incarnation, read from the coordinator's own events of the group (the gateway's
+    ``--rebalance-events``; ``origin_ms`` is the schedule's zero on their clock).
+
+    After the incarnation started (and the old one stopped) and before the next step, that is the first
+    ``rebalance_started`` caused by a JoinGroup (a classic member joining a settled group starts one) or the
+    first ``member_joined`` of a new-protocol member id not seen before (written on its first heartbeat's
+    response). A step where neither is found (a classic member that joined a rebalance already under way)
+    keeps its start plus the client's start latency."""
+    ordered = _ordered(coordinator_events)
+    steps = []
+    for i, step in enumerate(schedule.steps):
+        lo = origin_ms + max(step.stop_ms, step.start_ms)
+        hi = origin_ms + schedule.steps[i + 1].stop_ms if i + 1 < len(schedule.steps) else 1 << 62
+        seen = {e.member for e in ordered if e.ts_ms < lo and e.member}
+        found = next((e.ts_ms for e in ordered if lo <= e.ts_ms < hi and (
+            (isinstance(e, ev.RebalanceStarted) and e.reason == "JoinGroupRequest")
+            or (isinstance(e, ev.MemberJoined) and e.protocol == "consumer" and e.member not in seen))), None)
+        steps.append(replace(step, first_request_ms=None if found is None else found - origin_ms))
+    return replace(schedule, steps=tuple(steps))
+
+
 class ScheduledSimulation(Simulation):
     """The simulator following a recorded schedule instead of drawing one: same group, same timings."""
 
@@ -115,7 +150,8 @@ class ScheduledSimulation(Simulation):
             server_assignor="uniform",  # what the real new-protocol members ask for (group.remote.assignor)
         )
         config = replace(sim_config(spec, 0), crashes=0, active_ms=2_000, seed=seed)
-        classic = type("CalibratedClassic", (ClassicClient,), {"session_timeout_ms": t.session_timeout_ms})
+        classic = type("CalibratedClassic", (ClassicClient,), {
+            "session_timeout_ms": t.session_timeout_ms, "heartbeats_after_join": t.classic_heartbeats_after_join})
         consumer = type("CalibratedConsumer", (ConsumerClient,), {"callback_wait_ms": t.callback_wait_ms})
 
         def endpoint(cfg: EndpointConfig, s: int) -> ServiceEndpoint:
@@ -134,8 +170,9 @@ class ScheduledSimulation(Simulation):
         return self.rng.randint(lo, hi)
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
-        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms == 1_000:
-            delay_ms = self.schedule.timings.heartbeat_interval_ms
+        if tag.startswith("heartbeat:") and isinstance(client, ClassicClient) and delay_ms and delay_ms % 1_000 == 0:
+            # The models count classic heartbeats in 1 s intervals (CLASSIC_HEARTBEAT_INTERVAL_MS).
+            delay_ms = delay_ms // 1_000 * self.schedule.timings.heartbeat_interval_ms
         super().call_later(client, delay_ms, tag)
 
     def new_client(self, protocol: str, slot: int, member_id: str | None = None) -> SimClient:
@@ -153,7 +190,8 @@ class ScheduledSimulation(Simulation):
         end = max(s.starts) + lag
         for step in s.steps:
             self._push(step.stop_ms, "action", ("stop", step))
-            start = max(step.start_ms + lag, step.stop_ms + 1)
+            at = step.start_ms + lag if step.first_request_ms is None else step.first_request_ms - REQUEST_LEAD_MS
+            start = max(at, step.stop_ms + 1)
             self._push(start, "action", ("start", (step.protocol, step.slot, None)))
             end = max(end, start)
         # Faults stop (the simulator then runs until the group converged) once the last member started.
@@ -368,5 +406,5 @@ def table(rows: Sequence[Comparison]) -> str:
 
 __all__ = [
     "CALIBRATION_SCENARIOS", "Comparison", "Figures", "Schedule", "ScheduledSimulation", "Step", "Timings",
-    "compare", "figures", "simulate_schedule", "table",
+    "compare", "figures", "first_requests", "simulate_schedule", "table",
 ]

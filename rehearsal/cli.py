@@ -138,7 +138,7 @@ CALIBRATION_FILE = "_calibration.json"
 
 
 def find_calibration(paths: list[str]) -> list[dict[str, Any]]:
-    """The rows of ``_calibration.json`` files (bench/calibrate.py --json) in the input directories (the
+    """The rows of ``_calibration.json`` files (`groupgate rehearse calibrate --json`) in the input directories (the
     event reader skips names starting with ``_``)."""
     import json
 

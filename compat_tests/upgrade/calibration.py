@@ -18,12 +18,13 @@ stop (the old incarnation's last revocation callback, or the kill) and each rest
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.events import now_ms
+from compat_tests.harness.events import OwnershipEvent, now_ms
 from compat_tests.harness.names import unique
 from rehearsal import events as ev
 from rehearsal.calibration import Schedule, Step, Timings
@@ -92,6 +93,30 @@ def _stopped_ms(run: RollingUpgrade, m: Member, fallback: float) -> float:
     return min(after) if after else fallback
 
 
+def ends_after_close(ownership: list[OwnershipEvent]) -> list[OwnershipEvent]:
+    """The recording with each incarnation's end after the revocation its close reported.
+
+    The librdkafka harness records ``stopped`` when its poll loop ends and only then closes the consumer,
+    whose close serves the revocation callback (classic and KIP-848 alike) within a millisecond or two; the
+    Java tool reports that revocation before it ends. Converted as recorded, a librdkafka member's end
+    comes first and its final revocation no longer changes anything, so its rolling restart counted one
+    ownership change per step fewer than the same restart by Java clients or by the simulation (which
+    revokes, then leaves). Moving the end after the close's revocation measures every client alike."""
+    out = list(ownership)
+    i = 0
+    while i < len(out):
+        e = out[i]
+        later = [j for j in range(i + 1, len(out))
+                 if out[j].consumer == e.consumer and out[j].kind in ("revoked", "lost")]
+        if e.kind == "stopped" and later:
+            last = later[-1]
+            out.insert(last + 1, OwnershipEvent(e.consumer, "stopped", (), max(e.at_ms, out[last].at_ms)))
+            del out[i]
+            continue
+        i += 1
+    return out
+
+
 def run_real(
     bootstrap: str,
     broker: str,
@@ -104,9 +129,16 @@ def run_real(
     timings: Timings = Timings(),
     log_dir: Path | None = None,
     crash_pause_s: float = 1.0,
+    stop_jitter_ms: int | None = None,
 ) -> RealRun:
     """Run one scenario with real clients against ``bootstrap`` (the gateway, configured with
-    ``gateway_settings(timings)``; translate mode for the translate mix)."""
+    ``gateway_settings(timings)``; translate mode for the translate mix).
+
+    Each step waits a random 0..``stop_jitter_ms`` (default: the heartbeat interval) after the group
+    settled before it stops the next member. Without it every stop came a fixed time after the group's
+    last rebalance, so at the same phase of the members' heartbeats (which that rebalance reset), and the
+    members learned of every stop after about the same delay: a bias of the harness that neither a
+    production rollout nor the simulation replaying the schedule has."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario}")
     if scenario == "crashes" and client != "java":
@@ -120,6 +152,8 @@ def run_real(
         timeouts=Timeouts(timings.session_timeout_ms, timings.heartbeat_interval_ms), log_dir=log_dir,
     )
     kill = scenario == "crashes"
+    jitter = timings.heartbeat_interval_ms if stop_jitter_ms is None else stop_jitter_ms
+    rng = random.Random(group)
     launched: dict[str, float] = {}
     steps: list[tuple[int, Member, float, Member, bool]] = []
     try:
@@ -128,6 +162,7 @@ def run_real(
         for m in run.members.values():
             launched[m.name] = t
         for slot in range(members):
+            time.sleep(rng.uniform(0, jitter) / 1000)
             started = now_ms()
             if kill:
                 old = run.stop_slot(slot, kill=True)
@@ -161,7 +196,7 @@ def run_real(
     # The run ends when the last step settled: the fleet's shutdown after it is not part of the scenario.
     end_ms = run.steps[-1].settled_ms
     recorded = convert(
-        [e for e in run.log.ownership if e.at_ms <= end_ms], run="measured", group=group, client_mix=mix,
+        ends_after_close([e for e in run.log.ownership if e.at_ms <= end_ms]), run="measured", group=group, client_mix=mix,
         protocols={m.name: m.spec.protocol for m in run.all_members()}, topics={topic: partitions},
     )
     events = [e.model_copy(update={"reason": "crash"}) if e.event == "member_left" and e.member in killed else e

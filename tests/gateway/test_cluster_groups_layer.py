@@ -388,3 +388,44 @@ async def test_a_streams_member_takes_over_an_empty_classic_group_and_is_refused
         assert refused.error_code == GROUP_ID_NOT_FOUND and layer.has_state("orders-848")
     finally:
         await layer.stop()
+
+
+async def test_in_a_fleet_each_node_lists_the_groups_it_coordinates() -> None:
+    """Several instances (gateway/group_handlers.py list_groups): the coordinator node (the bootstrap
+    listener) lists the managed groups of the shards held here, offsets-only ones from every broker too;
+    a broker's node lists that broker's groups except the managed ids."""
+    layer = await started(managed_groups="app-.*", **{"state.topic.num.partitions": 1})
+    per_node = {
+        1: [_listed("app-offsets-only", "", "Empty", "classic"), _listed("plain-1", "consumer", "Empty", "classic")],
+        2: [_listed("plain-2", "consumer", "Stable", "classic"), _listed("app-live", "", "Empty", "classic")],
+    }
+
+    async def send_any(api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
+        assert api_key == gc.LIST_GROUPS and node_id in per_node
+        return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=per_node[node_id])
+
+    for client in (layer.client, layer.forward):
+        client.version = lambda api_key, wanted: wanted  # type: ignore[method-assign]
+        client.send_any = send_any  # type: ignore[method-assign]
+    layer.forward.directory.brokers = dict.fromkeys(per_node)  # type: ignore[assignment]
+    layer.fleet = layer.handlers.fleet = object()  # type: ignore[assignment]
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+        await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+            group_id="app-live", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            protocol_type="consumer", protocols=protocols,
+        ))  # fmt: skip
+        request = ListGroupsRequest[5](states_filter=[], types_filter=[])
+        mine = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(None))
+        assert sorted(g.group_id for g in mine.groups) == ["app-live", "app-offsets-only"]
+        for node, plain in ((1, "plain-1"), (2, "plain-2")):
+            r = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(node))
+            assert [g.group_id for g in r.groups] == [plain]
+        # A shard this instance does not hold: its managed ids are another instance's to list.
+        layer.runtime.shards[0].owned = False
+        mine = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(None))
+        assert [g.group_id for g in mine.groups] == []
+    finally:
+        layer.runtime.shards[0].owned = True
+        layer.fleet = layer.handlers.fleet = None
+        await layer.stop()

@@ -103,5 +103,11 @@ def test_report_shows_the_cost_split_and_a_calibration() -> None:
     html = report.render(data)
     assert "measured 12.8, predicted 9.0 partition-s" in html
     assert "simulation off by up to 30%: read as a range" in html
+    # Clean restarts and crashes, the two halves of the headline, get their own confidence.
+    restart = {**calibration[0], "scenario": "rolling-restart", "real": {"unavailable_ms": 2000},
+               "simulated": [{"unavailable_ms": 2200}]}
+    data.calibration = [*calibration, restart]
+    html = report.render(data)
+    assert "clean restarts: simulation within 10% of real clients; crashes: simulation within 6%" in html
     data.calibration = []
     assert "prediction only" in report.render(data)

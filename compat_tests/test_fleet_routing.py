@@ -1,0 +1,305 @@
+"""Clients of a fleet of three `groupgate serve` processes in front of the three-broker cluster (`kafka3`):
+one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.py).
+
+- every instance answers Metadata and DescribeCluster with the same node table: each upstream broker
+  keeps its node id, at the listener of the instance a rendezvous hash picks (so the brokers' traffic is
+  spread over the instances), and every instance's coordinator node is listed beside them; it stays the
+  same while membership does;
+- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.3.1), a librdkafka and
+  a kafka-python consumer in one group consume every record (partitions led by brokers carried by different
+  instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
+- one instance leaving (SIGTERM) changes the others' table only for the brokers it carried;
+- ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
+  groups by the instance holding their shard, the cluster's own groups by their broker; so do
+  `kafka-consumer-groups --list` (Kafka 4.3.1's Java admin client) and confluent-kafka's AdminClient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+
+from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import free_port_block
+from compat_tests.harness.clients import (
+    AiokafkaConsumer,
+    ConfluentConsumer,
+    KafkaPythonConsumer,
+    produce_confluent,
+    values,
+)
+from compat_tests.harness.cluster import KafkaCluster
+from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
+from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.java import JavaTool, consumer_groups_command, verifiable_consumer
+from compat_tests.harness.names import unique
+from compat_tests.harness.probe import describe_cluster_endpoints, metadata_endpoints, roundtrip
+from compat_tests.harness.tcp_proxy import RoundRobinProxy
+from gateway.fleet_routes import routes
+from gateway.membership import COORDINATOR_NODE_BASE
+
+pytestmark = pytest.mark.kafka
+
+SHARDS = 6
+INSTANCES = 3
+PREFIX = "route-"  # the managed groups; others are the cluster's own
+RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
+
+
+def _spread_ports(brokers: list[int]) -> list[int]:
+    """Bootstrap ports (each with its broker ports after it) whose instances the routing spreads the
+    brokers over: with three brokers a hash can put all on one instance, and this test is about spread."""
+    for _ in range(50):
+        ports = [free_port_block(max(brokers) + 2) for _ in range(INSTANCES)]
+        if len(set(ports)) == INSTANCES and len(set(routes(brokers, [f"127.0.0.1:{p}" for p in ports]).values())) > 1:
+            return ports
+    raise AssertionError("no spread port choice found")
+
+
+class Fleet:
+    def __init__(self, cluster: KafkaCluster, work: Path) -> None:
+        name = unique("route")
+        config = work / "gateway.toml"
+        config.write_text(
+            "[coordinator]\n"
+            f'"state.topic.num.partitions" = {SHARDS}\n'
+            f'state_topic = "{name}-state"\n'
+            f'state_transactional_id_prefix = "{name}-"\n'
+            f'instances_group = "{name}-instances"\n'
+            f'managed_groups = "{PREFIX}.*"\n'
+            "instances_session_timeout_ms = 6000\n"
+            "instances_heartbeat_interval_ms = 500\n"
+            "instances_rebalance_timeout_ms = 10000\n"
+            '"group.initial.rebalance.delay.ms" = 0\n'
+        )
+        self.brokers = sorted(cluster.brokers)
+        self.gateways = [
+            GatewayProcess(
+                upstream=cluster.bootstrap, extra_args=["--config", str(config), "--state-store", "kafka"],
+                listen_port=port, log_dir=work / f"gw{i}",
+            )
+            for i, port in enumerate(_spread_ports(self.brokers))
+        ]
+        for i in range(INSTANCES):
+            (work / f"gw{i}").mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(INSTANCES) as pool:
+            list(pool.map(lambda gw: gw.start(timeout_s=60), self.gateways))
+
+    @property
+    def bootstraps(self) -> list[str]:
+        return [gw.bootstrap for gw in self.gateways]
+
+    def stop(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(INSTANCES) as pool:
+            list(pool.map(lambda gw: gw.stop(), self.gateways))
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {gw.log_path}\n{gw.tail(30)}" for gw in self.gateways)
+
+
+def _wait(what: str, predicate: Callable[[], bool], timeout_s: float, fleet: Fleet) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s}s: {what}\n{fleet.tails()}")
+
+
+def _table(address: str) -> dict[int, str]:
+    return {e.node_id: e.address for e in metadata_endpoints(address)}
+
+
+@pytest.fixture(scope="module")
+def fleet(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    f = Fleet(kafka3, tmp_path_factory.mktemp("route"))
+    began = time.monotonic()
+    try:
+        f.start()
+        # Every instance has the assignment of all three (their coordinator nodes listed).
+        _wait("every instance lists the three coordinator nodes",
+              lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES for b in f.bootstraps),
+              60, f)
+        print(f"three instances serving one node table {time.monotonic() - began:.1f}s after the start")
+        yield f
+    finally:
+        began = time.monotonic()
+        f.stop()
+        print(f"three instances stopped in {time.monotonic() - began:.1f}s")
+
+
+def test_every_instance_answers_one_node_table_spread_by_the_routing(fleet: Fleet) -> None:
+    tables = [_table(b) for b in fleet.bootstraps]
+    assert tables[0] == tables[1] == tables[2], tables
+    table = tables[0]
+    # DescribeCluster (what Admin.describeCluster reads) names the same nodes, in every instance's answer.
+    for b in fleet.bootstraps:
+        assert {e.node_id: e.address for e in describe_cluster_endpoints(b)} == table
+    coordinators = {n: a for n, a in table.items() if n >= COORDINATOR_NODE_BASE}
+    assert sorted(coordinators.values()) == sorted(fleet.bootstraps)
+    # Each broker keeps its node id, at its listener (bootstrap port + 1 + node id) on the instance the
+    # rendezvous hash picks: the same pick every instance makes, spread over more than one instance.
+    picked = routes(fleet.brokers, fleet.bootstraps)
+    for node in fleet.brokers:
+        host, _, port = picked[node].rpartition(":")
+        assert table[node] == f"{host}:{int(port) + 1 + node}", (node, table)
+    assert len(set(picked.values())) > 1
+    # Asked again (no membership change): the same table.
+    time.sleep(1.0)
+    assert [_table(b) for b in fleet.bootstraps] == tables
+
+
+def _consumed(log: EventLog) -> set[bytes]:
+    return {r.value for r in log.records}
+
+
+def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consume_everything(
+    kafka3: KafkaCluster, fleet: Fleet, tmp_path: Path
+) -> None:
+    topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
+    names = ["java-lb", "rdkafka-lb", "kafka-python-lb"]
+    log = EventLog()
+    java: JavaTool | None = None
+
+    def seen() -> EventLog:
+        """The Python clients' events and the Java consumer's so far, in one log."""
+        out = EventLog()
+        for o in list(log.ownership):
+            out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
+        for r in list(log.records):
+            out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
+        if java is not None:
+            ingest_verifiable_consumer(out, "java-lb", java)
+        return out
+
+    with RoundRobinProxy(fleet.bootstraps) as lb:
+        # The partitions' leaders are brokers carried by different instances: the data is spread.
+        leaders = {p.leader_id for t in _topic_metadata(lb.address, topic) for p in t.partitions}
+        carriers = {routes(fleet.brokers, fleet.bootstraps)[n] for n in leaders}
+        assert len(carriers) > 1, (leaders, carriers)
+        # One group of three client families (the classic protocol's range assignor is common to all),
+        # each bootstrapped on the balancer alone.
+        group = unique(PREFIX + "lb")
+        consumers = [
+            ConfluentConsumer(name="rdkafka-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
+            KafkaPythonConsumer(name="kafka-python-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
+        ]
+        try:
+            java = verifiable_consumer("4.3.1", lb.address, topic, group, assignment_strategy=RANGE,
+                                       log_dir=tmp_path).start()
+            for c in consumers:
+                c.start()
+            _wait("the three members hold a partition each", lambda: seen().settled(topic, 3, names), 60, fleet)
+            produced = produce_confluent(lb.address, topic, values("lb", 60))
+            _wait("the group behind the balancer consumed every record", lambda: seen().covers(produced), 60, fleet)
+            assert java.alive(), java.tail()
+        finally:
+            if java is not None:
+                java.stop()
+            for c in consumers:
+                c.stop()
+        assert {r.consumer for r in seen().records} == set(names)  # every client consumed its partition
+        assert lb.accepted >= INSTANCES  # the balancer spread the bootstrap connections too
+    sent = [p.value for p in produced]
+    listed = EventLog()
+
+    async def through_the_list() -> None:
+        consumer = await AiokafkaConsumer(name="aiokafka-list", log=listed, bootstrap=",".join(fleet.bootstraps),
+                                          group_id=unique(PREFIX + "list"), topics=[topic]).start()
+        try:
+            await consumer.wait_until_count(len(sent), 60)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(through_the_list())
+    assert _consumed(listed) >= set(sent)
+
+
+def _topic_metadata(address: str, topic: str) -> Any:
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    req = MetadataRequest[12]
+    r = roundtrip(address, req(topics=[req.MetadataRequestTopic(name=topic, topic_id=None)],
+                               allow_auto_topic_creation=False), MetadataResponse, 12)
+    return r.topics
+
+
+def _commit_on_cluster(bootstrap: str, group: str, topic: str) -> None:
+    """Offsets committed by a client of the cluster itself: a group only the cluster knows."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluster, fleet: Fleet) -> None:
+    topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
+    produce_confluent(kafka3.bootstrap, topic, values("lg", 6))
+    live = [unique(PREFIX + f"live{i}") for i in range(INSTANCES)]  # managed, members at the gateway
+    offsets_only = unique(PREFIX + "offsets")  # managed id, committed on the cluster only
+    plain = unique("plain-route")  # not managed: the cluster's own group
+    for g in (offsets_only, plain):
+        _commit_on_cluster(kafka3.bootstrap, g, topic)
+    log = EventLog()
+    consumers = [ConfluentConsumer(name=g, log=log, bootstrap=fleet.bootstraps[i % INSTANCES], group_id=g,
+                                   topics=[topic]).start() for i, g in enumerate(live)]
+    try:
+        _wait("every live group consumed", lambda: {r.consumer for r in log.records} >= set(live), 60, fleet)
+        ours = {*live, offsets_only, plain}
+        for bootstrap in fleet.bootstraps:
+            # What admin clients do: ListGroups of every node in a Metadata answer, concatenated.
+            counts: collections.Counter[str] = collections.Counter()
+            for node, address in _table(bootstrap).items():
+                r = roundtrip(address, ListGroupsRequest[4](states_filter=[]), ListGroupsResponse, 4)
+                assert r.error_code == 0, (node, r.error_code)
+                counts.update(g.group_id for g in r.groups if g.group_id in ours)
+            assert counts == {g: 1 for g in ours}, counts
+        # Kafka 4.3.1's tool (Java Admin listGroups, which asks every node) through one instance.
+        tool = consumer_groups_command("4.3.1", fleet.bootstraps[1], "--list")
+        assert tool.returncode == 0, tool.stderr
+        assert collections.Counter(g for g in tool.stdout.split() if g in ours) == {g: 1 for g in ours}, tool.stdout
+        # librdkafka's admin client, behind the balancer.
+        with RoundRobinProxy(fleet.bootstraps) as lb:
+            admin = AdminClient({"bootstrap.servers": lb.address})
+            result = admin.list_consumer_groups(request_timeout=20).result()
+            assert not result.errors, result.errors
+            listed = collections.Counter(g.group_id for g in result.valid if g.group_id in ours)
+            assert listed == {g: 1 for g in ours}, listed
+    finally:
+        for c in consumers:
+            c.stop()
+
+
+def test_the_table_changes_with_membership_only_for_the_leaving_instances_brokers(fleet: Fleet) -> None:
+    """Runs last: one instance leaves (SIGTERM), the two others' table drops its coordinator node and
+    moves only the brokers it carried."""
+    before = _table(fleet.bootstraps[0])
+    carried = routes(fleet.brokers, fleet.bootstraps)
+    leaving, *staying = fleet.gateways
+    gone = leaving.bootstrap
+    leaving.stop()
+    stay = [gw.bootstrap for gw in staying]
+    _wait("the others list two coordinator nodes",
+          lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES - 1 for b in stay), 30, fleet)
+    after = [_table(b) for b in stay]
+    assert after[0] == after[1], after
+    table = after[0]
+    assert sorted(a for n, a in table.items() if n >= COORDINATOR_NODE_BASE) == sorted(stay)
+    for node in fleet.brokers:
+        if carried[node] == gone:
+            assert table[node] != before[node], (node, table)
+        else:
+            assert table[node] == before[node], f"broker {node} moved though its instance stayed: {before} -> {table}"
