@@ -9,15 +9,21 @@ group protocol, gateway/membership.py):
   consumer that bootstrapped on the survivor but was coordinated by the stopped one carries on, with
   nothing lost and its partitions never revoked; the rest of a rolling restart (the first one back,
   the second stopped) keeps the members too;
-- of three, SIGKILL one: the two others take its shards over (and only those) once the cluster expired
-  the dead member (the instances group's session timeout), with the groups' state intact.
+- of three, SIGKILL the one coordinating a mixed fleet mid rolling upgrade (Java 4.3.1 and librdkafka,
+  classic and KIP-848, bootstrapped on every instance): the two others take its shards over (and only
+  those) once the cluster expired the dead member (the instances group's session timeout); the members
+  keep their ids, epochs and assignments, none takes part in a rebalance, every partition is consumed
+  again; the upgrade then completes through the survivors, and a rolling restart of the three expires
+  no member and causes no rebalance; nothing is lost and no partition owned twice.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +43,19 @@ from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.java import (
+    PartitionsAssigned,
+    PartitionsRevoked,
+    ProducerSendSuccess,
+    RecordsConsumed,
+)
 from compat_tests.harness.names import unique
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
+from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
+from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
+from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
+from compat_tests.upgrade.scenario import RollingUpgrade
+from gateway.embedded_kafka import free_port
 from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -50,6 +67,7 @@ from gateway.state_store import shard_of
 pytestmark = pytest.mark.kafka
 
 SHARDS = 6
+PARTITIONS = 6
 SESSION_MS = 6000  # the brokers' group.min.session.timeout.ms: the shortest failover the cluster allows
 NOT_COORDINATOR = 16
 ALL = set(range(SHARDS))
@@ -58,13 +76,16 @@ ALL = set(range(SHARDS))
 class Fleet:
     """Gateway processes with the same configuration: one state topic, one instances group."""
 
-    def __init__(self, kafka: ProcessBackend, work: Path) -> None:
+    def __init__(self, kafka: ProcessBackend, work: Path, groups: dict[str, int] | None = None) -> None:
+        """``groups``: the instances' own group coordinator settings (Kafka's names), if not the defaults."""
         self.kafka = kafka
         self.work = work
         name = unique("fleet")
         self.config = work / "gateway.toml"
+        settings = "".join(f'"{k}" = {v}\n' for k, v in (groups or {}).items())
         self.config.write_text(
             "[coordinator]\n"
+            f"{settings}"
             f'"state.topic.num.partitions" = {SHARDS}\n'
             f'state_topic = "{name}-state"\n'
             f'state_transactional_id_prefix = "{name}-"\n'
@@ -85,7 +106,10 @@ class Fleet:
         n = len(self.gateways)
         gw = GatewayProcess(
             upstream=self.kafka.bootstrap,
-            extra_args=["--config", str(self.config), "--state-store", "kafka"],
+            extra_args=[
+                "--config", str(self.config), "--state-store", "kafka",
+                "--metrics-listen", f"127.0.0.1:{free_port()}",  # the same port again after a restart
+            ],
             listen_port=free_port_block(2),
             log_dir=self.work / f"gw{n}",
         )
@@ -284,28 +308,199 @@ def test_two_instances_split_the_shards_and_sigterm_and_a_rolling_restart_keep_m
     assert _classic_heartbeat(a.bootstrap, classic_group, c1, gen) == 0
 
 
-def test_of_three_instances_one_sigkilled_has_its_shards_taken_over_by_the_others_after_the_session_timeout(
-    kafka: ProcessBackend, fleet: Fleet
+# A fleet of four consumers mid rolling upgrade (classic -> KIP-848): each client and protocol once. The
+# classic members share one assignor (a classic group takes only members with a protocol in common).
+BEFORE = [
+    MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY),
+    MemberSpec("confluent", "classic", assignor="cooperative-sticky", retry_commits=True),
+    MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY),
+    MemberSpec("confluent", "classic", assignor="cooperative-sticky", retry_commits=True),
+]
+AFTER = [
+    MemberSpec("java", "consumer", "4.3.1", "uniform"),
+    MemberSpec("confluent", "consumer", retry_commits=True),
+    MemberSpec("java", "consumer", "4.3.1", "uniform"),
+    MemberSpec("confluent", "consumer", retry_commits=True),
+]
+# The classic members' sessions outlast a failover (the instances group's session timeout, then the
+# load), as Kafka's default 45 s outlasts a broker's: a librdkafka classic member whose heartbeats go
+# unanswered for its whole session gives it up itself (SESSTMOUT) and rejoins under a new id.
+CLIENT_TIMEOUTS = Timeouts(session_ms=30000, heartbeat_ms=500)
+
+
+@pytest.fixture
+def upgrade_fleet(kafka: ProcessBackend, tmp_path: Path) -> Iterator[Fleet]:
+    """Instances with the short group timings of the rolling upgrade suites (FAST_GROUP_SETTINGS)."""
+    (tmp_path / "fleet").mkdir()
+    f = Fleet(kafka, tmp_path / "fleet", FAST_GROUP_SETTINGS)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+def _expired(gw: GatewayProcess) -> float:
+    """Members the instance removed with a timer (session or rebalance expiry), from its /metrics."""
+    i = gw.extra_args.index("--metrics-listen")
+    with urllib.request.urlopen(f"http://{gw.extra_args[i + 1]}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("groupgate_group_members_expired_total{")
+    )
+
+
+def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigkilled_then_a_rolling_restart(
+    kafka: ProcessBackend, upgrade_fleet: Fleet, tmp_path: Path
 ) -> None:
+    """Three instances; a fleet of Java 4.3.1 and librdkafka consumers, classic and KIP-848, half-way
+    through its rolling upgrade, its group on a shard of the first instance, the clients bootstrapped on
+    every instance's address (as operators are told to), a producer throughout.
+
+    SIGKILL that instance: the two others take its shards (and only those) once the cluster expired it;
+    the group, read back through a survivor, has the same member ids, epochs and assignments, no member
+    lost a partition, and every partition is consumed again; the upgrade then completes through the
+    survivors. Then a rolling restart of the three (SIGTERM, start again, one after another) expires no
+    member and causes no rebalance; nothing acknowledged is lost and no partition was owned twice
+    (test_rolling_upgrade.py's checks)."""
+    fleet = upgrade_fleet
     a, b, c = _split(fleet, 3)
-    topic = create_topic(kafka.bootstrap, unique("fleet-topic"), 2)
+    topic = create_topic(kafka.bootstrap, unique("fleet-upgrade-topic"), PARTITIONS)
     moving = fleet.owned(a)
     kept = {gw.bootstrap: fleet.owned(gw) for gw in (b, c)}
-    group = _group_on(moving, "fleet-killed")
-    _consumer_member(a.bootstrap, group, topic)
-    before = _consumer_view(a.bootstrap, group)
+    group = _group_on(moving, "fleet-upgrade")
+    run = RollingUpgrade(
+        ",".join(gw.bootstrap for gw in (a, b, c)), topic, group, BEFORE, AFTER, partitions=PARTITIONS,
+        timeouts=CLIENT_TIMEOUTS, log_dir=tmp_path / "clients", allow_send_errors=True, probe=a.bootstrap,
+    )
+    expired = 0.0
+    try:
+        # Mid upgrade: slots 2 and 3 already speak KIP-848, slots 0 and 1 still the classic protocol.
+        began = time.monotonic()
+        run.start_fleet([BEFORE[0], BEFORE[1], AFTER[2], AFTER[3]])
+        run.start_producer()
+        snapshot = run.settle("before the kill", time.time() * 1000).group
+        assert snapshot.group_type == "consumer" and len(snapshot.members) == 4, snapshot
+        owned = {slot: m.owned() for slot, m in run.members.items()}
+        changes = _changes(run)
+        expired += _expired(a)
 
-    a.kill()  # SIGKILL: no LeaveGroup; the cluster expires the member after instances_session_timeout_ms
-    # Nothing is taken over before the cluster says the member is gone.
-    assert fleet.owned(b) | fleet.owned(c) == ALL - moving
-    took = _wait("the survivors serve every shard", lambda: fleet.owned(b) | fleet.owned(c) == ALL,
-                 SESSION_MS / 1000 + 20, fleet)
-    print(f"SIGKILL takeover: the survivors served every shard {took:.1f}s after the kill (session timeout {SESSION_MS} ms)")
-    _split_evenly(fleet, [b, c])
-    for gw in (b, c):  # sticky: a survivor kept what it had and took only the dead one's shards
-        assert fleet.owned(gw) >= kept[gw.bootstrap]
-    owner = b if shard_of(group, SHARDS) in fleet.owned(b) else c
-    assert _consumer_view(owner.bootstrap, group) == before
-    # Both survivors send the group's clients to the same node.
-    assert _coordinator_node(b.bootstrap, group) == _coordinator_node(c.bootstrap, group)
-    assert _coordinator_node(b.bootstrap, group)[1] == owner.bootstrap
+        killed_ms = time.time() * 1000
+        a.kill()  # SIGKILL: no LeaveGroup; the cluster expires the member after instances_session_timeout_ms
+        run.probe = b.bootstrap
+        # Nothing is taken over before the cluster says the member is gone.
+        assert fleet.owned(b) | fleet.owned(c) == ALL - moving
+        took = _wait("the survivors serve every shard", lambda: fleet.owned(b) | fleet.owned(c) == ALL,
+                     SESSION_MS / 1000 + 20, fleet)
+        print(f"SIGKILL takeover: the survivors served every shard {took:.1f}s after the kill "
+              f"(session timeout {SESSION_MS} ms)")
+        _split_evenly(fleet, [b, c])
+        for gw in (b, c):  # sticky: a survivor kept what it had and took only the dead one's shards
+            assert fleet.owned(gw) >= kept[gw.bootstrap]
+        # Both survivors send the group's clients to its new owner.
+        owner = b if shard_of(group, SHARDS) in fleet.owned(b) else c
+        assert _coordinator_node(b.bootstrap, group) == _coordinator_node(c.bootstrap, group)
+        assert _coordinator_node(b.bootstrap, group)[1] == owner.bootstrap
+
+        time.sleep(2.0)  # several heartbeat intervals of both protocols go through the new owner
+        after = run.settle("after the kill", killed_ms).group
+        assert_same_membership(snapshot, after)
+        assert {slot: m.owned() for slot, m in run.members.items()} == owned, "ownership moved"
+        assert _changes(run) == changes, "a member took part in a rebalance for the failover"
+        assert not _lost(run, killed_ms), "a member lost its partitions for the failover"
+        _wait_consumed_again(run, killed_ms + 1000, fleet)
+
+        print(f"fleet up and failover checked: {time.monotonic() - began:.0f}s")
+        for slot in (0, 1):  # the upgrade completes through the survivors
+            run.restart(slot, AFTER[slot])
+        print(f"upgrade completed: {time.monotonic() - began:.0f}s")
+
+        # A rolling restart of the three: the killed one back first, then each stopped (SIGTERM: it hands
+        # its shards over at once) and started again. No member of the group expires on the way.
+        upgraded = run.settle("before the rolling restart", time.time() * 1000).group
+        changes = _changes(run)
+        restart_ms = time.time() * 1000
+        a.start(timeout_s=60)
+        _split_evenly(fleet, [a, b, c])
+        for gw in (b, c, a):
+            others = [o for o in (a, b, c) if o is not gw]
+            expired += _expired(gw)
+            gw.stop()
+            _wait("the others serve every shard", partial(_serve_all, fleet, others), 15, fleet)
+            gw.start(timeout_s=60)
+            _split_evenly(fleet, [a, b, c])
+        # Every instance sends the group's clients to the same node, its owner's.
+        owner = next(gw for gw in (a, b, c) if shard_of(group, SHARDS) in fleet.owned(gw))
+        assert {_coordinator_node(gw.bootstrap, group) for gw in (a, b, c)} == {_coordinator_node(owner.bootstrap, group)}
+        assert _coordinator_node(a.bootstrap, group)[1] == owner.bootstrap
+        run.probe = a.bootstrap
+        restarted = run.settle("after the rolling restart", restart_ms).group
+        assert_same_membership(upgraded, restarted)
+        assert _changes(run) == changes, "a member took part in a rebalance for the rolling restart"
+        assert not _lost(run, killed_ms), "a member lost its partitions for the failover, the upgrade or the restart"
+        expired += sum(_expired(gw) for gw in (a, b, c))
+        assert expired == 0, f"{expired} members expired"
+        print(f"rolling restart checked: {time.monotonic() - began:.0f}s")
+        assert_rolling_upgrade(run, run.finish())
+    finally:
+        run.close()
+
+
+def _serve_all(fleet: Fleet, gateways: list[GatewayProcess]) -> bool:
+    return set().union(*(fleet.owned(gw) for gw in gateways)) == ALL
+
+
+def _lost(run: RollingUpgrade, after_ms: float) -> list[Any]:
+    """Partitions a member lost (fenced, or its session expired) after ``after_ms``."""
+    return [e for e in list(run.log.ownership) if e.kind == "lost" and e.at_ms > after_ms]
+
+
+def _last_consumed(run: RollingUpgrade) -> dict[int, tuple[float, str]]:
+    """Per partition: when a record of it was last consumed, and by whom (Java members' included)."""
+    out: dict[int, tuple[float, str]] = {}
+    for r in list(run.log.records):
+        out[r.partition] = max(out.get(r.partition, (0.0, "")), (r.at_ms, r.consumer))
+    for m in run.members.values():
+        if m.tool is not None:
+            for e in m.tool.of_type(RecordsConsumed):
+                for rng in e.ranges:
+                    p = rng.partition.partition
+                    out[p] = max(out.get(p, (0.0, "")), (e.timestamp_ms, m.name))
+    return out
+
+
+def _wait_consumed_again(run: RollingUpgrade, since_ms: float, fleet: Fleet, timeout_s: float = 60) -> None:
+    """The producer acknowledged records after ``since_ms`` and, of every partition it wrote to since, a
+    record was consumed after ``since_ms``: the clients' data connections (through whichever instance)
+    carry on."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        produced = run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []
+        written = {e.partition.partition for e in produced if e.timestamp_ms > since_ms}
+        last = _last_consumed(run)
+        behind = {p: last.get(p) for p in written if last.get(p, (0.0, ""))[0] <= since_ms}
+        if written and not behind:
+            return
+        if time.monotonic() > deadline:
+            owners = run.ownership()
+            detail = {
+                p: (f"last {(at - since_ms) / 1000:+.1f}s by {who}" if at else "never", owners.get((run.topic, p)),
+                    sum(1 for e in produced if e.partition.partition == p and e.timestamp_ms > since_ms))
+                for p, (at, who) in ((p, v or (0.0, "")) for p, v in behind.items())
+            }
+            raise AssertionError(f"written since the kill: partitions {sorted(written)}; not consumed since "
+                                 f"(last consumed, owner, acknowledged since): {detail}")
+        time.sleep(0.2)
+
+
+def _changes(run: RollingUpgrade) -> dict[int, tuple[int, int]]:
+    """Per running slot: the assignment and revocation callbacks its consumer has seen (a cooperative or
+    KIP-848 member is called back at the end of every rebalance it takes part in)."""
+    out = {}
+    for slot, m in run.members.items():
+        if m.tool is not None:
+            out[slot] = (len(m.tool.of_type(PartitionsAssigned)), len(m.tool.of_type(PartitionsRevoked)))
+        else:
+            mine = [e.kind for e in list(run.log.ownership) if e.consumer == m.name]
+            out[slot] = (mine.count("assigned"), len(mine) - mine.count("assigned"))
+    return out

@@ -62,6 +62,9 @@ class RollingUpgrade:
     allow_send_errors: bool = False
     # Whether a restart waits for the other members to settle before starting the slot again.
     settle_between: bool = False
+    # The one address the group probes dial (FindCoordinator, then the describe APIs), when ``bootstrap``
+    # lists several (a fleet of gateway instances) or names one that went away; None: ``bootstrap``.
+    probe: str | None = None
     log: EventLog = field(default_factory=EventLog)
     members: dict[int, Member] = field(default_factory=dict)
     retired: list[Member] = field(default_factory=list)
@@ -145,6 +148,10 @@ class RollingUpgrade:
 
     # --- settling ---
 
+    @property
+    def probe_address(self) -> str:
+        return self.probe if self.probe is not None else self.bootstrap
+
     def expected_type(self) -> str:
         return "consumer" if any(m.spec.protocol == "consumer" for m in self.members.values()) else "classic"
 
@@ -175,7 +182,7 @@ class RollingUpgrade:
             if self.settled_now() and owners == last:
                 calm_since = calm_since if calm_since is not None else time.monotonic()
                 if time.monotonic() - calm_since >= QUIET_S:
-                    view = group_probe.describe(self.bootstrap, self.group) if self.check_group else view
+                    view = group_probe.describe(self.probe_address, self.group) if self.check_group else view
                     if not self.check_group or view.stable:
                         break
             else:
@@ -183,7 +190,7 @@ class RollingUpgrade:
             last = owners
             if time.monotonic() > deadline:
                 if self.check_group:
-                    view = group_probe.describe(self.bootstrap, self.group)
+                    view = group_probe.describe(self.probe_address, self.group)
                 raise TimeoutError(
                     f"{what}: group not settled in {timeout_s}s; owners {owners}; group {view}"
                 )
