@@ -280,9 +280,9 @@ class GroupLayer:
 
         A coordinator must be a node of the Metadata that clients get, as Kafka's always is (the leader of
         the group's ``__consumer_offsets`` partition). The gateway keeps a listener open for a broker that
-        left the metadata (``broker_absent_grace_s``), but a client drops such a node: librdkafka
-        (2.10 and later) decommissions every broker its last Metadata did not list, the group
-        coordinator included, queries the coordinator again, is told the same node, and loops, its
+        left the metadata (``broker_absent_grace_s``), but a client drops such a node: recent librdkafka
+        (2.16 in the compatibility suite) decommissions every broker its last Metadata did not list, the
+        group coordinator included, queries the coordinator again, is told the same node, and loops, its
         heartbeats cut off with the connection. So when the home node's broker dies (SIGKILL, a lost
         host), the groups' coordinator moves to the next listed node, as a Kafka coordinator moves with
         its partition's leadership; every listener answers the group APIs."""
