@@ -275,9 +275,23 @@ class GroupLayer:
         return sorted(g for g in self.runtime.group_ids() if self.managed(g))
 
     def home_node(self) -> int | None:
-        """The broker listener named as every managed group's coordinator (the lowest served node id)."""
+        """The broker listener named as every managed group's coordinator: the lowest served node id that
+        the cluster's metadata lists now (the lowest served one when it lists none of them).
+
+        A coordinator must be a node of the Metadata that clients get, as Kafka's always is (the leader of
+        the group's ``__consumer_offsets`` partition). The gateway keeps a listener open for a broker that
+        left the metadata (``broker_absent_grace_s``), but a client drops such a node: recent librdkafka
+        (2.16 in the compatibility suite) decommissions every broker its last Metadata did not list, the
+        group coordinator included, queries the coordinator again, is told the same node, and loops, its
+        heartbeats cut off with the connection. So when the home node's broker dies (SIGKILL, a lost
+        host), the groups' coordinator moves to the next listed node, as a Kafka coordinator moves with
+        its partition's leadership; every listener answers the group APIs."""
         served = self.gw.broker_ports
-        return min(served) if served else None
+        if not served:
+            return None
+        directory = self.gw.directory
+        listed = [n for n in served if n in directory.brokers and n not in directory.absent_since]
+        return min(listed or served)
 
     async def open_state(self) -> None:
         """Read the state store (no network): a damaged log or a store written with another shard count
