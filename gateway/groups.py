@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
-from coordinator import regex as rx
-from coordinator.errors import ApiError, Errors
+from coordinator.errors import Errors
 from translate.group_service import GroupService
 
 from . import codec, frames
@@ -45,17 +44,7 @@ from .data_authz import DataAuthorizer
 from .file_store import FileStateStore
 from .group_authz import (
     ALLOW_ALL,
-    DESCRIBE,
-    GROUP_AUTHORIZATION_FAILED,
-    GROUP_OPERATION,
-    TOPIC,
-    TOPIC_AUTHORIZATION_FAILED,
-    TOPIC_OPERATION,
-    TRANSACTIONAL_ID,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    WRITE,
     GroupAuthorizer,
-    subscribed_topics,
 )
 from .group_handlers import GroupHandlers, Handler
 from .group_requests import (
@@ -72,6 +61,7 @@ from .metadata_watch import MetadataWatch, TopicImage
 from .metrics import GroupStats
 from .offsets import OffsetBridge
 from .rebalance_log import RebalanceEventLog
+from .request_authz import RequestAuthorization
 from .runtime import CoordinatorRuntime, GroupCalls, ShardUnloaded
 from .state_store import StateStore
 from .upstream import UpstreamError
@@ -200,6 +190,7 @@ class GroupLayer:
                 refresh_interval_s=config.acl_refresh_interval_ms / 1000,
                 principals_known=config.listener_sasl() or config.listener_tls_client_ca is None,
             )
+        self.request_authz = RequestAuthorization(self.authorizer, self.watch, self.counters)
 
     def _new_service(self) -> GroupService:
         service_config, coordinator_config = self.settings.service_configs()
@@ -442,7 +433,7 @@ class GroupLayer:
         ctx = self._context(conn, header, payload)
         try:
             if ctx.access.enabled:
-                refused = await self._authorize(ctx, msg)
+                refused = await self.request_authz.whole_request(ctx, msg)
                 if refused is not None:
                     return refused
             if api_key in ROUTED_ONE:
@@ -470,7 +461,7 @@ class GroupLayer:
             if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
                 if not ctx.access.enabled:
                     return await ctx.send_upstream(ids[0], None)
-                return await self._forward_offsets_authorized(ctx, msg, ids[0])
+                return await self.request_authz.forward_offsets(ctx, msg, ids[0])
             body = await self._handlers[api_key](ctx, msg)
             return codec.encode_response(api_key, version, corr, body)
         except asyncio.CancelledError:
@@ -482,78 +473,6 @@ class GroupLayer:
             log.exception("group request failed", api_key=api_key, api_version=version)
             self.counters["failed_requests"] += 1
             return error_payload(api_key, version, corr, Errors.UNKNOWN_SERVER_ERROR)
-
-    async def _authorize(self, ctx: RequestContext, msg: Any) -> bytes | None:
-        """The whole-request checks of an API that names one group (gateway/group_authz.py): the refusal
-        in the API's shape, or None to go on (per-group and per-topic checks are the handlers')."""
-        api_key, version = ctx.api_key, ctx.api_version
-        op = GROUP_OPERATION.get(api_key)
-        if op is None:
-            return None
-        access = ctx.access
-        error: int | None = None
-        if api_key == gc.TXN_OFFSET_COMMIT and not await access.allows(WRITE, TRANSACTIONAL_ID, msg.transactional_id):
-            error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        elif not await access.group(op, msg.group_id):
-            error = GROUP_AUTHORIZATION_FAILED
-        elif api_key in TOPIC_OPERATION:
-            topics = subscribed_topics(api_key, msg)
-            regex = getattr(msg, "subscribed_topic_regex", None) if api_key == gc.CONSUMER_GROUP_HEARTBEAT else None
-            if regex and self.authorizer is not None and self.authorizer.strict:
-                # Kafka assigns only the matching topics the member may describe (KAFKA-18813); the gateway's
-                # coordinator cannot filter per principal, so strict mode refuses a pattern that matches
-                # one it may not (checked when the pattern is sent, against the topics known then).
-                try:
-                    topics = [*topics, *rx.resolve(regex, self.watch.topics)]
-                except ApiError:
-                    pass  # an invalid pattern: the coordinator answers INVALID_REGULAR_EXPRESSION
-            if topics and len(await access.topics(TOPIC_OPERATION[api_key], topics)) < len(topics):
-                # Kafka answers the heartbeat itself, without a member id or epoch.
-                self.counters["authorization_refusals"] += 1
-                ctx.refuse(f"authorization:{Errors(TOPIC_AUTHORIZATION_FAILED).name}", access.reason)
-                return codec.encode_response(
-                    api_key, version, ctx.correlation_id, gc.response(api_key, version, error_code=TOPIC_AUTHORIZATION_FAILED)
-                )
-        return None if error is None else self._refuse_authz(ctx, msg, error)
-
-    async def _forward_offsets_authorized(self, ctx: RequestContext, msg: Any, group_id: str) -> bytes:
-        """An offset request of a streams group, forwarded as the client's bytes under the gateway's
-        principal: the group and every named topic are checked first; a request naming a topic the
-        principal may not use is refused whole (the forwarded bytes cannot drop it), and an all-topics
-        OffsetFetch answer leaves out the topics the principal may not describe."""
-        api_key, version, access = ctx.api_key, ctx.api_version, ctx.access
-        if api_key == gc.OFFSET_FETCH and not await access.group(DESCRIBE, group_id):
-            return self._refuse_authz(ctx, msg, GROUP_AUTHORIZATION_FAILED)
-        ids: dict[Any, str] = {tid: name for name, (tid, _) in self.watch.topics.items()}
-        if api_key == gc.OFFSET_FETCH:
-            asked = msg.topics if version < 8 else msg.groups[0].topics
-        else:
-            asked = msg.topics
-        if asked is not None:
-            names = [t.name or ids.get(getattr(t, "topic_id", None), "") for t in asked]
-            wanted = [n for n in names if n]
-            if len(await access.topics(TOPIC_OPERATION[api_key], wanted)) < len(wanted):
-                return self._refuse_authz(ctx, msg, TOPIC_AUTHORIZATION_FAILED)
-        answer = await ctx.send_upstream(group_id, None)
-        if api_key != gc.OFFSET_FETCH or asked is not None:
-            return answer
-        try:
-            _, r = codec.decode_response(api_key, version, answer)
-        except Exception:  # noqa: BLE001 - an answer that cannot be read shows nothing
-            return self._refuse_authz(ctx, msg, GROUP_AUTHORIZATION_FAILED)
-        holder = r if version < 8 else r.groups[0]
-        shown = []
-        for t in holder.topics:
-            name = t.name or ids.get(getattr(t, "topic_id", None), "")
-            if name and await access.allows(DESCRIBE, TOPIC, name):
-                shown.append(t)
-        holder.topics = shown
-        return codec.encode_response(api_key, version, ctx.correlation_id, r)
-
-    def _refuse_authz(self, ctx: RequestContext, msg: Any, error: int) -> bytes:
-        self.counters["authorization_refusals"] += 1
-        ctx.refuse(f"authorization:{Errors(error).name}", ctx.access.reason)
-        return refusal_payload(ctx.api_key, ctx.api_version, ctx.correlation_id, msg, error, Errors(error).name)
 
     async def _cluster_coordinates(self, api_key: int, version: int, msg: Any, group_id: str) -> bool:
         """Whether an offset request's group is a share or streams group of the cluster's."""

@@ -210,7 +210,7 @@ class CoordinatorRuntime:
         """A read-only request on the shards holding ``group_ids`` (every served shard for None): the
         response bodies, in shard order, released once what they show is durable."""
         if group_ids is None:
-            targets = [(s, []) for s in self.shards if not s.fenced and s.owned]
+            targets: list[tuple[Shard, list[str]]] = [(s, []) for s in self.shards if not s.fenced and s.owned]
         else:
             targets = [(self.shards[n], ids) for n, ids in self.by_shard(group_ids).items()]
         await self.ready.wait()
