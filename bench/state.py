@@ -84,6 +84,20 @@ def _hb(group: str, member: str, epoch: int, topic: str) -> Any:
     )
 
 
+Namer = Callable[[str, int], str]
+
+
+def _group(kind: str, i: int) -> str:
+    """Client ``i``'s own group: a fresh name (``bench/fleet_scale.py`` passes names spread over the shards)."""
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _via(bootstrap: str, i: int) -> str:
+    """The address client ``i`` asks FindCoordinator: of a list, each client its own, in turn."""
+    addresses = bootstrap.split(",")
+    return addresses[i % len(addresses)]
+
+
 def _run(clients: int, seconds: float, work: Callable[[int, list[float], threading.Event], None]) -> dict[str, float]:
     stop = threading.Event()
     lat: list[list[float]] = [[] for _ in range(clients)]
@@ -117,10 +131,12 @@ def _run(clients: int, seconds: float, work: Callable[[int, list[float], threadi
     }
 
 
-def joins(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def joins(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
-        group = f"bench-join-{uuid.uuid4().hex[:8]}"
-        conn = Conn(find_coordinator_endpoints(bootstrap, group, 3)[0].address)
+        group = name("join", i)
+        conn = Conn(find_coordinator_endpoints(_via(bootstrap, i), group, 3)[0].address)
         try:
             while not stop.is_set():
                 member = str(uuid.uuid4())
@@ -138,10 +154,12 @@ def joins(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str,
     return _run(clients, seconds, work)
 
 
-def heartbeats(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def heartbeats(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
-        group = f"bench-hb-{uuid.uuid4().hex[:8]}"
-        conn = Conn(find_coordinator_endpoints(bootstrap, group, 3)[0].address)
+        group = name("hb", i)
+        conn = Conn(find_coordinator_endpoints(_via(bootstrap, i), group, 3)[0].address)
         member = str(uuid.uuid4())
         try:
             r = conn.call(_hb(group, member, 0, topic), ConsumerGroupHeartbeatResponse, 1)
@@ -159,10 +177,12 @@ def heartbeats(bootstrap: str, topic: str, clients: int, seconds: float) -> dict
     return _run(clients, seconds, work)
 
 
-def commits(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def commits(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
         c = confluent_kafka.Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bench-commit-{uuid.uuid4().hex[:8]}",
+            "bootstrap.servers": bootstrap, "group.id": name("commit", i),
             "group.protocol": "consumer", "enable.auto.commit": False,
         })
         try:
