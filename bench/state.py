@@ -41,10 +41,12 @@ import confluent_kafka
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import find_coordinator_endpoints, split_address
+from coordinator.errors import Errors
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 _ids = itertools.count(1)
+_NOT_READY = {Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS}
 
 
 class Conn:
@@ -154,16 +156,29 @@ def joins(
     return _run(clients, seconds, work)
 
 
+def _joined(address: str, group: str, member: str, topic: str) -> tuple[Conn, int]:
+    """A member joined at its coordinator, found again while the coordinator is not ready (as clients do:
+    a freshly started broker loads ``__consumer_offsets``, a gateway's shards may still be moving)."""
+    deadline = time.monotonic() + 60
+    while True:
+        conn = Conn(find_coordinator_endpoints(address, group, 3)[0].address)
+        r = conn.call(_hb(group, member, 0, topic), ConsumerGroupHeartbeatResponse, 1)
+        if r.error_code == 0:
+            return conn, r.member_epoch
+        conn.close()
+        if r.error_code not in _NOT_READY or time.monotonic() > deadline:
+            raise RuntimeError(f"join: error {r.error_code}")
+        time.sleep(0.3)
+
+
 def heartbeats(
     bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
 ) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
         group = name("hb", i)
-        conn = Conn(find_coordinator_endpoints(_via(bootstrap, i), group, 3)[0].address)
         member = str(uuid.uuid4())
+        conn, epoch = _joined(_via(bootstrap, i), group, member, topic)
         try:
-            r = conn.call(_hb(group, member, 0, topic), ConsumerGroupHeartbeatResponse, 1)
-            epoch = r.member_epoch
             while not stop.is_set():
                 t = time.perf_counter()
                 r = conn.call(_hb(group, member, epoch, topic), ConsumerGroupHeartbeatResponse, 1)
