@@ -3,9 +3,9 @@
 One embedded broker (or, with ``--brokers 3``, a 3-node KRaft cluster from the compat harness) and a fleet of
 gateway instances in front of it sharing one state topic and one instances group (``instances_group``): the
 instances split the shards among themselves, and FindCoordinator, asked of any instance, names the instance
-serving the group's shard. Each round measures Kafka's own coordinator and the fleet at 1, 2 and 3 instances
-(after an untimed warm-up of the broker; ascending in even rounds, descending in odd ones: an instance joins or leaves with SIGTERM, and the round
-waits until the shards are split evenly again). The workloads are ``bench/state.py``'s:
+serving the group's shard. After an untimed warm-up of the broker, each round measures Kafka's own coordinator
+and the fleet at 1, 2 and 3 instances (ascending in even rounds, descending in odd ones: an instance joins or
+leaves with SIGTERM, and the round waits until the shards are split evenly again). The workloads are ``bench/state.py``'s:
 
   - ``heartbeat``: steady KIP-848 heartbeats of a joined member (nothing to write);
   - ``commit``: synchronous offset commits of a librdkafka KIP-848 consumer.
