@@ -41,10 +41,12 @@ import confluent_kafka
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import find_coordinator_endpoints, split_address
+from coordinator.errors import Errors
 from gateway.embedded_kafka import EmbeddedKafka
 from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 _ids = itertools.count(1)
+_NOT_READY = {Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS}
 
 
 class Conn:
@@ -84,6 +86,20 @@ def _hb(group: str, member: str, epoch: int, topic: str) -> Any:
     )
 
 
+Namer = Callable[[str, int], str]
+
+
+def _group(kind: str, i: int) -> str:
+    """Client ``i``'s own group: a fresh name (``bench/fleet_scale.py`` passes names spread over the shards)."""
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _via(bootstrap: str, i: int) -> str:
+    """The address client ``i`` asks FindCoordinator: of a list, each client its own, in turn."""
+    addresses = bootstrap.split(",")
+    return addresses[i % len(addresses)]
+
+
 def _run(clients: int, seconds: float, work: Callable[[int, list[float], threading.Event], None]) -> dict[str, float]:
     stop = threading.Event()
     lat: list[list[float]] = [[] for _ in range(clients)]
@@ -117,10 +133,12 @@ def _run(clients: int, seconds: float, work: Callable[[int, list[float], threadi
     }
 
 
-def joins(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def joins(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
-        group = f"bench-join-{uuid.uuid4().hex[:8]}"
-        conn = Conn(find_coordinator_endpoints(bootstrap, group, 3)[0].address)
+        group = name("join", i)
+        conn = Conn(find_coordinator_endpoints(_via(bootstrap, i), group, 3)[0].address)
         try:
             while not stop.is_set():
                 member = str(uuid.uuid4())
@@ -138,14 +156,29 @@ def joins(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str,
     return _run(clients, seconds, work)
 
 
-def heartbeats(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def _joined(address: str, group: str, member: str, topic: str) -> tuple[Conn, int]:
+    """A member joined at its coordinator, found again while the coordinator is not ready (as clients do:
+    a freshly started broker loads ``__consumer_offsets``, a gateway's shards may still be moving)."""
+    deadline = time.monotonic() + 60
+    while True:
+        conn = Conn(find_coordinator_endpoints(address, group, 3)[0].address)
+        r = conn.call(_hb(group, member, 0, topic), ConsumerGroupHeartbeatResponse, 1)
+        if r.error_code == 0:
+            return conn, r.member_epoch
+        conn.close()
+        if r.error_code not in _NOT_READY or time.monotonic() > deadline:
+            raise RuntimeError(f"join: error {r.error_code}")
+        time.sleep(0.3)
+
+
+def heartbeats(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
-        group = f"bench-hb-{uuid.uuid4().hex[:8]}"
-        conn = Conn(find_coordinator_endpoints(bootstrap, group, 3)[0].address)
+        group = name("hb", i)
         member = str(uuid.uuid4())
+        conn, epoch = _joined(_via(bootstrap, i), group, member, topic)
         try:
-            r = conn.call(_hb(group, member, 0, topic), ConsumerGroupHeartbeatResponse, 1)
-            epoch = r.member_epoch
             while not stop.is_set():
                 t = time.perf_counter()
                 r = conn.call(_hb(group, member, epoch, topic), ConsumerGroupHeartbeatResponse, 1)
@@ -159,10 +192,12 @@ def heartbeats(bootstrap: str, topic: str, clients: int, seconds: float) -> dict
     return _run(clients, seconds, work)
 
 
-def commits(bootstrap: str, topic: str, clients: int, seconds: float) -> dict[str, float]:
+def commits(
+    bootstrap: str, topic: str, clients: int, seconds: float, name: Namer = _group
+) -> dict[str, float]:
     def work(i: int, lat: list[float], stop: threading.Event) -> None:
         c = confluent_kafka.Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bench-commit-{uuid.uuid4().hex[:8]}",
+            "bootstrap.servers": bootstrap, "group.id": name("commit", i),
             "group.protocol": "consumer", "enable.auto.commit": False,
         })
         try:
