@@ -163,6 +163,7 @@ class Shard:
                 if prepare is not None:
                     await prepare()
                 self.check_loaded()
+                self.refuse_while_stalled()
                 result = self.calls.handle(request, key, self.rt.now())
                 self.apply(result)
         except BaseException:
@@ -296,6 +297,20 @@ class Shard:
         task.add_done_callback(lambda t: self._stalled_sync_done(t, log_))
         self.rt.counters["stalled_answers"] += 1
         raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
+
+    def refuse_while_stalled(self) -> None:
+        """A request that arrives while one of the shard's writes has been outstanding ``answer_stall_s``
+        is answered NOT_COORDINATOR without being applied, as Kafka's coordinator takes no request while
+        its partition has no leader. Applied, its answer would be held and then replaced by
+        NOT_COORDINATOR as well, and a KIP-848 member whose epoch was bumped by two such calls in a row
+        would come back two epochs behind, which only a fence answers (one lost answer is tolerated: the
+        previous epoch is accepted)."""
+        limit = self.rt.answer_stall_s
+        if limit is None or not self.syncs:
+            return
+        if self.rt.now() - min(self.syncs.values()) >= limit * 1000:
+            self.rt.counters["stalled_answers"] += 1
+            raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
 
     def _stalled_sync_done(self, task: asyncio.Task[None], log_: ShardLog) -> None:
         if task.cancelled():

@@ -396,6 +396,14 @@ async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() ->
         with pytest.raises(ShardStalled):  # a heartbeat that writes nothing waits for the same write
             await asyncio.wait_for(runtime.call("g", _heartbeat("g", "m1", first.member_epoch)), 5)
         assert shard.unloaded is None and runtime.counters["stalled_answers"] == 2
+        # While the write stays stalled, a request is refused as it arrives and changes nothing: the
+        # join of m3 is answered at once and m3 is not in the group.
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ShardStalled):
+            await asyncio.wait_for(runtime.call("g", _join("g", "m3")), 5)
+        assert asyncio.get_running_loop().time() - started < 0.15
+        assert shard.service.member_count("g") == (2, "consumer")
+        assert runtime.counters["stalled_answers"] == 3
         flowing.set()  # a new leader: the write completes
         await asyncio.sleep(0.05)
         assert shard.service.member_count("g") == (2, "consumer")
