@@ -31,7 +31,7 @@ from kafka.protocol.consumer import (
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
-from compat_tests.harness.events import EventLog, ingest_verifiable_consumer, now_ms
+from compat_tests.harness.events import EventLog, merged_with_java, now_ms
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.invariants import assert_all_consumed, assert_none_twice
 from compat_tests.harness.java import JavaTool, verifiable_consumer
@@ -124,14 +124,7 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
 
     def seen() -> EventLog:
         """The librdkafka consumer's events and the Java consumer's so far, in one log."""
-        out = EventLog()
-        for o in list(log.ownership):
-            out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
-        for r in list(log.records):
-            out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
-        if java is not None:
-            ingest_verifiable_consumer(out, "java", java)
-        return out
+        return merged_with_java(log, "java", java)
 
     def wait(predicate: Callable[[EventLog], bool], what: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -39,7 +39,7 @@ from compat_tests.harness.clients import (
     values,
 )
 from compat_tests.harness.cluster import KafkaCluster
-from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
+from compat_tests.harness.events import EventLog, merged_with_java
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.java import JavaTool, consumer_groups_command, verifiable_consumer
 from compat_tests.harness.names import unique
@@ -175,14 +175,7 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
 
     def seen() -> EventLog:
         """The Python clients' events and the Java consumer's so far, in one log."""
-        out = EventLog()
-        for o in list(log.ownership):
-            out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
-        for r in list(log.records):
-            out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
-        if java is not None:
-            ingest_verifiable_consumer(out, "java-lb", java)
-        return out
+        return merged_with_java(log, "java-lb", java)
 
     with RoundRobinProxy(fleet.bootstraps) as lb:
         # The partitions' leaders are brokers carried by different instances: the data is spread.

@@ -153,3 +153,16 @@ def ingest_verifiable_consumer(log: EventLog, name: str, tool: JavaTool) -> None
                     log.consumed(name, r.partition.topic, r.partition.partition, off, None, e.timestamp_ms)
         elif e.name == "shutdown_complete":
             log.owned(name, "stopped", (), e.timestamp_ms)
+
+
+def merged_with_java(log: EventLog, name: str, tool: JavaTool | None) -> EventLog:
+    """A new log holding ``log``'s events so far and, when ``tool`` is set, its VerifiableConsumer's as
+    consumer ``name``: the Python clients and a Java consumer of one group checked as one fleet."""
+    out = EventLog()
+    for o in list(log.ownership):
+        out.owned(o.consumer, o.kind, o.partitions, o.at_ms)
+    for r in list(log.records):
+        out.consumed(r.consumer, r.topic, r.partition, r.offset, r.value, r.at_ms)
+    if tool is not None:
+        ingest_verifiable_consumer(out, name, tool)
+    return out
