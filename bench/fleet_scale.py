@@ -40,13 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.state import commits, heartbeats  # noqa: E402
+from bench.state import commits, heartbeats, start_cluster  # noqa: E402
 from compat_tests.harness.admin import create_topic  # noqa: E402
 from compat_tests.harness.brokers import free_port_block  # noqa: E402
 from compat_tests.harness.gateway_proc import GatewayProcess  # noqa: E402
 from compat_tests.harness.probe import roundtrip  # noqa: E402
 from coordinator.errors import Errors  # noqa: E402
-from gateway.embedded_kafka import EmbeddedKafka  # noqa: E402
 from gateway.state_store import shard_of  # noqa: E402
 
 SHARDS = 6  # divisible by 1, 2 and 3: an even split at every size
@@ -155,13 +154,7 @@ def main() -> int:
         args.rounds, args.seconds = 1, 2.0
 
     work = Path(tempfile.mkdtemp(prefix="groupgate-bench-fleet-"))
-    cluster: Any
-    if args.brokers == 3:
-        from compat_tests.harness.cluster import KafkaCluster
-
-        cluster = KafkaCluster().start()
-    else:
-        cluster = EmbeddedKafka(heap="1g").start()
+    cluster = start_cluster(args.brokers)
     fleet: Fleet | None = None
     targets = ["kafka", *(f"gw{n}" for n in SIZES)]
     results: dict[str, dict[str, list[dict[str, float]]]] = {t: {w: [] for w in WORKLOADS} for t in targets}

@@ -224,6 +224,15 @@ def commits(
 WORKLOADS = {"join": joins, "heartbeat": heartbeats, "commit": commits}
 
 
+def start_cluster(brokers: int) -> Any:
+    """One embedded broker, or the compat harness's 3-node KRaft cluster; started (``.stop()`` it)."""
+    if brokers == 3:
+        from compat_tests.harness.cluster import KafkaCluster
+
+        return KafkaCluster().start()
+    return EmbeddedKafka(heap="1g").start()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
@@ -233,13 +242,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="groupgate-bench-state-"))
-    cluster: Any
-    if args.brokers == 3:
-        from compat_tests.harness.cluster import KafkaCluster
-
-        cluster = KafkaCluster().start()
-    else:
-        cluster = EmbeddedKafka(heap="1g").start()
+    cluster = start_cluster(args.brokers)
     gateways: dict[str, GatewayProcess] = {}
     try:
         bootstrap = cluster.bootstrap
