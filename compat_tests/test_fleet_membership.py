@@ -54,7 +54,7 @@ from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
-from compat_tests.upgrade.scenario import RollingUpgrade
+from compat_tests.upgrade.scenario import SPREAD_PRODUCER, RollingUpgrade
 from gateway.embedded_kafka import free_port
 from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
@@ -372,6 +372,7 @@ def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigki
     run = RollingUpgrade(
         ",".join(gw.bootstrap for gw in (a, b, c)), topic, group, BEFORE, AFTER, partitions=PARTITIONS,
         timeouts=CLIENT_TIMEOUTS, log_dir=tmp_path / "clients", allow_send_errors=True, probe=a.bootstrap,
+        producer_props=SPREAD_PRODUCER,
     )
     expired = 0.0
     try:
@@ -470,16 +471,16 @@ def _last_consumed(run: RollingUpgrade) -> dict[int, tuple[float, str]]:
 
 
 def _wait_consumed_again(run: RollingUpgrade, since_ms: float, fleet: Fleet, timeout_s: float = 60) -> None:
-    """The producer acknowledged records after ``since_ms`` and, of every partition it wrote to since, a
-    record was consumed after ``since_ms``: the clients' data connections (through whichever instance)
-    carry on."""
+    """Every partition has records consumed after ``since_ms``: its consumer's data connections (through
+    whichever instance) carry on. The producer spreads its records over every partition
+    (SPREAD_PRODUCER), so each has some to consume."""
     deadline = time.monotonic() + timeout_s
     while True:
         produced = run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []
         written = {e.partition.partition for e in produced if e.timestamp_ms > since_ms}
         last = _last_consumed(run)
-        behind = {p: last.get(p) for p in written if last.get(p, (0.0, ""))[0] <= since_ms}
-        if written and not behind:
+        behind = {p: last.get(p) for p in range(PARTITIONS) if last.get(p, (0.0, ""))[0] <= since_ms}
+        if not behind:
             return
         if time.monotonic() > deadline:
             owners = run.ownership()
