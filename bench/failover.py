@@ -137,6 +137,13 @@ class GatewayFleet:
                 raise TimeoutError("the three instances did not split the shards")
             time.sleep(0.3)
 
+    def unopened_listeners(self) -> list[str]:
+        """The instances' "cannot open broker listener" lines: a port of the block taken by another
+        process between choosing and binding it (such a broker is routed to another instance)."""
+        return [f"{gw.bootstrap}: {line.strip()}" for gw in self.gateways if gw.log_path.exists()
+                for line in gw.log_path.read_text(errors="replace").splitlines()
+                if "cannot open broker listener" in line]
+
     def owned(self, gw: GatewayProcess) -> set[int]:
         return {n for n, group in self.probes.items() if _served_at(gw.bootstrap, group)}
 
@@ -365,6 +372,8 @@ def main() -> None:
             return survivor.bootstrap, [group] + [_groups_on(n, SHARDS) for n in sorted(shards) if n != shard_of(group, SHARDS)]
 
         results["gateway"] = scenario("gateway", run, kill_instance, window)
+        for line in fleet.unopened_listeners():
+            print(f"[gateway] {line}", flush=True)
 
         # Kafka: the broker leading the group's __consumer_offsets partition killed.
         group = unique("bench-failover-group")
