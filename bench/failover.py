@@ -116,11 +116,12 @@ class GatewayFleet:
             "instances_rebalance_timeout_ms = 10000\n"
         )
         self.gateways = []
+        # Each instance's ports: the bootstrap port P, then broker N's listener at P + 1 + N (N from 1).
         for n in range(3):
             (work / f"gw{n}").mkdir(parents=True, exist_ok=True)
             self.gateways.append(GatewayProcess(
                 upstream=cluster.bootstrap, extra_args=["--config", str(config), "--state-store", "kafka"],
-                listen_port=free_port_block(1 + len(cluster.brokers)), log_dir=work / f"gw{n}",
+                listen_port=free_port_block(2 + max(cluster.brokers)), log_dir=work / f"gw{n}",
             ))
         self.probes: dict[int, str] = {}
         i = 0

@@ -110,7 +110,7 @@ class Fleet:
                 "--config", str(self.config), "--state-store", "kafka",
                 "--metrics-listen", f"127.0.0.1:{free_port()}",  # the same port again after a restart
             ],
-            listen_port=free_port_block(2),
+            listen_port=free_port_block(3),  # the bootstrap port, then node N's listener at +1+N (node 1)
             log_dir=self.work / f"gw{n}",
         )
         (self.work / f"gw{n}").mkdir(parents=True, exist_ok=True)
