@@ -49,7 +49,9 @@ from typing import Any
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import free_port_block
 from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
+from compat_tests.harness.events import ProducedRecord
 from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.invariants import missing, overlaps, tenures
 from compat_tests.harness.java import (
     PartitionsAssigned,
     PartitionsRevoked,
@@ -61,7 +63,7 @@ from compat_tests.upgrade import metrics
 from compat_tests.upgrade.checks import assert_rolling_upgrade
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
-from compat_tests.upgrade.scenario import RollingUpgrade
+from compat_tests.upgrade.scenario import SPREAD_PRODUCER, RollingUpgrade
 from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 from gateway.state_store import shard_of
 
@@ -114,11 +116,12 @@ class GatewayFleet:
             "instances_rebalance_timeout_ms = 10000\n"
         )
         self.gateways = []
+        # Each instance's ports: the bootstrap port P, then broker N's listener at P + 1 + N (N from 1).
         for n in range(3):
             (work / f"gw{n}").mkdir(parents=True, exist_ok=True)
             self.gateways.append(GatewayProcess(
                 upstream=cluster.bootstrap, extra_args=["--config", str(config), "--state-store", "kafka"],
-                listen_port=free_port_block(1 + len(cluster.brokers)), log_dir=work / f"gw{n}",
+                listen_port=free_port_block(2 + max(cluster.brokers)), log_dir=work / f"gw{n}",
             ))
         self.probes: dict[int, str] = {}
         i = 0
@@ -134,6 +137,13 @@ class GatewayFleet:
             if time.monotonic() > deadline:
                 raise TimeoutError("the three instances did not split the shards")
             time.sleep(0.3)
+
+    def unopened_listeners(self) -> list[str]:
+        """The instances' "cannot open broker listener" lines: a port of the block taken by another
+        process between choosing and binding it (such a broker is routed to another instance)."""
+        return [f"{gw.bootstrap}: {line.strip()}" for gw in self.gateways if gw.log_path.exists()
+                for line in gw.log_path.read_text(errors="replace").splitlines()
+                if "cannot open broker listener" in line]
 
     def owned(self, gw: GatewayProcess) -> set[int]:
         return {n for n, group in self.probes.items() if _served_at(gw.bootstrap, group)}
@@ -227,6 +237,37 @@ def _delivery_delays(run: RollingUpgrade, start_ms: float, end_ms: float) -> flo
     return sum(worst.values()) / 1000.0
 
 
+def _explain(run: RollingUpgrade, produced: list[ProducedRecord], killed_ms: float, closing_ms: float) -> list[str]:
+    """What a broken run shows, times in seconds from the kill: per partition with records never
+    consumed, how many, when they were acknowledged, who held the partition and who last consumed it;
+    per partition owned twice, the two holdings and when the fleet's shutdown began."""
+    def at(ms: float) -> str:
+        return f"{(ms - killed_ms) / 1000:+.1f}s"
+
+    out = []
+    gone = set(missing(produced, run.log))
+    acked: dict[int, list[float]] = {}
+    for e in run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []:
+        if (e.partition.topic, e.partition.partition, e.offset) in gone:
+            acked.setdefault(e.partition.partition, []).append(e.timestamp_ms)
+    holders: dict[int, list[str]] = {}
+    for t in tenures(run.log):
+        holders.setdefault(t.partition[1], []).append(
+            f"{t.consumer} {at(t.start_ms)}..{at(t.end_ms) if t.end_ms != float('inf') else 'end'}")
+    last: dict[int, tuple[float, str]] = {}
+    for r in run.log.records:
+        last[r.partition] = max(last.get(r.partition, (0.0, "")), (r.at_ms, r.consumer))
+    for p, times in sorted(acked.items()):
+        seen = f"{last[p][1]} at {at(last[p][0])}" if p in last else "never"
+        out.append(f"partition {p}: {len(times)} never consumed, acknowledged {at(min(times))}..{at(max(times))}; "
+                   f"held by {holders.get(p, [])}; last consumed by {seen}")
+    for o in overlaps(run.log):
+        out.append(f"partition {o.partition[1]} owned twice: {o.first.consumer} {at(o.first.start_ms)}.."
+                   f"{at(o.first.end_ms)} and {o.second.consumer} {at(o.second.start_ms)}..{at(o.second.end_ms)}; "
+                   f"the fleet's shutdown began {at(closing_ms)}")
+    return out
+
+
 def scenario(
     name: str, run: RollingUpgrade, kill: Callable[[], tuple[str, list[str]]], window_s: float,
     after: Callable[[], None] = lambda: None,
@@ -253,10 +294,12 @@ def scenario(
         rebalanced = _callbacks(run, killed_ms)
         after()
         broken = ""
+        produced = run.stop_producer()
         try:
-            produced = run.finish()
+            run.wait_consumed(produced)
         except AssertionError as e:  # records never consumed: reported beside the figures
-            broken, produced = str(e).splitlines()[0][:400], []
+            broken = str(e).splitlines()[0][:400]
+        closing_ms = time.time() * 1000
     finally:
         run.close()
     # Once the run is closed: the tools' output read to the end, every Java member's events in the log
@@ -272,6 +315,8 @@ def scenario(
             broken = str(e).splitlines()[0][:400]
     if broken:
         print(f"[{name}] INVARIANT BROKEN: {broken}", flush=True)
+        for line in _explain(run, produced, killed_ms, closing_ms):
+            print(f"[{name}]   {line}", flush=True)
     acknowledged = len(run.producer.of_type(ProducerSendSuccess)) if run.producer is not None else 0
     f = Figures(served_s, len(groups), gaps, produce_gaps, delays, unowned, rebalanced, acknowledged, broken)
     print(
@@ -318,6 +363,7 @@ def main() -> None:
             ",".join(gw.bootstrap for gw in (victim, *(g for g in fleet.gateways if g is not victim))),
             topic, group, fleet_specs, fleet_specs, partitions=PARTITIONS, timeouts=CLIENT_TIMEOUTS,
             log_dir=work / "gateway-clients", allow_send_errors=True, probe=victim.bootstrap,
+            producer_props=SPREAD_PRODUCER,
         )
 
         def kill_instance() -> tuple[str, list[str]]:
@@ -327,6 +373,8 @@ def main() -> None:
             return survivor.bootstrap, [group] + [_groups_on(n, SHARDS) for n in sorted(shards) if n != shard_of(group, SHARDS)]
 
         results["gateway"] = scenario("gateway", run, kill_instance, window)
+        for line in fleet.unopened_listeners():
+            print(f"[gateway] {line}", flush=True)
 
         # Kafka: the broker leading the group's __consumer_offsets partition killed.
         group = unique("bench-failover-group")
@@ -335,7 +383,7 @@ def main() -> None:
         run = RollingUpgrade(
             cluster.bootstrap, topic, group, fleet_specs, fleet_specs, partitions=PARTITIONS,
             timeouts=CLIENT_TIMEOUTS, log_dir=work / "kafka-clients", allow_send_errors=True,
-            probe=cluster.brokers[1].bootstrap,
+            probe=cluster.brokers[1].bootstrap, producer_props=SPREAD_PRODUCER,
         )
         killed: list[int] = []
 

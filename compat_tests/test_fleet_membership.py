@@ -19,6 +19,7 @@ group protocol, gateway/membership.py):
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 import uuid
@@ -50,12 +51,13 @@ from compat_tests.harness.java import (
     RecordsConsumed,
 )
 from compat_tests.harness.names import unique
-from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
+from compat_tests.harness.probe import find_coordinator_endpoints, metadata_endpoints, roundtrip
 from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
-from compat_tests.upgrade.scenario import RollingUpgrade
+from compat_tests.upgrade.scenario import SPREAD_PRODUCER, RollingUpgrade
 from gateway.embedded_kafka import free_port
+from gateway.fleet_routes import pick
 from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -102,7 +104,7 @@ class Fleet:
             self.probes.setdefault(shard_of(f"probe-{i}", SHARDS), f"probe-{i}")
             i += 1
 
-    def start(self) -> GatewayProcess:
+    def start(self, listen_port: int | None = None) -> GatewayProcess:
         n = len(self.gateways)
         gw = GatewayProcess(
             upstream=self.kafka.bootstrap,
@@ -110,7 +112,8 @@ class Fleet:
                 "--config", str(self.config), "--state-store", "kafka",
                 "--metrics-listen", f"127.0.0.1:{free_port()}",  # the same port again after a restart
             ],
-            listen_port=free_port_block(2),
+            # The bootstrap port, then node N's listener at +1+N (node 1).
+            listen_port=listen_port if listen_port is not None else free_port_block(3),
             log_dir=self.work / f"gw{n}",
         )
         (self.work / f"gw{n}").mkdir(parents=True, exist_ok=True)
@@ -240,6 +243,41 @@ def _classic_heartbeat(address: str, group: str, member_id: str, generation: int
 def _coordinator_node(bootstrap: str, group: str) -> tuple[int, str]:
     (ep,) = find_coordinator_endpoints(bootstrap, group, 4)
     return ep.node_id, ep.address
+
+
+def test_a_broker_listener_held_by_another_process_is_routed_to_the_other_instance(
+    kafka: ProcessBackend, fleet: Fleet
+) -> None:
+    """Of two instances, the one the routing picks for broker 1 cannot open that listener (its port held
+    by another process): it logs it, and both instances name the other one's listener for broker 1 (never
+    the held port), so a librdkafka consumer bootstrapped on the first alone consumes everything."""
+    ports = [free_port_block(3), free_port_block(3)]
+    picked = pick(1, [f"127.0.0.1:{p}" for p in ports])
+    held, other = sorted(ports, key=lambda p: f"127.0.0.1:{p}" != picked)
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", held + 2))  # broker 1's listener port on that instance
+        holder.listen(1)
+        a = fleet.start(listen_port=held)
+        b = fleet.start(listen_port=other)
+        _wait("the two instances split the shards", lambda: fleet.owned(a) | fleet.owned(b) == ALL
+              and bool(fleet.owned(a)) and bool(fleet.owned(b)), 60, fleet)
+        assert "cannot open broker listener" in a.log_path.read_text(errors="replace")
+        expected = f"127.0.0.1:{other + 2}"
+        _wait("both instances name the other instance's listener for broker 1",
+              lambda: all({e.node_id: e.address for e in metadata_endpoints(gw.bootstrap)}.get(1) == expected
+                          for gw in (a, b)), 30, fleet)
+        topic = create_topic(kafka.bootstrap, unique("fleet-held-port"), 3)
+        produce_confluent(kafka.bootstrap, topic, values("held", 30))
+        log = EventLog()
+        client = ConfluentConsumer(name="rdkafka-held", log=log, bootstrap=a.bootstrap,
+                                   group_id=unique("fleet-held-port-group"), topics=[topic]).start()
+        try:
+            _wait("the client bootstrapped on the first consumed everything", lambda: log.count() >= 30, 60, fleet)
+        finally:
+            client.stop()
+    finally:
+        holder.close()
 
 
 def test_two_instances_split_the_shards_and_sigterm_and_a_rolling_restart_keep_members(
@@ -372,6 +410,7 @@ def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigki
     run = RollingUpgrade(
         ",".join(gw.bootstrap for gw in (a, b, c)), topic, group, BEFORE, AFTER, partitions=PARTITIONS,
         timeouts=CLIENT_TIMEOUTS, log_dir=tmp_path / "clients", allow_send_errors=True, probe=a.bootstrap,
+        producer_props=SPREAD_PRODUCER,
     )
     expired = 0.0
     try:
@@ -470,16 +509,16 @@ def _last_consumed(run: RollingUpgrade) -> dict[int, tuple[float, str]]:
 
 
 def _wait_consumed_again(run: RollingUpgrade, since_ms: float, fleet: Fleet, timeout_s: float = 60) -> None:
-    """The producer acknowledged records after ``since_ms`` and, of every partition it wrote to since, a
-    record was consumed after ``since_ms``: the clients' data connections (through whichever instance)
-    carry on."""
+    """Every partition has records consumed after ``since_ms``: its consumer's data connections (through
+    whichever instance) carry on. The producer spreads its records over every partition
+    (SPREAD_PRODUCER), so each has some to consume."""
     deadline = time.monotonic() + timeout_s
     while True:
         produced = run.producer.of_type(ProducerSendSuccess) if run.producer is not None else []
         written = {e.partition.partition for e in produced if e.timestamp_ms > since_ms}
         last = _last_consumed(run)
-        behind = {p: last.get(p) for p in written if last.get(p, (0.0, ""))[0] <= since_ms}
-        if written and not behind:
+        behind = {p: last.get(p) for p in range(PARTITIONS) if last.get(p, (0.0, ""))[0] <= since_ms}
+        if not behind:
             return
         if time.monotonic() > deadline:
             owners = run.ownership()

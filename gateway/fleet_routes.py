@@ -27,15 +27,20 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class ListenerRule:
     """An instance's broker listeners: node N on ``host:base + (N - id_base)`` for ``count`` ids from
-    ``id_base``, unless ``explicit`` names its port (config.broker_ports)."""
+    ``id_base``, unless ``explicit`` names its port (config.broker_ports); none for the nodes in
+    ``unserved``, whose listener it could not open (the port held by another process): named there, a
+    broker would be unreachable for every client of the fleet, or reach whatever holds the port."""
 
     host: str
     base: int
     id_base: int = 0
     count: int = 64
     explicit: Mapping[int, int] = field(default_factory=dict)
+    unserved: frozenset[int] = frozenset()
 
     def address(self, node_id: int) -> tuple[str, int] | None:
+        if node_id in self.unserved:
+            return None
         port = self.explicit.get(node_id)
         if port is None:
             offset = node_id - self.id_base
@@ -46,7 +51,7 @@ class ListenerRule:
 
     def encode(self) -> dict[str, Any]:
         return {"host": self.host, "base": self.base, "id_base": self.id_base, "count": self.count,
-                "explicit": {str(k): v for k, v in self.explicit.items()}}
+                "explicit": {str(k): v for k, v in self.explicit.items()}, "unserved": sorted(self.unserved)}
 
     @classmethod
     def decode(cls, d: Any) -> ListenerRule | None:
@@ -56,7 +61,8 @@ class ListenerRule:
             return None
         try:
             return cls(str(d["host"]), int(d["base"]), int(d.get("id_base", 0)), int(d.get("count", 64)),
-                       {int(k): int(v) for k, v in (d.get("explicit") or {}).items()})
+                       {int(k): int(v) for k, v in (d.get("explicit") or {}).items()},
+                       frozenset(int(n) for n in d.get("unserved") or ()))
         except (KeyError, ValueError, TypeError, AttributeError):
             return None
 
@@ -64,6 +70,12 @@ class ListenerRule:
 def _score(node_id: int, instance: str) -> int:
     digest = hashlib.blake2b(f"{node_id}\x00{instance}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
+
+
+def serving(node_id: int, rules: Mapping[str, ListenerRule]) -> dict[str, ListenerRule]:
+    """The instances (by address) whose listener rule names a listener for broker ``node_id``: the ones
+    a route may pick (the same for every instance, which all read the same rules)."""
+    return {inst: rule for inst, rule in rules.items() if rule.address(node_id) is not None}
 
 
 def pick(node_id: int, instances: Iterable[str]) -> str | None:
@@ -87,4 +99,4 @@ def routes(node_ids: Iterable[int], instances: Iterable[str]) -> dict[int, str]:
     return out
 
 
-__all__ = ["ListenerRule", "pick", "routes"]
+__all__ = ["ListenerRule", "pick", "routes", "serving"]

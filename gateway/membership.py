@@ -37,7 +37,7 @@ from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
 from .fleet_assignor import PROTOCOL_NAME, FleetAssignment, MemberClaim, assign
-from .fleet_routes import ListenerRule, pick
+from .fleet_routes import ListenerRule, pick, serving
 from .logging import get_logger
 
 if TYPE_CHECKING:
@@ -285,7 +285,9 @@ class FleetMembership:
         """Broker ``node_id``'s listener on the instance a rendezvous hash picks over the current table
         (gateway/fleet_routes.py), as every instance names it; None: this instance's own listener (no
         table yet, or this instance is the one picked)."""
-        rules = self._rules()
+        # Only over the instances that serve it: one whose listener for it could not open says so
+        # (ListenerRule.unserved), and the others then name their own.
+        rules = serving(node_id, self._rules())
         chosen = pick(node_id, rules)
         if chosen is None or chosen == self.endpoint:
             return None

@@ -142,8 +142,11 @@ class Gateway:
         base = self.config.effective_port_base()
         if base is None:
             return None
+        # Known brokers whose listener did not open (its port held by another process) are published as
+        # unserved, so that the fleet routes them to an instance that does serve them.
+        unserved = frozenset(n for n in self.directory.brokers if n not in self._listeners)
         return ListenerRule(self.config.client_host(), base, self.config.node_id_base, self.config.max_brokers,
-                            dict(self.config.broker_ports))
+                            dict(self.config.broker_ports), unserved)
 
     # --- lifecycle -------------------------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ as one member speaks the new protocol, and "classic" again once the last such me
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,13 @@ from .members import TP, Member, MemberSpec, Timeouts, start_member
 
 SETTLE_TIMEOUT_S = 60.0
 QUIET_S = 0.4
+# The Java producer's built-in partitioner (KIP-794) sends keyless records to one partition until
+# ``batch.size`` bytes went there: with the default 16 KiB and the tool's few-byte values, one partition
+# takes every record for 10 s and more, so a short run leaves partitions with nothing written for most of
+# it (in Kafka's runs as in the gateway's). ``batch.size=0`` moves on after every record, so each of the
+# partitions gets its share (about rate / partitions records a second) throughout, which a check of
+# "every partition consumed again" and per-partition gap figures need.
+SPREAD_PRODUCER = {"batch.size": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class RollingUpgrade:
     timeouts: Timeouts = Timeouts()
     log_dir: Path | None = None
     producer_rate: int = 100
+    # The producer's own client settings (its --command-config file), e.g. SPREAD_PRODUCER.
+    producer_props: Mapping[str, str] = field(default_factory=dict)
     check_group: bool = True
     # A produce in flight when the endpoint dies fails; only acknowledged records are promised delivery.
     allow_send_errors: bool = False
@@ -110,9 +121,17 @@ class RollingUpgrade:
 
     def start_producer(self, release: str = "4.3.1", timeout_s: float = 60.0) -> None:
         """Start the producer and wait for its first acknowledged record, so that it runs throughout."""
-        self.producer = verifiable_producer(
+        producer = verifiable_producer(
             release, self.bootstrap, self.topic, -1, throughput=self.producer_rate, log_dir=self.log_dir
-        ).start()
+        )
+        if self.producer_props:
+            directory = self.log_dir if self.log_dir is not None else Path(tempfile.mkdtemp(prefix="groupgate-upgrade-"))
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix="producer-", suffix=".properties", dir=directory)
+            os.close(fd)
+            Path(name).write_text("".join(f"{k}={v}\n" for k, v in self.producer_props.items()))
+            producer.args += ["--command-config", name]
+        self.producer = producer.start()
         self.producer.wait_for(
             lambda tool: bool(tool.of_type(ProducerSendSuccess)), timeout_s, "first acknowledged record"
         )

@@ -163,3 +163,33 @@ def test_metadata_and_describe_cluster_list_the_coordinator_nodes_beside_the_bro
     out = rewrite.rewrite_response(codec.METADATA, _metadata(12), 12, addr_of)
     _, msg = codec.decode_response(codec.METADATA, 12, out.payload)
     assert [b.node_id for b in msg.brokers] == [1]
+
+
+def test_a_broker_whose_listener_did_not_open_is_routed_to_an_instance_serving_it() -> None:
+    """An instance that could not bind its listener for a broker (the port held by another process)
+    publishes it as unserved: every instance then names another instance's listener for that broker,
+    never the port nobody of the fleet serves, and the other brokers keep their routes."""
+    endpoints = {"m-1": "10.0.0.1:9092", "m-2": "10.0.0.2:19092", "m-3": "10.0.0.3:29092"}
+    expected = routes(BROKERS, endpoints.values())
+    broken = next(n for n in BROKERS if expected[n] == endpoints["m-1"])
+    rules = {m: ListenerRule(e.rpartition(":")[0], int(e.rpartition(":")[2]) + 1,
+                             unserved=frozenset({broken}) if m == "m-1" else frozenset()).encode()
+             for m, e in endpoints.items()}
+    assert ListenerRule.decode(rules["m-1"]) == ListenerRule("10.0.0.1", 9093, unserved=frozenset({broken}))
+    assert ListenerRule.decode(rules["m-1"]).address(broken) is None  # type: ignore[union-attr]
+    table = FleetAssignment((), 3, endpoints, (), {"m-1": 0, "m-2": 2, "m-3": 1}, rules)
+    fleet = [_instance(e, table) for e in endpoints.values()]
+
+    def answered(f: FleetMembership, node: int) -> tuple[str, int]:
+        own = f.endpoint.rpartition(":")
+        return f.broker_address(node) or (own[0], int(own[2]) + 1 + node)
+
+    answers = {answered(f, broken) for f in fleet}
+    assert len(answers) == 1, f"broker {broken} has several addresses: {answers}"
+    host, port = answers.pop()
+    assert host != "10.0.0.1" and (host, port) in {("10.0.0.2", 19093 + broken), ("10.0.0.3", 29093 + broken)}
+    for node in BROKERS:
+        if node != broken:
+            owner = expected[node]
+            assert {answered(f, node) for f in fleet} == {
+                (owner.rpartition(":")[0], int(owner.rpartition(":")[2]) + 1 + node)}
