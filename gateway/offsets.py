@@ -176,11 +176,14 @@ class OffsetBridge(OffsetFetches):
             # A group the gateway does not coordinate, here only because the client's version is newer
             # than the upstream's (GroupLayer.claims): the upstream validates it, at a version it has.
             return await self._forward_commit(gid, api_key, version, msg)
+        # Read before the call: while the check waits for its answer to be durable, another member's
+        # JoinGroup may create the group, and the group being known then says nothing of the check.
+        known_before = self._known(gid)
         reply: OffsetCheckResponse = await self.groups.call(gid, check)
         error = int(reply.error_code)
-        if error in (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION) and check.member_id and not self._known(gid):
-            # A member of a group the gateway has never seen: one the cluster coordinated before the
-            # group became managed here (docs/operations.md, "Adopting a live group"). Kafka answers
+        if check.member_id and (error == GROUP_ID_NOT_FOUND or (error == ILLEGAL_GENERATION and not known_before)):
+            # A member of a group the gateway did not have: one the cluster coordinated before the group
+            # became managed here (docs/operations.md, "Adopting a live group"). Kafka answers
             # GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before); classic clients take the former
             # as a fatal commit error. UNKNOWN_MEMBER_ID makes them drop the old id and join here.
             self.counters["commits_unknown_group"] += 1

@@ -31,6 +31,7 @@ from gateway.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+from translate.group_messages import OffsetCommitCheck
 
 from ._groups_support import HOME_ADDR, HOME_NODE, StubConnection, StubGateway, call, request_payload
 
@@ -239,6 +240,35 @@ async def test_a_member_of_a_group_the_gateway_never_saw_is_told_to_rejoin(versi
         assert layer.runtime.group_kind("adopted") is None
         assert layer.counters["commits"] == 0 and layer.counters["commits_unknown_group"] == 2
         assert list(layer.adoption._seen) == [("adopted", "consumer-1-upstream")]
+    finally:
+        await layer.stop()
+
+
+async def test_a_commit_of_a_never_seen_group_is_told_to_rejoin_when_a_join_creates_the_group_meanwhile() -> None:
+    """Adoption under load: the commit of a member the cluster coordinated is checked while the group is
+    missing (GROUP_ID_NOT_FOUND from v9), and another member's JoinGroup creates the group before the
+    commit's answer is released. The client is still told UNKNOWN_MEMBER_ID (rejoin), not
+    GROUP_ID_NOT_FOUND, which a classic client cannot act on."""
+    layer = await started()
+    try:
+        real = layer.offsets.groups.call
+
+        async def join_meanwhile(group_id: str, request: Any, *rest: Any) -> Any:
+            reply = await real(group_id, request, *rest)
+            if isinstance(request, OffsetCommitCheck):
+                await _classic_member(layer, group_id)  # the group exists from here on
+            return reply
+
+        layer.offsets.groups.call = join_meanwhile  # type: ignore[method-assign]
+        cls = OffsetCommitRequest
+        part = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)
+        commit = cls[9](
+            group_id="adopted-race", member_id="consumer-1-upstream", generation_id_or_member_epoch=4,
+            group_instance_id=None, topics=[cls.OffsetCommitRequestTopic(name="t", partitions=[part])],
+        )
+        out = await call(layer, gc.OFFSET_COMMIT, 9, commit)
+        assert out.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID
+        assert layer.runtime.group_kind("adopted-race") == "classic"
     finally:
         await layer.stop()
 
