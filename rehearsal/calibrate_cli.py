@@ -37,6 +37,7 @@ from rehearsal.calibration import (
     client_timings,
     figures,
     first_requests,
+    formed,
     simulate_schedule,
 )
 from rehearsal.events import EventWriter, parse_event, read_events
@@ -270,6 +271,14 @@ def coordinator_timed(schedule: Schedule, real_events: Sequence[Any], gateway_ev
     return first_requests(schedule, events, first - schedule.steps[0].stop_ms)
 
 
+def anchored(schedule: Schedule, real_events: Sequence[Any]) -> Schedule:
+    """The schedule with the real run's first assignment (``formed``), which the replay plays its steps from."""
+    first = next((e.ts_ms for e in real_events if e.event == "disturbance"), None)
+    if schedule.formed_ms is not None or first is None or not schedule.steps:
+        return schedule
+    return formed(schedule, real_events, first - schedule.steps[0].stop_ms)
+
+
 def start_lags(schedule: Schedule) -> list[int]:
     """Per step, from the new incarnation's start to the coordinator's first request from it (ms)."""
     return [s.first_request_ms - s.start_ms for s in schedule.steps if s.first_request_ms is not None]
@@ -289,7 +298,7 @@ def run_one(gateway: str, broker: str, mix: str, scenario: str, *, members: int,
     timings = client_timings(harness_client)
     real = run_real(gateway, broker, mix, scenario, members=members, partitions=partitions,  # type: ignore[arg-type]
                     client=harness_client, timings=timings, log_dir=keep)
-    schedule = coordinator_timed(real.schedule, real.events, gateway_events)
+    schedule = anchored(coordinator_timed(real.schedule, real.events, gateway_events), real.events)
     row = compare_saved(real.events, schedule, seeds, harness_client)
     keep.mkdir(parents=True, exist_ok=True)
     (keep / "run.json").write_text(json.dumps({"client": harness_client}) + "\n")
@@ -369,7 +378,8 @@ def calibrate(args: argparse.Namespace, echo: Echo = _say) -> int:
 def load_schedule(path: Path) -> Schedule:
     raw = json.loads(path.read_text())
     return Schedule(raw["mix"], raw["scenario"], raw["partitions"], tuple(raw["starts"]),
-                    tuple(Step(**s) for s in raw["steps"]), Timings(), raw["topic"])  # replay sets the client's
+                    tuple(Step(**s) for s in raw["steps"]), Timings(), raw["topic"],  # replay sets the client's
+                    raw.get("formed_ms"))
 
 
 def saved_runs(works: Iterable[Path]) -> list[Path]:
@@ -397,6 +407,7 @@ def replay(works: Sequence[Path], seeds: int, out: Path | None, json_path: Path 
         if not start_lags(schedule):
             # A run saved before its schedule was timed by the coordinator: its gateway's log is beside it.
             schedule = coordinator_timed(schedule, real, run.parent / gateway_mode(schedule.mix) / "events.jsonl")
+        schedule = anchored(schedule, real)
         row = compare_saved(real, schedule, seeds, who)
         row.events = str(run)
         rows.append(row)

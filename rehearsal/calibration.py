@@ -48,22 +48,34 @@ class Timings:
     heartbeat_interval_ms: int = 500  # classic heartbeat.interval.ms and group.consumer.heartbeat.interval.ms
     session_timeout_ms: int = 6_000  # classic session.timeout.ms and group.consumer.session.timeout.ms
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (the gateway's default)
-    processing_ms: tuple[int, int] = (2, 60)  # rebalance callbacks / reconciliation
-    # Stragglers: in the eager rebalances of real Java consumers measured here, most members revoked within
-    # 60 ms of the first, but about one in ten 130-460 ms later (docs/rehearsal.md); every eager partition
-    # waits for the slowest member, so this share of callbacks takes straggler_ms instead.
+    # Rebalance callbacks / reconciliation. Measured on an idle machine (docs/rehearsal.md, item 10): from the
+    # gateway's assignment to a Java classic consumer's callback, p10/p50/p90/max 3/6/12/26 ms.
+    processing_ms: tuple[int, int] = (2, 12)
+    # One way between a client and the coordinator (the fleet simulation's 1-5 ms is a data centre's;
+    # the calibration runs on loopback, where a request and its answer take 1-3 ms through the gateway).
+    network_ms: tuple[int, int] = (0, 2)
+    # Stragglers: about one Java callback in ten takes longer (cooperative members, idle machine: p90 32 ms,
+    # max 47); every eager partition waits for the slowest member, so this share takes straggler_ms instead.
     straggler_share: float = 0.1
-    straggler_ms: tuple[int, int] = (100, 460)
+    straggler_ms: tuple[int, int] = (12, 50)
     # From a consumer's start (the Java tool's startup_complete) to its first group request: metadata and
     # FindCoordinator. Measured through the gateway: the first ConsumerGroupHeartbeat of a restarted Java
     # 4.3.1 consumer answered 130-260 ms after startup_complete (median 170 ms) on an idle machine; a loaded
     # one takes seconds, so a step replays its Step.first_request_ms where the gateway's log gives one.
     start_latency_ms: int = 170
-    # The new protocol's callbacks wait for the application thread's poll loop: on the calibration's idle
-    # topic, the fetch long poll (fetch.max.wait.ms). See ConsumerClient.callback_wait_ms.
-    callback_wait_ms: int = 500
-    # Classic clients: heartbeat intervals from a JoinGroup response to the next heartbeat (ClassicClient).
-    classic_heartbeats_after_join: int = 1
+    # The new protocol's callbacks wait for the application thread's poll loop (ConsumerClient.callback_wait_ms):
+    # measured on an idle machine, from the gateway's assignment to the Java callback, half within 20 ms,
+    # most of the rest 34-111 ms, one in twenty a whole fetch long poll (fetch.max.wait.ms, 500 ms).
+    callback_wait_ms: int = 110
+    callback_long_wait_share: float = 0.05
+    callback_long_wait_ms: int = 500
+    # Classic clients: the least time between two JoinGroups when the coordinator asks for a rejoin
+    # (ClassicClient.join_interval_ms; librdkafka 1 s, Java none).
+    classic_join_interval_ms: int = 0
+    # Classic clients: the heartbeat timer restarts on the SyncGroup response (ClassicClient.heartbeat_from_sync).
+    classic_heartbeat_from_sync: bool = False
+    # Classic clients: the leader's SyncGroup waits for its assignor (ClassicClient.leader_assign_delay).
+    classic_leader_assign_delay: bool = True
 
 
 def client_timings(client: str) -> Timings:
@@ -71,7 +83,10 @@ def client_timings(client: str) -> Timings:
     its first group request follows its creation within tens of milliseconds) and serves its rebalance
     callbacks from the poll that the rebalance itself wakes up."""
     if client == "confluent":
-        return Timings(start_latency_ms=40, callback_wait_ms=0, straggler_share=0.0, classic_heartbeats_after_join=2)
+        return Timings(
+            start_latency_ms=40, processing_ms=(1, 5), callback_wait_ms=0, callback_long_wait_share=0.0, straggler_share=0.0,
+            classic_join_interval_ms=1_000, classic_heartbeat_from_sync=True,
+        )
     return Timings()
 
 
@@ -99,6 +114,11 @@ class Schedule:
     steps: tuple[Step, ...]
     timings: Timings = Timings()
     topic: str = "calibration"
+    # When the real fleet's first assignment reached a member (its first partitions_assigned); None: not
+    # known. The replay then plays the steps at the same distance from its own first assignment: the
+    # group's first rebalance sets the phase of every classic member's heartbeats, and a client's start
+    # (its first JoinGroup) is CPU time, not protocol.
+    formed_ms: int | None = None
 
     @property
     def members(self) -> int:
@@ -136,6 +156,13 @@ def first_requests(schedule: Schedule, coordinator_events: Iterable[ev.Event], o
     return replace(schedule, steps=tuple(steps))
 
 
+def formed(schedule: Schedule, real_events: Iterable[ev.Event], origin_ms: int) -> Schedule:
+    """The schedule with ``formed_ms``: the real run's first acknowledged assignment (``origin_ms`` is the
+    schedule's zero on the events' clock)."""
+    first = next((e.ts_ms for e in _ordered(real_events) if isinstance(e, ev.PartitionsAssigned) and e.partitions), None)
+    return replace(schedule, formed_ms=None if first is None else first - origin_ms)
+
+
 class ScheduledSimulation(Simulation):
     """The simulator following a recorded schedule instead of drawing one: same group, same timings."""
 
@@ -151,8 +178,12 @@ class ScheduledSimulation(Simulation):
         )
         config = replace(sim_config(spec, 0), crashes=0, active_ms=2_000, seed=seed)
         classic = type("CalibratedClassic", (ClassicClient,), {
-            "session_timeout_ms": t.session_timeout_ms, "heartbeats_after_join": t.classic_heartbeats_after_join})
-        consumer = type("CalibratedConsumer", (ConsumerClient,), {"callback_wait_ms": t.callback_wait_ms})
+            "session_timeout_ms": t.session_timeout_ms,
+            "join_interval_ms": t.classic_join_interval_ms, "heartbeat_from_sync": t.classic_heartbeat_from_sync,
+            "leader_assign_delay": t.classic_leader_assign_delay})
+        consumer = type("CalibratedConsumer", (ConsumerClient,), {
+            "callback_wait_ms": t.callback_wait_ms, "callback_long_wait_share": t.callback_long_wait_share,
+            "callback_long_wait_ms": t.callback_long_wait_ms})
 
         def endpoint(cfg: EndpointConfig, s: int) -> ServiceEndpoint:
             cfg.heartbeat_interval_ms = t.heartbeat_interval_ms
@@ -163,6 +194,10 @@ class ScheduledSimulation(Simulation):
         super().__init__(config, sink=sink, endpoint_factory=endpoint, classic_client=classic, consumer_client=consumer,
                          group_id=f"calibration-{schedule.mix}", run_id=run)
         self._by_slot: dict[int, SimClient] = {}
+        self._steps_played = False
+
+    def network_delay(self) -> int:
+        return self.rng.randint(*self.schedule.timings.network_ms)
 
     def processing_delay(self, client: SimClient) -> int:
         t = self.schedule.timings
@@ -187,15 +222,27 @@ class ScheduledSimulation(Simulation):
         lag = s.timings.start_latency_ms
         for slot, at in enumerate(s.starts):
             self._push(at + lag, "action", ("start", (s.initial_protocol(), slot, None)))
-        end = max(s.starts) + lag
+        if s.formed_ms is None:
+            self._play_steps(0)
+        # else: at the first assignment (event)
+
+    def _play_steps(self, shift_ms: int) -> None:
+        s = self.schedule
+        self._steps_played = True
+        end = max(s.starts) + s.timings.start_latency_ms
         for step in s.steps:
-            self._push(step.stop_ms, "action", ("stop", step))
-            at = step.start_ms + lag if step.first_request_ms is None else step.first_request_ms - REQUEST_LEAD_MS
-            start = max(at, step.stop_ms + 1)
+            self._push(step.stop_ms + shift_ms, "action", ("stop", step))
+            at = step.start_ms + s.timings.start_latency_ms if step.first_request_ms is None else step.first_request_ms - REQUEST_LEAD_MS
+            start = max(at, step.stop_ms + 1) + shift_ms
             self._push(start, "action", ("start", (step.protocol, step.slot, None)))
             end = max(end, start)
         # Faults stop (the simulator then runs until the group converged) once the last member started.
         self._push(end + 1, "action", ("quiet", None))
+
+    def event(self, name: str, client: SimClient, **fields: Any) -> None:
+        super().event(name, client, **fields)
+        if name == "partitions_assigned" and not self._steps_played and self.schedule.formed_ms is not None:
+            self._play_steps(self.now - self.schedule.formed_ms)
 
     def _act(self, action: str, arg: Any) -> None:
         if action == "stop":

@@ -150,11 +150,19 @@ class ClassicClient(SimClient):
 
     # session.timeout.ms sent in JoinGroup; a calibration against real clients uses theirs.
     session_timeout_ms = CLASSIC_SESSION_TIMEOUT_MS
-    # Heartbeat intervals from a JoinGroup response to the next heartbeat: 1 for the Java consumer (below);
-    # librdkafka's first heartbeat after a rebalance comes two intervals later (measured through the
-    # gateway: members noticed a rebalance started just after the previous one 0.97-1.01 s after it, at a
-    # 500 ms interval; docs/rehearsal.md, "Calibration against real clients").
-    heartbeats_after_join = 1
+    # At most one JoinGroup per this many ms when the coordinator asks a member that gives nothing up
+    # (cooperative) to rejoin; the deferred JoinGroup goes out at the client's next heartbeat tick. 0: at
+    # once (Java). librdkafka paces its joins to one a second: told of a rebalance 500 ms after its last
+    # JoinGroup, it sends the next one 500 ms later, where a member told long after joins at once
+    # (measured against a plain broker; docs/rehearsal.md, "Calibration against real clients", item 9).
+    join_interval_ms = 0
+    # True: the heartbeat timer restarts on the SyncGroup response (librdkafka: its first heartbeat after a
+    # rebalance comes one interval after the assignment), not on the JoinGroup response (Java).
+    heartbeat_from_sync = False
+    # True: the leader's SyncGroup waits a callback's time (processing_delay) for its assignor; measured
+    # against Java leaders (16 ms from the last JoinGroup to the assignments, against 5 ms for librdkafka
+    # leaders, on the same gateway).
+    leader_assign_delay = False
 
     def __init__(self, host: Host, name: str, topics: frozenset[str], assignor: str) -> None:
         super().__init__(host, name, topics)
@@ -170,6 +178,8 @@ class ClassicClient(SimClient):
         # The partition counts the leader assigned with; a change makes it ask for a rebalance.
         self.assigned_with: dict[str, int] = {}
         self.hb_token = 0
+        self.last_join_ms: int | None = None
+        self.join_at_tick = False  # a paced JoinGroup waits for the next heartbeat tick
 
     @property
     def settled(self) -> bool:
@@ -195,7 +205,9 @@ class ClassicClient(SimClient):
         self.host.event("member_left", self, reason="leave")
 
     # ---- rebalance -----------------------------------------------------------------------------
-    def request_rejoin(self) -> None:
+    def request_rejoin(self, paced: bool = False) -> None:
+        """Rejoin; ``paced``: asked by the coordinator (a heartbeat's REBALANCE_IN_PROGRESS), which a client
+        with a ``join_interval_ms`` answers no sooner than that after its last JoinGroup."""
         if self.phase in ("preparing", "joining", "gone"):
             return
         if self.phase in ("syncing", "revoking"):
@@ -205,8 +217,13 @@ class ClassicClient(SimClient):
         if not self.cooperative:
             # Eager: onPartitionsRevoked for everything before JoinGroup; the callback takes time.
             self.host.call_later(self, self.host.processing_delay(self), "revoke-all-then-join")
+        elif paced and self._join_too_soon():
+            self.join_at_tick = True
         else:
             self.host.call_later(self, 1, "join")
+
+    def _join_too_soon(self) -> bool:
+        return self.last_join_ms is not None and self.host.now - self.last_join_ms < self.join_interval_ms
 
     def _lose_all(self, reset_member_id: bool) -> None:
         self._revoke(set(self.owned), lost=True)
@@ -226,6 +243,8 @@ class ClassicClient(SimClient):
     def _send_join(self) -> None:
         self.phase = "joining"
         self.rejoin_after_revoke = False
+        self.join_at_tick = False
+        self.last_join_ms = self.host.now
         request = JoinGroupRequest(
             group_id=self.host.group_id,
             session_timeout_ms=self.session_timeout_ms,
@@ -261,7 +280,7 @@ class ClassicClient(SimClient):
         # response, which resets the heartbeat timer: the next heartbeat is a full interval later. So all
         # members of a generation heartbeat in step and learn of the next rebalance together (measured
         # against real clients: docs/rehearsal.md, "Calibration against real clients").
-        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS * self.heartbeats_after_join)
+        self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         if not self.joined_once:
             self.joined_once = True
             self.host.event("member_joined", self)
@@ -293,6 +312,10 @@ class ClassicClient(SimClient):
             assignments=assignments,
             client_id=self.name,
         )
+        if assignments and self.leader_assign_delay:
+            # The leader runs the assignor and encodes every member's assignment before its SyncGroup.
+            self.host.call_later(self, self.host.processing_delay(self), "sync")
+            return
         self._send(SYNC, self.sync_request)
 
     def _on_sync(self, response: SyncGroupResponse) -> None:
@@ -309,6 +332,8 @@ class ClassicClient(SimClient):
             return
         assigned = _from_embedded(decode_assignment(response.assignment).assigned_partitions)
         revoked = self.owned - assigned
+        if self.heartbeat_from_sync:
+            self._heartbeat_in(CLASSIC_HEARTBEAT_INTERVAL_MS)
         self._assign(assigned)
         if revoked:
             # KIP-429: give up what moved (the callback takes time), then rejoin so it can be reassigned.
@@ -323,7 +348,7 @@ class ClassicClient(SimClient):
     def _on_heartbeat(self, response: HeartbeatResponse) -> None:
         err = response.error_code
         if err == Errors.REBALANCE_IN_PROGRESS:
-            self.request_rejoin()
+            self.request_rejoin(paced=True)
         elif err == Errors.UNKNOWN_MEMBER_ID or err == Errors.FENCED_INSTANCE_ID:
             if self.phase in ("stable", "syncing", "revoking"):
                 self._lose_all(reset_member_id=True)
@@ -364,11 +389,18 @@ class ClassicClient(SimClient):
                 self._revoke(self._pending_revoke)
                 self.phase = "stable"
                 self.request_rejoin()
+        elif tag == "sync":
+            if self.phase == "syncing" and self.sync_request is not None and SYNC not in self.inflight:
+                self._send(SYNC, self.sync_request)
         elif tag.startswith("heartbeat:"):
             if int(tag[len("heartbeat:"):]) != self.hb_token:
                 return
             self._check_metadata()
-            if self.phase in ("syncing", "revoking", "stable", "preparing") and self.generation >= 0:
+            if self.join_at_tick and self.phase == "preparing":
+                # A paced rejoin: no heartbeat while it waits, the JoinGroup at the first tick it may go.
+                if not self._join_too_soon():
+                    self._send_join()
+            elif self.phase in ("syncing", "revoking", "stable", "preparing") and self.generation >= 0:
                 if HEARTBEAT not in self.inflight:
                     self._send(
                         HEARTBEAT,
@@ -400,6 +432,10 @@ class ConsumerClient(SimClient):
     # a calibration against real clients on an idle topic sets the fetch wait (docs/rehearsal.md,
     # "Calibration against real clients").
     callback_wait_ms = 0
+    # The share of callbacks that wait a whole fetch long poll instead (the application thread was inside
+    # one when the callback was queued), and that wait.
+    callback_long_wait_share = 0.0
+    callback_long_wait_ms = 0
 
     def __init__(self, host: Host, name: str, topics: frozenset[str], member_id: str, assignor: str | None) -> None:
         super().__init__(host, name, topics)
@@ -530,7 +566,10 @@ class ConsumerClient(SimClient):
         self._heartbeat_in(1 if self.ack_soon else self.interval)
 
     def _callback_wait(self) -> int:
-        return self.host.rng.randint(0, self.callback_wait_ms) if self.callback_wait_ms else 0
+        rng = self.host.rng
+        if self.callback_long_wait_share and rng.random() < self.callback_long_wait_share:
+            return self.callback_long_wait_ms
+        return rng.randint(0, self.callback_wait_ms) if self.callback_wait_ms else 0
 
     def _start_reconcile(self) -> None:
         self.reconciling = True

@@ -133,10 +133,14 @@ class Simulation:
     def send(self, client: SimClient, kind: str, request: Any) -> None:
         key = next(self._keys)
         self._pending[key] = _Pending(client, client.incarnation, kind, request)
-        self._push(self.now + self.rng.randint(1, 5), "request", key)
+        self._push(self.now + self.network_delay(), "request", key)
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
         self._push(self.now + max(delay_ms, 0), "wake", (client, client.incarnation, tag))
+
+    def network_delay(self) -> int:
+        """One way between a client and the coordinator, ms."""
+        return self.rng.randint(1, 5)
 
     def processing_delay(self, client: SimClient) -> int:
         if client.slot in self._slow:
@@ -313,7 +317,7 @@ class Simulation:
                 self.stats["lost-response"] += 1
                 self._push(self.now + 2_000, "lost", key)
             else:
-                self._push(self.now + self.rng.randint(1, 5), "response", (key, body))
+                self._push(self.now + self.network_delay(), "response", (key, body))
 
     def _receive(self, key: Any, body: Any, lost: bool) -> None:
         pending = self._pending.pop(key)

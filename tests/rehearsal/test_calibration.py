@@ -3,6 +3,7 @@ the crash / clean split of unavailability in the oracle, and the report's cost t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rehearsal import events as E
@@ -111,3 +112,15 @@ def test_report_shows_the_cost_split_and_a_calibration() -> None:
     assert "clean restarts: simulation within 10% of real clients; crashes: simulation within 6%" in html
     data.calibration = []
     assert "prediction only" in report.render(data)
+
+
+def test_a_formed_schedule_plays_its_steps_from_the_replays_first_assignment() -> None:
+    """The real fleet's first assignment came at ``formed_ms``; the replay keeps each stop at the same distance
+    from its own first assignment, whatever its clients' start took."""
+    plain = simulate_schedule(schedule("classic-cooperative"))
+    first = min(e.ts_ms for e in plain if e.event == "partitions_assigned")
+    for formed in (first, first - 700, first + 300):
+        events = simulate_schedule(replace(schedule("classic-cooperative"), formed_ms=formed))
+        mine = min(e.ts_ms for e in events if e.event == "partitions_assigned")
+        assert mine == first
+        assert sorted(e.ts_ms for e in events if e.event == "disturbance")[0] == 8000 + (mine - formed)
