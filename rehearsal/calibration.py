@@ -27,7 +27,8 @@ from typing import Any
 
 from rehearsal import events as ev
 from rehearsal.fleet import ClientMix, FleetSpec, sim_config
-from rehearsal.sim_clients import ClassicClient, ConsumerClient, SimClient
+from rehearsal.sim_clients import ClassicClient, SimClient
+from rehearsal.sim_consumer_client import ConsumerClient
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from rehearsal.simulate import Simulation
 

@@ -5,8 +5,8 @@ size, the topics, the faults and every delay. Time is virtual (ms) and advances 
 queue (request deliveries, responses, client wake-ups, the coordinator's timers, scenario actions),
 so a failing seed replays exactly from its number: ``run_seed(417)``.
 
-The run's parameters come from rehearsal/sim_config.py; clients (rehearsal/sim_clients.py) model
-the classic eager and cooperative consumers and the new-protocol consumer. Faults: crashes (a member
+The run's parameters come from rehearsal/sim_config.py; clients (rehearsal/sim_clients.py and
+sim_consumer_client.py) model the classic eager and cooperative consumers and the new-protocol consumer. Faults: crashes (a member
 stops; its session expires), lost responses (the request was applied, the answer dropped; the
 client retries), slow members (long revocation / reconciliation callbacks), partitions added to a
 topic, scale-out / scale-in, gateway failover (a service rebuilt from the records), and rolling
@@ -35,11 +35,11 @@ from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, TopicPartition
 from rehearsal.sim_clients import (
     ClassicClient,
-    ConsumerClient,
     SimClient,
     make_topic_ids,
 )
 from rehearsal.sim_config import SCENARIOS, SimConfig, available_scenarios, scenario_config
+from rehearsal.sim_consumer_client import ConsumerClient
 from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, ServiceEndpoint, classic_group_settled
 from rehearsal.sim_events import EventSink, SimEventEmitter
 from translate.classic_messages import SyncGroupResponse

@@ -20,7 +20,8 @@ from rehearsal.sim_assignors import (
     range_assign,
     roundrobin_assign,
 )
-from rehearsal.sim_clients import ClassicClient, ConsumerClient, TopicPartition
+from rehearsal.sim_clients import ClassicClient, TopicPartition
+from rehearsal.sim_consumer_client import ConsumerClient
 from rehearsal.sim_endpoint import ServiceEndpoint, SimResult
 from rehearsal.simulate import (
     SCENARIOS,
