@@ -7,6 +7,8 @@ coordinator included, and a new member told that node again and again was never 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from kafka.protocol.admin import ListGroupsRequest
@@ -38,18 +40,26 @@ def upstream(*nodes: int) -> list[Broker]:
     return [Broker(n, f"broker-{n}", 9092, None) for n in nodes]
 
 
-async def coordinator(layer: GroupLayer, group: str) -> tuple[int, int, int]:
-    r = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=group, key_type=0))
-    return r.error_code, r.node_id, r.port
-
-
-async def test_the_coordinator_moves_off_a_broker_that_left_the_metadata_and_groups_are_listed_there() -> None:
+@asynccontextmanager
+async def running_layer() -> AsyncIterator[tuple[ThreeListeners, GroupLayer]]:
     gw = ThreeListeners()
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
     layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
     layer.install()
     await layer.start()
     try:
+        yield gw, layer
+    finally:
+        await layer.stop()
+
+
+async def coordinator(layer: GroupLayer, group: str) -> tuple[int, int, int]:
+    r = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=group, key_type=0))
+    return r.error_code, r.node_id, r.port
+
+
+async def test_the_coordinator_moves_off_a_broker_that_left_the_metadata_and_groups_are_listed_there() -> None:
+    async with running_layer() as (gw, layer):
         gw.directory.observe(upstream(1, 2, 3))
         assert await coordinator(layer, "g") == (0, 1, PORTS[1])
 
@@ -73,17 +83,8 @@ async def test_the_coordinator_moves_off_a_broker_that_left_the_metadata_and_gro
         # Back in the metadata: the lowest listed node again.
         gw.directory.observe(upstream(1, 2, 3))
         assert await coordinator(layer, "g") == (0, 1, PORTS[1])
-    finally:
-        await layer.stop()
 
 
 async def test_with_no_broker_listed_yet_the_lowest_listener_is_named() -> None:
-    gw = ThreeListeners()
-    settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
-    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
-    layer.install()
-    await layer.start()
-    try:
+    async with running_layer() as (_, layer):
         assert await coordinator(layer, "g") == (0, 1, PORTS[1])
-    finally:
-        await layer.stop()
