@@ -1,7 +1,7 @@
 """What KIP-1263's assignor offload buys the gateway's event loop: the longest gap between the ticks of a
 1 ms asyncio ticker (what every other group's heartbeat waits at most) while one large target
 assignment is computed inline on the loop, and while it is computed on a worker thread
-(``run_in_executor``, as gateway/runtime.py does with ``group.consumer.assignor.offload.enable``).
+(``run_in_executor``, as gateway/groups/runtime.py does with ``group.consumer.assignor.offload.enable``).
 
 The group: MEMBERS members, each subscribed to 5 of 200 topics of 100 partitions (heterogeneous, the
 uniform assignor's slow path), every member new (a full computation).

@@ -184,7 +184,7 @@ def time_python(call: Callable[[], object], budget_s: float, runs: int) -> tuple
 
 
 def kafka_classpath() -> str:
-    from gateway import kafka_dist
+    from gateway.ops import kafka_dist
 
     dist = kafka_dist.broker()
     kafka_dist.fetch(dist)
@@ -193,7 +193,7 @@ def kafka_classpath() -> str:
 
 def compile_java(classpath: str) -> Path:
     """Compile the harness once per source version into the cache (never into the repository)."""
-    from gateway import kafka_dist
+    from gateway.ops import kafka_dist
 
     digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:12]
     out = kafka_dist.cache_dir() / "bench-classes" / digest

@@ -64,8 +64,8 @@ from compat_tests.upgrade.checks import assert_rolling_upgrade
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
 from compat_tests.upgrade.scenario import SPREAD_PRODUCER, RollingUpgrade
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
-from gateway.state_store import shard_of
+from gateway.state.store import shard_of
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 SHARDS = 6
 PARTITIONS = 6

@@ -46,7 +46,7 @@ from compat_tests.harness.brokers import free_port_block  # noqa: E402
 from compat_tests.harness.gateway_proc import GatewayProcess  # noqa: E402
 from compat_tests.harness.probe import roundtrip  # noqa: E402
 from coordinator.errors import Errors  # noqa: E402
-from gateway.state_store import shard_of  # noqa: E402
+from gateway.state.store import shard_of  # noqa: E402
 
 SHARDS = 6  # divisible by 1, 2 and 3: an even split at every size
 SIZES = (1, 2, 3)

@@ -11,7 +11,8 @@ import time
 import timeit
 import uuid
 
-from gateway import codec, frames, node_endpoints
+from gateway.net import node_endpoints
+from gateway.wire import codec, frames
 
 
 def fetch_frame(topics: int, partitions: int, record_bytes: int, endpoints: bool) -> bytes:

@@ -23,8 +23,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from gateway import kafka_dist
-from gateway.embedded_kafka import EmbeddedKafka, java_binary
+from gateway.ops import kafka_dist
+from gateway.ops.embedded_kafka import EmbeddedKafka, java_binary
 
 _PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
 _CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
@@ -108,7 +108,7 @@ class GatewayProc:
             cmd += ["-m", "cProfile", "-o", profile]
         cmd += [
             "-m",
-            "gateway.cli",
+            "gateway.ops.cli",
             "serve",
             "--upstream",
             upstream,

@@ -42,8 +42,8 @@ from compat_tests.harness.admin import create_topic
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import find_coordinator_endpoints, split_address
 from coordinator.errors import Errors
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 _ids = itertools.count(1)
 _NOT_READY = {Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS}

@@ -33,7 +33,7 @@ from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from compat_tests.harness.sasl import MECHANISMS, SASL_SESSION_MS, USERS
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
-from gateway.embedded_kafka import BrokerSasl, BrokerTls, EmbeddedKafka
+from gateway.ops.embedded_kafka import BrokerSasl, BrokerTls, EmbeddedKafka
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

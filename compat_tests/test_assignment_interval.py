@@ -28,7 +28,7 @@ from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlte
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.gateway_proc import configured_gateway
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway.protocol.messages import (
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,

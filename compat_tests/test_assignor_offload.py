@@ -22,7 +22,7 @@ from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.gateway_proc import configured_gateway
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from compat_tests.test_assignment_interval import _alter_group_interval, _await_coordinator, _describe
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 pytestmark = pytest.mark.kafka
 

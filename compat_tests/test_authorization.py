@@ -36,8 +36,8 @@ from compat_tests.harness.sasl import (
     sasl_gateway,
 )
 from compat_tests.harness.sasl import targets as sasl_targets
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

@@ -36,8 +36,8 @@ from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.invariants import assert_all_consumed, assert_none_twice
 from compat_tests.harness.java import JavaTool, verifiable_consumer
 from compat_tests.harness.probe import roundtrip
-from gateway.embedded_kafka import EmbeddedKafka, free_port
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from gateway.ops.embedded_kafka import EmbeddedKafka, free_port
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 pytestmark = [
     pytest.mark.kafka,

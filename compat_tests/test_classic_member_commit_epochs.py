@@ -24,7 +24,7 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from translate.embedded import (
     ConsumerProtocolSubscription,
     TopicPartitions,

@@ -2,7 +2,7 @@
 ``kafka-configs --alter --entity-type groups`` sends), on plain Kafka 4.3.1 and through the gateway.
 
 The cluster stores them; the gateway passes IncrementalAlterConfigs through and reads the values back
-with DescribeConfigs (gateway/cluster_group_configs.py): before a new group's first join, and every
+with DescribeConfigs (gateway/groups/cluster_configs.py): before a new group's first join, and every
 ``cluster_group_configs_refresh_ms`` for the groups it holds. What a member can see of a group's
 configs on the wire is ``consumer.heartbeat.interval.ms``: every ConsumerGroupHeartbeat response
 carries it. ``consumer.session.timeout.ms`` takes the same path (it is set alongside here), but Kafka's
@@ -23,7 +23,7 @@ from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlte
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 pytestmark = pytest.mark.kafka
 

@@ -31,10 +31,11 @@ from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.java import JavaTool
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from coordinator.errors import Errors
-from gateway import codec, kafka_dist
-from gateway import group_codec as gc
-from gateway.embedded_kafka import java_binary
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from gateway.ops import kafka_dist
+from gateway.ops.embedded_kafka import java_binary
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 pytestmark = pytest.mark.kafka
 

@@ -36,8 +36,8 @@ from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_memb
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS, STATE_TOPIC_SHARDS, gateway_config
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec
 from compat_tests.upgrade.scenario import RollingUpgrade
-from gateway.embedded_kafka import free_port
-from gateway.state_store import shard_of
+from gateway.ops.embedded_kafka import free_port
+from gateway.state.store import shard_of
 
 pytestmark = pytest.mark.kafka
 
@@ -208,12 +208,12 @@ def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_
     """As Kafka's own coordinator above: nothing acknowledged lost, no member fenced. While the state
     partition has no leader the gateway postpones the session and rebalance deadlines that come due, and
     answers that waited 0.5 s for the stalled append NOT_COORDINATOR, as Kafka's coordinator answers
-    while it moves (gateway/runtime.py): held longer, librdkafka's KIP-848 member timed its heartbeats
+    while it moves (gateway/groups/runtime.py): held longer, librdkafka's KIP-848 member timed its heartbeats
     out and declared itself fenced. The killed broker is also the gateway's coordinator node (the lowest
     listed): the groups' coordinator moves to the next node the cluster's metadata lists, since
     librdkafka drops nodes its Metadata does not list, and a consumer started then, told the dropped
     node again and again, was not admitted until the gateway closed that listener
-    (broker_absent_grace_s; gateway/groups.py, home_node)."""
+    (broker_absent_grace_s; gateway/groups/layer.py, home_node)."""
     gw, state_topic = cluster_gateway
     # The worst case, every time: the broker killed is also the one whose listener the gateway names as
     # the groups' coordinator (the lowest node id the cluster lists).
@@ -291,7 +291,7 @@ def test_a_java_fleet_upgraded_through_a_gateway_restarted_mid_upgrade_on_the_cl
 
 def _heartbeat(address: str, group: str, member_id: str, epoch: int, topic: str) -> Any:
     from compat_tests.harness.probe import roundtrip
-    from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+    from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
     hb: Any = ConsumerGroupHeartbeatRequest[1]  # type: ignore[misc]
     req = hb(
@@ -305,7 +305,7 @@ def _heartbeat(address: str, group: str, member_id: str, epoch: int, topic: str)
 
 def _members(address: str, group: str) -> list[str]:
     from compat_tests.harness.probe import roundtrip
-    from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+    from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
     r = roundtrip(address, ConsumerGroupDescribeRequest[0](group_ids=[group]), ConsumerGroupDescribeResponse, 0)
     (g,) = r.groups

@@ -39,8 +39,8 @@ from kafka.protocol.admin import (
 from compat_tests.harness import java
 from compat_tests.harness.admin import admin
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway import kafka_dist
-from gateway.embedded_kafka import free_port
+from gateway.ops import kafka_dist
+from gateway.ops.embedded_kafka import free_port
 
 pytestmark = pytest.mark.kafka
 

@@ -1,5 +1,5 @@
 """Gateway processes sharing the shards through an instances group on the session broker (classic
-group protocol, gateway/membership.py):
+group protocol, gateway/fleet/membership.py):
 
 - they split the shards, no shard served by both (seen from outside: a group of a shard the process does
   not own is answered NOT_COORDINATOR);
@@ -56,15 +56,15 @@ from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_memb
 from compat_tests.upgrade.endpoints import FAST_GROUP_SETTINGS
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, MemberSpec, Timeouts
 from compat_tests.upgrade.scenario import SPREAD_PRODUCER, RollingUpgrade
-from gateway.embedded_kafka import free_port
-from gateway.fleet_routes import pick
-from gateway.protocol.messages import (
+from gateway.net.routes import pick
+from gateway.ops.embedded_kafka import free_port
+from gateway.state.store import shard_of
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from gateway.state_store import shard_of
 
 pytestmark = pytest.mark.kafka
 

@@ -1,5 +1,5 @@
 """Clients of a fleet of three `groupgate serve` processes in front of the three-broker cluster (`kafka3`):
-one node table for the whole fleet (gateway/fleet_routes.py, gateway/membership.py).
+one node table for the whole fleet (gateway/net/routes.py, gateway/fleet/membership.py).
 
 - every instance answers Metadata and DescribeCluster with the same node table: each upstream broker
   keeps its node id, at the listener of the instance a rendezvous hash picks (so the brokers' traffic is
@@ -45,8 +45,8 @@ from compat_tests.harness.java import JavaTool, consumer_groups_command, verifia
 from compat_tests.harness.names import unique
 from compat_tests.harness.probe import describe_cluster_endpoints, metadata_endpoints, roundtrip
 from compat_tests.harness.tcp_proxy import RoundRobinProxy
-from gateway.fleet_routes import routes
-from gateway.membership import COORDINATOR_NODE_BASE
+from gateway.fleet.membership import COORDINATOR_NODE_BASE
+from gateway.net.routes import routes
 
 pytestmark = pytest.mark.kafka
 

@@ -40,7 +40,7 @@ from compat_tests.test_group_adoption import (
     _wait,
     _wait_committed,
 )
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 pytestmark = pytest.mark.kafka
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from gateway import codec
-from gateway.group_codec import LOCAL_API
+from gateway.wire import codec
+from gateway.wire.group_codec import LOCAL_API
 
 from .harness.probe import roundtrip, split_address
 

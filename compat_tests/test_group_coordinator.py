@@ -25,7 +25,7 @@ from compat_tests.harness.events import EventLog, ingest_verifiable_consumer
 from compat_tests.harness.gateway_proc import GatewayProcess, configured_gateway
 from compat_tests.harness.java import verifiable_consumer
 from compat_tests.harness.probe import find_coordinator_endpoints, metadata_endpoints, roundtrip
-from gateway.protocol.messages import (
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
@@ -394,7 +394,7 @@ def test_unmanaged_groups_stay_on_the_cluster_and_mixed_requests_are_merged(
 def test_api_versions_advertise_what_the_group_handlers_speak(coordinator_gateway: GatewayProcess) -> None:
     from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-    from gateway.group_codec import LOCAL_API
+    from gateway.wire.group_codec import LOCAL_API
 
     req = ApiVersionsRequest[3](client_software_name="compat", client_software_version="1")
     r = roundtrip(coordinator_gateway.bootstrap, req, ApiVersionsResponse, 3)

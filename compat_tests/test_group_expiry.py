@@ -33,8 +33,8 @@ from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.probe import _read_exact, find_coordinator_endpoints, roundtrip, split_address
 from coordinator.records.codec import decode as decode_consumer_key
-from gateway.file_store import shard_dirs
-from gateway.state_log import FileStateLog
+from gateway.state.file_store import shard_dirs
+from gateway.state.log import FileStateLog
 from translate.group_records import decode_key as decode_classic_key
 
 pytestmark = pytest.mark.kafka

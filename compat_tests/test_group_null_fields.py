@@ -21,8 +21,8 @@ import pytest
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.probe import split_address
-from gateway import codec
-from gateway import group_codec as gc
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
 
 pytestmark = pytest.mark.kafka
 

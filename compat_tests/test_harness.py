@@ -23,7 +23,7 @@ from compat_tests.harness.java import (
     verifiable_consumer,
     verifiable_producer,
 )
-from gateway.config import GatewayConfig
+from gateway.config.settings import GatewayConfig
 
 T = "t"
 

@@ -47,7 +47,7 @@ from compat_tests.harness.java import (
     verifiable_consumer,
     verifiable_producer,
 )
-from gateway.embedded_kafka import java_binary
+from gateway.ops.embedded_kafka import java_binary
 
 pytestmark = pytest.mark.kafka
 

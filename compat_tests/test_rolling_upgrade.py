@@ -33,7 +33,7 @@ from compat_tests.upgrade import endpoints, group_probe
 from compat_tests.upgrade.checks import assert_rolling_upgrade, assert_same_membership
 from compat_tests.upgrade.members import COOPERATIVE_STICKY, RANGE, MemberSpec, Timeouts
 from compat_tests.upgrade.scenario import RollingUpgrade, standard_run
-from gateway.embedded_kafka import free_port
+from gateway.ops.embedded_kafka import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -331,7 +331,7 @@ def _advertises_consumer_group_heartbeat(address: str) -> bool:
 def _join_error(address: str, topic: str) -> int:
     """Error code of a KIP-848 join (ConsumerGroupHeartbeat v0, epoch 0) sent to the group's coordinator."""
     from compat_tests.harness.probe import roundtrip
-    from gateway.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+    from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
     group = unique("kip848-probe")
     join_v0: Any = ConsumerGroupHeartbeatRequest[0]  # type: ignore[misc]

@@ -54,8 +54,8 @@ from compat_tests.harness.sasl import (
     read_response,
 )
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
-from gateway import codec
-from gateway.embedded_kafka import EmbeddedKafka
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.wire import codec
 from translate import authorizer as az
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -412,14 +412,14 @@ def test_gateway_authenticates_over_sasl_ssl(
 
 
 def test_the_gateway_reads_the_clusters_acls(sasl_kafka: EmbeddedKafka, names: Callable[[str], str]) -> None:
-    """gateway/acls.py under the gateway's own SASL principal: the ACLs the broker enforces; a principal
+    """gateway/authz/acls.py under the gateway's own SASL principal: the ACLs the broker enforces; a principal
     without DESCRIBE on the cluster is refused with the cluster's error."""
     import asyncio
 
-    from gateway.acls import AclReadError, read_snapshot
-    from gateway.config import GatewayConfig
-    from gateway.upstream import BrokerDirectory
-    from gateway.upstream_client import UpstreamClient
+    from gateway.authz.acls import AclReadError, read_snapshot
+    from gateway.config.settings import GatewayConfig
+    from gateway.net.upstream import BrokerDirectory
+    from gateway.net.upstream_client import UpstreamClient
 
     group = names("group")
     grant(sasl_kafka, (ResourceType.GROUP, group, "User:alice", AclOperation.READ))

@@ -55,11 +55,11 @@ from compat_tests.harness.sasl import (
     sasl_gateway,
     unsecured_token,
 )
-from gateway import codec
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.oauth import TokenSource, client_first_message
-from gateway.sasl_server import add_user
-from gateway.upstream import UpstreamAuthError, request_once
+from gateway.net.upstream import UpstreamAuthError, request_once
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.security.oauth import TokenSource, client_first_message
+from gateway.security.sasl_server import add_user
+from gateway.wire import codec
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

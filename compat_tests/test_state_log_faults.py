@@ -37,14 +37,14 @@ from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.gateway_proc import GatewayProcess, groupgate_binary
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway.protocol.messages import (
+from gateway.state.repair import verify
+from gateway.state.segments import _HEAD
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from gateway.state_repair import verify
-from gateway.state_segments import _HEAD
 
 pytestmark = pytest.mark.kafka
 

@@ -1,4 +1,4 @@
-"""The cluster state store (gateway/state_topic.py) against a real 3-node KRaft cluster, replication factor 3.
+"""The cluster state store (gateway/state/topic.py) against a real 3-node KRaft cluster, replication factor 3.
 
 Each test uses a topic and transactional-id prefix of its own, so they share the session's cluster safely.
 What is checked is what the runtime relies on: the topic is made and verified as configured; a shard opened
@@ -23,11 +23,11 @@ from compat_tests.harness.admin import admin, wait_for_leaders
 from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
 from coordinator import records as rec
 from coordinator.records import codec as consumer_codec
-from gateway.cli import main as cli_main
-from gateway.state_log import FileStateLog, Record, StateLogWriteFailed
-from gateway.state_store import ShardFenced, shard_of
-from gateway.state_tools import group_of_key
-from gateway.state_topic import KafkaStateStore, StateTopicMismatch, read_partition
+from gateway.ops.cli import main as cli_main
+from gateway.ops.state_cli import group_of_key
+from gateway.state.log import FileStateLog, Record, StateLogWriteFailed
+from gateway.state.store import ShardFenced, shard_of
+from gateway.state.topic import KafkaStateStore, StateTopicMismatch, read_partition
 from translate.group_records import GroupMetadataRecord, GroupMetadataValue, encode_record
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,5 +1,5 @@
 """SASL termination enforces the cluster's ACLs for the principal a client authenticated as
-(gateway/data_authz.py; docs/gateway.md, "Authorization of passed-through requests under SASL
+(gateway/authz/data.py; docs/gateway.md, "Authorization of passed-through requests under SASL
 termination"): the broker sees only the gateway's User:admin, yet alice gets what she would get from
 the broker directly, the same error codes included."""
 
@@ -29,9 +29,9 @@ from compat_tests.harness.sasl import (
     read_response,
     sasl_gateway,
 )
-from gateway import codec
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.sasl_server import add_user
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.security.sasl_server import add_user
+from gateway.wire import codec
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

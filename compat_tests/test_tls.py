@@ -33,7 +33,7 @@ from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.gateway_proc import GatewayProcess, GatewayStartError
 from compat_tests.harness.probe import split_address
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
-from gateway.embedded_kafka import BrokerTls, EmbeddedKafka
+from gateway.ops.embedded_kafka import BrokerTls, EmbeddedKafka
 
 pytestmark = pytest.mark.kafka
 

@@ -27,8 +27,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from compat_tests.harness import java
 from compat_tests.harness.probe import roundtrip
-from gateway import kafka_dist
-from gateway.embedded_kafka import java_binary
+from gateway.ops import kafka_dist
+from gateway.ops.embedded_kafka import java_binary
 
 pytestmark = pytest.mark.kafka
 

@@ -1,5 +1,5 @@
 """The gateway's metrics: counters bumped on the request paths, gauges read at scrape time, and the
-Prometheus text exposition (format 0.0.4) that ``GET /metrics`` serves (gateway/admin_http.py).
+Prometheus text exposition (format 0.0.4) that ``GET /metrics`` serves (gateway/ops/admin_http.py).
 
 The request paths only increment: a plain int attribute or ``dict[int, int]`` keyed by api key, no
 locks (one event loop), no label strings. Names, labels and escaping are produced when a scrape renders
@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coordinator.model import GroupState
 from coordinator.records import Record as ConsumerRecord
 from coordinator.records import RecordType
+from gateway.wire import codec
 from translate.classic_group import ClassicGroupState
 from translate.group_records import GroupMetadataRecord
-
-from . import codec
 
 if TYPE_CHECKING:
     import collections
 
-    from .config import GatewayConfig
-    from .limits import ConnectionLimits
-    from .runtime import CoordinatorRuntime
-    from .upstream import BrokerDirectory
+    from gateway.config.settings import GatewayConfig
+    from gateway.groups.runtime import CoordinatorRuntime
+    from gateway.net.limits import ConnectionLimits
+    from gateway.net.upstream import BrokerDirectory
 
 PREFIX = "groupgate_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -89,7 +88,7 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.connections_total = 0
-        # gateway/limits.py: refused over max.connections, accepts failed for lack of descriptors,
+        # gateway/net/limits.py: refused over max.connections, accepts failed for lack of descriptors,
         # closed idle / with a request frame incomplete too long, times the request memory budget filled.
         self.connections_refused = 0
         self.accept_errors = 0
@@ -213,7 +212,7 @@ class Exposition:
 
 
 class GatewayView(Protocol):
-    """What readiness and /metrics read of the gateway (gateway/server.py ``Gateway``): read-only."""
+    """What readiness and /metrics read of the gateway (gateway/net/server.py ``Gateway``): read-only."""
 
     @property
     def config(self) -> GatewayConfig: ...
@@ -237,7 +236,7 @@ class _Loaded(Protocol):
 
 
 class GroupsView(Protocol):
-    """What readiness and /metrics read of the group layer (gateway/groups.py ``GroupLayer``): read-only."""
+    """What readiness and /metrics read of the group layer (gateway/groups/layer.py ``GroupLayer``): read-only."""
 
     @property
     def ready(self) -> bool: ...

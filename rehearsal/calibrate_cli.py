@@ -421,8 +421,8 @@ def replay(works: Sequence[Path], seeds: int, out: Path | None, json_path: Path 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``groupgate rehearse calibrate ARGS`` (the arguments are gateway/cli.py's)."""
-    from gateway.cli import main as groupgate
+    """``groupgate rehearse calibrate ARGS`` (the arguments are gateway/ops/cli.py's)."""
+    from gateway.ops.cli import main as groupgate
 
     return groupgate(["rehearse", "calibrate", *(sys.argv[1:] if argv is None else argv)])
 

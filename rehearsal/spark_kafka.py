@@ -1,7 +1,7 @@
 """Spark's Kafka connector for `groupgate rehearse report kafka://BOOTSTRAP/TOPIC`, fetched with Maven.
 
 The connector (org.apache.spark:spark-sql-kafka-0-10_2.13 of the installed PySpark's version) is resolved
-with its runtime dependencies by the same Maven fetch as the Kafka distributions (gateway/kafka_dist.py)
+with its runtime dependencies by the same Maven fetch as the Kafka distributions (gateway/ops/kafka_dist.py)
 into ``$GROUPGATE_CACHE/spark-kafka-<version>/libs`` and handed to Spark as ``spark.jars`` when the session
 starts. Two details make that resolution work where Spark's own ``spark.jars.packages`` (Ivy) does not:
 
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gateway import kafka_dist
+from gateway.ops import kafka_dist
 
 GROUP = "org.apache.spark"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"

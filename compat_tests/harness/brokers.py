@@ -2,7 +2,7 @@
 
 Two backends share one small interface (``KafkaBackend``):
 
-- ``process``: gateway.embedded_kafka.EmbeddedKafka, a single-node KRaft broker run from the Maven Central
+- ``process``: gateway.ops.embedded_kafka.EmbeddedKafka, a single-node KRaft broker run from the Maven Central
   jars on 127.0.0.1. Needs only Java; this is what CI runs.
 - ``testcontainers``: the official ``apache/kafka`` image in KRaft combined mode, plus (on request) the
   gateway image built from docker/Dockerfile on the same Docker network. Needs a reachable Docker engine;
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.embedded_kafka import EmbeddedKafka, free_port, new_cluster_id
+from gateway.ops.embedded_kafka import EmbeddedKafka, free_port, new_cluster_id
 
 KAFKA_IMAGE = "apache/kafka:4.3.1"
 GATEWAY_IMAGE_TAG = "groupgate:compat"
@@ -51,7 +51,7 @@ class KafkaBackend(Protocol):
 
 @dataclass
 class ProcessBackend:
-    """A single-node KRaft broker as a child JVM (see gateway.embedded_kafka)."""
+    """A single-node KRaft broker as a child JVM (see gateway.ops.embedded_kafka)."""
 
     overrides: dict[str, str] = field(default_factory=dict)
     name: str = "process"
@@ -173,7 +173,7 @@ class ContainerBackend:
     def start_gateway(self, image_tag: str = GATEWAY_IMAGE_TAG, timeout_s: float = 60.0) -> str:
         """Run the gateway image against this broker; returns the bootstrap clients on the host use.
 
-        The gateway serves its bootstrap port P and broker node N on P + 1 + N (gateway.config), and tells
+        The gateway serves its bootstrap port P and broker node N on P + 1 + N (gateway.config.settings), and tells
         clients those very ports; so the container publishes P..P+GATEWAY_PORT_SPAN-1 one to one on the host.
         """
         from testcontainers.core.container import DockerContainer

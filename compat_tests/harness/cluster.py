@@ -1,6 +1,6 @@
 """A 3-node Apache Kafka cluster on loopback: three combined broker+controller KRaft nodes, three voters.
 
-Each node is a gateway.embedded_kafka.EmbeddedKafka (the Maven Central jars, a child JVM) with its own
+Each node is a gateway.ops.embedded_kafka.EmbeddedKafka (the Maven Central jars, a child JVM) with its own
 data directory and fixed ports, all formatted with one cluster id, so a node can be SIGKILLed and started
 again on the same addresses and storage. Internal topics are replicated 3 ways with min.insync.replicas 2,
 as a production cluster would be; the failure-detection timeouts are shortened so that leadership moves
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from gateway.embedded_kafka import READY_TIMEOUT_S, EmbeddedKafka, free_port, new_cluster_id
+from gateway.ops.embedded_kafka import READY_TIMEOUT_S, EmbeddedKafka, free_port, new_cluster_id
 
 NODES = 3
 HEAP = "384m"

@@ -36,8 +36,8 @@ from typing import Any
 import confluent_kafka
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from gateway import codec
-from gateway.frames import read_uvarint, write_uvarint
+from gateway.wire import codec
+from gateway.wire.frames import read_uvarint, write_uvarint
 
 from .clients import ConfluentConsumer, values
 from .events import EventLog, ProducedRecord

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway import kafka_dist
-from gateway.embedded_kafka import java_binary
+from gateway.ops import kafka_dist
+from gateway.ops.embedded_kafka import java_binary
 
 # Distributions ship more than one slf4j binding (log4j/reload4j besides slf4j-simple); keeping only
 # slf4j-simple gives one predictable logger that -Dorg.slf4j.simpleLogger.* configures.

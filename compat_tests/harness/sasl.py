@@ -4,7 +4,7 @@ The broker (``sasl_kafka`` fixture) has a SASL_PLAINTEXT listener with PLAIN, SC
 OAUTHBEARER (Kafka's unsecured token validator: tokens with alg "none", checked for exp and sub), the
 StandardAuthorizer, ``super.users`` = User:admin and ``allow.everyone.if.no.acl.found=false``. Its
 PLAINTEXT listener is the harness's administrative channel (User:ANONYMOUS is a super user there, see
-gateway.embedded_kafka.BrokerSasl); tests create topics and ACLs through it and hand clients only the
+gateway.ops.embedded_kafka.BrokerSasl); tests create topics and ACLs through it and hand clients only the
 SASL listener (directly) or the gateway in front of it.
 
 Also what the SASL suites share: the gateway in front of that broker, ACLs granted and revoked (waiting
@@ -45,10 +45,10 @@ from compat_tests.harness.java import (
     verifiable_consumer,
     verifiable_producer,
 )
-from gateway import codec
+from gateway.wire import codec
 
 if TYPE_CHECKING:
-    from gateway.embedded_kafka import EmbeddedKafka
+    from gateway.ops.embedded_kafka import EmbeddedKafka
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
@@ -135,7 +135,7 @@ class SaslSession:
         assert auth.error_code == 0, auth
 
     def call(self, api_key: int, version: int, msg: Any) -> Any:
-        from gateway import codec
+        from gateway.wire import codec
 
         self.corr += 1
         msg.with_header(correlation_id=self.corr, client_id=self.client_id)

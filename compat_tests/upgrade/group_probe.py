@@ -21,7 +21,7 @@ from kafka.protocol.admin import (
 )
 
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 TP = tuple[str, int]
 RETRIABLE = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR

@@ -1,8 +1,8 @@
 """A synthetic KIP-848 load: many members, each on its own connection, joining one group and then
 heartbeating as fast as the coordinator answers (one request in flight per member), for a fixed time.
 
-Requests are built and read with the gateway's own codec (gateway.codec, the ConsumerGroupHeartbeat
-schema of gateway.protocol); the same generator runs against a Kafka broker and against the gateway, so
+Requests are built and read with the gateway's own codec (gateway.wire.codec, the ConsumerGroupHeartbeat
+schema of gateway.wire.protocol); the same generator runs against a Kafka broker and against the gateway, so
 their figures compare like for like. Members acknowledge whatever assignment they are given on their
 next heartbeat, as a client that revokes and assigns instantly would (KIP-848 "Reconciliation").
 """
@@ -19,8 +19,8 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from compat_tests.harness.probe import roundtrip, split_address
-from gateway import codec
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.wire import codec
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 
 CONSUMER_GROUP_HEARTBEAT = 68
 UNKNOWN_MEMBER_ID = 25

@@ -22,7 +22,7 @@ G = "grp"
 def _classpath() -> str:
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK (javac/java) on PATH")
-    from gateway import kafka_dist
+    from gateway.ops import kafka_dist
 
     dist = kafka_dist.broker()
     if not dist.is_fetched():

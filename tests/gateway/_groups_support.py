@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import codec, frames
-from gateway.config import GatewayConfig
-from gateway.limits import ConnectionLimits
+from gateway.config.settings import GatewayConfig
 from gateway.metrics import GatewayMetrics
-from gateway.refusals import RefusalLog
-from gateway.upstream import BrokerDirectory
+from gateway.net.limits import ConnectionLimits
+from gateway.net.refusals import RefusalLog
+from gateway.net.upstream import BrokerDirectory
+from gateway.wire import codec, frames
 
 HOME_NODE = 1
 HOME_ADDR = ("127.0.0.1", 19093)

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.config import GatewayConfig
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.runner import GatewayThread
+from gateway.config.settings import GatewayConfig
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.ops.runner import GatewayThread
 
 
 def _no_java_reason() -> str | None:

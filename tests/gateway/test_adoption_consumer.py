@@ -1,4 +1,4 @@
-"""Adopting a live KIP-848 group (gateway/adoption.py): heartbeats of members the gateway does not know."""
+"""Adopting a live KIP-848 group (gateway/groups/adoption.py): heartbeats of members the gateway does not know."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
-from gateway import codec
-from gateway import group_codec as gc
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
-from gateway.upstream import UpstreamError
+from gateway.net.upstream import UpstreamError
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 
 from ._groups_support import call
 from .test_groups_layer import started

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.config import load_config
-from gateway.coordinator_settings import CoordinatorSettings
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.config.settings import load_config
 
 
 def test_kafka_defaults_reach_the_coordinator_config() -> None:

@@ -23,9 +23,9 @@ from coordinator.assignors.uniform import UniformAssignor
 from coordinator.config import CoordinatorConfig
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.model import Assignment
-from gateway.file_store import FileStateStore
-from gateway.runtime import CoordinatorRuntime
-from gateway.state_store import shard_of
+from gateway.groups.runtime import CoordinatorRuntime
+from gateway.state.file_store import FileStateStore
+from gateway.state.store import shard_of
 from translate.group_service import GroupService
 
 TOPIC = ("t", uuid.UUID(int=7), 6)

@@ -9,7 +9,7 @@ import time
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
 
-from gateway import codec
+from gateway.wire import codec
 
 from . import wire
 

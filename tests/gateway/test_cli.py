@@ -18,7 +18,7 @@ from . import _exposition, wire
 
 def _serve(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", *args],
+        [sys.executable, "-m", "gateway.ops.cli", "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,7 +49,7 @@ def test_state_kept_in_the_cluster_and_a_state_dir_at_once_is_an_invalid_configu
 
 
 def test_where_group_state_is_kept_by_default():
-    from gateway.coordinator_settings import CoordinatorSettings
+    from gateway.config.coordinator import CoordinatorSettings
 
     # What serve and dev run with: the cluster's state topic unless told otherwise.
     assert CoordinatorSettings().with_default_store().effective_state_store == "kafka"
@@ -145,9 +145,9 @@ def test_serve_with_metrics_listen_reports_the_requests_it_serves(kafka_broker):
 
 
 def test_dev_takes_the_embedded_brokers_initial_rebalance_delay_unless_configured():
-    from gateway.cli import follow_embedded_broker
-    from gateway.config import load_config
-    from gateway.embedded_kafka import EmbeddedKafka
+    from gateway.config.settings import load_config
+    from gateway.ops.cli import follow_embedded_broker
+    from gateway.ops.embedded_kafka import EmbeddedKafka
 
     broker = EmbeddedKafka()
     assert broker.setting("group.initial.rebalance.delay.ms") == "0"

@@ -1,4 +1,4 @@
-"""gateway/cluster_group_configs.py without a cluster: which DescribeConfigs values count, and the
+"""gateway/groups/cluster_configs.py without a cluster: which DescribeConfigs values count, and the
 precedence of the gateway's own group_configs over the cluster's."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from coordinator.config import CoordinatorConfig
-from gateway.cluster_group_configs import GROUP_CONFIG_SOURCE, ClusterGroupConfigs, cluster_values, effective
-from gateway.coordinator_settings import CoordinatorSettings
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups.cluster_configs import GROUP_CONFIG_SOURCE, ClusterGroupConfigs, cluster_values, effective
 
 DEFAULT_CONFIG_SOURCE = 5
 

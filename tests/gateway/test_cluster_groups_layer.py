@@ -13,14 +13,14 @@ from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest
 
-from gateway import codec
-from gateway import group_codec as gc
-from gateway.protocol.messages import (
+from gateway.net.upstream import UpstreamError
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
 )
-from gateway.upstream import UpstreamError
 
 from ._groups_support import StubConnection, call
 from .test_groups_layer import started
@@ -391,7 +391,7 @@ async def test_a_streams_member_takes_over_an_empty_classic_group_and_is_refused
 
 
 async def test_in_a_fleet_each_node_lists_the_groups_it_coordinates() -> None:
-    """Several instances (gateway/group_handlers.py list_groups): the coordinator node (the bootstrap
+    """Several instances (gateway/groups/handlers.py list_groups): the coordinator node (the bootstrap
     listener) lists the managed groups of the shards held here, offsets-only ones from every broker too;
     a broker's node lists that broker's groups except the managed ids."""
     layer = await started(managed_groups="app-.*", **{"state.topic.num.partitions": 1})

@@ -1,7 +1,7 @@
 import uuid
 
-from gateway import codec
-from gateway.protocol.messages import (
+from gateway.wire import codec
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,

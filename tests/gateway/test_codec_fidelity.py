@@ -8,7 +8,7 @@ from kafka import KafkaProducer
 from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 
-from gateway import codec
+from gateway.wire import codec
 
 from . import wire
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from gateway.config import GatewayConfig, PortMappingError, load_config, parse_host_port
+from gateway.config.settings import GatewayConfig, PortMappingError, load_config, parse_host_port
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):

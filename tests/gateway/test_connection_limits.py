@@ -17,13 +17,13 @@ from kafka import KafkaProducer
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from gateway.admin_http import MAX_CONNECTIONS, AdminServer
-from gateway.config import GatewayConfig
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.limits import connection_cap
+from gateway.config.settings import GatewayConfig
 from gateway.metrics import Health
-from gateway.runner import GatewayThread
-from gateway.server import Gateway
+from gateway.net.limits import connection_cap
+from gateway.net.server import Gateway
+from gateway.ops.admin_http import MAX_CONNECTIONS, AdminServer
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.ops.runner import GatewayThread
 
 from . import wire
 from ._groups_support import StubGateway

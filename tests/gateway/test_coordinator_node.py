@@ -15,10 +15,10 @@ from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.consumer.group import JoinGroupRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import group_codec as gc
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.groups import GroupLayer
-from gateway.rewrite import Broker
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups.layer import GroupLayer
+from gateway.net.rewrite import Broker
+from gateway.wire import group_codec as gc
 
 from ._groups_support import StubConnection, StubGateway, call
 

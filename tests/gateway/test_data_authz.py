@@ -1,4 +1,4 @@
-"""The checks a terminating gateway makes on passed-through requests (gateway/data_authz.py), on ACL
+"""The checks a terminating gateway makes on passed-through requests (gateway/authz/data.py), on ACL
 snapshots set by hand: allowed, refused, super users, requests mixing allowed and refused topics."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 
 from coordinator.errors import Errors
-from gateway import codec, frames
-from gateway.acls import AclCache
-from gateway.data_authz import DataAuthorizer, Verdict
-from gateway.group_authz import GroupAuthorizer
+from gateway.authz.acls import AclCache
+from gateway.authz.data import DataAuthorizer, Verdict
+from gateway.authz.groups import GroupAuthorizer
+from gateway.wire import codec, frames
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
 
 TOPIC_AUTHORIZATION_FAILED = Errors.TOPIC_AUTHORIZATION_FAILED
@@ -110,7 +110,7 @@ def test_produce_mixing_topics_forwards_the_allowed_part_and_merges_the_refusal(
 
 
 def _with_code(_cls: Any, msg: Any, code: int) -> Any:
-    from gateway.unreachable import partition_errors
+    from gateway.net.unreachable import partition_errors
     return partition_errors(codec.PRODUCE, 9, msg, code)
 
 
@@ -291,7 +291,7 @@ GROUP_ACL = allow(ResourceType.GROUP, "g", Operation.READ)
 
 
 def test_offset_fetch_of_a_passed_through_group_checks_its_topics() -> None:
-    from gateway import group_codec as gc
+    from gateway.wire import group_codec as gc
     cls = codec.REQUESTS[gc.OFFSET_FETCH]
     authz = authorizer(*ACLS, GROUP_ACL)
 
@@ -310,7 +310,7 @@ def test_offset_fetch_of_a_passed_through_group_checks_its_topics() -> None:
 
 
 def test_offset_commit_by_topic_id_is_checked_by_name() -> None:
-    from gateway import group_codec as gc
+    from gateway.wire import group_codec as gc
     cls = codec.REQUESTS[gc.OFFSET_COMMIT]
     tcls = cls.OffsetCommitRequestTopic
     pcls = tcls.OffsetCommitRequestPartition
@@ -324,7 +324,7 @@ def test_offset_commit_by_topic_id_is_checked_by_name() -> None:
 
 
 def test_consumer_group_describe_passed_through_hides_groups_assigned_refused_topics() -> None:
-    from gateway import group_codec as gc
+    from gateway.wire import group_codec as gc
     authz = authorizer(*ACLS, allow(ResourceType.GROUP, "g", Operation.DESCRIBE))
     req = codec.REQUESTS[gc.CONSUMER_GROUP_DESCRIBE][0](group_ids=["g"], include_authorized_operations=True)
     v = authz.check(ALICE, HOST, gc.CONSUMER_GROUP_DESCRIBE, 0, framed(69, 0, req))
@@ -351,7 +351,7 @@ def test_consumer_group_describe_passed_through_hides_groups_assigned_refused_to
 
 
 def test_describe_groups_passed_through_reports_the_clients_operations() -> None:
-    from gateway import group_codec as gc
+    from gateway.wire import group_codec as gc
     authz = authorizer(*ACLS, allow(ResourceType.GROUP, "g", Operation.READ))
     req = codec.REQUESTS[gc.DESCRIBE_GROUPS][5](groups=["g"], include_authorized_operations=True)
     v = authz.check(ALICE, HOST, gc.DESCRIBE_GROUPS, 5, framed(15, 5, req))

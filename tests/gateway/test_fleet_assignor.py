@@ -1,4 +1,4 @@
-"""The fleet's shard assignor (gateway/fleet_assignor.py): balanced, sticky, deterministic, and never a
+"""The fleet's shard assignor (gateway/fleet/assignor.py): balanced, sticky, deterministic, and never a
 shard given to one instance while another still holds it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.fleet_assignor import FleetAssignment, MemberClaim, assign
+from gateway.fleet.assignor import FleetAssignment, MemberClaim, assign
 
 
 def _converge(shards: int, held: dict[str, set[int]], epochs: dict[str, int], rounds: int = 6) -> list[dict[str, set[int]]]:

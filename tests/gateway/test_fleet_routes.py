@@ -1,6 +1,6 @@
-"""The brokers' routing over a fleet's instances (gateway/fleet_routes.py), the table it reads (the
-assignment's listener rules, gateway/fleet_assignor.py) and the node table every instance answers with
-(gateway/membership.py, gateway/rewrite.py)."""
+"""The brokers' routing over a fleet's instances (gateway/net/routes.py), the table it reads (the
+assignment's listener rules, gateway/fleet/assignor.py) and the node table every instance answers with
+(gateway/fleet/membership.py, gateway/net/rewrite.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import codec, rewrite
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.fleet_assignor import FleetAssignment, MemberClaim, assign
-from gateway.fleet_routes import ListenerRule, pick, routes
-from gateway.membership import COORDINATOR_NODE_BASE, FleetMembership
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.fleet.assignor import FleetAssignment, MemberClaim, assign
+from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership
+from gateway.net import rewrite
+from gateway.net.routes import ListenerRule, pick, routes
+from gateway.wire import codec
 
 BROKERS = list(range(1, 13))
 INSTANCES = [f"10.0.0.{i}:9092" for i in range(1, 6)]

@@ -4,7 +4,7 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from gateway import codec, frames
+from gateway.wire import codec, frames
 
 
 def _request_frame(msg, version: int, corr: int = 3, client_id: str | None = "cli") -> bytes:

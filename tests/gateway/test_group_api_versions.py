@@ -12,9 +12,9 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from structlog.testing import capture_logs
 
-from gateway import frames
-from gateway import group_codec as gc
-from gateway.groups import GroupLayer
+from gateway.groups.layer import GroupLayer
+from gateway.wire import frames
+from gateway.wire import group_codec as gc
 
 from ._groups_support import StubGateway, call, request_payload
 from .test_groups_layer import STALE_MEMBER_EPOCH, _join_consumer_member, settings, started

@@ -1,4 +1,4 @@
-"""Authorization in the group layer (gateway/group_authz.py) without a broker: ACL snapshots set by hand.
+"""Authorization in the group layer (gateway/authz/groups.py) without a broker: ACL snapshots set by hand.
 
 The upstream is unreachable (tests/gateway/_groups_support.py) and every read of the cluster's ACLs is
 refused (a stub client): a denial's confirming read keeps the snapshot the test set, and without one
@@ -17,11 +17,11 @@ from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import group_codec as gc
-from gateway.config import GatewayConfig
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.groups import GroupLayer
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.config.settings import GatewayConfig
+from gateway.groups.layer import GroupLayer
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
 
 from ._groups_support import StubConnection, StubGateway, call
@@ -204,7 +204,7 @@ def test_settings_take_kafkas_names_and_default_to_sasl_listeners() -> None:
     assert GatewayConfig.model_validate({"upstream": "h:1", "authorization": "on"}).authorizes()
     terminating = {"upstream": "h:1", "listener_security_protocol": "SASL_PLAINTEXT", "listener_sasl_mode": "terminate",
                    "listener_sasl_credentials_file": "users.json"}
-    # Termination authorizes by default (gateway/data_authz.py), needing no acceptance of the gateway's rights.
+    # Termination authorizes by default (gateway/authz/data.py), needing no acceptance of the gateway's rights.
     assert GatewayConfig.model_validate(terminating).authorizes()
     assert GatewayConfig.model_validate({**terminating, "authorization": "on"}).authorizes()
     with pytest.raises(ValueError, match="listener_sasl_terminate_grants_gateway_rights"):
@@ -245,7 +245,7 @@ async def test_offset_fetch_without_describe_on_the_group_is_refused_in_the_vers
 
 
 async def test_consumer_group_describe_hides_groups_with_topics_that_may_not_be_described() -> None:
-    from gateway.protocol.messages import ConsumerGroupDescribeRequest
+    from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest
 
     layer = await started(acl(ResourceType.GROUP, "g", "User:bob", Operation.DESCRIBE))
     try:
@@ -292,8 +292,8 @@ class _StubAcls:
 async def test_a_cluster_without_an_authorizer_allows_everything_and_reads_are_coalesced() -> None:
     import asyncio
 
-    from gateway.acls import AclCache
-    from gateway.group_authz import GroupAuthorizer
+    from gateway.authz.acls import AclCache
+    from gateway.authz.groups import GroupAuthorizer
     from translate.authorizer import ResourceType as Rt
 
     client = _StubAcls(error_code=54)  # SECURITY_DISABLED: the brokers run no authorizer
@@ -310,7 +310,7 @@ async def test_a_cluster_without_an_authorizer_allows_everything_and_reads_are_c
 
 
 async def test_a_failed_read_keeps_the_last_snapshot() -> None:
-    from gateway.acls import AclCache
+    from gateway.authz.acls import AclCache
 
     client = _StubAcls(error_code=31)  # CLUSTER_AUTHORIZATION_FAILED: the gateway may not list ACLs
     cache = AclCache(client)  # type: ignore[arg-type]
@@ -321,7 +321,7 @@ async def test_a_failed_read_keeps_the_last_snapshot() -> None:
 
 
 async def test_strict_mode_refuses_clients_known_by_certificate_only() -> None:
-    from gateway.group_authz import GroupAuthorizer
+    from gateway.authz.groups import GroupAuthorizer
 
     layer = await started(acl(ResourceType.GROUP, "g", "User:ANONYMOUS", Operation.READ))
     try:

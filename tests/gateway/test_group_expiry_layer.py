@@ -12,11 +12,11 @@ from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from pydantic import ValidationError
 
-from gateway import group_codec as gc
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.file_store import shard_dirs
-from gateway.groups import GroupLayer
-from gateway.state_log import FileStateLog
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups.layer import GroupLayer
+from gateway.state.file_store import shard_dirs
+from gateway.state.log import FileStateLog
+from gateway.wire import group_codec as gc
 from translate.group_records import decode_key
 
 from ._groups_support import StubGateway, call

@@ -12,10 +12,10 @@ from typing import Any
 
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
-from gateway import group_codec as gc
-from gateway.groups import GroupLayer
-from gateway.metadata_watch import TopicImage
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.groups.layer import GroupLayer
+from gateway.groups.metadata_watch import TopicImage
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.embedded import ConsumerProtocolSubscription, decode_assignment, encode_subscription
 
 from ._groups_support import StubGateway, call

@@ -11,12 +11,13 @@ from pydantic import ValidationError
 
 from coordinator.describe import DescribedGroup, DescribedMember, DescribedTopicPartitions
 from coordinator.messages import ConsumerGroupHeartbeatResponse, TopicPartitions
-from gateway import codec, rewrite
-from gateway import group_codec as gc
-from gateway.config import load_config
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.protocol.messages import ConsumerGroupDescribeResponse
-from gateway.protocol.messages import ConsumerGroupHeartbeatResponse as WireHb
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.config.settings import load_config
+from gateway.net import rewrite
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupDescribeResponse
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatResponse as WireHb
 from translate.classic_messages import JoinGroupResponse, LeaveGroupResponse, MemberResponse
 from translate.group_messages import ConsumerGroupDescribeResponse as DescribeDc
 

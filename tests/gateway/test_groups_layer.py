@@ -23,11 +23,12 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import codec, frames, state_repair
-from gateway import group_codec as gc
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.groups import GroupLayer
-from gateway.protocol.messages import (
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups.layer import GroupLayer
+from gateway.state import repair as state_repair
+from gateway.wire import codec, frames
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
@@ -342,7 +343,7 @@ def _fail_log_writes(monkeypatch: pytest.MonkeyPatch, layer: GroupLayer, how: st
     """Make the state log's next write short and then ENOSPC (``write``), or its fsync EIO (``fsync``)."""
     import errno
 
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     real_write, real_fsync = mod.os.write, mod.os.fsync
     fd = layer.runtime.shards[0].log._fd  # type: ignore[union-attr]

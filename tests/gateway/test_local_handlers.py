@@ -8,10 +8,10 @@ import struct
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from gateway import codec
-from gateway.config import GatewayConfig
-from gateway.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
-from gateway.runner import GatewayThread
+from gateway.config.settings import GatewayConfig
+from gateway.ops.runner import GatewayThread
+from gateway.wire import codec
+from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 from . import wire
 

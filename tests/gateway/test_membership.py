@@ -1,4 +1,4 @@
-"""The instances group's callbacks (gateway/membership.py) on a real runtime, without a cluster: what an
+"""The instances group's callbacks (gateway/fleet/membership.py) on a real runtime, without a cluster: what an
 assignment hands over and takes over, the rejoin after a handover, a lost membership, and the coordinator
 node every instance names for a shard."""
 
@@ -11,11 +11,11 @@ from typing import Any
 from aiokafka import TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from gateway import group_codec as gc
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.fleet_assignor import FleetAssignment, MemberClaim
-from gateway.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor
-from gateway.runtime import CoordinatorRuntime
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.fleet.assignor import FleetAssignment, MemberClaim
+from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor
+from gateway.groups.runtime import CoordinatorRuntime
+from gateway.wire import group_codec as gc
 
 from ._groups_support import call
 from .test_groups_layer import started

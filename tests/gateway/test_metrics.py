@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
-from gateway import group_codec as gc
-from gateway.admin_http import MAX_HEAD_BYTES, AdminServer
-from gateway.config import GatewayConfig
-from gateway.connection import ClientConnection, UpstreamLink
-from gateway.groups import GroupLayer
+from gateway.config.settings import GatewayConfig
+from gateway.groups.layer import GroupLayer
 from gateway.metrics import Health
-from gateway.rewrite import Broker
-from gateway.server import Gateway
-from gateway.upstream import UpstreamError
+from gateway.net.connection import ClientConnection, UpstreamLink
+from gateway.net.rewrite import Broker
+from gateway.net.server import Gateway
+from gateway.net.upstream import UpstreamError
+from gateway.ops.admin_http import MAX_HEAD_BYTES, AdminServer
+from gateway.wire import group_codec as gc
 
 from . import _exposition
 from ._groups_support import StubGateway, call

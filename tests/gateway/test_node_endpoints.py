@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from gateway import codec, frames, node_endpoints
+from gateway.net import node_endpoints
+from gateway.wire import codec, frames
 
 UPSTREAM_HOST = "10.9.8.7"
 GATEWAY = {1: ("gw.example", 19001), 2: ("gw.example", 19002)}
@@ -163,10 +164,10 @@ class _Transport:
 
 
 def _connection():
-    from gateway.config import GatewayConfig
-    from gateway.connection import ClientConnection, UpstreamLink
-    from gateway.rewrite import Broker
-    from gateway.server import Gateway
+    from gateway.config.settings import GatewayConfig
+    from gateway.net.connection import ClientConnection, UpstreamLink
+    from gateway.net.rewrite import Broker
+    from gateway.net.server import Gateway
 
     gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=19000))
     gw.directory.brokers = {1: Broker(1, UPSTREAM_HOST, 9093, None)}

@@ -15,9 +15,9 @@ import jwt
 import pytest
 from pydantic import ValidationError
 
-from gateway.config import GatewayConfig
-from gateway.oauth import TokenSource, TokenUnavailable, client_first_message, oauthbearer_token
-from gateway.sasl import ClientSasl, principal_of
+from gateway.config.settings import GatewayConfig
+from gateway.security.oauth import TokenSource, TokenUnavailable, client_first_message, oauthbearer_token
+from gateway.security.sasl import ClientSasl, principal_of
 from tests.gateway.test_sasl import answer, auth, handshake_ok
 
 METADATA = 3

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 
-from gateway import codec
+from gateway.wire import codec
 
 from . import wire
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gateway import group_codec as gc
-from gateway.cli import _flags, build_parser
-from gateway.config import load_config
-from gateway.groups import GroupLayer
-from gateway.protocol.messages import ConsumerGroupHeartbeatRequest
+from gateway.config.settings import load_config
+from gateway.groups.layer import GroupLayer
+from gateway.ops.cli import _flags, build_parser
+from gateway.wire import group_codec as gc
+from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from rehearsal import oracle
 from rehearsal.events import read_events, validate_logs
 
@@ -135,7 +135,7 @@ async def test_reopen_continues_in_a_new_file_after_rotation(tmp_path: Path) -> 
 
 
 def test_kafka_uri_is_parsed_and_checked() -> None:
-    from gateway.rebalance_log import parse_kafka_uri
+    from gateway.groups.rebalance_log import parse_kafka_uri
 
     assert parse_kafka_uri("kafka://a:9092,b:9092/events") == ("a:9092,b:9092", "events")
     for bad in ("kafka://a:9092", "kafka:///events", "kafka://a:9092/x/y", "file:///tmp/x"):
@@ -148,7 +148,7 @@ def test_an_unreachable_topic_never_blocks_the_writer_and_counts_what_it_drops()
     fills; every put returns at once and each line beyond the queue's limit is counted as dropped."""
     import socket
 
-    from gateway.rebalance_log import KafkaEventSink
+    from gateway.groups.rebalance_log import KafkaEventSink
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,7 +167,7 @@ def test_an_unreachable_topic_never_blocks_the_writer_and_counts_what_it_drops()
 def test_a_malformed_kafka_uri_is_a_settings_error() -> None:
     from pydantic import ValidationError
 
-    from gateway.coordinator_settings import CoordinatorSettings
+    from gateway.config.coordinator import CoordinatorSettings
 
     assert CoordinatorSettings(rebalance_events="kafka://h:9092/t", ephemeral_state=True).rebalance_events
     with pytest.raises(ValidationError, match="kafka://BOOTSTRAP/TOPIC"):

@@ -6,7 +6,7 @@ import struct
 
 from structlog.testing import capture_logs
 
-from gateway.refusals import RefusalLog, client_id_of
+from gateway.net.refusals import RefusalLog, client_id_of
 
 
 def _frame(api_key: int, version: int, client_id: str | None) -> bytes:

@@ -2,7 +2,8 @@ import pytest
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
-from gateway import codec, rewrite
+from gateway.net import rewrite
+from gateway.wire import codec
 
 UPSTREAM_HOST = "10.9.8.7"
 GATEWAY = {1: ("gw.example", 19001), 2: ("gw.example", 19002)}
@@ -325,8 +326,8 @@ def test_the_narrowing_names_capped_and_withheld_apis():
 def test_each_narrowing_is_logged_once_with_its_reason():
     from structlog.testing import capture_logs
 
-    from gateway.config import GatewayConfig
-    from gateway.upstream import BrokerDirectory
+    from gateway.config.settings import GatewayConfig
+    from gateway.net.upstream import BrokerDirectory
 
     directory = BrokerDirectory(GatewayConfig(upstream="127.0.0.1:1", listen_port=0))
     out = rewrite.rewrite_api_versions(_with_features(3, {**TXN_APIS, 0: (3, 11)}, CLUSTER_FEATURES), 3, {})

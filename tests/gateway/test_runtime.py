@@ -1,4 +1,4 @@
-"""The coordinator runtime's shards (gateway/runtime.py): placement, isolation of a failing shard, fencing."""
+"""The coordinator runtime's shards (gateway/groups/runtime.py): placement, isolation of a failing shard, fencing."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.records.codec import group_of_key
-from gateway import group_codec as gc
-from gateway.file_store import FileStateStore, shard_dir
-from gateway.groups import GroupLayer
-from gateway.runtime import CoordinatorRuntime, ShardUnloaded
-from gateway.state_log import FileStateLog, Record
-from gateway.state_store import ShardFenced, shard_of
+from gateway.groups.layer import GroupLayer
+from gateway.groups.runtime import CoordinatorRuntime, ShardUnloaded
+from gateway.state.file_store import FileStateStore, shard_dir
+from gateway.state.log import FileStateLog, Record
+from gateway.state.store import ShardFenced, shard_of
+from gateway.wire import group_codec as gc
 from translate.group_service import GroupService
 
 from ._groups_support import call
@@ -86,7 +86,7 @@ async def test_a_groups_records_go_to_its_shards_log_only(tmp_path: Path) -> Non
 
 
 def _fail_writes_of(monkeypatch: pytest.MonkeyPatch, fd: int) -> list[int]:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     real_write = mod.os.write
     calls: list[int] = []
@@ -153,7 +153,7 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
 
 
 class _FencingLog:
-    """A ShardLog (gateway/state_store.py) whose owner was fenced once ``fence`` is set."""
+    """A ShardLog (gateway/state/store.py) whose owner was fenced once ``fence`` is set."""
 
     def __init__(self, shard: int, records: list[Record]) -> None:
         self.shard = shard
@@ -237,7 +237,7 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
     """A paused process (its loop stood still past the stall threshold) writes an owner marker to each
     shard it holds before serving again: the shard a newer owner fenced meanwhile is unloaded instead of
     answering a heartbeat from its stale memory; the others prove their ownership and serve on."""
-    from gateway.state_store import OWNER_MARKER_KEY
+    from gateway.state.store import OWNER_MARKER_KEY
 
     store = _Store(3)
     runtime = CoordinatorRuntime(3, new_service=GroupService, store=store)  # type: ignore[arg-type]
@@ -265,7 +265,7 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
 
 
 def test_the_shard_count_setting_takes_kafkas_name_and_defaults_to_50() -> None:
-    from gateway.coordinator_settings import CoordinatorSettings
+    from gateway.config.coordinator import CoordinatorSettings
 
     assert CoordinatorSettings().state_topic_num_partitions == 50
     assert CoordinatorSettings.model_validate({"state.topic.num.partitions": 7}).state_topic_num_partitions == 7
@@ -280,8 +280,8 @@ def test_the_runtime_refuses_a_store_of_another_shard_count(tmp_path: Path) -> N
 
 async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``claims`` decodes to decide (a managed_groups pattern) and hands its decode to the handler."""
-    from gateway import codec, frames
-    from gateway.groups import Decoded
+    from gateway.groups.layer import Decoded
+    from gateway.wire import codec, frames
 
     from ._groups_support import StubConnection, request_payload
 
@@ -374,7 +374,7 @@ async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() ->
     is answered ShardStalled (NOT_COORDINATOR: the client retries, as it does while Kafka's coordinator
     moves) once the bound passes, instead of hanging until the client times it out; the shard stays
     loaded, and the write, once it completes, leaves the change in place."""
-    from gateway.runtime import ShardStalled
+    from gateway.groups.runtime import ShardStalled
 
     flowing = asyncio.Event()
     flowing.set()

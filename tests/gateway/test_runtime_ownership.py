@@ -1,4 +1,4 @@
-"""The runtime serving only the shards its instance owns in a fleet (gateway/runtime.py acquire/release):
+"""The runtime serving only the shards its instance owns in a fleet (gateway/groups/runtime.py acquire/release):
 NOT_COORDINATOR for the others, served only once loaded, drained and flushed before it is released."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import HeartbeatRequest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
-from gateway import group_codec as gc
-from gateway.runtime import NOT_OWNED, CoordinatorRuntime, ShardUnloaded
-from gateway.state_log import Record
+from gateway.groups.runtime import NOT_OWNED, CoordinatorRuntime, ShardUnloaded
+from gateway.state.log import Record
+from gateway.wire import group_codec as gc
 from translate.group_service import GroupService
 
 from ._groups_support import call

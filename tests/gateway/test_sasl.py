@@ -1,4 +1,4 @@
-"""gateway.sasl: the client-side SASL states the gateway enforces, principals, and the SASL settings."""
+"""gateway.security.sasl: the client-side SASL states the gateway enforces, principals, and the SASL settings."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from kafka.protocol.sasl import (
 )
 from pydantic import ValidationError
 
-from gateway import codec
-from gateway.config import GatewayConfig
-from gateway.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, ClientSasl, principal_of
+from gateway.config.settings import GatewayConfig
+from gateway.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, ClientSasl, principal_of
+from gateway.wire import codec
 
 JOIN_GROUP = 11
 METADATA = 3
@@ -190,7 +190,7 @@ def test_inconsistent_sasl_settings_are_refused(settings: dict[str, object]) -> 
 
 
 def test_an_unreadable_password_file_is_an_upstream_auth_error(tmp_path: pytest.TempPathFactory) -> None:
-    from gateway.upstream import UpstreamAuthError, upstream_credentials
+    from gateway.net.upstream import UpstreamAuthError, upstream_credentials
 
     f = tmp_path / "pw"  # type: ignore[operator]
     f.write_text("x")

@@ -1,4 +1,4 @@
-"""gateway.sasl_server: the gateway authenticating clients itself (SCRAM, PLAIN, OAUTHBEARER over a JWKS)."""
+"""gateway.security.sasl_server: the gateway authenticating clients itself (SCRAM, PLAIN, OAUTHBEARER over a JWKS)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka.net.sasl.scram import SaslMechanismScram
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from gateway import codec
-from gateway.oauth import client_first_message
-from gateway.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from gateway.sasl_server import CredentialStore, JwtValidator, TerminatingSasl, add_user
+from gateway.security.oauth import client_first_message
+from gateway.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from gateway.security.sasl_server import CredentialStore, JwtValidator, TerminatingSasl, add_user
+from gateway.wire import codec
 
 METADATA = 3
 

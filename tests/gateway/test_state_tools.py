@@ -10,9 +10,9 @@ from collections.abc import Iterable, Iterator
 
 from coordinator import records as rec
 from coordinator.records import codec
-from gateway.state_log import Record
-from gateway.state_store import shard_of
-from gateway.state_tools import describe_record, export_line, group_of_key, import_records, latest
+from gateway.ops.state_cli import describe_record, export_line, group_of_key, import_records, latest
+from gateway.state.log import Record
+from gateway.state.store import shard_of
 from translate.group_records import GroupMetadataRecord, GroupMetadataValue, encode_record
 
 
@@ -114,8 +114,8 @@ async def test_import_places_records_in_their_groups_shards_and_is_idempotent() 
 def test_file_state_records_reads_every_shard_of_a_sharded_state_dir(tmp_path) -> None:
     import asyncio
 
-    from gateway.file_store import FileStateStore
-    from gateway.state_tools import file_state_records
+    from gateway.ops.state_cli import file_state_records
+    from gateway.state.file_store import FileStateStore
 
     wanted = [_consumer(f"g{i}", 1) for i in range(12)] + [_classic(f"c{i}", 2) for i in range(6)]
 
@@ -139,7 +139,7 @@ def test_file_state_records_reads_every_shard_of_a_sharded_state_dir(tmp_path) -
 
 
 def test_the_shard_owner_marker_is_shown_and_replayed_as_no_group() -> None:
-    from gateway.state_store import owner_marker
+    from gateway.state.store import owner_marker
     from translate.group_service import GroupService
 
     marker = owner_marker("pid 42")
@@ -152,8 +152,8 @@ def _file_state(tmp_path, shards: int, extra: dict[int, list[Record]] | None = N
     group and each shard's owner marker; ``extra`` records appended to their shards last."""
     import asyncio
 
-    from gateway.file_store import FileStateStore
-    from gateway.state_store import owner_marker
+    from gateway.state.file_store import FileStateStore
+    from gateway.state.store import owner_marker
 
     by_shard: dict[int, list[Record]] = {n: [] for n in range(shards)}
     for r in [_consumer(f"g{i}", i + 1) for i in range(8)] + [_classic("legacy", 2)]:
@@ -179,7 +179,7 @@ def _file_state(tmp_path, shards: int, extra: dict[int, list[Record]] | None = N
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, list[str]]:
-    from gateway.cli import main
+    from gateway.ops.cli import main
 
     capsys.readouterr()  # what came before (the store's log lines when it was written)
     rc = main(argv)
@@ -224,8 +224,8 @@ def test_inspect_export_and_verify_read_a_file_state_dir_in_the_topic_format(tmp
 
 
 def test_verify_names_the_shard_and_offset_of_each_bad_record(tmp_path, capsys) -> None:
-    from gateway.cli import EXIT_STATE_CORRUPT
-    from gateway.state_store import OWNER_MARKER_KEY
+    from gateway.ops.cli import EXIT_STATE_CORRUPT
+    from gateway.state.store import OWNER_MARKER_KEY
 
     g0 = next(g for g in (f"g{i}" for i in range(8)) if shard_of(g, 3) == 0)
     not_here = next(g for g in (f"x{i}" for i in range(50)) if shard_of(g, 3) != 2)
@@ -249,8 +249,8 @@ def test_verify_names_the_shard_and_offset_of_each_bad_record(tmp_path, capsys) 
 
 
 def test_record_problem_accepts_what_the_gateway_writes() -> None:
-    from gateway.state_check import record_problem
-    from gateway.state_store import owner_marker
+    from gateway.state.check import record_problem
+    from gateway.state.store import owner_marker
 
     for r in (_consumer("g", 1), Record(_consumer("g", 1).key, None), _classic("g", 2), owner_marker("me")):
         assert record_problem(r, shard_of("g", 7), 7) is None

@@ -13,10 +13,10 @@ import pytest
 from aiokafka import errors as kafka_errors
 from pydantic import ValidationError
 
-from gateway.coordinator_settings import CoordinatorSettings
-from gateway.state_log import Record, StateLogWriteFailed
-from gateway.state_store import ShardFenced
-from gateway.state_topic import (
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.state.log import Record, StateLogWriteFailed
+from gateway.state.store import ShardFenced
+from gateway.state.topic import (
     KafkaShardLog,
     KafkaStateStore,
     _is_fenced,

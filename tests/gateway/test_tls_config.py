@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
-from gateway import cli, tls
-from gateway.config import GatewayConfig, load_config
+from gateway.config.settings import GatewayConfig, load_config
+from gateway.ops import cli
+from gateway.security import tls
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The gateway's shared links to the cluster (gateway/upstream_client.py) against a real broker: one bad
+"""The gateway's shared links to the cluster (gateway/net/upstream_client.py) against a real broker: one bad
 request or one broken link does not fail the other groups' requests for good."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from gateway import codec
-from gateway import group_codec as gc
-from gateway.config import GatewayConfig
-from gateway.upstream import BrokerDirectory
-from gateway.upstream_client import CoordinatorMoved, LostInFlight, RefusedRequest, UpstreamClient
+from gateway.config.settings import GatewayConfig
+from gateway.net.upstream import BrokerDirectory
+from gateway.net.upstream_client import CoordinatorMoved, LostInFlight, RefusedRequest, UpstreamClient
+from gateway.wire import codec
+from gateway.wire import group_codec as gc
 
 pytestmark = pytest.mark.kafka
 

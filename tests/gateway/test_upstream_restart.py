@@ -12,10 +12,10 @@ from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from gateway import codec
-from gateway.config import GatewayConfig
-from gateway.embedded_kafka import EmbeddedKafka
-from gateway.runner import GatewayThread
+from gateway.config.settings import GatewayConfig
+from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.ops.runner import GatewayThread
+from gateway.wire import codec
 
 from . import wire
 

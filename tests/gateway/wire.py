@@ -6,7 +6,7 @@ import socket
 import struct
 from typing import Any
 
-from gateway import codec
+from gateway.wire import codec
 
 
 def connect(bootstrap: str, timeout: float = 10.0) -> socket.socket:

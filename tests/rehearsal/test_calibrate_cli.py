@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
-from gateway.cli import main as groupgate
+from gateway.ops.cli import build_parser
+from gateway.ops.cli import main as groupgate
 from rehearsal import calibrate_cli as cc
 from rehearsal.calibration import Comparison, Figures, Schedule, Step, simulate_schedule
 from rehearsal.events import EventWriter

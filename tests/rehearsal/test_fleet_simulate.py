@@ -172,7 +172,7 @@ def test_heartbeat_and_processing_delays_shape_the_run(tmp_path: Path) -> None:
 
 
 def test_groupgate_rehearse_simulate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gateway.cli import main
+    from gateway.ops.cli import main
 
     spec = tmp_path / "fleet.json"
     spec.write_text(json.dumps({"scenario": "crashes", "groups": 1, "members": 1, "groups_per_file": 2, "run": "r9"}))

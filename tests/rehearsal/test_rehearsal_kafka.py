@@ -42,7 +42,7 @@ def test_connector_resolution_pins_the_token_provider_and_leaves_out_what_pyspar
 def bootstrap() -> Iterator[str]:
     if shutil.which("java") is None:
         pytest.skip("no Java runtime: the embedded Kafka broker cannot run")
-    from gateway.embedded_kafka import EmbeddedKafka
+    from gateway.ops.embedded_kafka import EmbeddedKafka
 
     with EmbeddedKafka() as k:
         yield k.bootstrap

@@ -33,7 +33,7 @@ RUN = "live-test"
 def broker() -> Iterator[str]:
     if shutil.which("java") is None:
         pytest.skip("no Java runtime: the embedded Kafka broker cannot run")
-    from gateway.embedded_kafka import EmbeddedKafka
+    from gateway.ops.embedded_kafka import EmbeddedKafka
 
     with EmbeddedKafka() as k:
         yield k.bootstrap
@@ -124,8 +124,8 @@ def settle(members: list[Member], want: list[int], timeout_s: float = 40) -> Non
 
 
 def test_the_live_command_takes_a_topic_and_refuses_anything_else(tmp_path: Path) -> None:
-    from gateway.cli import build_parser
-    from gateway.cli_rehearse import cmd_rehearse_live
+    from gateway.ops.cli import build_parser
+    from gateway.ops.cli_rehearse import cmd_rehearse_live
 
     args = build_parser().parse_args(
         ["rehearse", "live", "--events", "kafka://h:9092/t", "--out", str(tmp_path), "--until-idle-s", "3"]

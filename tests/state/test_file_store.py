@@ -1,4 +1,4 @@
-"""The sharded file store (gateway/file_store.py): the shard count is part of the data, and a state dir of
+"""The sharded file store (gateway/state/file_store.py): the shard count is part of the data, and a state dir of
 the single-log layout is split into shards without losing a record."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.records.codec import group_of_key
-from gateway.cli import EXIT_STATE_CORRUPT, main
-from gateway.file_store import BACKUP_DIR, STORE_FILE, FileStateStore, shard_dir
-from gateway.state_log import MANIFEST, FileStateLog, Record
-from gateway.state_store import StateStoreMismatch, shard_of
+from gateway.ops.cli import EXIT_STATE_CORRUPT, main
+from gateway.state.file_store import BACKUP_DIR, STORE_FILE, FileStateStore, shard_dir
+from gateway.state.log import MANIFEST, FileStateLog, Record
+from gateway.state.store import StateStoreMismatch, shard_of
 from translate.classic_messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
@@ -141,7 +141,7 @@ def test_serve_refuses_another_shard_count_with_the_state_error_exit_code(tmp_pa
     env = dict(os.environ, GROUPGATE_COORDINATOR_STATE_TOPIC_NUM_PARTITIONS="6")
     # The store is read before any listener opens or the upstream is dialled (port 1: nothing there).
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "gateway.ops.cli", "serve", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0",
          "--state-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, env=env,
     )

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway import state_repair
-from gateway.state_log import FileStateLog, Record, StateLogCorrupt, encode_entry
+from gateway.state import repair as state_repair
+from gateway.state.log import FileStateLog, Record, StateLogCorrupt, encode_entry
 
 
 def _live(log: FileStateLog) -> dict[bytes, bytes | None]:
@@ -115,7 +115,7 @@ def test_interrupted_compaction_leaves_original_segments(tmp_path: Path) -> None
 
 
 def test_group_commit_one_fsync_covers_concurrent_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     calls: list[int] = []
     real = mod.os.fsync
@@ -138,7 +138,7 @@ def test_group_commit_one_fsync_covers_concurrent_syncs(tmp_path: Path, monkeypa
 
 
 def test_never_policy_does_not_fsync_but_data_reaches_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     log = FileStateLog(tmp_path, fsync="never")
     monkeypatch.setattr(mod.os, "fsync", lambda fd: pytest.fail("fsync under policy never"))
@@ -229,7 +229,7 @@ def test_garbage_between_entries_is_corruption_but_zeros_at_the_end_are_a_torn_t
 
 
 def test_a_missing_segment_and_a_vanished_log_are_refused_not_a_fresh_start(tmp_path: Path) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     log = FileStateLog(tmp_path)
     log.append([Record(b"a", b"1")])
@@ -257,7 +257,7 @@ def test_a_gap_in_the_segment_sequence_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_log_written_before_manifests_loads_and_gets_one(tmp_path: Path) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     (tmp_path / f"{3:020d}.log").write_bytes(encode_entry(Record(b"a", b"1")))
     log = FileStateLog(tmp_path)
@@ -267,7 +267,7 @@ def test_a_log_written_before_manifests_loads_and_gets_one(tmp_path: Path) -> No
 
 
 def test_compaction_interrupted_at_each_step_reopens_with_the_same_records(tmp_path: Path) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     log = FileStateLog(tmp_path)
     for i in range(50):
@@ -289,7 +289,7 @@ def test_compaction_interrupted_at_each_step_reopens_with_the_same_records(tmp_p
 
 
 def test_a_torn_sealed_segment_is_corruption(tmp_path: Path) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     (tmp_path / f"{0:020d}.log").write_bytes(encode_entry(Record(b"a", b"1"))[:-2])
     (tmp_path / f"{1:020d}.log").write_bytes(encode_entry(Record(b"b", b"2")))
@@ -302,7 +302,7 @@ def _failing_write(monkeypatch: pytest.MonkeyPatch, log: FileStateLog, first: in
     """The log's writes: ``first`` bytes land, then ENOSPC (a disk that fills mid-batch)."""
     import errno
 
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     real = mod.os.write
     state = {"left": first}
@@ -320,7 +320,7 @@ def _failing_write(monkeypatch: pytest.MonkeyPatch, log: FileStateLog, first: in
 
 
 def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     log = FileStateLog(tmp_path)
     real = mod.os.write
@@ -333,7 +333,7 @@ def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_failed_write_cuts_the_log_back_to_what_was_acknowledged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.state_log import StateLogWriteFailed
+    from gateway.state.log import StateLogWriteFailed
 
     log = FileStateLog(tmp_path)
     log.append([Record(b"acked", b"1")])
@@ -359,8 +359,8 @@ def test_a_failed_write_cuts_the_log_back_to_what_was_acknowledged(tmp_path: Pat
 def test_a_failed_fsync_cuts_the_log_back_and_fails_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import gateway.state_log as mod
-    from gateway.state_log import StateLogWriteFailed
+    import gateway.state.log as mod
+    from gateway.state.log import StateLogWriteFailed
 
     log = FileStateLog(tmp_path)
     log.append([Record(b"acked", b"1")])
@@ -387,7 +387,7 @@ def test_a_failed_fsync_cuts_the_log_back_and_fails_the_sync(tmp_path: Path, mon
 def test_state_verify_and_repair_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from coordinator import records as rec
     from coordinator.records import codec
-    from gateway.cli import EXIT_STATE_CORRUPT, main
+    from gateway.ops.cli import EXIT_STATE_CORRUPT, main
 
     # Group records (verify checks that each decodes): a single log is one shard, every group's.
     records = [
@@ -412,7 +412,7 @@ def test_state_verify_and_repair_commands(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_an_unreadable_manifest_is_refused_and_repair_rewrites_it(tmp_path: Path) -> None:
-    import gateway.state_log as mod
+    import gateway.state.log as mod
 
     log = FileStateLog(tmp_path)
     log.append([Record(b"a", b"1")])

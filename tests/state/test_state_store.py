@@ -1,4 +1,4 @@
-from gateway.state_store import java_string_hash, shard_of
+from gateway.state.store import java_string_hash, shard_of
 
 
 def test_java_string_hash_matches_java():

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from migration_harness import TOPIC, Driver, assignment_bytes, partitions_of
 
-from gateway.coordinator_settings import CoordinatorSettings
+from gateway.config.coordinator import CoordinatorSettings
 from translate.assignor_userdata import decode_sticky_userdata
 from translate.classic_group import ClassicGroupState
 from translate.embedded import ConsumerProtocolSubscription, encode_subscription

@@ -34,7 +34,7 @@ def _bench() -> ModuleType:
 def _kafka_classpath() -> str:
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK (javac/java) on PATH")
-    from gateway import kafka_dist
+    from gateway.ops import kafka_dist
 
     dist = kafka_dist.broker()
     if not dist.is_fetched():

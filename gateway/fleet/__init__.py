@@ -1,0 +1,1 @@
+"""Several instances sharing the shards: membership in the instances group and its assignor."""

@@ -1,0 +1,537 @@
+"""The gateway as the group coordinator: the group APIs' entry point and the wiring of its parts.
+
+For the groups it manages (``coordinator.managed_groups``, an RE2 pattern over the whole group id) the
+gateway answers FindCoordinator (key type GROUP) with one of its own broker listeners and then every
+group API on every listener itself. Unmanaged groups, transactional coordinators and anything it cannot
+decode as a group request of a managed group pass through to the upstream untouched.
+
+One request's path: ``claims`` decodes the frame (once: the decoded request is handed on) and decides
+local or passthrough; ``handle`` checks it, builds the request context and calls the API's handler
+(gateway/groups/handlers.py), which hands the sans-I/O request to the group's shard in the coordinator
+runtime (gateway/groups/runtime.py): shard ``shard_of(group_id, state.topic.num.partitions)``, its records
+appended to the shard's log in the state store (gateway/state/file_store.py for ``--state-dir``) and the
+response released after ``sync()``. Share and streams groups' requests go to the cluster's
+coordinators (gateway/groups/cluster.py); offsets stay in the cluster (gateway/groups/offsets.py).
+
+While a shard is unloaded (its log could not be written: re-read in the background; or fenced by a
+newer owner) its groups are answered NOT_COORDINATOR (ListGroups: COORDINATOR_NOT_AVAILABLE,
+FindCoordinator for them: COORDINATOR_NOT_AVAILABLE); every other shard keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import re2
+
+from coordinator.errors import Errors
+from gateway.authz.acls import AclCache
+from gateway.authz.data import DataAuthorizer
+from gateway.authz.groups import (
+    ALLOW_ALL,
+    GroupAuthorizer,
+)
+from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups.adoption import UpstreamLeaver
+from gateway.groups.cluster import ROUTED_MANY, ROUTED_ONE, ClusterGroups
+from gateway.groups.handlers import GroupHandlers, Handler
+from gateway.groups.metadata_watch import MetadataWatch, TopicImage
+from gateway.groups.offsets import OffsetBridge
+from gateway.groups.rebalance_log import RebalanceEventLog
+from gateway.groups.request_authz import RequestAuthorization
+from gateway.groups.requests import (
+    ANONYMOUS,
+    RequestContext,
+    error_payload,
+    group_ids,
+    names_member,
+    refusal_payload,
+    unloaded_payload,
+)
+from gateway.groups.runtime import CoordinatorRuntime, GroupCalls, ShardUnloaded
+from gateway.logging import get_logger
+from gateway.metrics import GroupStats
+from gateway.net.upstream import UpstreamError
+from gateway.net.upstream_client import UpstreamClient
+from gateway.state.file_store import FileStateStore
+from gateway.state.store import StateStore
+from gateway.wire import codec, frames
+from gateway.wire import group_codec as gc
+from translate.group_service import GroupService
+
+if TYPE_CHECKING:
+    from gateway.fleet.membership import FleetMembership
+    from gateway.net.connection import ClientConnection
+    from gateway.net.server import Gateway
+
+log = get_logger("gateway.groups.layer")
+
+GroupsUnloaded = ShardUnloaded  # the name older callers know
+
+# Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
+# its member epoch, which only the cluster's coordinator can check).
+_OFFSET_APIS = frozenset({gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE})
+
+# Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
+# upstream speaks (topic ids turned into names where the upstream's version has only names).
+_TRANSLATED_FOR_ANY_GROUP = frozenset(
+    {
+        gc.FIND_COORDINATOR, gc.DESCRIBE_GROUPS, gc.DELETE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE, gc.OFFSET_FETCH,
+        gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT,
+    }
+)  # fmt: skip
+
+
+class Decoded:
+    """What ``claims`` read of a frame, handed to ``handle`` so that the request is decoded once."""
+
+    __slots__ = ("msg",)
+
+    def __init__(self, msg: Any) -> None:
+        self.msg = msg
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class GroupLayer:
+    """``layer = GroupLayer(gateway, settings); layer.install(); await layer.open_state();
+    await gateway.start(); await layer.start()``."""
+
+    def __init__(self, gw: Gateway, settings: CoordinatorSettings) -> None:
+        self.gw = gw
+        self.settings = settings
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
+        self._match_all = settings.managed_groups == ".*"
+        self._managed = re2.compile(settings.managed_groups)
+        timeout = lambda: gw.config.upstream_request_timeout_s  # noqa: E731
+        self.client = UpstreamClient(gw.directory, timeout)
+        self.forward = UpstreamClient(gw.directory, timeout)  # client-driven traffic: links of its own
+        self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
+        self.events: RebalanceEventLog | None = None
+        store: StateStore | None = None
+        where: str | None = settings.state_dir
+        kind = settings.effective_state_store
+        if kind == "file":
+            assert settings.state_dir is not None
+            store = FileStateStore(
+                Path(settings.state_dir), settings.state_topic_num_partitions,
+                fsync=settings.fsync, fsync_interval_ms=settings.fsync_interval_ms,
+            )
+        elif kind == "kafka":
+            from gateway.state.topic import KafkaStateStore  # the Kafka client library loads only when used
+
+            store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
+            where = f"topic {settings.state_topic}"
+        # KIP-1263 offload: large groups' target computations run here, off the event loop (its threads
+        # start on first use; a group's consumer.assignor.offload.enable may turn offload on for it alone).
+        self.assignors = concurrent.futures.ThreadPoolExecutor(
+            settings.background_threads, thread_name_prefix="groupgate-assignor"
+        )
+        self.runtime = CoordinatorRuntime(
+            settings.state_topic_num_partitions,
+            new_service=self._new_service,
+            store=store,
+            calls_for=self._calls_for,
+            topics=lambda: self.watch.topics if self.watch.loaded else None,
+            stats=self.stats,
+            counters=self.counters,
+            where=where,
+            offload_executor=self.assignors,
+        )
+        self.fleet: FleetMembership | None = None
+        if settings.instances_group is not None:
+            if kind != "kafka":
+                raise ValueError("instances_group needs the cluster state store (state_store \"kafka\")")
+            # Shards are served only once the instances group assigned them (gateway/fleet/membership.py).
+            self.runtime.serve_only_owned()
+        self.cluster = ClusterGroups(
+            self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
+            has_state=self.runtime.has_state, counters=self.counters, spawn=self.runtime.spawn,
+        )
+        self.adoption = UpstreamLeaver(
+            self.client, enabled=settings.leave_abandoned_upstream_members, spawn=self.runtime.spawn,
+            counters=self.counters,
+        )
+        self.offsets = OffsetBridge(
+            self.client, watch=self.watch, groups=self.runtime, managed=self.managed, adoption=self.adoption,
+            bypass_suspected=self.cluster.bypass_suspected, counters=self.counters,
+            leave_abandoned=settings.leave_abandoned_upstream_members,
+        )
+        self.handlers = GroupHandlers(
+            self.runtime, self.cluster, self.offsets, self.adoption, self.watch,
+            managed=self.managed, home_node=self.home_node, addr_of=gw.addr_of,
+        )
+        self._handlers: dict[int, Handler] = self.handlers.table()
+        self._api_keys = frozenset((*self._handlers, *ROUTED_ONE))
+        self._state_opened = False
+        # Authorization of what the gateway answers itself (gateway/authz/groups.py): None when off.
+        self.authorizer: GroupAuthorizer | None = None
+        self._names_of: object = None
+        self._names: dict[uuid.UUID, str] = {}
+        self._unknown_id_refresh = float("-inf")
+        config = gw.config
+        if config.authorizes():
+            self.acls = AclCache(
+                self.client, frozenset(config.super_users), config.allow_everyone_if_no_acl_found,
+                nodes=lambda: sorted(gw.directory.brokers),
+            )
+            self.authorizer = GroupAuthorizer(
+                self.acls, strict=config.authorization == "strict",
+                refresh_interval_s=config.acl_refresh_interval_ms / 1000,
+                principals_known=config.listener_sasl() or config.listener_tls_client_ca is None,
+            )
+        self.request_authz = RequestAuthorization(self.authorizer, self.watch, self.counters)
+
+    def _new_service(self) -> GroupService:
+        service_config, coordinator_config = self.settings.service_configs()
+        return GroupService(
+            service_config, coordinator_config, new_member_id=lambda client_id: f"{client_id}-{uuid.uuid4()}"
+        )
+
+    def _calls_for(self, service: GroupService, shard: int) -> GroupCalls:
+        if not self.settings.rebalance_events:
+            return service
+        if self.events is None:
+            self.events = RebalanceEventLog(self.settings.rebalance_events, self.settings.rebalance_run, service)
+        return self.events.deriver_for(service, shard)
+
+    # --- wiring ----------------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Register the local handlers and versions on the gateway (before it starts)."""
+        for api_key in self._api_keys:
+            self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
+        if self.authorizer is not None and self.gw.config.listener_sasl_mode == "terminate":
+            # Termination: the passed-through requests are authorized with the same ACLs.
+            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
+        self.gw.directory.set_local_api(gc.LOCAL_API)
+
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of the topic image (rebuilt when the image changes)."""
+        image = self.watch.topics
+        if self._names_of is not image:
+            self._names_of, self._names = image, {tid: name for name, (tid, _) in image.items()}
+        return self._names
+
+    def _unknown_topic_id(self) -> None:
+        """A request named a topic id the image lacks (a topic just created): read the image again soon
+        rather than at the next periodic refresh (at most once a second)."""
+        now = time.monotonic()
+        if now - self._unknown_id_refresh < 1.0:
+            return
+        self._unknown_id_refresh = now
+
+        async def refresh() -> None:
+            try:
+                await self.watch.refresh()
+            except UpstreamError as e:
+                log.info("metadata refresh for an unknown topic id failed", error=str(e))
+
+        self.runtime.spawn(refresh())
+
+    @property
+    def ready(self) -> bool:
+        """Group state replayed and the layer answering (``start`` done)."""
+        return self.runtime.ready.is_set()
+
+    @property
+    def unloaded(self) -> str | None:
+        """Why a shard is not served from memory now (None: every shard is)."""
+        return self.runtime.unloaded
+
+    @property
+    def foreign(self) -> dict[str, str]:
+        return self.cluster.foreign
+
+    def armed_timers(self) -> int:
+        return self.runtime.armed_timers()
+
+    def has_state(self, group_id: str) -> bool:
+        return self.runtime.has_state(group_id)
+
+    def managed(self, group_id: str) -> bool:
+        return self._match_all or self._managed.fullmatch(group_id) is not None
+
+    def managed_group_ids(self) -> list[str]:
+        return sorted(g for g in self.runtime.group_ids() if self.managed(g))
+
+    def home_node(self) -> int | None:
+        """The broker listener named as every managed group's coordinator: the lowest served node id that
+        the cluster's metadata lists now (the lowest served one when it lists none of them).
+
+        A coordinator must be a node of the Metadata that clients get, as Kafka's always is (the leader of
+        the group's ``__consumer_offsets`` partition). The gateway keeps a listener open for a broker that
+        left the metadata (``broker_absent_grace_s``), but a client drops such a node: recent librdkafka
+        (2.16 in the compatibility suite) decommissions every broker its last Metadata did not list, the
+        group coordinator included, queries the coordinator again, is told the same node, and loops, its
+        heartbeats cut off with the connection. So when the home node's broker dies (SIGKILL, a lost
+        host), the groups' coordinator moves to the next listed node, as a Kafka coordinator moves with
+        its partition's leadership; every listener answers the group APIs."""
+        served = self.gw.broker_ports
+        if not served:
+            return None
+        directory = self.gw.directory
+        listed = [n for n in served if n in directory.brokers and n not in directory.absent_since]
+        return min(listed or served)
+
+    async def open_state(self) -> None:
+        """Read the state store (no network): a damaged log or a store written with another shard count
+        stops the start-up before anything else (StateLogCorrupt / StateStoreMismatch)."""
+        if not self._state_opened:
+            self._state_opened = True
+            await self.runtime.load()
+
+    async def start(self) -> None:
+        """Replay the state, load topic metadata, re-arm timers, then serve."""
+        if self.settings.effective_state_store == "memory":
+            log.info("ephemeral_state: group state lives in memory and is lost on restart")
+        await self.open_state()
+        try:
+            await self.watch.refresh()
+        except UpstreamError as e:
+            log.warning("initial topic metadata fetch failed; retrying in the background", error=str(e))
+        if self.authorizer is not None:
+            # Read before serving, so that the first requests are decided; a failure is logged and the
+            # gateway serves on, refusing what needs authorization until a read succeeds.
+            await self.acls.fresh()
+            if self.acls.snapshot is None and not self.acls.open:
+                log.error(
+                    "authorization is on but the cluster's ACLs cannot be read: every group request is refused "
+                    "until they can (the gateway's principal needs DESCRIBE on the cluster; or set authorization)",
+                    error=self.acls.last_error, authorization=self.gw.config.authorization,
+                )
+            else:
+                log.info(
+                    "authorizing group requests with the cluster's ACLs"
+                    + (" (and, in SASL termination, every request passed through)" if getattr(self.gw, "data_authz", None) else ""),
+                    authorization=self.gw.config.authorization, acls=len(self.acls.snapshot.bindings)
+                    if self.acls.snapshot is not None else None,
+                    **{"acl_refresh_interval_ms": self.gw.config.acl_refresh_interval_ms},
+                )
+        self.runtime.start()
+        if self.authorizer is not None:
+            self.runtime.spawn(self.acls.refresh_forever(self.gw.config.acl_refresh_interval_ms / 1000))
+        if self.settings.effective_state_store == "kafka" and self.settings.state_answer_stall_ms > 0:
+            # A state write waits for the cluster (a leader or transaction coordinator moving): answers
+            # are not held past what clients wait for a heartbeat answer (docs/operations.md, "A broker
+            # failure").
+            self.runtime.answer_stall_s = self.settings.state_answer_stall_ms / 1000
+        if self.settings.instances_group is not None and self.fleet is None:
+            from gateway.fleet.membership import FleetMembership
+            from gateway.state.topic import KafkaStateStore
+
+            assert isinstance(self.runtime.store, KafkaStateStore)
+            self.fleet = FleetMembership(
+                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics,
+                self.gw.listener_rule(),
+            )
+            self.handlers.fleet_coordinator = self.fleet.coordinator
+            self.handlers.fleet = self.fleet
+            # One node table in every instance's answers: brokers at the instance carrying them, and the
+            # instances' coordinator nodes beside them.
+            self.gw.fleet = self.fleet
+            await self.fleet.start()
+        if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
+            self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
+        spawn = self.runtime.spawn
+        spawn(self.watch.run_forever())
+        if self.settings.upstream_check_s > 0:
+            spawn(self.cluster.check_forever(self.settings.upstream_check_s, self.managed_group_ids))
+        spawn(self.runtime.expire_forever(self.settings.offsets_retention_check_interval_ms / 1000))
+        log.info(
+            "group coordinator ready",
+            managed_groups=self.settings.managed_groups,
+            classic_groups=self.settings.classic_groups,
+            **{
+                "group.initial.rebalance.delay.ms": self.settings.initial_rebalance_delay_ms,
+                "state.topic.num.partitions": self.settings.state_topic_num_partitions,
+            },
+            groups=self.runtime.group_count(),
+        )
+
+    async def leave_fleet(self) -> None:
+        """Hand this instance's shards over to the others of the fleet and leave it (SIGTERM): drained
+        while the client connections are still open."""
+        if self.fleet is not None:
+            await self.fleet.stop()
+
+    async def _refresh_topics(self) -> None:
+        try:
+            await self.watch.refresh()
+        except UpstreamError as e:
+            log.warning("topic metadata refresh before a shard take-over failed", error=str(e))
+
+    async def stop(self) -> None:
+        await self.leave_fleet()
+        await self.runtime.stop()
+        # A computation still running finishes on its thread; its result is never installed.
+        self.assignors.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+        self.forward.close()
+        if self.events is not None:
+            self.events.close()
+
+    def _on_topics(self, image: TopicImage) -> None:
+        self.runtime.on_metadata(image)
+
+    def expire_empty_groups(self) -> None:
+        self.runtime.expire_empty_groups()
+
+    # --- request entry ---------------------------------------------------------------------------------
+
+    def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
+        """Whether this request is the group layer's (else it passes through to the upstream); what it
+        decoded to decide, when it did, so that ``handle`` does not decode it again."""
+        if api_key == gc.LIST_GROUPS:
+            return True
+        if self._match_all and api_key != gc.FIND_COORDINATOR:
+            return True
+        upstream = self.gw.directory.upstream_api.get(api_key)
+        if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
+            # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
+            # upstream would refuse a newer one for a group it coordinates: the handler speaks the
+            # upstream's version for it.
+            return True
+        try:
+            _, msg = codec.decode_request(api_key, version, frame[4:])
+        except Exception:  # noqa: BLE001 - the handler answers it with an error code
+            return True
+        if codec.null_field(msg, version) is not None:
+            return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
+        return Decoded(msg) if any(self.managed(g) for g in group_ids(api_key, version, msg)) else False
+
+    async def handle(
+        self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes, decoded: Decoded | None = None
+    ) -> bytes:
+        api_key, version, corr = header.api_key, header.api_version, header.correlation_id
+        if decoded is not None:
+            msg = decoded.msg
+        else:
+            try:
+                _, msg = codec.decode_request(api_key, version, payload)
+            except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
+                self.counters["invalid_requests"] += 1
+                self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
+                return error_payload(api_key, version, corr, Errors.INVALID_REQUEST)
+        null = codec.null_field(msg, version)
+        if null is not None:
+            # A null where the schema allows none (e.g. JoinGroup protocols, an OffsetFetch group id):
+            # Kafka cannot parse it either. Answered here, never acted on or sent upstream.
+            self.refused(conn, header, f"null-field:{api_key}", f"v{version} {null} is null")
+            self.counters["invalid_requests"] += 1
+            return refusal_payload(api_key, version, corr, msg, Errors.INVALID_REQUEST, f"{null} is null")
+        ctx = self._context(conn, header, payload)
+        try:
+            if ctx.access.enabled:
+                refused = await self.request_authz.whole_request(ctx, msg)
+                if refused is not None:
+                    return refused
+            if api_key in ROUTED_ONE:
+                if api_key == codec.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
+                    # A streams group's first member may take over an id the gateway holds (KIP-1071
+                    # offline migration): decided on the gateway's state of it, so that shard must be read.
+                    self.runtime.check_loaded([msg.group_id])
+                    if await self.handlers.streams_join_refused(msg.group_id):
+                        return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
+                            error_code=Errors.GROUP_ID_NOT_FOUND,
+                            error_message=f"Group {msg.group_id} is not a streams group.",
+                        ))  # fmt: skip
+                # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
+                return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
+            ids = group_ids(api_key, version, msg)
+            if api_key == gc.LIST_GROUPS:
+                # In a fleet a broker's node lists none of the managed groups: a shard being loaded here
+                # does not hold its answer up (gateway/groups/handlers.py list_groups).
+                if self.fleet is None or ctx.node_id is None:
+                    for shard in self.runtime.shards:
+                        if not shard.fenced and shard.owned:  # another instance lists the groups it owns
+                            shard.check_loaded()
+            elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
+                self.runtime.check_loaded([g for g in ids if self.managed(g)])
+            if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
+                if not ctx.access.enabled:
+                    return await ctx.send_upstream(ids[0], None)
+                return await self.request_authz.forward_offsets(ctx, msg, ids[0])
+            body = await self._handlers[api_key](ctx, msg)
+            return codec.encode_response(api_key, version, corr, body)
+        except asyncio.CancelledError:
+            raise
+        except ShardUnloaded:
+            self.counters["unloaded_requests"] += 1
+            return unloaded_payload(api_key, version, corr, msg)
+        except Exception:
+            log.exception("group request failed", api_key=api_key, api_version=version)
+            self.counters["failed_requests"] += 1
+            return error_payload(api_key, version, corr, Errors.UNKNOWN_SERVER_ERROR)
+
+    async def _cluster_coordinates(self, api_key: int, version: int, msg: Any, group_id: str) -> bool:
+        """Whether an offset request's group is a share or streams group of the cluster's."""
+        if self.runtime.has_state(group_id):
+            return False
+        if group_id in self.cluster.foreign:
+            return True
+        return names_member(api_key, version, msg) and await self.cluster.is_foreign(group_id)
+
+    def _context(self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes) -> RequestContext:
+        api_key, version, corr = header.api_key, header.api_version, header.correlation_id
+
+        def send_upstream(group_id: str, kind: str | None) -> Awaitable[bytes]:
+            return self.cluster.route_one(api_key, version, corr, payload, group_id, kind)
+
+        def refuse(kind: str, reason: str) -> None:
+            self.refused(conn, header, kind, reason)
+
+        peer = conn.peer
+        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        principal = conn.principal or ANONYMOUS
+        return RequestContext(
+            api_key=api_key,
+            api_version=version,
+            correlation_id=corr,
+            client_id=header.client_id or "",
+            client_host=host,
+            node_id=conn.node_id,
+            send_upstream=send_upstream,
+            refuse=refuse,
+            # The authenticated principal of a SASL client (passthrough with inspection); Kafka's
+            # anonymous principal otherwise.
+            principal=principal,
+            access=ALLOW_ALL if self.authorizer is None else self.authorizer.access(principal, host),
+        )
+
+    def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
+        """A request this layer refuses: logged once per client and kind (gateway/net/refusals.py)."""
+        refusals = getattr(self.gw, "refusals", None)
+        if refusals is not None:
+            who = {"principal": conn.principal} if conn.principal is not None else {}
+            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason, **who)
+
+
+class _LocalHandler:
+    """The connection's LocalHandler for one api key, with ``claims`` deciding local vs passthrough."""
+
+    __slots__ = ("api_key", "layer")
+
+    def __init__(self, layer: GroupLayer, api_key: int) -> None:
+        self.layer = layer
+        self.api_key = api_key
+
+    def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
+        return self.layer.claims(frame, api_key, version)
+
+    def __call__(
+        self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes, decoded: Any = None
+    ) -> Awaitable[bytes]:
+        return self.layer.handle(conn, header, payload, decoded if isinstance(decoded, Decoded) else None)
+
+
+__all__ = ["Decoded", "GroupLayer", "GroupsUnloaded", "refusal_payload"]

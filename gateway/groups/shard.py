@@ -1,0 +1,592 @@
+"""One shard of the coordinator runtime (gateway/groups/runtime.py): the groups hashed onto one partition of
+the state topic (or one directory of file logs), with their own service, log, ordering and timers.
+
+Each shard is a small world of its own:
+
+- its own GroupService (the sans-I/O state machine of its groups only), so that loading, failing and
+  re-reading one shard never touches another's memory;
+- its own ShardLog from the StateStore (a directory of file logs, or a partition of the compacted state
+  topic): records are appended in the order the service emitted them, and a response is released only
+  after ``sync()`` made every record appended to that shard so far durable (write-ahead);
+- its own ordering: requests of one group run in arrival order (a FIFO lock per group id, held while
+  metadata for the topics a request names is fetched and while the synchronous service runs; the
+  service calls of a shard never interleave, as they are synchronous on the one event loop), while
+  different shards' persistence and timers proceed independently;
+- its own timers (``loop.call_later`` handles keyed by the service's timer keys) and waiting requests
+  (JoinGroup / SyncGroup parked until another member's request or a timer completes them).
+
+A timer that comes due while one of the shard's writes has been outstanding for longer than
+``stall_grace_ms`` (the state partition changing leader, the transaction coordinator moving) does not
+fire: the members it would expire may be waiting for the very responses that write holds back, and a
+client sends its next heartbeat only once the last one was answered. It is postponed until that write
+completes, then by as long as the write was outstanding, so a member gets at least a full session after
+the stall. Kafka's coordinator reaches the same outcome differently: the partition's new leader loads the
+groups and starts every session afresh.
+
+A failed append or sync (StateLogWriteFailed) unloads only that shard, as Kafka's coordinator unloads a
+partition it cannot write: its memory holds changes whose records are not durable, so it is dropped
+(timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
+background with backoff. ``ShardFenced`` (a newer owner took the shard over) unloads it for good: it
+is never re-opened by this process, whose memory of it is stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from coordinator.target import AssignmentJob
+from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
+from gateway.logging import get_logger
+from gateway.state.log import Record, StateLogWriteFailed
+from gateway.state.store import ShardFenced, ShardLog
+from translate.group_config import Outcome, encode_any_record
+from translate.group_service import GroupService
+
+if TYPE_CHECKING:
+    from gateway.groups.runtime import CoordinatorRuntime
+
+log = get_logger("gateway.groups.runtime")
+
+TopicImage = Mapping[str, Any]
+
+
+# A write outstanding longer than this is a stall: timers coming due meanwhile are postponed (see the
+# module docstring). Far below any session timeout (group.min.session.timeout.ms, Kafka: 6 s), far
+# above a healthy write.
+DEFAULT_STALL_GRACE_MS = 1_000
+# Why a shard is not served while another instance of the fleet owns it (gateway/fleet/membership.py).
+NOT_OWNED = "the shard is served by another instance of the fleet"
+
+
+class ShardUnloaded(Exception):
+    """The shard holding a group is not served from memory (a write failed and it is being re-read, or a
+    newer owner fenced it)."""
+
+
+class ShardStalled(ShardUnloaded):
+    """An answer waited longer than ``answer_stall_s`` for its shard's write (the state partition or the
+    transaction coordinator moving): the client is told to retry (NOT_COORDINATOR), as Kafka's
+    coordinator answers while its partition has no leader, instead of timing the request out itself.
+    The shard stays loaded; the write goes on and is acknowledged to the next requests."""
+
+
+class GroupCalls(Protocol):
+    """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
+    wraps it (gateway/groups/rebalance_log.py)."""
+
+    def handle(self, request: object, request_key: Any, now_ms: int) -> Outcome: ...
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome: ...
+
+    def on_metadata(self, topics: Any, now_ms: int) -> Outcome: ...
+
+    def on_loaded(self, now_ms: int) -> Outcome: ...
+
+    def expire_empty_groups(self, now_ms: int) -> Outcome: ...
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log on the unload/reload path, where the log's own file may sit on the full disk."""
+    with contextlib.suppress(OSError):
+        emit(event, **fields)
+
+
+class Shard:
+    """One shard: its service, log, timers, waiting requests and per-group ordering."""
+
+    def __init__(self, runtime: CoordinatorRuntime, index: int) -> None:
+        self.rt = runtime
+        self.index = index
+        self.service: GroupService = runtime.new_service()
+        self.calls: GroupCalls = runtime.calls_for(self.service, index)
+        self.log: ShardLog | None = None
+        self.timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self.unloaded: str | None = None  # why, while the shard is not served from memory
+        self.fenced = False
+        self.reload_task: asyncio.Task[None] | None = None
+        self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
+        self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
+        # False while another instance of the fleet owns the shard (gateway/fleet/membership.py); draining while
+        # it is being handed over: no new request is taken, the ones in flight finish.
+        self.owned = True
+        self.draining = False
+        # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
+        self.closed_totals = (0, 0, 0)
+
+    # --- load ------------------------------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """Open the shard's log and replay it into ``self.service``; the number of group records replayed.
+
+        Raises StateLogCorrupt for damage a crash cannot explain."""
+        store = self.rt.store
+        if store is None:
+            return 0
+        log_ = await store.open_shard(self.index)
+        if hasattr(log_, "bytes_appended"):
+            log_.bytes_appended, log_.fsyncs, log_.compactions = self.closed_totals  # type: ignore[attr-defined]
+        self.log = log_
+        replayed = 0
+        for rec in log_.replay():
+            if self.service.replay_bytes(rec.key, rec.value):
+                replayed += 1
+        return replayed
+
+    def check_loaded(self) -> None:
+        if self.unloaded is not None:
+            raise ShardUnloaded(self.unloaded)
+        if self.draining:
+            raise ShardUnloaded("the shard is being handed over to another instance of the fleet")
+
+    # --- one request -----------------------------------------------------------------------------------
+
+    async def call(self, group_id: str, request: object, prepare: Callable[[], Awaitable[None]] | None) -> Any:
+        """Hand one request to the service in its group's arrival order; the response once released."""
+        key = next(self.rt.keys)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[key] = fut
+        try:
+            async with self.turn(group_id):
+                await self.rt.ready.wait()
+                await self.rt.confirm_if_stalled()
+                if prepare is not None:
+                    await prepare()
+                self.check_loaded()
+                self.refuse_while_stalled()
+                result = self.calls.handle(request, key, self.rt.now())
+                self.apply(result)
+        except BaseException:
+            self.waiting.pop(key, None)
+            raise
+        try:
+            await self.release(result)
+            return await fut
+        finally:
+            self.waiting.pop(key, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: it is re-raised above or was never ours to raise
+
+    @contextlib.asynccontextmanager
+    async def turn(self, group_id: str) -> AsyncIterator[None]:
+        """The group's turn: its requests (and an offloaded assignment's install) one at a time, in
+        arrival order."""
+        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
+        self.locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self.locks[group_id]
+            if users <= 1:
+                del self.locks[group_id]
+            else:
+                self.locks[group_id] = (lock, users - 1)
+
+    def apply(self, result: Outcome) -> None:
+        """Append the records (made durable by ``release``) and apply the timer changes; start the
+        target computations the call handed over (KIP-1263 offload).
+
+        A failed append unloads the shard (the service already holds the change): ShardUnloaded."""
+        jobs = self.service.take_assignment_jobs()
+        if jobs:
+            service = self.service
+            for job in jobs:
+                self.rt.spawn(self._offload(service, job))
+        if result.records:
+            self.rt.stats.records(result.records)
+            if self.log is not None:
+                try:
+                    self.log.append(Record(*encode_any_record(r)) for r in result.records)
+                except StateLogWriteFailed as e:
+                    self.unload(e)
+                    raise ShardUnloaded(str(e)) from e
+        if not result.timers:
+            return
+        loop = asyncio.get_running_loop()
+        now = self.rt.now()
+        for change in result.timers:
+            self.postponed.pop(change.key, None)  # the service decided anew (a heartbeat, a leave)
+
+        def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
+            return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
+
+        apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
+
+    async def release(self, result: Outcome) -> None:
+        # Every record appended to the shard so far, not only this result's: a response must not reveal
+        # state that a crash could still take back.
+        log_ = self.log
+        if log_ is not None:
+            try:
+                await self.sync_for_answer(log_)
+            except ShardStalled as stalled:
+                for reply in result.responses:
+                    fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(stalled)
+                raise
+            except Exception as e:
+                # The records may be lost: none of this result's responses may be released (the waiting
+                # requests are answered with a retriable error instead of hanging), and the memory that
+                # holds them is dropped.
+                self.unload(e, log_)
+                gone = ShardUnloaded(str(e))
+                for reply in result.responses:
+                    fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_exception(gone)
+                raise gone from e
+        if self.unloaded is not None:
+            # Unloaded while this result waited for its sync: a later write failed and cut the log back to
+            # what was acknowledged before, which may not include this result's records.
+            raise ShardUnloaded(self.unloaded)
+        for reply in result.responses:
+            fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
+            if fut is not None and not fut.done():
+                fut.set_result(reply.body)
+
+    async def durable(self) -> None:
+        """Before a read-only answer: what it shows must not be taken back by a crash."""
+        await self.rt.confirm_if_stalled()
+        self.check_loaded()
+        log_ = self.log
+        if log_ is not None:
+            try:
+                await self.sync(log_)
+            except Exception as e:
+                self.unload(e, log_)
+                raise ShardUnloaded(str(e)) from e
+        self.check_loaded()
+
+    async def sync(self, log_: ShardLog) -> None:
+        """``log_.sync()``, timed: while it is outstanding longer than the stall grace, timers coming due
+        are postponed (``fire``); once it completes, those it held are re-armed."""
+        token = next(self.rt.keys)
+        self.syncs[token] = self.rt.now()
+        try:
+            await log_.sync()
+        finally:
+            del self.syncs[token]
+            if self.postponed:
+                self.rearm_postponed()
+
+    async def sync_for_answer(self, log_: ShardLog) -> None:
+        """``sync()`` before releasing answers, for at most ``answer_stall_s``: past that the answers are
+        not held any longer (ShardStalled) while the write itself goes on; should it fail later, the
+        shard unloads then."""
+        limit = self.rt.answer_stall_s
+        if limit is None:
+            await self.sync(log_)
+            return
+        task = asyncio.ensure_future(self.sync(log_))
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if task in done:
+            task.result()
+            return
+        task.add_done_callback(lambda t: self._stalled_sync_done(t, log_))
+        self.rt.counters["stalled_answers"] += 1
+        raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
+
+    def refuse_while_stalled(self) -> None:
+        """A request that arrives while one of the shard's writes has been outstanding ``answer_stall_s``
+        is answered NOT_COORDINATOR without being applied, as Kafka's coordinator takes no request while
+        its partition has no leader. Applied, its answer would be held and then replaced by
+        NOT_COORDINATOR as well, and a KIP-848 member whose epoch was bumped by two such calls in a row
+        would come back two epochs behind, which only a fence answers (one lost answer is tolerated: the
+        previous epoch is accepted)."""
+        limit = self.rt.answer_stall_s
+        if limit is None or not self.syncs:
+            return
+        if self.rt.now() - min(self.syncs.values()) >= limit * 1000:
+            self.rt.counters["stalled_answers"] += 1
+            raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
+
+    def _stalled_sync_done(self, task: asyncio.Task[None], log_: ShardLog) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self.unload(error, log_)
+
+    def stalled_since(self) -> int | None:
+        """When the oldest outstanding write began, if it has been outstanding longer than the grace."""
+        if not self.syncs:
+            return None
+        oldest = min(self.syncs.values())
+        return oldest if self.rt.now() - oldest >= self.rt.stall_grace_ms else None
+
+    def rearm_postponed(self) -> None:
+        """Re-arm the postponed timers whose stall is over, each delayed by as long as its stall lasted
+        (a member whose heartbeat answer that stall held back gets at least a full session after it)."""
+        oldest = min(self.syncs.values(), default=None)
+        now = self.rt.now()
+        loop = asyncio.get_running_loop()
+        for key, since in list(self.postponed.items()):
+            if oldest is not None and oldest <= since:
+                continue  # the write that stalled is still outstanding
+            del self.postponed[key]
+            if self.unloaded is None and not self.draining and key not in self.timers:
+                self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
+
+    # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
+
+    async def _offload(self, service: GroupService, job: AssignmentJob) -> None:
+        """Compute ``job`` on a worker thread while the loop serves everyone else, then install it in
+        the group's turn like any other change: its records are appended to the shard's log, and what
+        a member is told of the new target comes in a later answer, released after that log's sync.
+        The install discards a result computed from a group that changed meanwhile."""
+        counters = self.rt.counters
+        counters["assignments_offloaded"] += 1
+        loop = asyncio.get_running_loop()
+        try:
+            assignment = await loop.run_in_executor(self.rt.offload_executor, job.run)
+        except asyncio.CancelledError:
+            service.abandon_assignment(job)
+            raise
+        except Exception:
+            counters["assignments_failed"] += 1
+            log.exception("offloaded target assignment failed; the group computes again on its next heartbeat",
+                          group=job.group_id, shard=self.index)
+            service.abandon_assignment(job)
+            return
+        try:
+            async with self.turn(job.group_id):
+                await self.rt.confirm_if_stalled()
+                if self.unloaded is not None or self.service is not service:
+                    return  # the memory it was computed from is gone; the reloaded groups compute anew
+                installed, result = service.install_assignment(job, assignment, self.rt.now())
+                counters["assignments_installed" if installed else "assignments_discarded"] += 1
+                self.apply(result)
+            await self.release(result)
+        except ShardUnloaded:
+            return
+
+    # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
+
+    def fire(self, key: TimerKey) -> None:
+        self.timers.pop(key, None)
+        if self.unloaded is not None:
+            return
+        since = self.stalled_since()
+        if since is not None:
+            # A session or rebalance deadline passed while the shard could not answer: not the members'
+            # doing (see the module docstring).
+            if not self.postponed:
+                _say(
+                    log.warning, "group state write stalled: timers coming due are postponed until it completes",
+                    shard=self.index, outstanding_ms=self.rt.now() - since,
+                )
+            self.postponed[key] = since
+            self.rt.counters["timers_postponed"] += 1
+            return
+        stats = self.rt.stats
+        stats.timers_fired[key[0]] += 1
+        before, group_type = self.service.member_count(key[1])
+        try:
+            result = self.calls.on_timer(key, self.rt.now())
+        except Exception:
+            log.exception("group timer failed", timer=list(key), shard=self.index)
+            return
+        if before:
+            after, _ = self.service.member_count(key[1])
+            if after < before:
+                stats.expired[group_type] += before - after  # members a session or rebalance timer removed
+        self.apply_in_background(result)
+
+    def apply_in_background(self, result: Outcome) -> None:
+        try:
+            self.apply(result)
+        except ShardUnloaded:
+            return
+        if result.responses or result.records:
+            self.rt.spawn(self._release_quietly(result))
+
+    async def _release_quietly(self, result: Outcome) -> None:
+        with contextlib.suppress(ShardUnloaded):
+            await self.release(result)
+
+    # --- unload and reload -----------------------------------------------------------------------------
+
+    def unload(self, error: BaseException, failed_log: ShardLog | None = None) -> None:
+        """Stop serving this shard from memory: it holds changes whose records are not durable.
+
+        Like Kafka's coordinator after a failed write to its partition: timers are cancelled, waiting
+        requests fail with a retriable error, and the shard is re-read from the store (``reload``) unless
+        a newer owner fenced it."""
+        if failed_log is not None and failed_log is not self.log:
+            return  # a sync of a log already replaced by a reload: that failure was handled
+        if self.unloaded is not None:
+            return
+        self.unloaded = f"{type(error).__name__}: {error}"
+        self.fenced = isinstance(error, ShardFenced)
+        counters = self.rt.counters
+        counters["state_log_failures"] += 1
+        counters["groups_unloaded"] += 1
+        waiting = len(self.waiting)
+        self.drop_memory()
+        gone = ShardUnloaded(self.unloaded)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()  # retrieved here: its caller may already be gone
+        self.waiting.clear()
+        if self.fenced:
+            counters["shards_fenced"] += 1
+            _say(
+                log.error,
+                "group state shard fenced by a newer owner: its groups are no longer served by this process "
+                "(answered NOT_COORDINATOR) and the shard is not re-read",
+                shard=self.index, error=self.unloaded, waiting_requests=waiting,
+            )
+            return
+        if self.reload_task is None or self.reload_task.done():  # else: failed while reloading
+            self.reload_task = self.rt.spawn(self._reload_forever())
+        _say(
+            log.error,
+            "group state log write failed: the shard's groups are unloaded (answered NOT_COORDINATOR) until "
+            "its log is re-read",
+            shard=self.index, error=self.unloaded, waiting_requests=waiting, state_dir=self.rt.where,
+        )
+
+    def drop_memory(self) -> None:
+        """Cancel the timers and close the log (the service is replaced by the next load)."""
+        for h in self.timers.values():
+            h.cancel()
+        self.timers.clear()
+        self.postponed.clear()  # a reload arms every timer afresh
+        log_ = self.log
+        if log_ is not None:
+            if hasattr(log_, "bytes_appended"):
+                self.closed_totals = (log_.bytes_appended, log_.fsyncs, log_.compactions)  # type: ignore[attr-defined]
+            log_.close()
+            self.log = None
+
+    async def _reload_forever(self) -> None:
+        delay, longest = self.rt.reload_backoff_s
+        attempt = 0
+        while True:
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self.reload()
+            except asyncio.CancelledError:
+                raise
+            except ShardFenced as e:
+                self.unloaded = None
+                self.unload(e)  # fenced while re-opening: stays unloaded for good
+                return
+            except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
+                # Reading works on a full disk; the probe write or the first append decides.
+                self.drop_memory()
+                delay = min(delay * 2, longest)
+                _say(
+                    log.warning, "group state shard not reloaded yet",
+                    shard=self.index, attempt=attempt, error=str(e), retry_in_s=delay,
+                )
+                continue
+            _say(
+                log.info, "shard's groups reloaded from the state log",
+                shard=self.index, attempt=attempt, groups=self.service.group_count(),
+            )
+            return
+
+    async def reload(self) -> None:
+        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded."""
+        self.service = self.rt.new_service()
+        self.calls = self.rt.calls_for(self.service, self.index)
+        await self.load()
+        probe = getattr(self.log, "probe_write", None)
+        if probe is not None:
+            probe()
+        # Served again from here: requests arriving meanwhile share the sync below, so none of their
+        # answers is released unless that write works.
+        self.unloaded = None
+        try:
+            topics = self.rt.topics()
+            if topics is not None:
+                self.apply(self.calls.on_metadata(topics, self.rt.now()))
+            self.apply(self.calls.on_loaded(self.rt.now()))
+            if self.log is not None:
+                await self.sync(self.log)
+        except ShardUnloaded:
+            raise
+        except Exception as e:
+            self.unload(e)
+            raise
+        self.check_loaded()
+
+    # --- ownership in a fleet: taking a shard over and handing it over ---------------------------------
+
+    async def take_over(self) -> None:
+        """Serve this shard: open it (which fences every older writer of it, the instance that held it
+        before included), replay it, re-arm its timers. Until then its groups are answered NOT_COORDINATOR.
+        A load that fails is retried in the background with backoff, as after a failed write."""
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        self.owned, self.fenced, self.draining = True, False, False
+        try:
+            await self.reload()
+        except ShardUnloaded:
+            pass  # unload() has scheduled the retries (or the shard was fenced meanwhile)
+        except Exception as e:  # noqa: BLE001 - stays unserved and tries again
+            # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
+            # the assignment is the cluster's word, so open it again (a second fence ends the retries).
+            self.drop_memory()
+            self.unloaded = f"{type(e).__name__}: {e}"
+            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=self.unloaded)
+            self.reload_task = self.rt.spawn(self._reload_forever())
+
+    async def hand_over(self, timeout_s: float) -> None:
+        """Hand the shard over: take no new request, let the ones in flight finish and flush what they
+        appended, answer parked requests NOT_COORDINATOR (their members rejoin at the new owner), then drop
+        the memory. Returns once nothing of the shard is served or written by this instance any more;
+        what was not durable within ``timeout_s`` is dropped (never acknowledged, so never relied on)."""
+        self.owned = False
+        if self.reload_task is not None and not self.reload_task.done():
+            self.reload_task.cancel()
+        if self.unloaded is not None:  # not served anyway (never loaded, failed, fenced)
+            self.drop_memory()
+            self.unloaded, self.fenced = NOT_OWNED, False
+            return
+        self.draining = True
+        for h in self.timers.values():  # the new owner re-arms them from the records
+            h.cancel()
+        self.timers.clear()
+        self.postponed.clear()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Requests holding or queued on a group's turn: the draining check turns new ones away at once;
+        # one already in the service appends its records before it lets go of the turn.
+        while self.locks and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        log_ = self.log
+        if log_ is not None:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await log_.sync()
+            except Exception as e:  # noqa: BLE001 - what was not committed was never acknowledged
+                _say(log.warning, "shard handed over with appends not flushed", shard=self.index, error=repr(e))
+        for _ in range(3):  # the responses that sync released reach their requests before the unload
+            await asyncio.sleep(0)
+        gone = ShardUnloaded(NOT_OWNED)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+                fut.exception()
+        self.waiting.clear()
+        self.unloaded = NOT_OWNED
+        self.draining = False
+        self.drop_memory()
+        self.service = self.rt.new_service()  # the old one's memory goes now, not at the next load
+        self.calls = self.rt.calls_for(self.service, self.index)
+

@@ -1,0 +1,1 @@
+"""The network floor: listeners, client connections, upstream links, address rewriting, limits, refusals."""

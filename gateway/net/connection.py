@@ -1,0 +1,572 @@
+"""One client connection and the upstream connection that serves it.
+
+Each client connection is bound to one upstream broker: the broker its listener maps to, or for the
+bootstrap listener any live broker. Requests are pipelined upstream unchanged (the client's own correlation
+ids, since the upstream connection is not shared) and responses go back strictly in request order: every
+request that expects a response gets a Slot in ``pending``; a slot is filled by the upstream response or by
+a local handler (the group layer), and ``flush`` writes the filled prefix. Clients rely on that order
+(the Java client fails on an out-of-order correlation id).
+
+Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
+
+The upstream link is not a precondition of the client connection (docs/operations.md, "Broker outages"):
+the connection reads from the start and the local handlers (group requests of managed groups) answer
+with or without a link. A request for the cluster waits for the link, which is opened on demand; when
+it cannot be opened, or breaks with requests in flight, those requests are answered by
+gateway/net/unreachable.py in their own format with a retriable error, and the client connection is closed
+only when its API leaves nothing to answer with. So a broker outage never takes a group coordinator's
+connection down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections import deque
+from collections.abc import Coroutine
+from typing import Any
+
+from gateway.logging import get_logger
+from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
+from gateway.net.connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink, dial
+from gateway.net.refusals import client_id_of
+from gateway.net.upstream import set_nodelay
+from gateway.security.sasl import SASL_APIS, ClientSasl
+from gateway.wire import codec, frames
+
+log = get_logger("gateway.net.connection")
+
+_HEAD = struct.Struct(">hhi")
+_INT32 = struct.Struct(">i")
+# Pause reading from a client that has this many responses outstanding; resume below the low mark.
+_MAX_PENDING = 1024
+# Answers the gateway computes itself that one connection may have in progress at once. Kafka handles one
+# request per connection at a time; a client that pipelines slow local requests (a DescribeGroups of many
+# groups the cluster is asked about) without reading must not pile up their answers in memory.
+_MAX_LOCAL = 16
+_LOW_PENDING = 256
+# After a failed attempt to open the upstream link, requests for the cluster are answered with errors
+# at once for this long (doubling per failure up to the max) instead of each trying to connect again.
+_RELINK_BACKOFF_S = 0.25
+_RELINK_BACKOFF_MAX_S = 2.0
+
+_REWRITTEN = frozenset(
+    {
+        codec.METADATA,
+        codec.FIND_COORDINATOR,
+        codec.DESCRIBE_CLUSTER,
+        codec.API_VERSIONS,
+        codec.SHARE_FETCH,
+        codec.SHARE_ACKNOWLEDGE,
+    }
+)
+# Produce v10+ / Fetch v16+: responses that may carry leader endpoints (KIP-951), walked without decoding.
+_ENDPOINTS_FROM = node_endpoints.ENDPOINTS_FROM
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, gateway: ConnectionHost, node_id: int | None) -> None:
+        self.gw = gateway
+        self.node_id = node_id  # None: the bootstrap listener
+        self.transport: asyncio.Transport | None = None
+        self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
+        self.pending: deque[Slot] = deque()
+        self._local = 0  # local answers in progress (_MAX_LOCAL)
+        self.upstream: UpstreamLink | None = None
+        self.closed = False
+        self.peer: Any = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._paused: set[str] = set()
+        # Requests for the cluster that wait for the upstream link being opened: (frame, slot or None
+        # for acks=0, api key, version, correlation id), in arrival order.
+        self._unlinked: deque[tuple[bytes, Slot | None, int, int, int]] = deque()
+        self._linking = False
+        self._relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
+        self._relink_backoff_s = _RELINK_BACKOFF_S
+        # Counting on the request path: the gateway's counter objects, looked up once.
+        self.metrics = gateway.metrics
+        self._forwarded = gateway.metrics.forwarded
+        # Limits (gateway/net/limits.py): the declared size of the request frame being read, reserved in the
+        # gateway's request memory budget; traffic seen since the last idle sweep; the sweep's marks.
+        self.limits = gateway.limits
+        self.reserved = 0
+        self.active = True
+        self.idle_since = 0.0
+        self.last_write_buffer = 0
+        self.partial_seq = -1
+        self.partial_since = 0.0
+        # SASL listeners (gateway/net/connection_sasl.py): the client's exchange, followed or (termination)
+        # answered by the gateway. None on PLAINTEXT/SSL listeners.
+        self.sasl: ClientSasl | None = connection_sasl.client_sasl(gateway)
+        self.terminating = gateway.sasl_terminator is not None
+
+    @property
+    def principal(self) -> str | None:
+        """``User:<name>`` once the client authenticated on a SASL listener; None otherwise (for the
+        authorization of what the gateway answers itself; the client's host is ``peer[0]``)."""
+        sasl = self.sasl
+        return sasl.principal if sasl is not None and sasl.authenticated else None
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        if not self.limits.admit(self):
+            return  # over max.connections: already closed, no upstream link opened
+        set_nodelay(transport)
+        self.gw.connections.add(self)
+        self.metrics.connections_total += 1
+        # Reading starts at once (local answers need no link); the link is opened ahead of the first
+        # request for the cluster, which waits in _unlinked meanwhile.
+        self._linking = True
+        self.spawn(self._connect_upstream())
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _connect_upstream(self) -> None:
+        directory = self.gw.directory
+        if self.node_id is None:
+            targets = directory.candidates()
+        else:
+            addr = directory.address(self.node_id)
+            targets = [] if addr is None else [addr]
+        link, errors, exhausted = await dial(self, targets)
+        if link is not None:
+            self._linking = False
+            if self.closed:
+                assert link.transport is not None
+                link.transport.close()
+                return
+            self.upstream = link
+            self._relink_backoff_s = _RELINK_BACKOFF_S
+            directory.upstream_ok()
+            waiting, self._unlinked = self._unlinked, deque()
+            for frame, slot, api_key, version, corr in waiting:
+                if self.closed:
+                    return
+                self._write_upstream(link, frame, slot, api_key, version, corr)
+            return
+        self._linking = False
+        if not targets:
+            # The listener's broker left the metadata: no broker to wait for. Closing makes the client
+            # refresh metadata through another connection and move on.
+            log.warning("upstream broker not in metadata; closing client connection", peer=self.peer, node_id=self.node_id)
+            self.close()
+            return
+        if self.node_id is None and not exhausted:
+            # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
+            # listener's connection) is not: clients of the others are still served.
+            directory.upstream_failed("; ".join(errors))
+        self._relink_at = time.monotonic() + self._relink_backoff_s
+        self._relink_backoff_s = min(self._relink_backoff_s * 2, _RELINK_BACKOFF_MAX_S)
+        waiting, self._unlinked = self._unlinked, deque()
+        if waiting:
+            log.info(
+                "upstream broker unreachable; answering requests for the cluster with retriable errors",
+                peer=self.peer,
+                node_id=self.node_id,
+                requests=len(waiting),
+                errors=errors,
+            )
+        self.answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+        for t in list(self.tasks):
+            t.cancel()
+        self.gw.connections.discard(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop everything a closed connection holds, so its memory goes back at once rather than when
+        the garbage collector reaches the client <-> upstream link cycle."""
+        self.limits.release(self)
+        self.buf.clear()
+        self._unlinked.clear()
+        self.pending.clear()
+        link, self.upstream = self.upstream, None  # the link's transport still reports its close to us
+        if link is not None:
+            link.inflight.clear()
+            link.buf.clear()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.buf.buffered and not self.closed:
+            log.info("client vanished mid-request", peer=self.peer, buffered_bytes=self.buf.buffered)
+        self.close()
+
+    def upstream_lost(self, link: UpstreamLink, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        if link is not self.upstream:
+            connection_sasl.retired_link_lost(self, link)
+            return
+        self.upstream = None
+        if self.sasl is not None and not self.terminating:
+            # The client authenticated on that link, not on the next one: it must reconnect and authenticate
+            # again (a broker also closes after a failed exchange or an expired session).
+            log.info("upstream connection of a SASL client lost; closing the client connection",
+                     peer=self.peer, node_id=self.node_id, principal=self.sasl.principal)
+            self.close()
+            return
+        self.resume("upstream-backpressure")  # that link will not drain any more
+        inflight = list(link.inflight)
+        link.inflight.clear()
+        # The link is opened again by the next request for the cluster. What was in flight on it is
+        # answered like a request that found no link: a retriable error in its own format, so the client
+        # keeps this connection (and its group coordinator, if it shares one) and retries.
+        log.warning(
+            "upstream connection lost; answering its in-flight requests with retriable errors",
+            peer=self.peer,
+            node_id=self.node_id,
+            inflight=len(inflight),
+            error=str(exc) if exc else None,
+        )
+        self.answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
+
+    def answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
+        """Answer requests the cluster could not be asked (gateway/net/unreachable.py); close the connection
+        when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
+        gw = self.gw
+        for slot, frame, api_key, version, corr in requests:
+            payload = None
+            # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
+            # fatal to Java clients; a closed connection is retried, like a broker that is down.
+            if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
+                try:
+                    payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
+                    if payload is not None and slot.merge is not None:
+                        # Termination: a remembered answer is the cluster's (maybe to another principal's
+                        # identical request); the client's refusals and filtering apply to it as well.
+                        payload = slot.merge(payload)
+                except (ValueError, struct.error, IndexError) as e:
+                    # A request that does not read as its schema says (the broker would close too).
+                    log.info("unreadable request while the upstream is unreachable", peer=self.peer,
+                             api_key=api_key, api_version=version, error=str(e))
+                except Exception:  # noqa: BLE001 - an answer we cannot build: the connection closes below
+                    log.exception("cannot build an error response", peer=self.peer, api_key=api_key)
+            if payload is None:
+                log.warning(
+                    "no answer possible without the upstream; closing client connection",
+                    peer=self.peer,
+                    node_id=self.node_id,
+                    api_key=api_key,
+                    api_version=version,
+                )
+                self.close()
+                return
+            assert slot is not None
+            slot.data = frames.frame(payload)
+            self.metrics.upstream_unavailable_answers += 1
+        self.flush()
+
+    # --- flow control ----------------------------------------------------------------------------------
+
+    def pause(self, reason: str) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        # The client does not read its responses (its write buffer is over the high-water mark): stop
+        # reading upstream responses for it, and its further requests, whose answers would pile up too.
+        self.pause("client-backpressure")
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.resume("client-backpressure")
+        if self.upstream is not None and self.upstream.transport is not None and not self.closed:
+            self.upstream.transport.resume_reading()
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self.metrics.bytes_received += len(data)
+        self.active = True
+        buf = self.buf
+        try:
+            received = buf.feed(data)
+        except frames.FrameTooLarge as e:
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-large",
+                f"a request frame of {e.size} bytes is over max_frame_bytes ({e.limit}); connection closed",
+                size=e.size, limit=e.limit,
+            )
+            self.metrics.errors[-1] += 1
+            self.close()
+            return
+        reserved = buf.reserved
+        if reserved != self.reserved:
+            # A frame spans reads: its declared size counts against queued.max.request.bytes until done.
+            delta = reserved - self.reserved
+            self.reserved = reserved
+            self.limits.reserve(self, delta)
+        for f in received:
+            if self.closed:
+                return
+            self.on_request(f)
+
+    def on_request(self, frame: bytes) -> None:
+        if len(frame) < 14:  # size + api key + version + correlation id + client id length
+            self.gw.refusals.note(
+                self.peer, None, "frame-too-short",
+                f"a request of {len(frame) - 4} bytes cannot hold a request header; connection closed",
+                size=len(frame) - 4,
+            )
+            self.metrics.errors[-1] += 1
+            self.close()
+            return
+        api_key, version, corr = _HEAD.unpack_from(frame, 4)
+        if self.sasl is not None:
+            if not connection_sasl.sasl_admits(self, frame, api_key, version):
+                return
+            if self.terminating and api_key in SASL_APIS:
+                connection_sasl.answer_sasl(self, frame, api_key, version)
+                return
+        rng = self.gw.directory.api_ranges.get(api_key)
+        if rng is None:
+            self.metrics.errors[-1] += 1
+            # Kafka closes the connection on an api key it does not know: there is no response format
+            # (not even a header version) to answer in.
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unknown-api-key:{api_key}",
+                "an api key the gateway does not carry (not offered by the upstream, or its responses cannot "
+                "be rewritten); connection closed as Kafka does",
+                api_key=api_key, api_version=version,
+            )
+            self.close()
+            return
+        if not rng[0] <= version <= rng[1]:
+            self.metrics.errors[api_key] += 1
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
+                f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
+                api_key=api_key, api_version=version,
+            )
+            self._unsupported(api_key, version, corr, rng[1])
+            return
+        handler = self.gw.local_handlers.get(api_key)
+        if handler is not None:
+            # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
+            # coordinates); the others pass through to the upstream as usual.
+            claims = getattr(handler, "claims", None)
+            claim = True if claims is None else claims(frame, api_key, version)
+            if claim:
+                self._answer_locally(handler, frame, api_key, version, claim)
+                return
+        slot: Slot | None = Slot()
+        if api_key == codec.PRODUCE:
+            try:
+                acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
+            except (frames.FrameError, struct.error) as e:
+                self.gw.refusals.note(
+                    self.peer, client_id_of(frame), "unparseable-produce",
+                    f"Produce v{version} request whose acks cannot be read ({e}); connection closed",
+                    api_key=api_key, api_version=version,
+                )
+                self.metrics.errors[api_key] += 1
+                self.close()
+                return
+            if acks == 0:
+                # acks=0: the broker sends nothing back, so nothing may wait in the response queue.
+                slot = None
+        if self.terminating:
+            authorized = connection_sasl.authorize(self, frame, api_key, version, slot)
+            if authorized is None:
+                return
+            frame = authorized
+        if slot is not None:
+            self.pending.append(slot)
+            if len(self.pending) >= _MAX_PENDING:
+                self.pause("pending")
+        link = self.upstream
+        if link is not None and link.renew_at is not None and time.monotonic() >= link.renew_at:
+            connection_sasl.retire(self, link)
+            link = None
+        if link is not None and link.transport is not None:
+            self._write_upstream(link, frame, slot, api_key, version, corr)
+            return
+        if not self._linking and time.monotonic() < self._relink_at:
+            # The broker refused the link a moment ago: answer now rather than dial it per request.
+            self.answer_unlinked([(slot, frame, api_key, version, corr)])
+            return
+        self._unlinked.append((frame, slot, api_key, version, corr))
+        if not self._linking:
+            self._linking = True
+            self.spawn(self._connect_upstream())
+
+    def _write_upstream(
+        self, link: UpstreamLink, frame: bytes, slot: Slot | None, api_key: int, version: int, corr: int
+    ) -> None:
+        assert link.transport is not None
+        if slot is not None:
+            link.inflight.append((corr, slot, api_key, version, frame))
+        link.transport.write(frame)
+        self._forwarded[api_key] += 1
+
+    def _unsupported(self, api_key: int, version: int, corr: int, max_version: int) -> None:
+        if api_key == codec.API_VERSIONS:
+            payload: bytes | None = rewrite.api_versions_unsupported(corr, max_version)
+        else:
+            payload = codec.error_response(api_key, version, corr, codec.UNSUPPORTED_VERSION)
+        if payload is None:
+            # Already logged (once per client) as a refusal; this is the per-request detail.
+            log.debug(
+                "unsupported version without a top-level error code; closing",
+                peer=self.peer,
+                api_key=api_key,
+                api_version=version,
+            )
+            self.close()
+            return
+        self.pending.append(Slot(frames.frame(payload)))
+        self.flush()
+
+    def _answer_locally(
+        self, handler: LocalHandler, frame: bytes, api_key: int, version: int, claim: Any = True
+    ) -> None:
+        """``claim``: what the handler's ``claims`` returned; anything but True is what it decoded of the
+        frame, handed back to it so that the request is decoded once."""
+        payload = frame[4:]
+        try:
+            header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
+        except frames.FrameError as e:
+            self.gw.refusals.note(
+                self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
+                f"v{version} request header does not parse ({e}); connection closed",
+                api_key=api_key, api_version=version,
+            )
+            self.metrics.errors[api_key] += 1
+            self.close()
+            return
+        slot = Slot()
+        self.pending.append(slot)
+        metrics = self.metrics
+        arrived = time.perf_counter()
+        self._local += 1
+        if self._local >= _MAX_LOCAL:
+            self.pause("local")
+
+        async def run() -> None:
+            try:
+                if claim is True:
+                    response = await handler(self, header, payload)
+                else:
+                    response = await handler(self, header, payload, claim)  # type: ignore[call-arg]
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("local handler failed; closing", peer=self.peer, api_key=api_key)
+                metrics.errors[api_key] += 1
+                self.close()
+                return
+            finally:
+                self._local -= 1
+                if self._local < _MAX_LOCAL:
+                    self.resume("local")
+            slot.data = frames.frame(response)
+            metrics.local[api_key] += 1
+            metrics.latency(api_key).observe(time.perf_counter() - arrived)
+            self.flush()
+
+        self.spawn(run())
+
+    # --- responses -------------------------------------------------------------------------------------
+
+    def on_response(self, frame: bytes, link: UpstreamLink | None = None) -> None:
+        if self.closed:
+            return
+        if link is None:
+            link = self.upstream
+        assert link is not None
+        corr = _INT32.unpack_from(frame, 4)[0]
+        if not link.inflight or link.inflight[0][0] != corr:
+            log.error("upstream answered out of order; closing", peer=self.peer, correlation_id=corr)
+            self.close()
+            return
+        _, slot, api_key, version, request = link.inflight.popleft()
+        if link is not self.upstream and not link.inflight and link.transport is not None:
+            link.transport.close()  # a retired link (SASL termination) has answered everything
+        if self.sasl is not None and api_key in SASL_APIS:
+            connection_sasl.follow_response(self, api_key, version, frame)
+        first = _ENDPOINTS_FROM.get(api_key)
+        if first is not None and version >= first:
+            try:
+                rewritten = node_endpoints.rewrite_frame(api_key, version, frame, self.gw.addr_of)
+            except Exception:
+                log.exception(
+                    "cannot read leader endpoints of a response; closing",
+                    peer=self.peer,
+                    api_key=api_key,
+                    api_version=version,
+                )
+                self.close()
+                return
+            if rewritten is not None:
+                frame = rewritten
+        elif api_key in _REWRITTEN:
+            try:
+                payload = self._rewrite(api_key, version, frame[4:])
+                if api_key in unreachable.REPLAYED:
+                    self.gw.replies.remember(request, payload)
+                frame = frames.frame(payload)
+            except Exception:
+                # Never pass on a response that may still carry upstream addresses.
+                log.exception(
+                    "cannot rewrite response; closing", peer=self.peer, api_key=api_key, api_version=version
+                )
+                self.close()
+                return
+        if slot.merge is not None:
+            try:
+                frame = frames.frame(slot.merge(frame[4:]))
+            except Exception:
+                # Never pass on an answer from which the refusals of what was not forwarded are missing.
+                log.exception("cannot merge refusals into a response; closing", peer=self.peer, api_key=api_key)
+                self.close()
+                return
+        slot.data = frame
+        self.flush()
+
+    def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
+        directory = self.gw.directory
+        if api_key == codec.API_VERSIONS:
+            result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
+            directory.note_narrowed(result.narrowed)
+            return result.payload
+        result = rewrite.rewrite_response(api_key, payload, version, self.gw.addr_of, self.gw.listed_nodes())
+        if result.brokers is not None:
+            directory.observe(result.brokers)
+        return result.payload
+
+    def flush(self) -> None:
+        pending = self.pending
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        sent = 0
+        while pending and pending[0].data is not None:
+            data: bytes = pending.popleft().data  # type: ignore[assignment]
+            transport.write(data)
+            sent += len(data)
+        self.metrics.bytes_sent += sent
+        if len(pending) < _LOW_PENDING:
+            self.resume("pending")

@@ -1,0 +1,249 @@
+"""Limits of the client listeners: how many connections, how many request bytes held, how long idle.
+
+- ``max.connections``: a connection over the cap is accepted and closed at once (before its upstream link
+  exists), counted, and reported by one warning per interval rather than one per connection. The cap
+  is also derived from RLIMIT_NOFILE: every client costs two descriptors (itself and its upstream link),
+  so the gateway never runs into EMFILE on accept or on connecting upstream, where a refusal would look
+  like an unreachable cluster.
+- ``queued.max.request.bytes``: request bytes held by all connections together. As in Kafka's memory
+  pool, a connection reserves the declared size of a request frame once it has read the size and keeps
+  reading until the frame is complete; while the reservations reach the budget, every connection that
+  holds no reservation is muted (reading paused) and all are unmuted once the reservations fall below
+  it. Holders keep reading, so the budget always drains; a reservation is released when its frame
+  completes or its connection closes.
+- ``connections.max.idle.ms`` and ``partial_request_timeout_ms``: a periodic sweep closes connections
+  with no traffic and nothing outstanding for that long, and connections whose current request frame has
+  been incomplete for that long (a slowloris client trickling bytes is active, never idle).
+
+The hot path pays a flag store and an integer comparison per chunk read; the bookkeeping runs in the
+sweep and on the rare transitions of the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import resource
+import time
+from typing import TYPE_CHECKING, Any
+
+from gateway.logging import get_logger
+
+if TYPE_CHECKING:
+    from gateway.net.connection import ClientConnection
+    from gateway.net.server import Gateway
+
+log = get_logger("gateway.net.limits")
+
+# Descriptors kept free for everything that is not a client connection or its upstream link: listeners,
+# the admin endpoint and its connections, the state log, the gateway's own upstream clients, log files,
+# and the sockets of one accept batch (asyncio accepts up to 100 per wake-up before any is refused).
+MIN_RESERVED_DESCRIPTORS = 160
+MAX_RESERVED_DESCRIPTORS = 256
+# At most one warning per this many seconds for refused connections and accept errors (with a count).
+WARN_INTERVAL_S = 30.0
+# The sweep runs this many times per (smallest) timeout, within these bounds.
+SWEEPS_PER_TIMEOUT = 4
+MIN_SWEEP_S = 0.05
+MAX_SWEEP_S = 5.0
+
+_ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def descriptor_limit() -> int | None:
+    """The soft RLIMIT_NOFILE of this process, or None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def connection_cap(max_connections: int, nofile: int | None) -> int:
+    """``max.connections`` lowered to what ``nofile`` descriptors can serve (two per client)."""
+    if nofile is None:
+        return max_connections
+    reserved = min(MAX_RESERVED_DESCRIPTORS, max(MIN_RESERVED_DESCRIPTORS, nofile // 4))
+    return max(1, min(max_connections, (nofile - reserved) // 2))
+
+
+class _RateLimitedLog:
+    """One log line per interval: the first event logs at once, later ones are counted into the next."""
+
+    def __init__(self, event: str, level: str = "warning") -> None:
+        self.event = event
+        self._emit = getattr(log, level)
+        self._last = -float("inf")
+        self._suppressed = 0
+
+    def __call__(self, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < WARN_INTERVAL_S:
+            self._suppressed += 1
+            return
+        self._emit(self.event, suppressed_since_last=self._suppressed, **fields)
+        self._last = now
+        self._suppressed = 0
+
+
+class ConnectionLimits:
+    """One per Gateway: admission, the request memory budget, the idle and partial-request sweep."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        config = gw.config
+        self.nofile = descriptor_limit()
+        self.max_connections = connection_cap(config.max_connections, self.nofile)
+        budget = config.queued_max_request_bytes
+        self.budget: int | None = budget if budget > 0 else None
+        self.reserved = 0  # bytes reserved by request frames being read, all connections together
+        self.exhausted = False
+        self.muted: set[ClientConnection] = set()
+        idle = config.connections_max_idle_ms
+        partial = config.partial_request_timeout_ms
+        self.idle_s: float | None = idle / 1000 if idle > 0 else None
+        self.partial_s: float | None = partial / 1000 if partial > 0 else None
+        self._refused_warning = _RateLimitedLog("connection refused: max.connections reached; closing it at once")
+        self._accept_warning = _RateLimitedLog("cannot accept connections: out of descriptors or memory")
+        self._budget_info = _RateLimitedLog(
+            "request memory budget reached; reading paused for connections without a request in progress",
+            level="info",
+        )
+
+    # --- admission -------------------------------------------------------------------------------------
+
+    def admit(self, conn: ClientConnection) -> bool:
+        """Whether a freshly accepted connection may stay; a refused one is closed here."""
+        gw = self.gw
+        if len(gw.connections) >= self.max_connections:
+            gw.metrics.connections_refused += 1
+            self._refused_warning(
+                peer=conn.peer, open_connections=len(gw.connections), max_connections=self.max_connections
+            )
+            conn.closed = True
+            assert conn.transport is not None
+            conn.transport.close()
+            return False
+        if self.exhausted:
+            conn.pause("memory")
+            self.muted.add(conn)
+        return True
+
+    def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> bool:
+        """Handles the event loop's report of a failed accept (EMFILE and the like): counted and one
+        rate-limited warning instead of a traceback per attempt. False for anything else. Matched by the
+        error, not the message, which differs between asyncio's loop and uvloop."""
+        exc = context.get("exception")
+        if not isinstance(exc, OSError) or exc.errno not in _ACCEPT_RESOURCE_ERRORS:
+            return False
+        self.gw.metrics.accept_errors += 1
+        self._accept_warning(
+            error=str(exc),
+            message=context.get("message"),
+            nofile=self.nofile,
+            open_connections=len(self.gw.connections),
+        )
+        return True
+
+    # --- request memory ----------------------------------------------------------------------------------
+
+    def reserve(self, conn: ClientConnection, delta: int) -> None:
+        """``conn``'s reservation changed by ``delta`` (its new value is already in ``conn.reserved``)."""
+        self.reserved += delta
+        budget = self.budget
+        if budget is None:
+            return
+        if conn.reserved and conn in self.muted:
+            # Read one more chunk after it was muted (the loop had it already) and now holds a frame in
+            # progress: like every holder it must be read to the end, or the budget might never drain.
+            self.muted.discard(conn)
+            conn.resume("memory")
+        if self.exhausted:
+            if self.reserved < budget:
+                self._unmute()
+            elif conn.reserved == 0 and not conn.closed:
+                # Its frame is done; the next one needs memory the pool does not have.
+                conn.pause("memory")
+                self.muted.add(conn)
+        elif self.reserved >= budget:
+            self._mute()
+
+    def release(self, conn: ClientConnection) -> None:
+        """At close: give back the connection's reservation and forget it."""
+        self.muted.discard(conn)
+        if conn.reserved:
+            delta, conn.reserved = -conn.reserved, 0
+            self.reserve(conn, delta)
+
+    def _mute(self) -> None:
+        self.exhausted = True
+        self.gw.metrics.request_memory_exhausted += 1
+        muted = self.muted
+        for c in self.gw.connections:
+            if c.reserved == 0 and not c.closed:
+                c.pause("memory")
+                muted.add(c)
+        self._budget_info(
+            reserved_bytes=self.reserved,
+            queued_max_request_bytes=self.budget,
+            muted=len(muted),
+        )
+
+    def _unmute(self) -> None:
+        self.exhausted = False
+        muted, self.muted = self.muted, set()
+        for c in muted:
+            c.resume("memory")
+
+    # --- idle and partial requests -------------------------------------------------------------------
+
+    def sweep_interval(self) -> float | None:
+        timeouts = [t for t in (self.idle_s, self.partial_s) if t is not None]
+        if not timeouts:
+            return None
+        return min(MAX_SWEEP_S, max(MIN_SWEEP_S, min(timeouts) / SWEEPS_PER_TIMEOUT))
+
+    async def sweep_forever(self) -> None:
+        interval = self.sweep_interval()
+        if interval is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep(loop.time())
+
+    def sweep(self, now: float) -> None:
+        idle_s, partial_s = self.idle_s, self.partial_s
+        metrics = self.gw.metrics
+        for c in list(self.gw.connections):
+            if c.closed:
+                continue
+            transport = c.transport
+            wbuf = transport.get_write_buffer_size() if transport is not None else 0
+            if c.active or c.pending or wbuf != c.last_write_buffer:
+                # Traffic since the last sweep, or a request still awaiting its answer (a Fetch long-poll,
+                # a JoinGroup parked for a rebalance): not idle.
+                c.active = False
+                c.last_write_buffer = wbuf
+                c.idle_since = now
+            elif idle_s is not None and now - c.idle_since >= idle_s:
+                metrics.connections_closed_idle += 1
+                log.info(
+                    "idle connection closed (connections.max.idle.ms)",
+                    peer=c.peer,
+                    idle_s=round(now - c.idle_since, 3),
+                )
+                c.close()
+                continue
+            buf = c.buf
+            if partial_s is None or not buf.buffered:
+                continue
+            if buf.partials != c.partial_seq:
+                c.partial_seq = buf.partials
+                c.partial_since = now
+            elif now - c.partial_since >= partial_s:
+                metrics.connections_closed_partial += 1
+                log.warning(
+                    "request frame not completed in time (partial_request_timeout_ms); closing",
+                    peer=c.peer,
+                    buffered_bytes=buf.buffered,
+                    frame_bytes=buf.reserved,
+                )
+                c.close()

@@ -1,1 +1,0 @@
-"""JSON schemas (Kafka's message-definition format) loaded by gateway.protocol.messages."""

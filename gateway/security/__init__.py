@@ -1,0 +1,1 @@
+"""Security of the gateway's links: TLS contexts, SASL exchanges (passthrough and termination), OAUTHBEARER tokens."""

@@ -1,0 +1,500 @@
+"""The cluster state store: group state in a compacted topic of the upstream cluster (``__groupgate_groups``).
+
+One partition per shard. Each shard is written by one transactional producer whose transactional id is
+``<prefix><shard>``: initialising it (InitProducerId) bumps the id's producer epoch, which fences every
+older producer of that shard (the zombie fencing Kafka Streams relies on) and makes the transaction
+coordinator abort whatever an older owner left open. Only then is the partition read, from the beginning
+up to its last stable offset with ``isolation.level=read_committed``, so the replay holds every record any
+older owner ever committed and nothing it did not.
+
+Writes are acknowledged by all in-sync replicas (``acks=all``, idempotent, ``min.insync.replicas`` on the
+topic). ``append()`` queues records; ``sync()`` returns once they are committed. Appends of one shard are
+batched as Kafka's coordinator batches its writes (``group.coordinator.append.linger.ms``): the first
+``sync()`` after a quiet period waits the linger, then one transaction carries everything appended so far;
+whatever is appended while it is in flight goes into the next one. Concurrent ``sync()`` calls thus share
+transactions.
+
+Compaction: every record is produced with the state record's own key (the __consumer_offsets key
+formats: one key per group metadata record, per member, per assignment, ...), and a tombstone (value
+None) is produced with a null value. Replay applies records in order and the latest value of a key
+replaces every earlier one (a tombstone removes it), so keeping only the latest record per key, and
+eventually dropping tombstones, which is exactly what log compaction does, leaves replay's result
+unchanged. Compaction never crosses the last stable offset, so an open transaction is never compacted.
+
+Client library: aiokafka (asyncio-native; transactional producer with fencing, read_committed consumer,
+admin client). Its idempotent producer retries retriable errors (leader changes, NOT_ENOUGH_REPLICAS,
+timeouts) without end; the store bounds a transaction by ``write_timeout_ms`` and then reports
+``StateLogWriteFailed``: the outcome of that transaction is unknown, so the shard must be re-opened
+(which fences this producer and re-reads what is durable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
+from aiokafka.admin import AIOKafkaAdminClient
+
+from gateway.config.coordinator import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
+from gateway.logging import get_logger
+from gateway.security.oauth import AiokafkaTokenProvider, TokenSource
+from gateway.security.sasl import Credentials
+from gateway.state.log import Record, StateLogWriteFailed
+from gateway.state.store import DEFAULT_SHARDS, ShardFenced
+from gateway.state.topic_admin import (  # noqa: F401  (re-exported: the store's errors and defaults)
+    StateTopicAdmin,
+    StateTopicError,
+    StateTopicMismatch,
+    TopicCheck,
+    default_min_insync_replicas,
+    default_replication_factor,
+)
+
+if TYPE_CHECKING:
+    from gateway.config.coordinator import CoordinatorSettings
+    from gateway.config.settings import GatewayConfig
+
+log = get_logger("gateway.state.topic")
+
+DEFAULT_TOPIC = DEFAULT_STATE_TOPIC
+DEFAULT_TRANSACTIONAL_ID_PREFIX = DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
+# Kafka's group.coordinator.append.linger.ms idea: a short wait lets concurrent requests of one shard
+# share a transaction (one round of AddPartitionsToTxn/Produce/EndTxn) at a small latency cost.
+DEFAULT_APPEND_LINGER_MS = 5
+# How long one transaction (begin, produce, commit, with the client's retries) may take before the
+# shard gives up on it.
+DEFAULT_WRITE_TIMEOUT_MS = 30_000
+# How long a shard's producer may take to deliver what is queued when the shard is closed or failed.
+STOP_GRACE_S = 2.0
+# How long opening a shard (fencing and reading the partition to its end) may take.
+DEFAULT_LOAD_TIMEOUT_MS = 60_000
+
+
+def _is_fenced(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it wraps) says a newer producer of our transactional id took over."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+class KafkaShardLog:
+    """One shard's log: a partition of the state topic written by the shard's transactional producer."""
+
+    def __init__(self, store: KafkaStateStore, shard: int, producer: AIOKafkaProducer, records: list[Record]) -> None:
+        self.shard = shard
+        self._store = store
+        self._producer = producer
+        self._tp = TopicPartition(store.topic, shard)
+        self._records = records
+        self._pending: list[Record] = []
+        self._appended = 0  # records appended since open
+        self._committed = 0  # records of those committed
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._failed: StateLogWriteFailed | None = None
+        self._closed = False
+        # Transactions committed by this log (group commit: fewer than sync() calls under load).
+        self.transactions = 0
+
+    def replay(self) -> Iterator[Record]:
+        return iter(self._records)
+
+    def append(self, records: Iterable[Record]) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise StateLogWriteFailed(f"shard {self.shard} of {self._store.topic} is closed")
+        batch = list(records)
+        self._pending.extend(batch)
+        self._appended += len(batch)
+
+    async def sync(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        target = self._appended
+        if self._committed >= target:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, fut))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name=f"state-topic-flush-{self.shard}")
+        await fut
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending and self._failed is None:
+                if self._store.append_linger_ms > 0:
+                    await asyncio.sleep(self._store.append_linger_ms / 1000)
+                batch, self._pending = self._pending, []
+                end = self._committed + len(batch)
+                await self._write(batch)
+                self._committed = end
+                self.transactions += 1
+                self._store.transactions += 1
+                self._wake()
+        except asyncio.CancelledError:
+            self._fail(StateLogWriteFailed(f"shard {self.shard} of {self._store.topic} was closed mid-write"))
+            raise
+        except StateLogWriteFailed as exc:
+            self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - any other failure ends the shard's writes the same way
+            self._fail(StateLogWriteFailed(f"shard {self.shard}: unexpected failure: {exc!r}"))
+        finally:
+            self._flusher = None
+
+    async def _write(self, batch: list[Record]) -> None:
+        """One transaction: begin, produce every record to the shard's partition keyed by its key, commit."""
+        timeout_s = self._store.write_timeout_ms / 1000
+        started = time.monotonic()
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._producer.begin_transaction()
+                for r in batch:
+                    f = await self._producer.send(self._tp.topic, value=r.value, key=r.key, partition=self.shard)
+                    # A failed transaction fails its records too; the transaction's error is the one reported.
+                    f.add_done_callback(_retrieve)
+                    futures.append(f)
+                await self._producer.commit_transaction()
+                # Commit waits for delivery; a record that failed would have failed the commit too.
+                for f in futures:
+                    f.result()
+        except TimeoutError:
+            raise StateLogWriteFailed(
+                f"shard {self.shard} of {self._store.topic}: a transaction of {len(batch)} records was not "
+                f"committed within {timeout_s:g}s; its outcome is unknown until the shard is re-opened"
+            ) from None
+        except Exception as exc:
+            if _is_fenced(exc):
+                raise ShardFenced(
+                    f"shard {self.shard} of {self._store.topic}: producer {self._store.transactional_id(self.shard)!r} "
+                    "was fenced by a newer owner"
+                ) from exc
+            raise StateLogWriteFailed(f"shard {self.shard} of {self._store.topic}: write failed: {exc!r}") from exc
+        self._store.write_latency_ms.append((time.monotonic() - started) * 1000)
+
+    def _wake(self) -> None:
+        keep = []
+        for target, fut in self._waiters:
+            if target <= self._committed:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._waiters = keep
+
+    def _fail(self, exc: StateLogWriteFailed) -> None:
+        first = self._failed is None
+        if first:
+            self._failed = exc
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(self._failed)  # type: ignore[arg-type]
+        self._waiters.clear()
+        self._pending.clear()
+        self._store._release(self)
+        if first:
+            log.warning("state topic shard stops taking writes", shard=self.shard, error=str(exc))
+
+    def close(self) -> None:
+        """Stop writing: records not yet synced are dropped (they were never acknowledged)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if self._failed is None:
+            self._failed = StateLogWriteFailed(f"shard {self.shard} of {self._store.topic} is closed")
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(self._failed)
+        self._waiters.clear()
+        self._store._release(self)
+
+    async def aclose(self) -> None:
+        """close(), and wait for the producer to be stopped."""
+        self.close()
+        await self._store._drain_closing()
+
+
+class KafkaStateStore:
+    """The shards of group state as the partitions of one compacted topic (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        shards: int = DEFAULT_SHARDS,
+        topic: str = DEFAULT_TOPIC,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+        transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX,
+        append_linger_ms: float = DEFAULT_APPEND_LINGER_MS,
+        write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS,
+        load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
+        request_timeout_ms: int = 30_000,
+        transaction_timeout_ms: int = 60_000,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: Credentials | None = None,
+        client_id: str = "groupgate-state",
+    ) -> None:
+        if shards < 1:
+            raise ValueError("shards must be at least 1")
+        self.bootstrap = bootstrap
+        self.shards = shards
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
+        self.transactional_id_prefix = transactional_id_prefix
+        self.append_linger_ms = append_linger_ms
+        self.write_timeout_ms = write_timeout_ms
+        self.load_timeout_ms = load_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.ssl_context = ssl_context
+        self.sasl = sasl  # (mechanism, username, password) of the gateway's own principal
+        self.client_id = client_id
+        # Transactions committed by all shards (group commit makes this lower than the sync() calls).
+        self.transactions = 0
+        # Duration of the latest committed transactions (begin to commit), for operators and benchmarks.
+        self.write_latency_ms: deque[float] = deque(maxlen=1024)
+        self.topic_check: TopicCheck | None = None
+        self._logs: dict[int, KafkaShardLog] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: CoordinatorSettings,
+        bootstrap: str,
+        *,
+        shards: int = DEFAULT_SHARDS,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: Credentials | None = None,
+    ) -> KafkaStateStore:
+        """The store the ``state_topic*`` settings describe, on the cluster at ``bootstrap``."""
+        return cls(
+            bootstrap,
+            shards=shards,
+            topic=settings.state_topic,
+            replication_factor=settings.state_topic_replication_factor,
+            min_insync_replicas=settings.state_topic_min_insync_replicas,
+            transactional_id_prefix=settings.state_transactional_id_prefix,
+            append_linger_ms=settings.state_append_linger_ms,
+            write_timeout_ms=settings.state_write_timeout_ms,
+            ssl_context=ssl_context,
+            sasl=sasl,
+        )
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, *, shards: int = DEFAULT_SHARDS) -> KafkaStateStore:
+        """The store of a gateway configuration: its upstream cluster (and upstream TLS), its settings."""
+        from gateway.security.tls import upstream_context
+
+        return cls.from_settings(
+            config.coordinator, config.upstream, shards=shards, ssl_context=upstream_context(config),
+            sasl=config.upstream_sasl(),
+        )
+
+    def transactional_id(self, shard: int) -> str:
+        return f"{self.transactional_id_prefix}{shard}"
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "request_timeout_ms": self.request_timeout_ms}
+        if self.ssl_context is not None:
+            kw.update(security_protocol="SSL", ssl_context=self.ssl_context)
+        if self.sasl is not None:
+            # The same principal and mechanism as the gateway's other upstream connections.
+            protocol = "SASL_SSL" if self.ssl_context is not None else "SASL_PLAINTEXT"
+            if isinstance(self.sasl, TokenSource):
+                # The gateway's own OAUTHBEARER tokens, shared with its other connections.
+                kw.update(security_protocol=protocol, sasl_mechanism="OAUTHBEARER",
+                          sasl_oauth_token_provider=AiokafkaTokenProvider(self.sasl))
+            else:
+                mechanism, username, password = self.sasl
+                kw.update(
+                    security_protocol=protocol,
+                    sasl_mechanism=mechanism, sasl_plain_username=username, sasl_plain_password=password,
+                )
+        return kw
+
+    # --- the topic ----------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        admin = AIOKafkaAdminClient(client_id=f"{self.client_id}-admin", **self._client_kwargs())
+        await admin.start()
+        try:
+            self.topic_check = await self._topic_admin(admin).ensure(
+                self.shards, self.replication_factor, self.min_insync_replicas
+            )
+        finally:
+            await admin.close()
+        for w in self.topic_check.warnings:
+            log.warning("state topic", topic=self.topic, warning=w)
+
+    def _topic_admin(self, admin: AIOKafkaAdminClient) -> StateTopicAdmin:
+        return StateTopicAdmin(admin, self.topic, self.load_timeout_ms)
+
+    async def partitions(self) -> int | None:
+        """The state topic's partition count as it is now (None: no such topic), creating nothing: for the
+        read-only tools, which take the shard count from the topic."""
+        admin = AIOKafkaAdminClient(client_id=f"{self.client_id}-admin", **self._client_kwargs())
+        await admin.start()
+        try:
+            described = await self._topic_admin(admin).describe()
+        finally:
+            await admin.close()
+        return None if described is None else len(described["partitions"])
+
+    # --- shards -------------------------------------------------------------------------------------
+
+    async def open_shard(self, shard: int) -> KafkaShardLog:
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"shard {shard} is outside 0..{self.shards - 1}")
+        if self.topic_check is None:
+            # Producing to a missing topic could have the cluster auto-create it with the wrong layout.
+            raise RuntimeError("open() the store (create or verify its topic) before opening a shard")
+        old = self._logs.pop(shard, None)
+        if old is not None:
+            old.close()
+        producer = AIOKafkaProducer(
+            client_id=f"{self.client_id}-{shard}",
+            transactional_id=self.transactional_id(shard),
+            enable_idempotence=True,
+            acks="all",
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            **self._client_kwargs(),
+        )
+        try:
+            async with asyncio.timeout(self.load_timeout_ms / 1000):
+                # InitProducerId: bumps the epoch of the shard's transactional id (fencing every older
+                # producer of it) and completes whatever transaction an older owner left open.
+                await producer.start()
+                records = await self._read(shard)
+        except BaseException as exc:
+            await producer.stop()
+            if isinstance(exc, TimeoutError):
+                raise StateLogWriteFailed(
+                    f"opening shard {shard} of {self.topic} took longer than {self.load_timeout_ms} ms"
+                ) from None
+            raise
+        shard_log = KafkaShardLog(self, shard, producer, records)
+        self._logs[shard] = shard_log
+        return shard_log
+
+    async def _read(self, shard: int) -> list[Record]:
+        """The committed records of ``shard``'s partition, from its start to its last stable offset."""
+        return await read_partition(self, shard)
+
+    def _release(self, shard_log: KafkaShardLog) -> None:
+        if self._logs.get(shard_log.shard) is shard_log:
+            del self._logs[shard_log.shard]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # closed after the event loop: the producer's connections went with it
+        task = loop.create_task(_stop_quietly(shard_log._producer))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _drain_closing(self) -> None:
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+    async def close(self) -> None:
+        for shard_log in list(self._logs.values()):
+            shard_log.close()
+        await self._drain_closing()
+
+
+def _retrieve(f: asyncio.Future[Any]) -> None:
+    if not f.cancelled():
+        f.exception()
+
+
+async def _stop_quietly(producer: AIOKafkaProducer, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a shard's producer. stop() first delivers what is queued, which an idempotent producer retries
+    without end; after ``grace_s`` its sender is cancelled instead (aiokafka has no stop-without-flush), so
+    a shard whose partition stays unreachable never holds up closing the store."""
+    stopping = asyncio.ensure_future(producer.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=grace_s)
+    if not done:
+        sender_task = producer._sender.sender_task
+        if sender_task is not None:
+            sender_task.cancel()
+        await asyncio.wait({stopping}, timeout=grace_s)
+    if stopping.done() and not stopping.cancelled():
+        with contextlib.suppress(Exception):
+            stopping.result()
+
+
+async def read_partition(store: KafkaStateStore, shard: int, *, timeout_ms: int | None = None) -> list[Record]:
+    """Every committed record of one partition of ``store``'s topic, in order (tombstones as None values).
+
+    Reads to the last stable offset as of the start: with read_committed, records of aborted transactions
+    are skipped and nothing past an open transaction is returned.
+    """
+    records: list[Record] = []
+    for offset, key, value in await read_partition_offsets(store, shard, timeout_ms=timeout_ms):
+        if key is None:
+            log.warning("state topic record without a key skipped", shard=shard, offset=offset)
+            continue
+        records.append(Record(key, value))
+    return records
+
+
+async def read_partition_offsets(
+    store: KafkaStateStore, shard: int, *, timeout_ms: int | None = None
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``read_partition`` with each record's offset, keyless records included (for the state tools)."""
+    tp = TopicPartition(store.topic, shard)
+    consumer = AIOKafkaConsumer(
+        client_id=f"{store.client_id}-load-{shard}",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **store._client_kwargs(),
+    )
+    await consumer.start()
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        async with asyncio.timeout((timeout_ms or store.load_timeout_ms) / 1000):
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            while await consumer.position(tp) < end:
+                batches = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
+                for msg in batches.get(tp, []):
+                    if msg.offset >= end:
+                        break
+                    key = None if msg.key is None else bytes(msg.key)
+                    out.append((msg.offset, key, None if msg.value is None else bytes(msg.value)))
+    finally:
+        await consumer.stop()
+    return out
+
+
+__all__ = [
+    "DEFAULT_APPEND_LINGER_MS",
+    "DEFAULT_TOPIC",
+    "DEFAULT_TRANSACTIONAL_ID_PREFIX",
+    "KafkaShardLog",
+    "KafkaStateStore",
+    "StateTopicError",
+    "StateTopicMismatch",
+    "TopicCheck",
+    "read_partition",
+    "read_partition_offsets",
+]

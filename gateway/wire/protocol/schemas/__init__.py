@@ -1,0 +1,1 @@
+"""JSON schemas (Kafka's message-definition format) loaded by gateway.wire.protocol.messages."""
