@@ -88,8 +88,8 @@ class ClusterGroupConfigs:
         self._joins_skip_until = 0.0
         # A link of its own: a cluster that closes the connection on a request it cannot parse (one
         # without GROUP resources) breaks nothing the group layer has in flight.
-        gw = layer.gw
-        self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
+        config = layer.config
+        self.client = UpstreamClient(layer.directory, lambda: config.upstream_request_timeout_s)
 
     @property
     def enabled(self) -> bool:
@@ -107,14 +107,11 @@ class ClusterGroupConfigs:
         self.client.close()
 
     def _config(self, group_id: str) -> CoordinatorConfig:
-        # The config of the service of the group's shard; a shard re-read from its log gets a new
-        # service (and config): always the current one's.
-        config: CoordinatorConfig = self.layer.runtime.shard_for(group_id).service.coordinator.state.config
-        return config
+        return self.layer.runtime.group_config(group_id)
 
     def _held(self) -> list[str]:
         """The consumer groups of the shards served now."""
-        return sorted(g for service in self.layer.runtime.services() for g in service.coordinator.state.groups)
+        return sorted(g.group_id for g in self.layer.runtime.consumer_groups())
 
     async def before_join(self, group_id: str) -> None:
         """A join: the group's configs are read first unless the gateway holds the group already."""

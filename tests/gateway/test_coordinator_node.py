@@ -20,7 +20,7 @@ from gateway.groups.layer import GroupLayer
 from gateway.net.rewrite import Broker
 from gateway.wire import group_codec as gc
 
-from ._groups_support import StubConnection, StubGateway, call
+from ._groups_support import StubConnection, StubGateway, call, layer_on
 
 PORTS = {1: 19093, 2: 19094, 3: 19095}
 
@@ -44,8 +44,7 @@ def upstream(*nodes: int) -> list[Broker]:
 async def running_layer() -> AsyncIterator[tuple[ThreeListeners, GroupLayer]]:
     gw = ThreeListeners()
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
-    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(gw, settings)
     await layer.start()
     try:
         yield gw, layer

@@ -16,7 +16,7 @@ from gateway.groups.layer import GroupLayer
 from gateway.wire import frames
 from gateway.wire import group_codec as gc
 
-from ._groups_support import StubGateway, call, request_payload
+from ._groups_support import StubGateway, call, layer_on, request_payload
 from .test_groups_layer import STALE_MEMBER_EPOCH, _join_consumer_member, settings, started
 
 GROUP_ID_NOT_FOUND = 69
@@ -104,7 +104,7 @@ async def test_describe_groups_v6_says_group_id_not_found_where_v5_says_dead() -
 
 def test_a_version_the_upstream_lacks_is_claimed_for_unmanaged_groups_too() -> None:
     stub = StubGateway()
-    layer = GroupLayer(stub, settings(managed_groups="app-.*"))  # type: ignore[arg-type]
+    layer = layer_on(stub, settings(managed_groups="app-.*"), install=False)
 
     def frame(msg: Any, v: int) -> bytes:
         payload = request_payload(msg, v)

@@ -24,7 +24,7 @@ from gateway.wire import group_codec as gc
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
 
-from ._groups_support import StubConnection, StubGateway, call
+from ._groups_support import StubConnection, StubGateway, call, layer_on
 
 GROUP_AUTHORIZATION_FAILED = 30
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -43,10 +43,9 @@ async def started(*acls: AclBinding, read: bool = True, **config: Any) -> GroupL
     gw = StubGateway()
     gw.config = gw.config.model_copy(update={"authorization": "on", "super_users": ["User:admin"], **config})
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
-    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
+    layer = layer_on(gw, settings)
     # The cluster refuses to list its ACLs (CLUSTER_AUTHORIZATION_FAILED): every read fails, quickly.
     layer.acls.client = _StubAcls(error_code=31)  # type: ignore[assignment]
-    layer.install()
     await layer.start()
     if read:
         layer.acls.snapshot = AclSnapshot.of(acls, super_users={"User:admin"})
@@ -263,7 +262,7 @@ async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
     layer = await started(read=False)
     try:
         await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)
-        text = Health(layer.gw, layer).render()
+        text = Health(layer.nodes, layer).render()
         assert 'groupgate_group_layer_events_total{event="authorization_refusals"} 1' in text
         assert "groupgate_acl_snapshot_age_seconds -1" in text
     finally:

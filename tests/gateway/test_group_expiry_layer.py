@@ -19,7 +19,7 @@ from gateway.state.log import FileStateLog
 from gateway.wire import group_codec as gc
 from translate.group_records import decode_key
 
-from ._groups_support import StubGateway, call
+from ._groups_support import StubGateway, call, layer_on
 
 PROTOCOLS = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01meta")]
 
@@ -36,8 +36,7 @@ async def started(state_dir: Path, **kw: Any) -> GroupLayer:
             **kw,
         }
     )
-    layer = GroupLayer(StubGateway(), settings)  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(StubGateway(), settings)
     await layer.start()
     return layer
 

@@ -18,15 +18,14 @@ from gateway.wire import group_codec as gc
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.embedded import ConsumerProtocolSubscription, decode_assignment, encode_subscription
 
-from ._groups_support import StubGateway, call
+from ._groups_support import StubGateway, call, layer_on
 from .test_groups_layer import MEMBER_ID_REQUIRED, settings
 
 TOPIC_ID = uuid.UUID(int=0x7E57)
 
 
 async def started_with_upstream_topics(image: TopicImage) -> tuple[GroupLayer, list[int]]:
-    layer = GroupLayer(StubGateway(), settings(classic_groups="translate"))  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(StubGateway(), settings(classic_groups="translate"))
     await layer.start()
     fetches: list[int] = []
 

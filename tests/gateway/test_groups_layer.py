@@ -34,7 +34,15 @@ from gateway.wire.protocol.messages import (
 )
 from translate.group_messages import OffsetCommitCheck
 
-from ._groups_support import HOME_ADDR, HOME_NODE, StubConnection, StubGateway, call, request_payload
+from ._groups_support import (
+    HOME_ADDR,
+    HOME_NODE,
+    StubConnection,
+    StubGateway,
+    call,
+    layer_on,
+    request_payload,
+)
 
 MEMBER_ID_REQUIRED = 79
 UNKNOWN_MEMBER_ID = 25
@@ -60,8 +68,7 @@ def settings(**kw: Any) -> CoordinatorSettings:
 
 
 async def started(**kw: Any) -> GroupLayer:
-    layer = GroupLayer(StubGateway(), settings(**kw))  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(StubGateway(), settings(**kw))
     await layer.start()
     return layer
 
@@ -84,7 +91,7 @@ async def test_find_coordinator_names_a_served_listener_at_every_version() -> No
 
 
 def test_unmanaged_groups_and_transaction_keys_are_not_claimed() -> None:
-    layer = GroupLayer(StubGateway(), settings(managed_groups="app-.*"))  # type: ignore[arg-type]
+    layer = layer_on(StubGateway(), settings(managed_groups="app-.*"), install=False)
 
     def frame(msg: Any, v: int) -> bytes:
         payload = request_payload(msg, v)
@@ -497,7 +504,7 @@ def test_the_request_context_carries_the_clients_principal() -> None:
     the identity group authorization will check."""
     from tests.gateway._groups_support import StubConnection
 
-    layer = GroupLayer(StubGateway(), settings())  # type: ignore[arg-type]
+    layer = layer_on(StubGateway(), settings(), install=False)
     msg = ListGroupsRequest[4](states_filter=[])
     payload = request_payload(msg, 4)
     header = frames.parse_request_header(payload, codec.request_header_flexible(16, 4))
