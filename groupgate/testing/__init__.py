@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from groupgate.testing._net import free_port, free_port_block, wait_ready
+from groupgate.testing._net import free_port, free_port_block, readyz, wait_ready
 from groupgate.testing.base import Gateway, unique_name
 from groupgate.testing.events import parse_events, select, wait_for_events
 from groupgate.testing.fleet import GatewayFleet
@@ -58,6 +58,7 @@ __all__ = [
     "free_port_block",
     "group_type",
     "parse_events",
+    "readyz",
     "run_both",
     "select",
     "targets",

@@ -77,3 +77,20 @@ def wait_ready(url: str, timeout_s: float, alive: Callable[[], bool] = lambda: T
             raise RuntimeError(f"the gateway exited before {url} answered 200 (last: {last[0]} {last[1].strip()})")
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer 200 within {timeout_s}s (last: {last[0]} {last[1].strip()})")
+
+
+def metric(readyz_url: str, name: str) -> float | None:
+    """One unlabelled gauge or counter (``groupgate_<name>``) from the /metrics beside ``readyz_url``."""
+    import urllib.request
+
+    url = readyz_url.rsplit("/", 1)[0] + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:  # noqa: S310 - http://host:port/metrics
+            text = resp.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == f"groupgate_{name}":
+            return float(value)
+    return None

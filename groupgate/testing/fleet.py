@@ -3,16 +3,20 @@ topic and one instances group, so that the instances split the shards and take a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from groupgate.testing._net import metric
 from groupgate.testing.base import Gateway, unique_name
 from groupgate.testing.events import Event, select
 from groupgate.testing.settings import GatewaySettings
 
 # The instances group's timings: a killed instance's shards move after the session timeout (the broker's
 # group.min.session.timeout.ms, 6 s by default, is the shortest the cluster allows).
+# Six shards rather than 50: instances hand shards over one by one, so a fleet settles in a second or two.
 FLEET_COORDINATOR: dict[str, Any] = {
+    "state_topic_num_partitions": 6,
     "instances_session_timeout_ms": 6000,
     "instances_heartbeat_interval_ms": 500,
     "instances_rebalance_timeout_ms": 10000,
@@ -57,10 +61,25 @@ class GatewayFleet:
                 gw = self._make(self.settings, i)
                 self.gateways.append(gw)
                 gw.start()
+            self.wait_settled()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_settled(self, timeout_s: float = 60.0) -> None:
+        """Until the live instances own every shard between them, each once (their /metrics)."""
+        deadline = time.monotonic() + timeout_s
+        last: list[float | None] = []
+        while time.monotonic() < deadline:
+            live = [gw for gw in self.gateways if getattr(gw, "alive", lambda: True)()]
+            owned = [metric(gw.readyz_url, "state_shards_owned") for gw in live]
+            total = metric(live[0].readyz_url, "state_shards") if live else None
+            last = [*owned, total]
+            if total and None not in owned and sum(o or 0 for o in owned) == total and all(owned):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"the fleet did not settle within {timeout_s}s (owned per instance, total: {last})")
 
     @property
     def bootstrap(self) -> str:
@@ -82,8 +101,11 @@ class GatewayFleet:
     def kill(self, i: int) -> None:
         self.gateways[i].kill()
 
-    def restart(self, i: int, *, hard: bool = True) -> None:
+    def restart(self, i: int, *, hard: bool = True, settle: bool = True) -> None:
+        """Restart instance ``i``; with ``settle``, return once the fleet owns every shard again."""
         self.gateways[i].restart(hard=hard)
+        if settle:
+            self.wait_settled()
 
     def events(self, group: str | None = None, event: str | None = None) -> list[Event]:
         """Every instance's rebalance events, in time order."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from orders_app import create_topic, publish_orders, read_orders
 
 from groupgate.testing import group_type
-from orders_app import create_topic, publish_orders, read_orders
 
 
 def _name(kind: str) -> str:
