@@ -37,6 +37,7 @@ import confluent_kafka
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.frames import read_uvarint, write_uvarint
 
 from .clients import ConfluentConsumer, values
@@ -90,7 +91,7 @@ def advertised_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 
 def sentinel_frame(correlation_id: int) -> bytes:
     """ApiVersions v0: answered by any Kafka server, so its answer marks the end of a batch."""
-    payload = _I16.pack(codec.API_VERSIONS) + _I16.pack(0) + _I32.pack(correlation_id) + _I16.pack(-1)
+    payload = _I16.pack(ApiKey.API_VERSIONS) + _I16.pack(0) + _I32.pack(correlation_id) + _I16.pack(-1)
     return _I32.pack(len(payload)) + payload
 
 
@@ -492,7 +493,7 @@ class StreamModel:
         if len(frame) >= 8:
             api_key, version = _I16.unpack_from(frame, 4)[0], _I16.unpack_from(frame, 6)[0]
             rng = self.ranges.get(api_key)
-            if api_key == codec.PRODUCE and rng is not None and rng[0] <= version <= rng[1]:
+            if api_key == ApiKey.PRODUCE and rng is not None and rng[0] <= version <= rng[1]:
                 answer = _produce_acks(frame, version) != 0
         return Expect(corr, answer, frame)
 
@@ -500,7 +501,7 @@ class StreamModel:
 def _produce_acks(frame: bytes, version: int) -> int | None:
     """Acks of a Produce frame, read as a server reads it; None when unreadable (the server closes)."""
     try:
-        flexible = bool(codec.REQUESTS[codec.PRODUCE].flexible_version_q(version))
+        flexible = bool(codec.REQUESTS[ApiKey.PRODUCE].flexible_version_q(version))
         pos = 12
         (n,) = _I16.unpack_from(frame, pos)
         pos += 2 + max(n, 0)

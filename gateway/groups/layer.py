@@ -65,6 +65,7 @@ from gateway.state.file_store import FileStateStore
 from gateway.state.store import StateStore
 from gateway.wire import codec, frames
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.group_codec import group_ids
 from translate.group_service import GroupService
 
@@ -81,14 +82,14 @@ GroupsUnloaded = ShardUnloaded  # the name older callers know
 
 # Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
 # its member epoch, which only the cluster's coordinator can check).
-_OFFSET_APIS = frozenset({gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE})
+_OFFSET_APIS = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE})
 
 # Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
 # upstream speaks (topic ids turned into names where the upstream's version has only names).
 _TRANSLATED_FOR_ANY_GROUP = frozenset(
     {
-        gc.FIND_COORDINATOR, gc.DESCRIBE_GROUPS, gc.DELETE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE, gc.OFFSET_FETCH,
-        gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT,
+        ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.OFFSET_FETCH,
+        ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT,
     }
 )  # fmt: skip
 
@@ -419,9 +420,9 @@ class GroupLayer:
     def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
         """Whether this request is the group layer's (else it passes through to the upstream); what it
         decoded to decide, when it did, so that ``handle`` does not decode it again."""
-        if api_key == gc.LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return True
-        if self._match_all and api_key != gc.FIND_COORDINATOR:
+        if self._match_all and api_key != ApiKey.FIND_COORDINATOR:
             return True
         upstream = self.directory.upstream_api.get(api_key)
         if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
@@ -464,7 +465,7 @@ class GroupLayer:
                 if refused is not None:
                     return refused
             if api_key in ROUTED_ONE:
-                if api_key == codec.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
+                if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
                     # A streams group's first member may take over an id the gateway holds (KIP-1071
                     # offline migration): decided on the gateway's state of it, so that shard must be read.
                     self.runtime.check_loaded([msg.group_id])
@@ -476,14 +477,14 @@ class GroupLayer:
                 # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
             ids = group_ids(api_key, version, msg)
-            if api_key == gc.LIST_GROUPS:
+            if api_key == ApiKey.LIST_GROUPS:
                 # In a fleet a broker's node lists none of the managed groups: a shard being loaded here
                 # does not hold its answer up (gateway/groups/handlers.py list_groups).
                 if self.fleet is None or ctx.node_id is None:
                     for shard in self.runtime.shards:
                         if not shard.fenced and shard.owned:  # another instance lists the groups it owns
                             shard.check_loaded()
-            elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
+            elif api_key != ApiKey.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])
             if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
                 if not ctx.access.enabled:

@@ -20,7 +20,7 @@ from kafka.protocol.metadata import MetadataRequest
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
-from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.groups.metadata_watch")
 
@@ -45,11 +45,11 @@ class MetadataWatch:
         self._refreshed_at = float("-inf")  # time.monotonic() of the last completed refresh
 
     async def fetch(self) -> TopicImage:
-        version = self.client.version(codec.METADATA, _WANTED_VERSION)
+        version = self.client.version(ApiKey.METADATA, _WANTED_VERSION)
         if version < _MIN_VERSION:
             raise UpstreamError(f"the upstream's Metadata v{version} carries no topic ids (need v10+)")
         msg = MetadataRequest[version](topics=None, allow_auto_topic_creation=False)
-        r: Any = await self.client.send_any(codec.METADATA, version, msg)
+        r: Any = await self.client.send_any(ApiKey.METADATA, version, msg)
         image: TopicImage = {}
         for t in r.topics:
             if t.error_code == 0 and t.name and t.topic_id is not None:

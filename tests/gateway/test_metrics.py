@@ -20,7 +20,7 @@ from gateway.net.server import Gateway
 from gateway.net.upstream import UpstreamError
 from gateway.ops.admin_http import MAX_HEAD_BYTES, AdminServer
 from gateway.ops.health import Health
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 from . import _exposition
 from ._groups_support import StubGateway, call, layer_on
@@ -76,12 +76,12 @@ async def test_exposition_parses_and_group_counters_follow_the_requests(tmp_path
         r = await _join_consumer_member(layer, "cg", "t", str(uuid.uuid4()))
         assert r.error_code == 0
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="classic", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))
         assert j.error_code == 0
-        s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        s = await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
             group_id="classic", generation_id=j.generation_id, member_id=j.member_id, assignments=[],
         ))
         assert s.error_code == 0
@@ -113,11 +113,11 @@ async def test_a_member_expired_by_its_session_timer_is_counted() -> None:
     layer, admin, addr = await layer_with_endpoint()
     try:
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="quiet", session_timeout_ms=300, rebalance_timeout_ms=300, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))
-        await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
             group_id="quiet", generation_id=j.generation_id, member_id=j.member_id, assignments=[],
         ))
         assert (await scrape(addr))["groupgate_group_members_expired_total"].value(type="classic") == 0
