@@ -84,6 +84,7 @@ from translate.classic_messages import (
     MemberResponse,
     SyncGroupRequest,
 )
+from translate.classic_strategies import strategy_assignor
 from translate.conversion import GroupConverter, classic_target_is_complete, leaves_partitions_unassigned
 from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.errors import Errors
@@ -134,6 +135,11 @@ class GroupService:
     ) -> None:
         self.config = config or GroupServiceConfig()
         ids = new_member_id or _counting_member_ids()
+        if self.config.mode is ClassicGroupsMode.TRANSLATE:
+            # A purely classic group keeps its members' strategy (translate/classic_strategies.py).
+            coordinator_config = dataclasses.replace(
+                coordinator_config or CoordinatorConfig(), group_assignor=strategy_assignor
+            )
         self.coordinator = ConsumerGroupCoordinator(coordinator_config)
         self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
         self.classic_members = ClassicMemberTranslator(
