@@ -8,6 +8,12 @@ of its own that is among them; the most votes wins), and a built-in strategy of 
 target. Reconciliation stays per member and incremental: partitions that move are revoked before they
 are given to their next owner.
 
+Which client's ``cooperative-sticky``: Java's and librdkafka's compute different layouts (a newcomer
+takes other partitions), and on Kafka the group leader's runs. The leader stands for the oldest member
+here; its subscription tells the two apart: Java's CooperativeStickyAssignor always sends the
+generation alone as userData (4 bytes), librdkafka none on a first join and its sticky layout after.
+``sticky`` (eager) cannot be told apart that way and gets Java's layout.
+
 A custom strategy name (a client-side assignor the server cannot run) falls back to the assignor
 KIP-848's selection picks (the configured default unless members' preferred strategies map to
 another); the translator warns once per group and name (``FALLBACK_REASON``).
@@ -21,9 +27,15 @@ from collections import Counter
 
 from coordinator.assignors import classic_strategy_assignors
 from coordinator.assignors.api import ServerAssignor
+from coordinator.assignors.sticky_rdkafka import RdkafkaStickyAssignor
 from coordinator.model import ConsumerGroup
+from translate.embedded import MalformedEmbeddedProtocol, decode_subscription
 
 STRATEGIES: dict[str, ServerAssignor] = classic_strategy_assignors()
+COOPERATIVE_STICKY = "cooperative-sticky"
+RDKAFKA_COOPERATIVE_STICKY: ServerAssignor = RdkafkaStickyAssignor(COOPERATIVE_STICKY)
+# Java's CooperativeStickyAssignor: the subscription's userData is the int32 generation alone.
+_JAVA_COOPERATIVE_USERDATA_LEN = 4
 
 FALLBACK_REASON = (
     "the group's common protocol {protocol!r} is not a strategy the gateway can compute "
@@ -86,4 +98,22 @@ def strategy_assignor(group: ConsumerGroup) -> tuple[str, ServerAssignor] | None
     if name is None:
         return None
     assignor = STRATEGIES.get(name)
-    return (name, assignor) if assignor is not None else None
+    if assignor is None:
+        return None
+    if name == COOPERATIVE_STICKY and not _java_cooperative_sticky(group):
+        assignor = RDKAFKA_COOPERATIVE_STICKY
+    return name, assignor
+
+
+def _java_cooperative_sticky(group: ConsumerGroup) -> bool:
+    """Whether the oldest member (standing for the classic group's leader) runs Java's assignor."""
+    leader = next(iter(group.members.values()))
+    metadata = leader.classic_metadata
+    blob = dict(metadata.supported_protocols).get(COOPERATIVE_STICKY) if metadata is not None else None
+    if blob is None:
+        return True
+    try:
+        user_data = decode_subscription(blob).user_data
+    except MalformedEmbeddedProtocol:
+        return True
+    return user_data is not None and len(user_data) == _JAVA_COOPERATIVE_USERDATA_LEN

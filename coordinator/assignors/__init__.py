@@ -8,10 +8,12 @@ from coordinator.assignors.api import ServerAssignor
 from coordinator.assignors.range import RangeAssignor
 from coordinator.assignors.roundrobin import RoundRobinAssignor
 from coordinator.assignors.sticky import StickyAssignor
+from coordinator.assignors.sticky_rdkafka import RdkafkaStickyAssignor
 from coordinator.assignors.uniform import UniformAssignor
 
 __all__ = [
     "RangeAssignor",
+    "RdkafkaStickyAssignor",
     "RoundRobinAssignor",
     "ServerAssignor",
     "StickyAssignor",
@@ -30,7 +32,8 @@ def classic_strategy_assignors() -> dict[str, ServerAssignor]:
     """The built-in classic strategies by protocol name, each computing the layout the client-side
     assignor of that name computes (Java's and librdkafka's). The server ``range`` assignor already
     splits each topic as Java's ``RangeAssignor`` does (per topic, members in the same order,
-    contiguous ranges, the first ones one partition more)."""
+    contiguous ranges, the first ones one partition more). librdkafka's sticky assignors compute
+    another layout (``RdkafkaStickyAssignor``), which the caller picks where it knows the client."""
     return {
         "range": RangeAssignor(),
         "roundrobin": RoundRobinAssignor(),

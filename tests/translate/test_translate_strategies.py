@@ -9,12 +9,20 @@ import logging
 import uuid
 
 import pytest
-from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, metadata, partitions_of
+from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, partitions_of
 
 from coordinator.outcome import StrategyFallback
 from coordinator.target import select_assignor
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol
-from translate.classic_strategies import _hash_map_order, common_protocol, java_string_hash
+from translate.classic_strategies import (
+    RDKAFKA_COOPERATIVE_STICKY,
+    STRATEGIES,
+    _hash_map_order,
+    common_protocol,
+    java_string_hash,
+    strategy_assignor,
+)
+from translate.embedded import ConsumerProtocolSubscription, TopicPartitions, encode_subscription
 from translate.errors import Errors
 
 OTHER, OTHER_ID = "bar", uuid.UUID(int=0xBA2)
@@ -31,8 +39,10 @@ def test_java_string_hash_and_hash_map_order() -> None:
 class Fleet:
     """Classic members of one translated group, each with its protocols, joined and kept settled."""
 
-    def __init__(self, d: Driver, topics: tuple[str, ...] = (TOPIC,)) -> None:
-        self.d, self.topics = d, topics
+    def __init__(self, d: Driver, topics: tuple[str, ...] = (TOPIC,), java: bool = False) -> None:
+        # java: subscriptions as Java's CooperativeStickyAssignor sends them (the generation as userData);
+        # otherwise as librdkafka's (no userData on a first join).
+        self.d, self.topics, self.java = d, topics, java
         self.generation: dict[str, int] = {}
         self.protocols: dict[str, tuple[str, ...]] = {}
         self.owned: dict[str, dict[str, list[int]]] = {}
@@ -48,7 +58,9 @@ class Fleet:
 
     def join(self, member_id: str, client: str, protocols: tuple[str, ...]) -> int:
         owned = self.owned.get(member_id, {})
-        meta = metadata(owned, topics=self.topics)
+        tps = [TopicPartitions(t, tuple(p)) for t, p in sorted(owned.items()) if p]
+        user_data = self.generation.get(member_id, -1).to_bytes(4, "big", signed=True) if self.java else None
+        meta = encode_subscription(ConsumerProtocolSubscription(list(self.topics), user_data, tps), 1)
         key, _ = self.d.send(
             JoinGroupRequest("g", SESSION, member_id, "consumer", [JoinGroupRequestProtocol(p, meta) for p in protocols],
                              REBALANCE, client_id=client, client_host="/10.0.0.1")
@@ -124,23 +136,50 @@ def test_librdkafkas_default_range_roundrobin_group_gets_ranges() -> None:
     assert fleet.layout() == {first: {TOPIC: [0, 1]}, second: {TOPIC: [2, 3]}}
 
 
-def test_cooperative_sticky_over_two_topics_gives_one_partition_of_each_topic_per_member() -> None:
+@pytest.mark.parametrize("java", [True, False], ids=["java", "librdkafka"])
+def test_cooperative_sticky_over_two_topics_gives_one_partition_of_each_topic_per_member(java: bool) -> None:
+    d = Driver(mode="translate", initial_delay_ms=1_000)
+    two_topics(d)
+    fleet = Fleet(d, (TOPIC, OTHER), java=java)
+    # Started together (gathered): dealt in turn over both topics, by either client's rules.
+    keys = {}
+    for client in ("a", "b"):
+        r = d.join_response(fleet.join("", client, ("cooperative-sticky",)))
+        fleet.protocols[r.member_id], fleet.owned[r.member_id] = ("cooperative-sticky",), {}
+        keys[r.member_id] = fleet.join(r.member_id, client, ("cooperative-sticky",))
+    d.advance(1_000)
+    for m, key in keys.items():
+        r = d.join_response(key)
+        fleet.generation[m] = r.generation_id
+        s = d.sync_response(d.sync(m, r.generation_id))
+        fleet.owned[m] = partitions_of(s.assignment)
+    fleet.settle()
+    first, second = sorted(keys)
+    assert fleet.layout() == {first: {OTHER: [0], TOPIC: [0]}, second: {OTHER: [1], TOPIC: [1]}}
+    expected = STRATEGIES["cooperative-sticky"] if java else RDKAFKA_COOPERATIVE_STICKY
+    assert strategy_assignor(d.cgroup()) == ("cooperative-sticky", expected)
+
+
+@pytest.mark.parametrize("java", [True, False], ids=["java", "librdkafka"])
+def test_a_cooperative_sticky_newcomer_takes_what_the_leaders_client_gives_up(java: bool) -> None:
+    """One member holds both topics; a second joins. Java's rules keep one partition of each topic
+    (the lowest numbers), librdkafka's give the newcomer the first topic whole (as on Kafka)."""
     d = Driver(mode="translate")
     two_topics(d)
-    fleet = Fleet(d, (TOPIC, OTHER))
+    fleet = Fleet(d, (TOPIC, OTHER), java=java)
     a = fleet.add("a", ("cooperative-sticky",))
     assert fleet.layout() == {a: {OTHER: [0, 1], TOPIC: [0, 1]}}
     b = fleet.add("b", ("cooperative-sticky",))
     fleet.settle()
-    layout = fleet.layout()
-    # The newcomer gets one partition of each topic: the first member keeps partition 0 of both
-    # (its lowest partition numbers), and only the two partitions that move are revoked.
-    assert layout == {a: {OTHER: [0], TOPIC: [0]}, b: {OTHER: [1], TOPIC: [1]}}
+    if java:
+        assert fleet.layout() == {a: {OTHER: [0], TOPIC: [0]}, b: {OTHER: [1], TOPIC: [1]}}
+    else:
+        assert fleet.layout() == {a: {TOPIC: [0, 1]}, b: {OTHER: [0, 1]}}  # "bar" sorts first
 
 
 def test_a_third_cooperative_sticky_member_takes_only_what_the_new_quota_frees() -> None:
     d = Driver(mode="translate", partitions=4)
-    fleet = Fleet(d)
+    fleet = Fleet(d, java=True)
     ids = [fleet.add("a", ("cooperative-sticky",)), fleet.add("b", ("cooperative-sticky",))]
     fleet.settle()
     first, second = sorted(ids)

@@ -9,7 +9,12 @@ import random
 
 import pytest
 
-from coordinator.assignors import RoundRobinAssignor, StickyAssignor, classic_strategy_assignors
+from coordinator.assignors import (
+    RdkafkaStickyAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    classic_strategy_assignors,
+)
 from coordinator.assignors.api import Assignment, GroupSpec, TopicId
 
 from .support import assert_balanced, assert_valid, counts, group, member, tid, topics, with_targets
@@ -201,3 +206,71 @@ def test_every_strategy_handles_empty_groups_and_topics() -> None:
     check_each(group([member("a", [T0]), member("b", [])], topics(3)))
     check_each(group([member("a", [T0]), member("b", [T0])], topics(0)))
     check_each(group([member(f"m{i}", [T0]) for i in range(5)], topics(2)))
+
+
+# ---- librdkafka's sticky (KIP-54's original algorithm) -----------------------------------------------
+
+RK = RdkafkaStickyAssignor("cooperative-sticky")
+
+
+def test_rdkafka_sticky_fresh_group_is_dealt_in_turn() -> None:
+    spec = group([member(m, [T0, T1]) for m in ("c1", "c0")], topics(2, 2))
+    assert RK.assign(spec) == {"c0": {T0: fs(0), T1: fs(0)}, "c1": {T0: fs(1), T1: fs(1)}}
+
+
+def test_rdkafka_sticky_newcomer_takes_a_whole_topic_from_a_member_holding_two() -> None:
+    # What librdkafka's cooperative-sticky gives on Kafka (compat_tests/test_translate_strategies.py):
+    # the first member keeps the second topic, the newcomer gets the first.
+    spec = group([member("c0", [T0, T1], {T0: [0, 1], T1: [0, 1]}), member("c1", [T0, T1])], topics(2, 2))
+    assert RK.assign(spec) == {"c0": {T1: fs(0, 1)}, "c1": {T0: fs(0, 1)}}
+
+
+def test_rdkafka_sticky_third_member_takes_the_first_listed_partition() -> None:
+    spec = group([member("c0", [T0], {T0: [0, 2]}), member("c1", [T0], {T0: [1, 3]}), member("c2", [T0])], topics(4))
+    result = RK.assign(spec)
+    assert result == {"c0": spec.members["c0"].assigned, "c1": {T0: fs(3)}, "c2": {T0: fs(1)}}
+    assert result["c0"] is spec.members["c0"].assigned
+
+
+def test_rdkafka_sticky_kip54_examples() -> None:
+    # KIP-54's first example: three members over four 2-partition topics, then C1 leaves.
+    spec = group([member(m, [T0, T1, T2, T3]) for m in ("C0", "C1", "C2")], topics(2, 2, 2, 2))
+    result = RK.assign(spec)
+    assert result == {
+        "C0": {T0: fs(0), T1: fs(1), T3: fs(0)},
+        "C1": {T0: fs(1), T2: fs(0), T3: fs(1)},
+        "C2": {T1: fs(0), T2: fs(1)},
+    }
+    after = RK.assign(with_targets(spec, result, drop=["C1"]))
+    assert after == {
+        "C0": {T0: fs(0), T1: fs(1), T2: fs(0), T3: fs(0)},
+        "C2": {T0: fs(1), T1: fs(0), T2: fs(1), T3: fs(1)},
+    }
+    # The second: different subscriptions, then C0 leaves.
+    spec = group([member("C0", [T0]), member("C1", [T0, T1]), member("C2", [T0, T1, T2])], topics(1, 2, 3))
+    result = RK.assign(spec)
+    assert result == {"C0": {T0: fs(0)}, "C1": {T1: fs(0, 1)}, "C2": {T2: fs(0, 1, 2)}}
+    assert RK.assign(with_targets(spec, result, drop=["C0"])) == {"C1": {T0: fs(0), T1: fs(0, 1)}, "C2": result["C2"]}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rdkafka_sticky_is_valid_and_balanced_through_random_changes(seed: int) -> None:
+    rnd = random.Random(1000 + seed)
+    meta = topics(*(rnd.randint(1, 6) for _ in range(4)))
+    ids = list(meta)
+    homogeneous = seed % 2 == 0
+
+    def sub() -> list[TopicId]:
+        return ids if homogeneous else rnd.sample(ids, rnd.randint(1, len(ids)))
+
+    spec = group([member(f"m{i}", sub()) for i in range(rnd.randint(1, 5))], meta)
+    result = RK.assign(spec)
+    for step in range(8):
+        assert_valid(spec, result)
+        assert_balanced(spec, result)
+        live = list(spec.members)
+        if len(live) > 1 and rnd.random() < 0.4:
+            spec = with_targets(spec, result, drop=[rnd.choice(live)])
+        else:
+            spec = with_targets(spec, result, add=[member(f"n{seed}-{step}", sub())])
+        result = RK.assign(spec)
