@@ -154,6 +154,22 @@ class GroupService:
             convert_builtin_sticky_userdata=self.config.convert_builtin_sticky_userdata,
         )
 
+    def join_follows_metadata_change(self, request: object) -> bool:
+        """Whether a JoinGroup is a translated classic member rejoining on its own: at the group's
+        epoch, nothing to give up or wait for. A classic client does that when its metadata shows that a
+        subscribed topic's partition count changed, which Kafka's coordinator knows at once; the caller
+        refreshes the topic image before the join (in the group's turn), so that the change is assigned
+        in this round rather than in one more once the periodic refresh sees it. A read of the state."""
+        if not isinstance(request, JoinGroupRequest) or self.config.mode is not ClassicGroupsMode.TRANSLATE:
+            return False
+        if not request.member_id:
+            return False
+        group = self.coordinator.group(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if group is None or member is None or not member.uses_classic_protocol:
+            return False
+        return member.member_epoch == group.group_epoch and member.state is MemberState.STABLE
+
     # ---- dispatch ----------------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
         if isinstance(request, JoinGroupRequest):
