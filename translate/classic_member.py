@@ -61,6 +61,9 @@ from translate.result import Schedule as _schedule
 
 log = logging.getLogger(__name__)
 _MAX_WARNED = 10_000
+# How long a translated classic member holding partitions of a deleted topic is left to notice it itself
+# (and report them lost) before it is told to rejoin: a few of its metadata refreshes or fetch retries.
+DELETED_TOPIC_GRACE_MS = 3_000
 
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
@@ -119,6 +122,8 @@ class ClassicMemberTranslator:
         self.gatherings: dict[str, _Gathering] = {}
         # (group, protocol) pairs already warned about (a custom strategy falling back).
         self.fallbacks_warned: set[tuple[str, str]] = set()
+        # (group, member) -> when it was first seen holding partitions of a deleted topic.
+        self.deletion_seen: dict[tuple[str, str], int] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
@@ -526,7 +531,7 @@ class ClassicMemberTranslator:
             metadata = member.classic_metadata
             assert metadata is not None
             out.timers.append(_schedule(session_key(group.group_id, member.member_id), now_ms + metadata.session_timeout_ms))
-            if self._must_rejoin(group, member):
+            if self._must_rejoin(group, member) and not self._client_may_notice_deletion(group, member, now_ms):
                 self._expect_rejoin(out, group, member, now_ms)
                 error = Errors.REBALANCE_IN_PROGRESS
         except ApiError as exc:
@@ -548,6 +553,25 @@ class ClassicMemberTranslator:
                     if group.owner_of(topic_id, partition) is None:
                         return True
         return False
+
+    def _client_may_notice_deletion(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> bool:
+        """Translate mode: a member still holding partitions of a topic that was deleted is not told to
+        rejoin for DELETED_TOPIC_GRACE_MS after that is first seen at its heartbeat. A classic group on
+        Kafka does not rebalance by itself when a topic goes: the client finds out from its metadata
+        (librdkafka then reports those partitions lost, not revoked) and rejoins; told first, it would
+        rejoin still holding them and see them revoked. A client that does not notice is told after the
+        grace."""
+        key = (group.group_id, member.member_id)
+        if not self.translate:
+            return False
+        live = {t.topic_id for t in group.subscription_metadata.values()}
+        if not any(ps and tid not in live for tid, ps in member.assigned_partitions.items()):
+            self.deletion_seen.pop(key, None)
+            return False
+        if len(self.deletion_seen) >= _MAX_WARNED:
+            self.deletion_seen.clear()
+        since = self.deletion_seen.setdefault(key, now_ms)
+        return now_ms - since < DELETED_TOPIC_GRACE_MS
 
     def _expect_rejoin(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
         key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)
@@ -605,6 +629,7 @@ class ClassicMemberTranslator:
             out.timers.append(_cancel(key))
 
     def cancel_member_timers(self, out: Outcome, group_id: str, member_id: str) -> None:
+        self.deletion_seen.pop((group_id, member_id), None)
         for kind in (CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER):
             self._cancel(out, timer_key(kind, group_id, member_id))
 

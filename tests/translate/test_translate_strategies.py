@@ -239,3 +239,37 @@ def test_native_mode_keeps_kip848_selection_and_the_members_own_protocol() -> No
     r = d.join_response(d.join(member_id=r.member_id, client="a", protocols=("roundrobin",)))
     assert r.error_code == 0 and r.protocol_name == "roundrobin"
     assert select_assignor(d.service.coordinator.state.config, d.cgroup())[0] == "range"
+
+
+def test_a_member_holding_a_deleted_topic_is_left_to_notice_it_itself_for_a_while() -> None:
+    """As on Kafka, where a classic group does not rebalance by itself when a topic goes: the client
+    finds out from its metadata and reports the partitions lost; told to rejoin first, it would see them
+    revoked. After DELETED_TOPIC_GRACE_MS it is told anyway."""
+    from translate.classic_member import DELETED_TOPIC_GRACE_MS
+
+    d = Driver(mode="translate")
+    two_topics(d)
+    fleet = Fleet(d, (TOPIC, OTHER), java=True)
+    a = fleet.add("a", ("cooperative-sticky",))
+    assert fleet.layout() == {a: {OTHER: [0, 1], TOPIC: [0, 1]}}
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))  # OTHER deleted
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+    d.advance(DELETED_TOPIC_GRACE_MS - 1)
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+    d.advance(1)
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.REBALANCE_IN_PROGRESS
+    fleet.rejoin(a)
+    assert fleet.layout() == {a: {TOPIC: [0, 1]}}
+
+
+def test_a_member_that_notices_the_deletion_itself_rejoins_without_being_told() -> None:
+    d = Driver(mode="translate")
+    two_topics(d)
+    fleet = Fleet(d, (TOPIC, OTHER), java=True)
+    a = fleet.add("a", ("cooperative-sticky",))
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+    fleet.owned[a] = {TOPIC: [0, 1]}  # the client reported OTHER's partitions lost
+    fleet.rejoin(a)
+    assert fleet.layout() == {a: {TOPIC: [0, 1]}}
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
