@@ -122,6 +122,8 @@ class ClassicMemberTranslator:
         self.gatherings: dict[str, _Gathering] = {}
         # (group, protocol) pairs already warned about (a custom strategy falling back).
         self.fallbacks_warned: set[tuple[str, str]] = set()
+        # group -> ((group epoch, member count), its common protocol), for the JoinGroup answers.
+        self.common_protocols: dict[str, tuple[tuple[int, int], str | None]] = {}
         # (group, member) -> when it was first seen holding partitions of a deleted topic.
         self.deletion_seen: dict[tuple[str, str], int] = {}
 
@@ -206,6 +208,7 @@ class ClassicMemberTranslator:
             ),
         )
         self.coordinator.upsert_member(tx, group.group_id, updated, now_ms)
+        self.common_protocols.pop(group.group_id, None)
         self._take_tx(out, tx)
         owned = self._owned_partitions(subscription.owned_partitions)
         return _Admitted(request, key, member_id, owned, rebalance_timeout)
@@ -396,7 +399,17 @@ class ClassicMemberTranslator:
         group = self.coordinator.group(group_id)
         if not self.translate or group is None:
             return own
-        common = common_protocol(group)
+        # Cached per group epoch and size: a rebalance answers every member, and the vote reads them all.
+        # A member's protocols change only in _admit, which drops the entry.
+        key = (group.group_epoch, len(group.members))
+        cached = self.common_protocols.get(group_id)
+        if cached is not None and cached[0] == key:
+            common = cached[1]
+        else:
+            common = common_protocol(group)
+            if len(self.common_protocols) >= _MAX_WARNED:
+                self.common_protocols.clear()
+            self.common_protocols[group_id] = (key, common)
         if common is None:
             return own
         if common not in STRATEGIES:

@@ -30,8 +30,11 @@ destination of a partition that moves, and rack awareness.
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter, deque
+
 from coordinator.assignors._classic import TP, as_result, subscribed_topics
-from coordinator.assignors.api import Assignment, AssignmentDelta, GroupSpec
+from coordinator.assignors.api import Assignment, AssignmentDelta, GroupSpec, TopicId
 
 
 class RdkafkaStickyAssignor:
@@ -48,9 +51,7 @@ class RdkafkaStickyAssignor:
         every = sorted(
             ((t, p) for t in topics for p in range(spec.topics[t].num_partitions)), key=lambda tp: (name[tp[0]], tp[1])
         )
-        potential = {
-            t: [mid for mid in order if t in members[mid].subscribed_topic_ids] for t in topics
-        }
+        potential = {t: [mid for mid in order if t in members[mid].subscribed_topic_ids] for t in topics}
         current: dict[str, list[TP]] = {}
         owner: dict[TP, str] = {}
         for mid in order:
@@ -72,16 +73,21 @@ class RdkafkaStickyAssignor:
         ordered = _partition_order(current, every, potential, name, identical)
         unassigned = [tp for tp in ordered if tp not in owner]
         initializing = not owner
+        loads = _Loads({mid: len(held) for mid, held in current.items()})
 
         def least_loaded(tp: TP) -> str | None:
+            if identical:
+                return loads.least()
             eligible = potential[tp[0]]
-            return min(eligible, key=lambda mid: (len(current[mid]), mid)) if eligible else None
+            return min(eligible, key=lambda mid: (loads.count[mid], mid)) if eligible else None
 
         def give(tp: TP, to: str) -> None:
             was = owner.get(tp)
             if was is not None:
                 current[was].remove(tp)
+                loads.add(was, -1)
             current[to].append(tp)
+            loads.add(to, 1)
             owner[tp] = to
 
         for tp in unassigned:
@@ -92,19 +98,26 @@ class RdkafkaStickyAssignor:
         before_owner = dict(owner)
 
         def balanced() -> bool:
-            counts = [len(current[mid]) for mid in order]
-            if min(counts) >= max(counts) - 1:
+            low, high = loads.extremes()
+            if low >= high - 1:
                 return True
+            if identical:
+                return False
             for mid in order:
-                mine = len(current[mid])
+                mine = loads.count[mid]
                 for t in topics:
                     if mid not in potential[t]:
                         continue
                     for p in range(spec.topics[t].num_partitions):
                         other = owner.get((t, p))
-                        if other is not None and other != mid and mine < len(current[other]):
+                        if other is not None and other != mid and mine < loads.count[other]:
                             return False
             return True
+
+        def can_give(holder: str, tp: TP) -> bool:
+            if identical:
+                return loads.count[holder] > loads.extremes()[0] + 1
+            return any(loads.count[holder] > loads.count[o] + 1 for o in potential[tp[0]] if o != holder)
 
         def reassign(partitions: list[TP]) -> bool:
             performed = False
@@ -117,7 +130,7 @@ class RdkafkaStickyAssignor:
                     holder = owner.get(tp)
                     if holder is None or len(potential[tp[0]]) < 2:
                         continue
-                    if any(len(current[holder]) > len(current[o]) + 1 for o in potential[tp[0]] if o != holder):
+                    if can_give(holder, tp):
                         to = least_loaded(tp)
                         assert to is not None
                         give(tp, to)
@@ -133,21 +146,71 @@ class RdkafkaStickyAssignor:
 
 
 def _partition_order(
-    current: dict[str, list[TP]], every: list[TP], potential: dict, name: dict, identical: bool
+    current: dict[str, list[TP]], every: list[TP], potential: dict[TopicId, list[str]],
+    name: dict[TopicId, str], identical: bool,
 ) -> list[TP]:
     if not identical:
         return sorted(every, key=lambda tp: (len(potential[tp[0]]), name[tp[0]], tp[1]))
-    remaining = {mid: list(held) for mid, held in current.items() if held}
+    # Repeatedly the member holding most of what is left to list (ties: the greater member id), the
+    # first of its partitions.
+    remaining = {mid: deque(held) for mid, held in current.items() if held}
+    heap = [(-len(held), _Desc(mid)) for mid, held in remaining.items()]
+    heapq.heapify(heap)
     out: list[TP] = []
-    while remaining:
-        # The member holding most (of what is left to list); ties: the greater member id.
-        mid = max(remaining, key=lambda m: (len(remaining[m]), m))
-        out.append(remaining[mid].pop(0))
-        if not remaining[mid]:
-            del remaining[mid]
+    while heap:
+        _, mid = heapq.heappop(heap)
+        left = remaining[mid]
+        out.append(left.popleft())
+        if left:
+            heapq.heappush(heap, (-len(left), mid))
     listed = set(out)
     out.extend(tp for tp in every if tp not in listed)
     return out
+
+
+class _Desc(str):
+    """A member id that sorts in reverse (for a min-heap that yields the greatest id first)."""
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+
+class _Loads:
+    """Each member's partition count, with the least loaded member (ties: the lower id) and the lowest
+    and highest counts at hand as counts move one at a time."""
+
+    def __init__(self, count: dict[str, int]) -> None:
+        self.count = count
+        self.heap = [(c, mid) for mid, c in count.items()]
+        heapq.heapify(self.heap)
+        self.hist = Counter(count.values())
+        self.low = min(count.values())
+        self.high = max(count.values())
+
+    def add(self, mid: str, delta: int) -> None:
+        old = self.count[mid]
+        new = old + delta
+        self.count[mid] = new
+        self.hist[old] -= 1
+        self.hist[new] += 1
+        heapq.heappush(self.heap, (new, mid))
+        if new < self.low:
+            self.low = new
+        while self.hist[self.low] == 0:
+            self.low += 1
+        if new > self.high:
+            self.high = new
+        while self.hist[self.high] == 0:
+            self.high -= 1
+
+    def least(self) -> str:
+        heap = self.heap
+        while heap[0][0] != self.count[heap[0][1]]:
+            heapq.heappop(heap)  # a stale entry
+        return heap[0][1]
+
+    def extremes(self) -> tuple[int, int]:
+        return self.low, self.high
 
 
 def _score(assignment: dict[str, list[TP]]) -> int:
