@@ -84,6 +84,7 @@ from translate.classic_messages import (
     MemberResponse,
     SyncGroupRequest,
 )
+from translate.classic_strategies import strategy_assignor
 from translate.conversion import GroupConverter, classic_target_is_complete, leaves_partitions_unassigned
 from translate.embedded import CONSUMER_PROTOCOL_TYPE, MalformedEmbeddedProtocol, decode_subscription
 from translate.errors import Errors
@@ -134,6 +135,11 @@ class GroupService:
     ) -> None:
         self.config = config or GroupServiceConfig()
         ids = new_member_id or _counting_member_ids()
+        if self.config.mode is ClassicGroupsMode.TRANSLATE:
+            # A purely classic group keeps its members' strategy (translate/classic_strategies.py).
+            coordinator_config = dataclasses.replace(
+                coordinator_config or CoordinatorConfig(), group_assignor=strategy_assignor
+            )
         self.coordinator = ConsumerGroupCoordinator(coordinator_config)
         self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
         self.classic_members = ClassicMemberTranslator(
@@ -147,6 +153,22 @@ class GroupService:
             downgrade_allowed=self.config.mode is ClassicGroupsMode.NATIVE,
             convert_builtin_sticky_userdata=self.config.convert_builtin_sticky_userdata,
         )
+
+    def join_follows_metadata_change(self, request: object) -> bool:
+        """Whether a JoinGroup is a translated classic member rejoining on its own: at the group's
+        epoch, nothing to give up or wait for. A classic client does that when its metadata shows that a
+        subscribed topic's partition count changed, which Kafka's coordinator knows at once; the caller
+        refreshes the topic image before the join (in the group's turn), so that the change is assigned
+        in this round rather than in one more once the periodic refresh sees it. A read of the state."""
+        if not isinstance(request, JoinGroupRequest) or self.config.mode is not ClassicGroupsMode.TRANSLATE:
+            return False
+        if not request.member_id:
+            return False
+        group = self.coordinator.group(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if group is None or member is None or not member.uses_classic_protocol:
+            return False
+        return member.member_epoch == group.group_epoch and member.state is MemberState.STABLE
 
     # ---- dispatch ----------------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:

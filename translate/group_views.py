@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from coordinator.describe import ListedGroup
 from coordinator.model import ConsumerGroup, GroupState
 from translate.classic_group import ClassicGroupState
+from translate.classic_strategies import common_protocol
 from translate.embedded import (
     CONSUMER_PROTOCOL_TYPE,
     HIGHEST_VERSION,
@@ -85,11 +86,14 @@ def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> Descr
     state = group.state()
     stable = state is GroupState.STABLE
     names: dict[uuid.UUID, str] = {meta.topic_id: name for name, meta in svc.coordinator.state.topics.items()}
+    # A purely classic group shows its common protocol, as Kafka's classic group shows the one it selected;
+    # otherwise the server assignor's name.
+    protocol = common_protocol(group) or svc.coordinator.describe([group.group_id])[0].assignor_name
     described = DescribedClassicGroup(
         group.group_id,
         group_state=_CLASSIC_STATE_OF[state],
         protocol_type=CONSUMER_PROTOCOL_TYPE,
-        protocol_data=svc.coordinator.describe([group.group_id])[0].assignor_name if stable else "",
+        protocol_data=protocol if stable else "",
     )
     for m in group.members.values():
         dm = DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host)
@@ -97,7 +101,7 @@ def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> Descr
             cm = m.classic_metadata
             version = HIGHEST_VERSION
             if cm is not None and cm.supported_protocols:
-                dm.member_metadata = cm.supported_protocols[0][1]
+                dm.member_metadata = dict(cm.supported_protocols).get(protocol, cm.supported_protocols[0][1])
                 version = announced_version(dm.member_metadata)
             tps = sorted(
                 (TopicPartitions(names[t], tuple(sorted(p))) for t, p in m.assigned_partitions.items() if p and t in names),

@@ -91,15 +91,20 @@ class GroupHandlers:
             ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: self.cluster_describe,
         }
 
-    async def call(self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False) -> Any:
+    async def call(
+        self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False, fresh: bool = False
+    ) -> Any:
         """One request through its group's shard. ``topics`` (and ``regex``: a pattern subscription) name
         what it subscribes to: the topic image is refreshed for them first, in the group's turn, so that a
-        topic created a moment ago is assigned."""
+        topic created a moment ago is assigned. ``fresh``: refresh the image first when the group's service
+        says the request follows a metadata change (``GroupService.join_follows_metadata_change``)."""
         prepare = None
-        if topics or regex:
+        if topics or regex or fresh:
             wanted = list(topics)
 
             async def prepare() -> None:
+                if fresh and self.runtime.shard_for(group_id).service.join_follows_metadata_change(request):
+                    await self.watch.ensure_fresh()
                 await self.watch.ensure(wanted, regex)
 
         return await self.runtime.call(group_id, request, prepare)
@@ -160,7 +165,7 @@ class GroupHandlers:
         assert isinstance(request, JoinGroupRequest)
         # A consumer subscribing by pattern resolves it itself: its subscription names topics.
         topics = subscribed_topics(request.protocol_type, [p.metadata for p in request.protocols])
-        body = await self.call(request.group_id, request, topics)
+        body = await self.call(request.group_id, request, topics, fresh=bool(request.member_id))
         self.adoption.after_classic(request, body)
         return gc.join_group_response(body, ctx.api_version)
 

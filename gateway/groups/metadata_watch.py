@@ -115,6 +115,13 @@ class MetadataWatch:
         if len(self._missing_checked) > 10_000:
             self._missing_checked.clear()
 
+    async def ensure_fresh(self) -> None:
+        """Refresh now (sharing a refresh in flight), whatever the image's age; a failure is logged."""
+        try:
+            await self.refresh()
+        except UpstreamError as e:
+            log.warning("on-demand metadata refresh failed", error=str(e))
+
     async def run_forever(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
