@@ -14,6 +14,7 @@ from coordinator.messages import ConsumerGroupHeartbeatRequest
 from gateway.groups.runtime import NOT_OWNED, CoordinatorRuntime, ShardUnloaded
 from gateway.state.log import Record
 from gateway.wire.api_keys import ApiKey
+from translate.group_parts import consumer_group
 from translate.group_service import GroupService
 
 from ._groups_support import call
@@ -145,7 +146,7 @@ async def test_a_shard_released_drains_its_in_flight_call_and_flushes_before_the
             await a.call(group, _join(group, "m4"))
         # The next owner reads both members, with their epochs.
         await b.acquire([n])
-        cg = b.shard_for(group).service._consumer_group(group)
+        cg = consumer_group(b.shard_for(group).service, group)
         assert cg is not None
         members = sorted(cg.members)
         assert members == ["m1", "m2"]
