@@ -249,8 +249,7 @@ class ScheduledSimulation(Simulation):
         if action == "stop":
             step: Step = arg
             old = self._by_slot.get(step.slot)
-            if self.emitter is not None:
-                self.emitter.disturbance(self.now, DISTURBANCE_KIND[self.schedule.scenario])
+            self.disturbance(DISTURBANCE_KIND[self.schedule.scenario])
             if old is not None and old.alive:
                 self._stop(old, step.graceful)
             return
