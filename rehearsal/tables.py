@@ -31,7 +31,7 @@ GROUP_SUMMARY = (
     "run", "group", "client_mix", "events", "start_ms", "end_ms", "duration_ms", "members", "partitions",
     "rebalances", "unavailable_ms", "max_partition_unavailable_ms", "unavailability_ratio",
     "double_ownership_violations", "double_ownership_ms", "first_disturbance_ms", "last_stable_ms",
-    "time_to_stable_ms", "stable_at_end", "conversions", "fenced", "timers_expired",
+    "converged_ms", "time_to_stable_ms", "stable_at_end", "conversions", "fenced", "timers_expired",
 )  # fmt: skip
 
 TABLES: dict[str, tuple[str, ...]] = {
@@ -90,11 +90,13 @@ def fleet_summary(
         # A run is stable once every one of its groups is; until then its time to stable is unknown.
         settled = all(g["time_to_stable_ms"] is not None for g in gs)
         last = max(g["last_stable_ms"] for g in gs) if settled else None
+        converged = max(g["converged_ms"] for g in gs) if settled else None
         run_rows[run] = {
             "groups": len(gs),
             "first_disturbance_ms": first,
             "last_stable_ms": last,
-            "time_to_stable_ms": last - first if last is not None else None,
+            "converged_ms": converged,
+            "time_to_stable_ms": converged - first if converged is not None else None,
         }
     empty = {"partitions": 0, "unavailable_ms": 0, "window_ms": 0, "distribution": distribution([])}
     mixes: dict[str, Any] = {}
