@@ -120,6 +120,7 @@ def fleet_summary(
         }
     return {
         "schema_version": 1,
+        "spread": roll_spread(groups),
         "events": sum(g["events"] for g in groups),
         "runs_count": len(run_rows),
         "groups": len(groups),
@@ -131,6 +132,36 @@ def fleet_summary(
         "runs": run_rows,
         "client_mixes": mixes,
     }
+
+
+SPREAD_PERCENTILES: tuple[tuple[str, float], ...] = (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    s = sorted(values)
+    out: dict[str, float | None] = {name: percentile(s, p) for name, p in SPREAD_PERCENTILES}
+    out["mean"] = float(sum(s)) / len(s) if s else None
+    return out
+
+
+def roll_spread(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """How wide one roll's outcome is: per run (a scenario and its seed) and client mix, each group is one
+    roll of its own seed; the mean and the p10 / p50 / p90 over those rolls of the group's unavailable
+    partition-ms, its unavailable share and its time to stable (groups that became stable)."""
+    cells: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for g in groups:
+        cells[(g["run"], g["client_mix"])].append(g)
+    rows = []
+    for (run, mix), gs in sorted(cells.items()):
+        ratios = [g["unavailability_ratio"] for g in gs if g["unavailability_ratio"] is not None]
+        tts = [g["time_to_stable_ms"] for g in gs if g["time_to_stable_ms"] is not None]
+        rows.append({
+            "run": run, "client_mix": mix, "rolls": len(gs),
+            "unavailable_ms": _spread([g["unavailable_ms"] for g in gs]),
+            "unavailability_ratio": _spread(ratios),
+            "time_to_stable_ms": _spread(tts),
+        })  # fmt: skip
+    return rows
 
 
 # member_left reasons that mean the process died without leaving (the simulator's and the calibration's
