@@ -180,9 +180,9 @@ def test_time_to_stable_is_the_last_ownership_change_not_the_horizon(tmp_path: P
         assert g["converged_ms"] == o.settled_ms and g["time_to_stable_ms"] == o.time_to_stable_ms, o.group
         # ... which comes before the simulation's own horizon (the last group_stable, at >= 20 s).
         assert g["last_stable_ms"] >= 20_000 and g["converged_ms"] <= g["last_stable_ms"], o.group
-    # The horizon is never the result: each group converged before its last group_stable was written.
-    assert all(g["time_to_stable_ms"] < g["last_stable_ms"] - g["first_disturbance_ms"] for g in m.group_summary)
-    assert sum(g["converged_ms"] < 20_000 for g in m.group_summary) >= 4
+    # Groups the simulator held until its 20 s horizon report when they converged instead.
+    held = [g for g in m.group_summary if g["last_stable_ms"] == 20_000]
+    assert held and all(g["converged_ms"] < 20_000 for g in held)
     run = m.summary["runs"][s.run_id]
     assert run["time_to_stable_ms"] == run["converged_ms"] - run["first_disturbance_ms"]
     assert run["converged_ms"] == max(o.settled_ms for o in result.outcomes)
