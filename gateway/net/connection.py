@@ -30,7 +30,7 @@ from typing import Any
 from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
-from gateway.net.contracts import ConnectionHost, LocalHandler, Slot
+from gateway.net.contracts import ConnectionHost, LocalHandler, RequestSource, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
 from gateway.net.upstream_link import UpstreamLink, dial
@@ -103,6 +103,8 @@ class ClientConnection(asyncio.Protocol):
         # answered by the gateway. None on PLAINTEXT/SSL listeners.
         self.sasl: ClientSasl | None = connection_sasl.client_sasl(gateway)
         self.terminating = gateway.sasl_terminator is not None
+        # What the local handlers learn of this connection (net/contracts.py): never the connection itself.
+        self.source = RequestSource(None, node_id, self.sasl)
 
     @property
     def principal(self) -> str | None:
@@ -115,7 +117,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.peer = transport.get_extra_info("peername")
+        self.peer = self.source.peer = transport.get_extra_info("peername")
         if not self.limits.admit(self):
             return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
@@ -471,9 +473,9 @@ class ClientConnection(asyncio.Protocol):
         async def run() -> None:
             try:
                 if claim is True:
-                    response = await handler(self, header, payload)
+                    response = await handler(self.source, header, payload)
                 else:
-                    response = await handler(self, header, payload, claim)  # type: ignore[call-arg]
+                    response = await handler(self.source, header, payload, claim)  # type: ignore[call-arg]
             except asyncio.CancelledError:
                 raise
             except Exception:
