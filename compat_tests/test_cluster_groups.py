@@ -1,5 +1,5 @@
 """Groups the cluster holds and the gateway does not coordinate: offsets-only groups, share groups
-(KIP-932) and streams groups (KIP-1071), with Kafka 4.3.1's own tools and clients.
+(KIP-932) and streams groups (KIP-1071), with Kafka 4.4.0's own tools and clients.
 
 Every scenario runs against the broker directly and through the gateway, and the outcomes must match:
 what ``kafka-consumer-groups``, ``kafka-share-groups`` and ``kafka-streams-groups`` print (coordinator
@@ -356,7 +356,7 @@ def _described(bootstrap: str, group: str, api_key: int, version: int) -> tuple[
 def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_alike_direct_and_through_the_gateway(
     kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
 ) -> None:
-    """Kafka 4.3.1 migrates a Streams application from ``group.protocol=classic`` to ``streams`` offline
+    """Kafka 4.4.0 migrates a Streams application from ``group.protocol=classic`` to ``streams`` offline
     only: every instance stopped (leaving the group, or its session expired), the next streams heartbeat
     converts the empty classic group, keeping only the committed offsets (a classic group with members is
     refused: "is not a streams group"). The same migration through the gateway, which coordinates the
@@ -406,7 +406,7 @@ def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_a
     kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
     protocol: str,
 ) -> None:
-    """No online migration in Kafka 4.3.1: while a classic member is in the group, a streams member's join
+    """No online migration in Kafka 4.4.0: while a classic member is in the group, a streams member's join
     is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group;
     so is a join of a consumer group's id (KIP-848 member)."""
     topic = make_topic(1)

@@ -1,4 +1,4 @@
-"""Kafka Connect 4.3.1 in distributed mode, against the broker directly and through the gateway.
+"""Kafka Connect 4.4.0 in distributed mode, against the broker directly and through the gateway.
 
 A distributed Connect cluster's workers form a classic group of protocol type ``connect`` (protocols
 ``sessioned``/``compatible``, KIP-415/KIP-507) whose leader assigns connectors and tasks; through the
@@ -408,7 +408,7 @@ def _sink_migration(
     and starts it again on a KIP-848 consumer, whose join converts the empty classic group (KIP-848's
     upgrade); more lines follow. What its group was before and after, and every line its file holds.
 
-    One task: with two, Connect 4.3.1 kills a sink task whose KIP-848 consumer has a partition revoked
+    One task: with two, Connect 4.4.0 kills a sink task whose KIP-848 consumer has a partition revoked
     (UnsupportedOperationException in WorkerSinkTask's SinkTaskMetricsGroup.clearOffsets), direct and
     through the gateway alike (seen while the two tasks migrated)."""
     snk, sink = names("migrated-sink"), source.parent / "migrated-sink.txt"

@@ -5,13 +5,13 @@ one node table for the whole fleet (gateway/net/routes.py, gateway/fleet/members
   keeps its node id, at the listener of the instance a rendezvous hash picks (so the brokers' traffic is
   spread over the instances), and every instance's coordinator node is listed beside them; it stays the
   same while membership does;
-- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.3.1), a librdkafka and
+- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.4.0), a librdkafka and
   a kafka-python consumer in one group consume every record (partitions led by brokers carried by different
   instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
 - one instance leaving (SIGTERM) changes the others' table only for the brokers it carried;
 - ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
   groups by the instance holding their shard, the cluster's own groups by their broker; so do
-  `kafka-consumer-groups --list` (Kafka 4.3.1's Java admin client) and confluent-kafka's AdminClient.
+  `kafka-consumer-groups --list` (Kafka 4.4.0's Java admin client) and confluent-kafka's AdminClient.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
             KafkaPythonConsumer(name="kafka-python-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
         ]
         try:
-            java = verifiable_consumer("4.3.1", lb.address, topic, group, assignment_strategy=RANGE,
+            java = verifiable_consumer("4.4.0", lb.address, topic, group, assignment_strategy=RANGE,
                                        log_dir=tmp_path).start()
             for c in consumers:
                 c.start()
@@ -260,8 +260,8 @@ def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluste
                 assert r.error_code == 0, (node, r.error_code)
                 counts.update(g.group_id for g in r.groups if g.group_id in ours)
             assert counts == {g: 1 for g in ours}, counts
-        # Kafka 4.3.1's tool (Java Admin listGroups, which asks every node) through one instance.
-        tool = consumer_groups_command("4.3.1", fleet.bootstraps[1], "--list")
+        # Kafka 4.4.0's tool (Java Admin listGroups, which asks every node) through one instance.
+        tool = consumer_groups_command("4.4.0", fleet.bootstraps[1], "--list")
         assert tool.returncode == 0, tool.stderr
         assert collections.Counter(g for g in tool.stdout.split() if g in ours) == {g: 1 for g in ours}, tool.stdout
         # librdkafka's admin client, behind the balancer.

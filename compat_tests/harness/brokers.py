@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from gateway.ops.embedded_kafka import EmbeddedKafka, free_port, new_cluster_id
 
-KAFKA_IMAGE = "apache/kafka:4.3.1"
+KAFKA_IMAGE = "apache/kafka:4.4.0"
 GATEWAY_IMAGE_TAG = "groupgate:compat"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKER_PING_TIMEOUT_S = 3

@@ -22,9 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Newest 4.x release with kafka_2.13, kafka-tools and kafka-group-coordinator all on Maven Central.
-CURRENT_KAFKA = "4.3.1"
-# Older releases whose clients and tools the compatibility suite runs as legacy consumers.
-LEGACY_KAFKA = ("3.9.1", "2.8.2")
+CURRENT_KAFKA = "4.4.0"
+# Older releases whose clients and tools the compatibility suite runs as legacy consumers (the first one
+# also as an older broker).
+LEGACY_KAFKA = ("4.3.1", "3.9.1", "2.8.2")
+PREVIOUS_KAFKA = LEGACY_KAFKA[0]
+# Releases whose connect-file artifact (the FileStream connectors) is not on Maven Central: the newest one
+# that is takes its place. The connectors use only the stable Connect API, so the worker runs them as
+# plugins of an older release (as it would run any third-party connector).
+CONNECT_FILE_FALLBACK = {"4.4.0": "4.3.1"}
 SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"
 
 
@@ -98,15 +104,19 @@ def streams(version: str = CURRENT_KAFKA) -> Distribution:
 
 def connect(version: str = CURRENT_KAFKA) -> Distribution:
     """Kafka Connect of one release: the distributed worker (connect-runtime), the JSON converter and
-    the file connectors (connect-file), for a Connect cluster whose worker group the gateway coordinates."""
+    the file connectors (connect-file, of ``CONNECT_FILE_FALLBACK``'s release where the release's own is
+    missing), for a Connect cluster whose worker group the gateway coordinates."""
+    file_version = CONNECT_FILE_FALLBACK.get(version, version)
     return Distribution(
         f"kafka-connect-{version}",
         (
             f"org.apache.kafka:connect-runtime:{version}",
             f"org.apache.kafka:connect-json:{version}",
-            f"org.apache.kafka:connect-file:{version}",
+            f"org.apache.kafka:connect-file:{file_version}",
             SLF4J_SIMPLE,
         ),
+        # The worker's own release for everything connect-file would pull in at its version.
+        managed=(f"org.apache.kafka:connect-api:{version}", f"org.apache.kafka:kafka-clients:{version}"),
     )
 
 
@@ -116,6 +126,7 @@ def all_distributions() -> list[Distribution]:
         clients(CURRENT_KAFKA),
         streams(CURRENT_KAFKA),
         connect(CURRENT_KAFKA),
+        broker(PREVIOUS_KAFKA),
         *(clients(v) for v in LEGACY_KAFKA),
         *(legacy_admin(v) for v in LEGACY_KAFKA if int(v.split(".")[0]) < 3),
     ]
