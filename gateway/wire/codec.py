@@ -17,7 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from coordinator.errors import Errors
 from gateway.wire import frames
-from gateway.wire.protocol import messages as _ours  # noqa: F401 - registers api keys 68, 69, 76-79, 88-92
+from gateway.wire.protocol import messages as _ours  # registers api keys 68, 69, 76-79, 88-93; OVERRIDES
 
 API_VERSIONS = 18
 PRODUCE = 0
@@ -35,6 +35,7 @@ STREAMS_GROUP_DESCRIBE = 89
 DESCRIBE_SHARE_GROUP_OFFSETS = 90
 ALTER_SHARE_GROUP_OFFSETS = 91
 DELETE_SHARE_GROUP_OFFSETS = 92
+STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93
 
 # The error codes the proxy path answers with, from the one error enum (coordinator/errors.py).
 UNSUPPORTED_VERSION = Errors.UNSUPPORTED_VERSION
@@ -58,6 +59,8 @@ def _registry() -> tuple[dict[int, Any], dict[int, Any]]:
             continue
         table = requests if c.type == "request" else responses
         table.setdefault(c.API_KEY, c)
+    for key, (request, response) in _ours.OVERRIDES.items():
+        requests[key], responses[key] = request, response
     return requests, responses
 
 
