@@ -171,6 +171,10 @@ class ConnectionHost(Protocol):
         """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
         ...
 
+    def presented_node_ids(self, node_id: int | None) -> frozenset[int] | None:
+        """The node ids clients were given for listener ``node_id`` (gateway/net/node_check.py)."""
+        ...
+
 
 __all__ = ["UPSTREAM_FRAME_LIMIT", "ConnectionHost", "LocalHandler", "Slot", "UpstreamLink", "dial",
            "open_authenticated_link"]
