@@ -38,6 +38,8 @@ log = get_logger("gateway.groups.cluster")
 ROUTED_ONE: dict[int, str | None] = {
     codec.SHARE_GROUP_HEARTBEAT: "share",
     codec.STREAMS_GROUP_HEARTBEAT: "streams",
+    # KIP-1331 (Kafka 4.4): a member pushes its topology's description when the heartbeat asks for it.
+    codec.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE: None,
     codec.ALTER_SHARE_GROUP_OFFSETS: "share",
     codec.DELETE_SHARE_GROUP_OFFSETS: "share",
 }
