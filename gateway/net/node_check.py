@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net.connection_parts import Slot
+from gateway.net.contracts import Slot
 from gateway.net.refusals import peer_host
 from gateway.wire import codec, frames
 
