@@ -369,7 +369,7 @@ class ClientConnection(asyncio.Protocol):
             self._unsupported(api_key, version, corr, rng[1])
             return
         if api_key == codec.API_VERSIONS and version >= node_check.CHECKED_FROM:
-            frame = node_check.answer_or_forward(self, frame, version)  # KIP-1242: None when answered here
+            frame = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None when answered here
             if frame is None:
                 return
         handler = self.gw.local_handlers.get(api_key)

@@ -22,16 +22,12 @@ import re
 import struct
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net.contracts import Slot
+from gateway.net.contracts import ClientSide, Slot
 from gateway.net.refusals import peer_host
 from gateway.wire import codec, frames
-
-if TYPE_CHECKING:
-    from gateway.net.connection import ClientConnection
 
 log = get_logger("gateway.net.node_check")
 
@@ -84,13 +80,13 @@ def _valid_software(msg: object) -> bool:
     return bool(_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(software_version))
 
 
-def answer_or_forward(conn: ClientConnection, frame: bytes, version: int) -> bytes | None:
-    """The frame ``conn`` sends on, or None when the check answered the request (in order, like any
-    answer): REBOOTSTRAP_REQUIRED for a client whose table names another node or cluster. A request that
+def answer_or_forward(conn: ClientSide, node_id: int | None, frame: bytes, version: int) -> bytes | None:
+    """The frame ``conn`` (on the listener of ``node_id``, None: bootstrap) sends on, or None when the check
+    answered the request (in order, like any answer): REBOOTSTRAP_REQUIRED for a client whose table names another node or cluster. A request that
     does not read as its schema says goes on unchanged (the upstream answers or closes, as Kafka does)."""
     gw = conn.gw
     try:
-        checked = check(frame, version, gw.directory.cluster_id, gw.presented_node_ids(conn.node_id))
+        checked = check(frame, version, gw.directory.cluster_id, gw.presented_node_ids(node_id))
     except (ValueError, struct.error, IndexError, EOFError, frames.FrameError):
         return frame
     if checked.answer is None:
@@ -99,7 +95,7 @@ def answer_or_forward(conn: ClientConnection, frame: bytes, version: int) -> byt
     log.info(
         "client expects another node or cluster; answered REBOOTSTRAP_REQUIRED",
         peer=peer_host(conn.peer), expected_cluster_id=cluster, expected_node_id=node,
-        cluster_id=gw.directory.cluster_id, listener_node_id=conn.node_id,
+        cluster_id=gw.directory.cluster_id, listener_node_id=node_id,
     )
     conn.pending.append(Slot(frames.frame(checked.answer)))
     conn.flush()
