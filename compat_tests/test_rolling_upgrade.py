@@ -123,7 +123,7 @@ JAVA_MATRIX = {
         [MemberSpec("java", "consumer", "4.4.0", "range") for _ in range(FLEET)],
     ),
     # Cooperative classic fleet to KIP-848 with the uniform assignor.
-    "classic-cooperative-4.3_to_consumer-uniform": (
+    "classic-cooperative-4.4_to_consumer-uniform": (
         [MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY) for _ in range(FLEET)],
         [MemberSpec("java", "consumer", "4.4.0", "uniform") for _ in range(FLEET)],
     ),
