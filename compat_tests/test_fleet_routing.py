@@ -297,7 +297,7 @@ def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluste
 def test_every_node_of_the_table_checks_the_node_a_kafka_4_4_client_expects(
     kafka3: KafkaCluster, fleet: Fleet, tmp_path: Path
 ) -> None:
-    cluster = cluster_id(kafka3.bootstrap)
+    cluster = cluster_id(kafka3.bootstrap.split(",")[0])
     table = _table(fleet.bootstraps[0])
     for node, address in table.items():
         other = next(n for n in sorted(table) if n != node)
@@ -356,7 +356,7 @@ def test_the_table_changes_with_membership_only_for_the_leaving_instances_broker
         assert java.alive(), java.tail()
     finally:
         java.stop()
-    cluster = cluster_id(kafka3.bootstrap)
+    cluster = cluster_id(kafka3.bootstrap.split(",")[0])
     (gone_node,) = [n for n, a in before.items() if n >= COORDINATOR_NODE_BASE and a == gone]
     for b in stay:
         assert api_versions_v5(b, cluster, gone_node)[0] == REBOOTSTRAP_REQUIRED, b
