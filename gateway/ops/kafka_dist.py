@@ -27,10 +27,10 @@ CURRENT_KAFKA = "4.4.0"
 # also as an older broker).
 LEGACY_KAFKA = ("4.3.1", "3.9.1", "2.8.2")
 PREVIOUS_KAFKA = LEGACY_KAFKA[0]
-# Releases whose connect-file artifact (the FileStream connectors) is not on Maven Central: the newest one
-# that is takes its place. The connectors use only the stable Connect API, so the worker runs them as
-# plugins of an older release (as it would run any third-party connector).
-CONNECT_FILE_FALLBACK = {"4.4.0": "4.3.1"}
+# Kafka Connect's release: the newest whose connect-file artifact (the FileStream connectors the suite
+# runs) is on Maven Central. 4.4.0's is not, and 4.3.1's connectors do not load on a 4.4.0 worker (they
+# call kafka-clients' AppInfoParser, which 4.4 moved to an internal package).
+CONNECT_KAFKA = "4.3.1"
 SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"
 
 
@@ -102,21 +102,17 @@ def streams(version: str = CURRENT_KAFKA) -> Distribution:
     )
 
 
-def connect(version: str = CURRENT_KAFKA) -> Distribution:
+def connect(version: str = CONNECT_KAFKA) -> Distribution:
     """Kafka Connect of one release: the distributed worker (connect-runtime), the JSON converter and
-    the file connectors (connect-file, of ``CONNECT_FILE_FALLBACK``'s release where the release's own is
-    missing), for a Connect cluster whose worker group the gateway coordinates."""
-    file_version = CONNECT_FILE_FALLBACK.get(version, version)
+    the file connectors (connect-file), for a Connect cluster whose worker group the gateway coordinates."""
     return Distribution(
         f"kafka-connect-{version}",
         (
             f"org.apache.kafka:connect-runtime:{version}",
             f"org.apache.kafka:connect-json:{version}",
-            f"org.apache.kafka:connect-file:{file_version}",
+            f"org.apache.kafka:connect-file:{version}",
             SLF4J_SIMPLE,
         ),
-        # The worker's own release for everything connect-file would pull in at its version.
-        managed=(f"org.apache.kafka:connect-api:{version}", f"org.apache.kafka:kafka-clients:{version}"),
     )
 
 
@@ -125,7 +121,7 @@ def all_distributions() -> list[Distribution]:
         broker(),
         clients(CURRENT_KAFKA),
         streams(CURRENT_KAFKA),
-        connect(CURRENT_KAFKA),
+        connect(CONNECT_KAFKA),
         broker(PREVIOUS_KAFKA),
         *(clients(v) for v in LEGACY_KAFKA),
         *(legacy_admin(v) for v in LEGACY_KAFKA if int(v.split(".")[0]) < 3),
