@@ -131,11 +131,12 @@ def api_versions_v5(
     """An ApiVersions v5 request (KIP-1242) naming the cluster id and node id the caller expects, on a fresh
     connection: (error code, response body as sent). The body is compared as bytes, beyond the code."""
     from gateway.wire import codec
+    from gateway.wire.api_keys import ApiKey
 
     cid = next(_correlation)
     client = b"groupgate-compat-probe"
-    header = struct.pack(">hhih", codec.API_VERSIONS, 5, cid, len(client)) + client + b"\x00"
-    body = codec.REQUESTS[codec.API_VERSIONS][5](
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 5, cid, len(client)) + client + b"\x00"
+    body = codec.REQUESTS[ApiKey.API_VERSIONS][5](
         client_software_name=software, client_software_version="1", cluster_id=cluster_id, node_id=node_id
     ).encode(version=5)
     frame = header + bytes(body)

@@ -28,6 +28,7 @@ from gateway.logging import get_logger
 from gateway.net.contracts import ClientSide, Slot
 from gateway.net.refusals import peer_host
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.node_check")
 
@@ -53,7 +54,7 @@ def check(
     the gateway presents (None: not known yet, not checked). ``node_ids``: the node ids of the listener the
     connection arrived on (None: cannot be told yet, not checked)."""
     payload = frame[4:]
-    header, msg = codec.decode_request(codec.API_VERSIONS, version, payload)
+    header, msg = codec.decode_request(ApiKey.API_VERSIONS, version, payload)
     expected_cluster, expected_node = msg.cluster_id, msg.node_id
     if expected_cluster is None and expected_node == -1:
         return Checked(forward=frame)
@@ -63,11 +64,11 @@ def check(
         node_ids is not None and expected_node not in node_ids
     )
     if mismatch:
-        body = codec.RESPONSES[codec.API_VERSIONS][version](
+        body = codec.RESPONSES[ApiKey.API_VERSIONS][version](
             error_code=Errors.REBOOTSTRAP_REQUIRED, api_keys=[], throttle_time_ms=0
         )
         return Checked(
-            answer=codec.encode_response(codec.API_VERSIONS, version, header.correlation_id, body),
+            answer=codec.encode_response(ApiKey.API_VERSIONS, version, header.correlation_id, body),
             expected=(expected_cluster, expected_node),
         )
     msg.cluster_id, msg.node_id = None, -1

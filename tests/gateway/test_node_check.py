@@ -7,21 +7,22 @@ import struct
 from coordinator.errors import Errors
 from gateway.net import node_check
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 CLUSTER = "8zJobMC5SRaoaZuV87Bljg"
 
 
 def _frame(cluster_id: str | None, node_id: int, software: str = "apache-kafka-java") -> bytes:
     client = b"c1"
-    header = struct.pack(">hhih", codec.API_VERSIONS, 5, 42, len(client)) + client + b"\x00"
-    body = codec.REQUESTS[codec.API_VERSIONS][5](
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 5, 42, len(client)) + client + b"\x00"
+    body = codec.REQUESTS[ApiKey.API_VERSIONS][5](
         client_software_name=software, client_software_version="4.4.0", cluster_id=cluster_id, node_id=node_id
     ).encode(version=5)
     return frames.frame(header + bytes(body))
 
 
 def _sent(frame: bytes) -> tuple[str | None, int]:
-    _, msg = codec.decode_request(codec.API_VERSIONS, 5, frame[4:])
+    _, msg = codec.decode_request(ApiKey.API_VERSIONS, 5, frame[4:])
     return msg.cluster_id, msg.node_id
 
 
