@@ -426,7 +426,7 @@ class GroupLayer:
             return True
         upstream = self.directory.upstream_api.get(api_key)
         if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
-            # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
+            # The gateway advertises its own (Kafka 4.4.0's) versions of the group APIs; an older
             # upstream would refuse a newer one for a group it coordinates: the handler speaks the
             # upstream's version for it.
             return True

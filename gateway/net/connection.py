@@ -29,7 +29,7 @@ from typing import Any
 
 from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
+from gateway.net import connection_sasl, node_check, node_endpoints, rewrite, unreachable
 from gateway.net.contracts import ConnectionHost, LocalHandler, RequestSource, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
@@ -360,6 +360,10 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         if not rng[0] <= version <= rng[1]:
+            if api_key == ApiKey.API_VERSIONS and version > rng[1]:
+                # KIP-511 negotiation, not a refusal: the client retries at the version the answer names.
+                self._unsupported(api_key, version, corr, rng[1])
+                return
             self.metrics.errors[api_key] += 1
             self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
@@ -368,6 +372,10 @@ class ClientConnection(asyncio.Protocol):
             )
             self._unsupported(api_key, version, corr, rng[1])
             return
+        if api_key == ApiKey.API_VERSIONS and version >= node_check.CHECKED_FROM:
+            frame = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None when answered here
+            if frame is None:
+                return
         handler = self.gw.local_handlers.get(api_key)
         if handler is not None:
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway

@@ -183,4 +183,8 @@ class ConnectionHost(Protocol):
         """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
         ...
 
+    def presented_node_ids(self, node_id: int | None) -> frozenset[int] | None:
+        """The node ids clients were given for listener ``node_id`` (gateway/net/node_check.py)."""
+        ...
+
 
