@@ -9,8 +9,8 @@ configuration file first manages group B only, then (SIGHUP) group A only:
   back: its members are told UNKNOWN_MEMBER_ID once and join the cluster's consumer group.
 
 A producer runs throughout; every acknowledged record is consumed by both groups, no client is restarted
-or fails, and the gateway process is the same one. Then a bad pattern in the file is refused and the
-running set kept.
+or fails, and the gateway process is the same one; the same SIGHUP rotates the rebalance event file. Then a
+bad pattern in the file is refused and the running set kept.
 """
 
 from __future__ import annotations
@@ -124,7 +124,10 @@ def reload_gateway(kafka: ProcessBackend, tmp_path: Path, request: pytest.Fixtur
         upstream=kafka.bootstrap,
         listen_port=free_port_block(3),
         log_dir=tmp_path,
-        extra_args=["--config", str(tmp_path / "gateway.toml"), "--state-dir", str(tmp_path / "state")],
+        extra_args=[
+            "--config", str(tmp_path / "gateway.toml"), "--state-dir", str(tmp_path / "state"),
+            "--rebalance-events", str(tmp_path / "events.jsonl"),
+        ],
     )
     (tmp_path / "gateway.toml").write_text(CONFIG.format(pattern="none"))
     gw.start()
@@ -174,6 +177,8 @@ def test_sighup_adopts_one_live_group_and_hands_another_back(
         before = producer.produced[:]
         _wait(lambda: all(_covers(logs[k], before) for k in logs), 60, "records consumed before the change", gw)
 
+        # The same SIGHUP still rotates the rebalance event file (moved away first, as logrotate does).
+        (tmp_path / "events.jsonl").rename(tmp_path / "events.jsonl.1")
         _hup(gw, config, re2.escape(group_a))
         t0 = time.monotonic()
         _wait(lambda: _stable_classic(gw.bootstrap, group_a, 2), 60, "group A stable on the gateway", gw)
@@ -187,6 +192,9 @@ def test_sighup_adopts_one_live_group_and_hands_another_back(
         )
         mark = len(producer.produced)
         _wait(lambda: len(producer.produced) > mark + 100, 30, "records acknowledged after the change", gw)
+        assert "rebalance event log reopened" in gw.tail(400)
+        rotated = (tmp_path / "events.jsonl").read_text()
+        assert group_a in rotated, "group A's rebalance on the gateway is in the new event file"
 
         # A bad pattern: refused with one log line, the running set kept.
         _hup(gw, config, "oops-(")

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 log = get_logger("gateway.groups.layer")
 
 GroupsUnloaded = ShardUnloaded  # the name older callers know
+_HANDED_BACK_KEPT = 10_000  # handed-back groups whose KIP-848 members are still to be told (set_managed_groups)
 
 # Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
 # its member epoch, which only the cluster's coordinator can check).
@@ -329,6 +330,8 @@ class GroupLayer:
         for group in self.runtime.consumer_groups():
             if group.group_id in gone and group.members:
                 self._handed_back[group.group_id] = set(group.members)
+        while len(self._handed_back) > _HANDED_BACK_KEPT:  # members that never came back: oldest forgotten
+            del self._handed_back[next(iter(self._handed_back))]
         return adopted, handed_back
 
     def _handed_back_member(self, msg: Any) -> bool:
