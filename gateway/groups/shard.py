@@ -38,12 +38,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from coordinator.outcome import Outcome
 from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from gateway.logging import get_logger
 from gateway.state.log import Record, StateLogWriteFailed
 from gateway.state.store import ShardFenced, ShardLog
-from translate.group_config import Outcome, encode_any_record
+from translate.group_config import encode_any_record
 from translate.group_service import GroupService
 
 if TYPE_CHECKING:
