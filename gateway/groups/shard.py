@@ -60,6 +60,8 @@ from translate.group_service import GroupService
 
 log = get_logger("gateway.groups.runtime")
 
+_ACTIVE = ShardState.ACTIVE  # read on every request: a module constant is cheaper than the enum's class attribute
+
 
 def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
     """Log on the unload/reload path, where the log's own file may sit on the full disk."""
@@ -124,7 +126,7 @@ class Shard:
 
     def check_loaded(self) -> None:
         """ShardUnloaded, with the reason, unless the shard takes requests now."""
-        if self._life.state is not ShardState.ACTIVE:
+        if self._life.state is not _ACTIVE:
             raise ShardUnloaded(self._life.reason)
 
     # --- one request -----------------------------------------------------------------------------------

@@ -44,33 +44,25 @@ class ShardStalled(ShardUnloaded):
 
 
 class ShardState(enum.Enum):
-    ACTIVE = "active"
-    DRAINING = "draining"
-    UNOWNED = "unowned"
-    LOADING = "loading"
-    FAILED = "failed"
-    FENCED = "fenced"
-    CLOSED = "closed"
+    """What callers ask (plain attributes, read on every request): ``loaded``, its groups are in memory
+    (served, or finishing the requests in flight while handed over); ``owned``, this instance owns it
+    (serves it, will once (re)loaded, or was fenced holding it); ``will_serve``, owned and not fenced, so
+    served now or once (re)loaded (a listing waits for it)."""
 
-    @property
-    def loaded(self) -> bool:
-        """Its groups are in memory: served, or finishing the requests in flight while handed over."""
-        return self in _LOADED
+    # name = (label, loaded, owned, will_serve)
+    ACTIVE = ("active", True, True, True)
+    DRAINING = ("draining", True, False, False)
+    UNOWNED = ("unowned", False, False, False)
+    LOADING = ("loading", False, True, True)
+    FAILED = ("failed", False, True, True)
+    FENCED = ("fenced", False, True, False)
+    CLOSED = ("closed", False, False, False)
 
-    @property
-    def owned(self) -> bool:
-        """This instance owns the shard: it serves it, or will once (re)loaded, or was fenced holding it."""
-        return self in _OWNED
-
-    @property
-    def will_serve(self) -> bool:
-        """Owned and not fenced: served now or once (re)loaded (a listing must wait for it)."""
-        return self in _WILL_SERVE
-
-
-_LOADED = frozenset({ShardState.ACTIVE, ShardState.DRAINING})
-_OWNED = frozenset({ShardState.ACTIVE, ShardState.LOADING, ShardState.FAILED, ShardState.FENCED})
-_WILL_SERVE = frozenset({ShardState.ACTIVE, ShardState.LOADING, ShardState.FAILED})
+    def __init__(self, label: str, loaded: bool, owned: bool, will_serve: bool) -> None:
+        self.label = label
+        self.loaded = loaded
+        self.owned = owned
+        self.will_serve = will_serve
 
 
 class ShardEvent(enum.Enum):

@@ -65,7 +65,7 @@ def test_the_table_is_the_one_written_out() -> None:
     assert TRANSITIONS == EXPECTED
 
 
-@pytest.mark.parametrize(("state", "event"), sorted(EXPECTED, key=lambda k: (k[0].value, k[1].value)))
+@pytest.mark.parametrize(("state", "event"), sorted(EXPECTED, key=lambda k: (k[0].label, k[1].value)))
 def test_every_listed_transition(state: ShardState, event: ShardEvent) -> None:
     life = _in(state)
     assert life.on(event) is EXPECTED[state, event]
