@@ -16,7 +16,7 @@ from pathlib import Path
 # This directory holds bench/rehearsal.py, which would shadow the rehearsal package: the project comes first.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rehearsal.calibrate_cli import main  # noqa: E402
+from gateway.ops.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["librdkafka" if a == "confluent" else a for a in sys.argv[1:]]))
+    sys.exit(main(["rehearse", "calibrate", *("librdkafka" if a == "confluent" else a for a in sys.argv[1:])]))

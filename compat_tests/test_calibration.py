@@ -15,7 +15,7 @@ import pytest
 
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.upgrade import endpoints
-from compat_tests.upgrade.calibration import gateway_settings
+from compat_tests.upgrade.calibration import HARNESS, gateway_settings
 from rehearsal.calibrate_cli import Row, load_schedule, run_one
 from rehearsal.calibration import TOLERANCE, Timings
 
@@ -41,7 +41,7 @@ def calibration_gateway(kafka: ProcessBackend, tmp_path_factory: pytest.TempPath
 
 
 def measure(gateway: tuple[str, Path], broker: str, mix: str, keep: Path) -> Row:
-    return run_one(gateway[0], broker, mix, "crashes", members=MEMBERS, partitions=PARTITIONS, client="java",
+    return run_one(HARNESS, gateway[0], broker, mix, "crashes", members=MEMBERS, partitions=PARTITIONS, client="java",
                    seeds=SEEDS, keep=keep, gateway_events=gateway[1])
 
 

@@ -9,8 +9,9 @@ within 25 %, as a Markdown table and as JSON (the JSON is what ``rehearse report
 predictions when found as ``_calibration.json`` in an events directory).
 
 ``--replay DIR`` re-simulates and re-measures runs saved by an earlier calibration without real clients.
-The real half needs the project's compatibility harness (``compat_tests``, shipped with the package) and
-the Kafka jars of ``groupgate kafka fetch``.
+The real half is handed in (``RealRuns``): the command finds it as the ``groupgate.calibration`` entry
+point, which the project's compatibility harness (``compat_tests``, shipped with the package) provides,
+and it needs the Kafka jars of ``groupgate kafka fetch``. Nothing here imports the harness or the command.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rehearsal.calibration import (
     TOLERANCE,
@@ -48,6 +48,29 @@ SCENARIOS = ("rolling-upgrade", "rolling-restart", "crashes")
 CLIENTS = {"java": "java", "librdkafka": "confluent", "confluent": "confluent"}
 METRICS = ("unavailable", "rebalances", "time_to_stable")
 Echo = Callable[[str], None]
+
+
+class Process(Protocol):
+    """A broker or a gateway the real half starts and stops."""
+
+    bootstrap: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class RealRuns(Protocol):
+    """The real half of a calibration: a broker, gateways configured for the simulator's timings, and one
+    run of real clients through a gateway (compat_tests/upgrade/calibration.py ``HARNESS``)."""
+
+    def broker(self) -> Process: ...
+
+    def gateway(self, upstream: str, work_dir: Path, timings: Timings, extra_args: Sequence[str]) -> Process: ...
+
+    def run(self, bootstrap: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int,
+            client: str, timings: Timings, log_dir: Path) -> Any:
+        """One run: an object with ``schedule`` (a Schedule), ``events`` and ``group``."""
+        ...
 
 
 def _say(msg: str) -> None:
@@ -288,16 +311,14 @@ def gateway_mode(mix: str) -> str:
     return "translate" if mix == "translate" else "native"
 
 
-def run_one(gateway: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int, client: str,
-            seeds: int, keep: Path, gateway_events: Path | None = None) -> Row:
-    """One real run through ``gateway`` (configured with compat_tests.upgrade.calibration.gateway_settings; in
-    translate mode for the translate mix) and its simulated replays, saved under ``keep`` for --replay."""
-    from compat_tests.upgrade.calibration import run_real
-
+def run_one(real_runs: RealRuns, gateway: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int,
+            client: str, seeds: int, keep: Path, gateway_events: Path | None = None) -> Row:
+    """One real run through ``gateway`` (a gateway of ``real_runs``, in translate mode for the translate mix)
+    and its simulated replays, saved under ``keep`` for --replay."""
     harness_client = CLIENTS[client]
     timings = client_timings(harness_client)
-    real = run_real(gateway, broker, mix, scenario, members=members, partitions=partitions,  # type: ignore[arg-type]
-                    client=harness_client, timings=timings, log_dir=keep)
+    real = real_runs.run(gateway, broker, mix, scenario, members=members, partitions=partitions,
+                         client=harness_client, timings=timings, log_dir=keep)
     schedule = anchored(coordinator_timed(real.schedule, real.events, gateway_events), real.events)
     row = compare_saved(real.events, schedule, seeds, harness_client)
     keep.mkdir(parents=True, exist_ok=True)
@@ -315,7 +336,8 @@ def run_one(gateway: str, broker: str, mix: str, scenario: str, *, members: int,
     return row
 
 
-def calibrate(args: argparse.Namespace, echo: Echo = _say) -> int:
+def calibrate(args: argparse.Namespace, real_runs: RealRuns | None, echo: Echo = _say) -> int:
+    """``real_runs``: the real half (None where the compatibility harness is not installed: --replay only)."""
     try:
         mixes = parse_choice(args.mix, CLIENT_MIXES, "mix")
         scenarios = parse_choice(args.scenario, SCENARIOS, "scenario")
@@ -334,22 +356,23 @@ def calibrate(args: argparse.Namespace, echo: Echo = _say) -> int:
         echo("error: nothing to run")
         return 2
 
-    from compat_tests.upgrade import endpoints
-    from compat_tests.upgrade.calibration import gateway_settings
-
+    if real_runs is None:
+        echo("error: real calibration runs need the compatibility harness (compat_tests, installed with the package "
+             "from a source checkout); --replay works without it")
+        return 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="calibrate-"))
     timings = client_timings(CLIENTS[args.client])
     echo(f"calibrating {client_label(args.client)}: {len(wanted)} mix/scenario pairs x {args.groups} group(s) of "
          f"{args.members} members, {args.partitions} partitions; work in {out}")
-    kafka = endpoints.broker()
+    kafka = real_runs.broker()
     kafka.start()
     gateways = {}
     rows: list[Row] = []
     started = time.monotonic()
     try:
         for mode in sorted({gateway_mode(m) for m, _ in wanted}):
-            gw = endpoints.gateway(kafka.bootstrap, out / mode, extra=gateway_settings(timings))
-            gw.extra_args += ["--classic-groups", mode, "--rebalance-events", str(out / mode / "events.jsonl")]
+            gw = real_runs.gateway(kafka.bootstrap, out / mode, timings,
+                                   ["--classic-groups", mode, "--rebalance-events", str(out / mode / "events.jsonl")])
             gw.start()
             gateways[mode] = gw
         for mix, scenario in wanted:
@@ -357,7 +380,7 @@ def calibrate(args: argparse.Namespace, echo: Echo = _say) -> int:
                 t = time.monotonic()
                 name = f"{mix}-{scenario}" + (f"-{g}" if args.groups > 1 else "")
                 mode = gateway_mode(mix)
-                row = run_one(gateways[mode].bootstrap, kafka.bootstrap, mix, scenario, members=args.members,
+                row = run_one(real_runs, gateways[mode].bootstrap, kafka.bootstrap, mix, scenario, members=args.members,
                               partitions=args.partitions, client=args.client, seeds=args.seeds, keep=out / name,
                               gateway_events=out / mode / "events.jsonl")
                 rows.append(row)
@@ -418,14 +441,3 @@ def replay(works: Sequence[Path], seeds: int, out: Path | None, json_path: Path 
     write_outputs(merged, target, json_path, echo,
                   header=f"replay of {len(rows)} saved run(s), {seeds} simulated seeds each")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``groupgate rehearse calibrate ARGS`` (the arguments are gateway/ops/cli.py's)."""
-    from gateway.ops.cli import main as groupgate
-
-    return groupgate(["rehearse", "calibrate", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from compat_tests.harness.admin import create_topic
+from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.events import OwnershipEvent, now_ms
+from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from rehearsal import events as ev
 from rehearsal.calibration import Schedule, Step, Timings
 from rehearsal.fleet import ClientMix
 from rehearsal.recorded import convert
 
+from . import endpoints
 from .members import COOPERATIVE_STICKY, RANGE, Member, MemberSpec, Timeouts
 from .scenario import RollingUpgrade
 
@@ -207,3 +211,25 @@ def run_real(
         events.append(ev.Disturbance(ts_ms=int(origin) + step.stop_ms, seq=base + i, run="measured", group=group,
                                      protocol="consumer", client_mix=mix, kind=scenario))
     return RealRun(mix, scenario, client, group, topic, events, schedule, run)
+
+
+class HarnessRuns:
+    """The real half of ``groupgate rehearse calibrate`` (rehearsal/calibrate_cli.py ``RealRuns``), found by the
+    command as the ``groupgate.calibration`` entry point: the harness's broker and gateway processes, and
+    ``run_real``."""
+
+    def broker(self) -> ProcessBackend:
+        return endpoints.broker()
+
+    def gateway(self, upstream: str, work_dir: Path, timings: Timings, extra_args: Sequence[str]) -> GatewayProcess:
+        gw = endpoints.gateway(upstream, work_dir, extra=gateway_settings(timings))
+        gw.extra_args += list(extra_args)
+        return gw
+
+    def run(self, bootstrap: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int,
+            client: str, timings: Timings, log_dir: Path) -> RealRun:
+        return run_real(bootstrap, broker, mix, scenario, members=members, partitions=partitions,  # type: ignore[arg-type]
+                        client=client, timings=timings, log_dir=log_dir)
+
+
+HARNESS = HarnessRuns()

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from coordinator.errors import Errors
@@ -46,10 +45,11 @@ from gateway.authz.groups import (
     GroupAuthorizer,
     streams_topology_topics,
 )
-from gateway.groups.requests import group_ids
 from gateway.net import unreachable
+from gateway.net.contracts import Verdict
 from gateway.wire import codec, frames
 from gateway.wire import group_codec as gc
+from gateway.wire.group_codec import group_ids
 from translate.authorizer import AclBinding, Operation, Permission, ResourceType
 
 READ, WRITE, DESCRIBE, CREATE = Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.CREATE
@@ -76,21 +76,6 @@ PER_TOPIC: dict[int, tuple[str, str, str, Operation]] = {
 # The first versions naming topics by id (KIP-516): Produce v13, Fetch v13.
 TOPIC_ID_FROM = {codec.PRODUCE: 13, codec.FETCH: 13}
 _NULL_ID = uuid.UUID(int=0)
-
-
-@dataclass
-class Verdict:
-    """What to do with a request that is not passed on unchanged: ``forward`` it instead (a frame), and/or
-    answer it now (``answer``: a response payload), or ``close`` the connection (nothing to answer with);
-    ``merge`` turns the cluster's answer (payload) into the client's; ``reason`` for the refusal log.
-    ``refused``: something was refused (logged); False: only answers to adjust (Metadata, ...)."""
-
-    reason: str
-    forward: bytes | None = None
-    answer: bytes | None = None
-    merge: Callable[[bytes], bytes] | None = None
-    close: bool = False
-    refused: bool = True
 
 
 class DataAuthorizer:

@@ -12,11 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.config.sasl import SaslSettings
-from gateway.security.oauth import TokenSource
 
 ENV_PREFIX = "GROUPGATE_"
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -45,8 +44,6 @@ def parse_host_port(value: str) -> tuple[str, int]:
 
 class GatewayConfig(SaslSettings):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    # The OAUTHBEARER token source of the gateway's own connections: one for all (tokens are reused).
-    _token_source: TokenSource | None = PrivateAttr(default=None)
 
     # Comma-separated HOST:PORT list of the upstream Kafka cluster (any reachable broker will do).
     upstream: str = "127.0.0.1:9093"
@@ -319,23 +316,12 @@ class GatewayConfig(SaslSettings):
             return self.listener_sasl()
         return self.authorization != "off"
 
-    def upstream_sasl(self) -> tuple[str, str, str] | TokenSource | None:
-        """(mechanism, username, password) of the gateway's own connections, or for OAUTHBEARER where its
-        tokens come from; None without SASL. Reads the password file each time (a rotated secret is
-        picked up on the next connection)."""
-        if self.upstream_sasl_mechanism is None:
+    def upstream_password_credentials(self) -> tuple[str, str, str] | None:
+        """(mechanism, username, password) of the gateway's own connections under PLAIN or SCRAM; None
+        without SASL. Reads the password file each time (a rotated secret is picked up on the next
+        connection). OAUTHBEARER's token source: gateway/security/credentials.py."""
+        if self.upstream_sasl_mechanism is None or self.upstream_sasl_mechanism == "OAUTHBEARER":
             return None
-        if self.upstream_sasl_mechanism == "OAUTHBEARER":
-            if self._token_source is None:
-                self._token_source = TokenSource(
-                    token_file=self.upstream_sasl_oauthbearer_token_file,
-                    endpoint=self.upstream_sasl_oauthbearer_token_endpoint_url,
-                    client_id=self.upstream_sasl_oauthbearer_client_id,
-                    client_secret=self.upstream_oauthbearer_secret,
-                    scope=self.upstream_sasl_oauthbearer_scope,
-                    timeout_s=self.upstream_connect_timeout_s,
-                )
-            return self._token_source
         assert self.upstream_sasl_username is not None
         if self.upstream_sasl_password_file is not None:
             try:

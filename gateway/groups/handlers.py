@@ -40,7 +40,7 @@ from translate.group_messages import (
 )
 
 if TYPE_CHECKING:
-    from gateway.fleet.membership import FleetMembership
+    from gateway.groups.fleet import Fleet
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 _KEY_TYPE_TRANSACTION = 1  # FindCoordinator's key type of transactional ids
@@ -71,7 +71,7 @@ class GroupHandlers:
         # owning a shard, the same in every instance's answers; None while the shard is in transit.
         self.fleet_coordinator: Callable[[int], tuple[int, str, int] | None] | None = None
         # ... and the membership itself (which listener is which node of the fleet, for ListGroups).
-        self.fleet: FleetMembership | None = None
+        self.fleet: Fleet | None = None
         # Awaited before a KIP-848 join (epoch 0) of a group: e.g. reading its configs from the cluster
         # (gateway/groups/cluster_configs.py). None: nothing to do first.
         self.before_join: Callable[[str], Awaitable[None]] | None = None

@@ -41,6 +41,7 @@ from gateway.authz.groups import (
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.groups.adoption import UpstreamLeaver
 from gateway.groups.cluster import ROUTED_MANY, ROUTED_ONE, ClusterGroups
+from gateway.groups.fleet import Fleet, JoinFleet
 from gateway.groups.handlers import GroupHandlers, Handler
 from gateway.groups.metadata_watch import MetadataWatch, TopicImage
 from gateway.groups.offsets import OffsetBridge
@@ -50,7 +51,6 @@ from gateway.groups.requests import (
     ANONYMOUS,
     RequestContext,
     error_payload,
-    group_ids,
     names_member,
     refusal_payload,
     unloaded_payload,
@@ -64,10 +64,10 @@ from gateway.state.file_store import FileStateStore
 from gateway.state.store import StateStore
 from gateway.wire import codec, frames
 from gateway.wire import group_codec as gc
+from gateway.wire.group_codec import group_ids
 from translate.group_service import GroupService
 
 if TYPE_CHECKING:
-    from gateway.fleet.membership import FleetMembership
     from gateway.net.connection import ClientConnection
     from gateway.net.server import Gateway
 
@@ -105,8 +105,11 @@ class GroupLayer:
     """``layer = GroupLayer(gateway, settings); layer.install(); await layer.open_state();
     await gateway.start(); await layer.start()``."""
 
-    def __init__(self, gw: Gateway, settings: CoordinatorSettings) -> None:
+    def __init__(self, gw: Gateway, settings: CoordinatorSettings, join_fleet: JoinFleet | None = None) -> None:
         self.gw = gw
+        # Several instances (gateway/fleet/membership.py, given by the command that builds the gateway):
+        # how this instance joins the instances group once its listeners are open.
+        self._join_fleet = join_fleet
         self.settings = settings
         self.counters: collections.Counter[str] = collections.Counter()
         self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
@@ -147,7 +150,7 @@ class GroupLayer:
             where=where,
             offload_executor=self.assignors,
         )
-        self.fleet: FleetMembership | None = None
+        self.fleet: Fleet | None = None
         if settings.instances_group is not None:
             if kind != "kafka":
                 raise ValueError("instances_group needs the cluster state store (state_store \"kafka\")")
@@ -326,11 +329,9 @@ class GroupLayer:
             # failure").
             self.runtime.answer_stall_s = self.settings.state_answer_stall_ms / 1000
         if self.settings.instances_group is not None and self.fleet is None:
-            from gateway.fleet.membership import FleetMembership
-            from gateway.state.topic import KafkaStateStore
-
-            assert isinstance(self.runtime.store, KafkaStateStore)
-            self.fleet = FleetMembership(
+            if self._join_fleet is None:
+                raise ValueError("instances_group is set but the gateway was built without fleet membership")
+            self.fleet = self._join_fleet(
                 self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics,
                 self.gw.listener_rule(),
             )

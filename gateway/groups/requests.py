@@ -40,26 +40,6 @@ class RequestContext:
     access: Access = ALLOW_ALL
 
 
-def group_ids(api_key: int, version: int, msg: Any) -> list[str]:
-    """The group ids a request names (FindCoordinator: its GROUP keys only)."""
-    if api_key == gc.FIND_COORDINATOR:
-        key_type, keys = gc.find_coordinator_keys(msg, version)
-        return keys if key_type == gc.KEY_TYPE_GROUP else []
-    if api_key == gc.DESCRIBE_GROUPS:
-        return list(msg.groups)
-    if api_key == gc.DELETE_GROUPS:
-        return list(msg.groups_names)
-    if api_key in (gc.CONSUMER_GROUP_DESCRIBE, codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE):
-        return list(msg.group_ids)
-    if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
-        return [g.group_id for g in msg.groups]
-    if api_key == gc.OFFSET_FETCH and version >= 8:
-        return [g.group_id for g in msg.groups]
-    if api_key == gc.LIST_GROUPS:
-        return []
-    return [msg.group_id]
-
-
 def names_member(api_key: int, version: int, msg: Any) -> bool:
     """Whether an offset request comes from a group member (not a simple commit or an admin read): only
     then may the group be a streams group the gateway has not seen yet."""
@@ -116,6 +96,6 @@ def error_payload(api_key: int, version: int, correlation_id: int, error: int) -
 
 
 __all__ = [
-    "ANONYMOUS", "RequestContext", "error_payload", "group_ids", "names_member", "refusal_payload",
+    "ANONYMOUS", "RequestContext", "error_payload", "names_member", "refusal_payload",
     "response_error", "unloaded_payload",
 ]

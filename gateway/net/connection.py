@@ -29,9 +29,10 @@ from typing import Any
 
 from gateway.logging import get_logger
 from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
-from gateway.net.connection_parts import ConnectionHost, LocalHandler, Slot, UpstreamLink, dial
+from gateway.net.contracts import ConnectionHost, LocalHandler, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
+from gateway.net.upstream_link import UpstreamLink, dial
 from gateway.security.sasl import SASL_APIS, ClientSasl
 from gateway.wire import codec, frames
 

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from gateway.logging import get_logger
-from gateway.net.connection_parts import ConnectionHost, Slot, UpstreamLink
+from gateway.net.contracts import ClientSide, ConnectionHost, LinkOf, Slot
 from gateway.net.refusals import client_id_of
 from gateway.security.sasl import SASL_HANDSHAKE, ClientSasl
 from gateway.security.sasl_server import TerminatingSasl
 from gateway.wire import frames
-
-if TYPE_CHECKING:
-    from gateway.net.connection import ClientConnection
 
 log = get_logger("gateway.net.connection")
 
@@ -40,7 +36,7 @@ def client_sasl(gateway: ConnectionHost) -> ClientSasl | None:
     return None
 
 
-def sasl_admits(conn: ClientConnection, frame: bytes, api_key: int, version: int) -> bool:
+def sasl_admits(conn: ClientSide, frame: bytes, api_key: int, version: int) -> bool:
     """Kafka's server-side SASL states: a request the connection may not send now closes it."""
     assert conn.sasl is not None
     verdict = conn.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
@@ -55,7 +51,7 @@ def sasl_admits(conn: ClientConnection, frame: bytes, api_key: int, version: int
     return False
 
 
-def follow_response(conn: ClientConnection, api_key: int, version: int, frame: bytes) -> None:
+def follow_response(conn: ClientSide, api_key: int, version: int, frame: bytes) -> None:
     """Passthrough SASL: the cluster's SaslHandshake / SaslAuthenticate answer, read for the principal."""
     sasl = conn.sasl
     assert sasl is not None
@@ -71,7 +67,7 @@ def follow_response(conn: ClientConnection, api_key: int, version: int, frame: b
 # --- termination --------------------------------------------------------------------------------------
 
 
-def retire(conn: ClientConnection, link: UpstreamLink) -> None:
+def retire(conn: ClientSide, link: LinkOf) -> None:
     """The link's session is about to end; later requests go to a new link, and this one closes once it
     answered what it carries."""
     conn.upstream = None
@@ -79,7 +75,7 @@ def retire(conn: ClientConnection, link: UpstreamLink) -> None:
         link.transport.close()
 
 
-def retired_link_lost(conn: ClientConnection, link: UpstreamLink) -> None:
+def retired_link_lost(conn: ClientSide, link: LinkOf) -> None:
     """A link retired at the end of its session broke before answering all it carried."""
     inflight = list(link.inflight)
     link.inflight.clear()
@@ -87,7 +83,7 @@ def retired_link_lost(conn: ClientConnection, link: UpstreamLink) -> None:
         conn.answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
 
 
-def authorize(conn: ClientConnection, frame: bytes, api_key: int, version: int, slot: Slot | None) -> bytes | None:
+def authorize(conn: ClientSide, frame: bytes, api_key: int, version: int, slot: Slot | None) -> bytes | None:
     """The cluster sees the gateway's principal, so the gateway checks the client's (gateway/authz/data.py).
     The frame to forward, or None when the request was answered (or the connection closed) here."""
     gw = conn.gw
@@ -128,7 +124,7 @@ def authorize(conn: ClientConnection, frame: bytes, api_key: int, version: int, 
     return verdict.forward if verdict.forward is not None else frame
 
 
-def answer_sasl(conn: ClientConnection, frame: bytes, api_key: int, version: int) -> None:
+def answer_sasl(conn: ClientSide, frame: bytes, api_key: int, version: int) -> None:
     """The gateway answers the client's SaslHandshake / SaslAuthenticate."""
     sasl = conn.sasl
     assert isinstance(sasl, TerminatingSasl)

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from gateway.logging import get_logger
 
 if TYPE_CHECKING:
-    from gateway.net.connection import ClientConnection
-    from gateway.net.server import Gateway
+    from gateway.config.settings import GatewayConfig
+    from gateway.metrics import GatewayMetrics
+    from gateway.net.contracts import ClientSide
 
 log = get_logger("gateway.net.limits")
 
@@ -86,16 +87,16 @@ class _RateLimitedLog:
 class ConnectionLimits:
     """One per Gateway: admission, the request memory budget, the idle and partial-request sweep."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
-        config = gw.config
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics, connections: set[Any]) -> None:
+        self.metrics = metrics
+        self.connections: set[ClientSide] = connections  # the gateway's open connections (not a copy)
         self.nofile = descriptor_limit()
         self.max_connections = connection_cap(config.max_connections, self.nofile)
         budget = config.queued_max_request_bytes
         self.budget: int | None = budget if budget > 0 else None
         self.reserved = 0  # bytes reserved by request frames being read, all connections together
         self.exhausted = False
-        self.muted: set[ClientConnection] = set()
+        self.muted: set[ClientSide] = set()
         idle = config.connections_max_idle_ms
         partial = config.partial_request_timeout_ms
         self.idle_s: float | None = idle / 1000 if idle > 0 else None
@@ -109,13 +110,12 @@ class ConnectionLimits:
 
     # --- admission -------------------------------------------------------------------------------------
 
-    def admit(self, conn: ClientConnection) -> bool:
+    def admit(self, conn: ClientSide) -> bool:
         """Whether a freshly accepted connection may stay; a refused one is closed here."""
-        gw = self.gw
-        if len(gw.connections) >= self.max_connections:
-            gw.metrics.connections_refused += 1
+        if len(self.connections) >= self.max_connections:
+            self.metrics.connections_refused += 1
             self._refused_warning(
-                peer=conn.peer, open_connections=len(gw.connections), max_connections=self.max_connections
+                peer=conn.peer, open_connections=len(self.connections), max_connections=self.max_connections
             )
             conn.closed = True
             assert conn.transport is not None
@@ -133,18 +133,18 @@ class ConnectionLimits:
         exc = context.get("exception")
         if not isinstance(exc, OSError) or exc.errno not in _ACCEPT_RESOURCE_ERRORS:
             return False
-        self.gw.metrics.accept_errors += 1
+        self.metrics.accept_errors += 1
         self._accept_warning(
             error=str(exc),
             message=context.get("message"),
             nofile=self.nofile,
-            open_connections=len(self.gw.connections),
+            open_connections=len(self.connections),
         )
         return True
 
     # --- request memory ----------------------------------------------------------------------------------
 
-    def reserve(self, conn: ClientConnection, delta: int) -> None:
+    def reserve(self, conn: ClientSide, delta: int) -> None:
         """``conn``'s reservation changed by ``delta`` (its new value is already in ``conn.reserved``)."""
         self.reserved += delta
         budget = self.budget
@@ -165,7 +165,7 @@ class ConnectionLimits:
         elif self.reserved >= budget:
             self._mute()
 
-    def release(self, conn: ClientConnection) -> None:
+    def release(self, conn: ClientSide) -> None:
         """At close: give back the connection's reservation and forget it."""
         self.muted.discard(conn)
         if conn.reserved:
@@ -174,9 +174,9 @@ class ConnectionLimits:
 
     def _mute(self) -> None:
         self.exhausted = True
-        self.gw.metrics.request_memory_exhausted += 1
+        self.metrics.request_memory_exhausted += 1
         muted = self.muted
-        for c in self.gw.connections:
+        for c in self.connections:
             if c.reserved == 0 and not c.closed:
                 c.pause("memory")
                 muted.add(c)
@@ -211,8 +211,8 @@ class ConnectionLimits:
 
     def sweep(self, now: float) -> None:
         idle_s, partial_s = self.idle_s, self.partial_s
-        metrics = self.gw.metrics
-        for c in list(self.gw.connections):
+        metrics = self.metrics
+        for c in list(self.connections):
             if c.closed:
                 continue
             transport = c.transport

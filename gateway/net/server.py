@@ -14,11 +14,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from gateway.authz.data import DataAuthorizer
 from gateway.config.settings import GatewayConfig, PortMappingError
 from gateway.logging import get_logger
 from gateway.metrics import GatewayMetrics
-from gateway.net.connection import ClientConnection, LocalHandler
+from gateway.net.connection import ClientConnection
+from gateway.net.contracts import LocalHandler, PassthroughAuthorizer
 from gateway.net.limits import ConnectionLimits
 from gateway.net.refusals import RefusalLog
 from gateway.net.rewrite import Broker
@@ -66,14 +66,14 @@ class Gateway:
         # requests while the upstream is unreachable (gateway/net/unreachable.py).
         self.replies = Replies()
         self.metrics = GatewayMetrics()
-        self.limits = ConnectionLimits(self)
+        self.limits = ConnectionLimits(config, self.metrics, self.connections)
         # Refused requests, logged once per client and kind (gateway/net/refusals.py).
         self.refusals = RefusalLog()
         # SASL termination (gateway/security/sasl_server.py): the users and key sets every connection checks against.
         self.sasl_terminator = Terminator.from_config(config)
         # ... and the authorization of what its clients send through (gateway/authz/data.py), installed by
         # the group layer, which owns the ACL cache; None: passed on under the gateway's rights.
-        self.data_authz: DataAuthorizer | None = None
+        self.data_authz: PassthroughAuthorizer | None = None
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)

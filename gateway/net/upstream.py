@@ -21,7 +21,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from gateway.config.settings import GatewayConfig
 from gateway.logging import get_logger
 from gateway.net.rewrite import ApiRanges, Broker, gateway_api_ranges, narrow_features, narrowed_apis
-from gateway.security import sasl
+from gateway.security import credentials, sasl
 from gateway.security.tls import connect_kwargs, note_upstream_failure, upstream_context
 from gateway.wire import codec, frames
 
@@ -45,7 +45,7 @@ class UpstreamAuthError(UpstreamError):
 def upstream_credentials(config: GatewayConfig) -> sasl.Credentials | None:
     """The gateway's SASL credentials; a password file that became unreadable is an UpstreamAuthError."""
     try:
-        return config.upstream_sasl()
+        return credentials.upstream_sasl(config)
     except ValueError as e:
         raise UpstreamAuthError(str(e)) from None
 

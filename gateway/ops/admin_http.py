@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Callable
 
 from gateway.logging import get_logger
-from gateway.metrics import CONTENT_TYPE, Health
+from gateway.ops.health import CONTENT_TYPE, Health
 
 log = get_logger("gateway.ops.admin_http")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import signal
 import socket
 import sys
@@ -22,15 +21,14 @@ from pydantic import ValidationError
 from gateway.config.settings import GatewayConfig, load_config, parse_host_port
 from gateway.logging import get_logger, setup_logging
 from gateway.net.upstream import UpstreamAuthError
+from gateway.ops.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STATE_CORRUPT, EXIT_USAGE
+from gateway.security import credentials
 from gateway.security.sasl_server import Terminator, add_user
 from gateway.security.tls import check as check_tls
 from gateway.state.log import StateLogCorrupt
 from gateway.state.store import StateStoreMismatch
 
 log = get_logger("gateway.ops.cli")
-
-# `serve` on a damaged state log and `state verify` on one that `serve` would refuse.
-EXIT_STATE_CORRUPT = 3
 
 
 def _add_gateway_flags(p: argparse.ArgumentParser) -> None:
@@ -129,17 +127,18 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     layer = None
     group_configs = None
     if config.coordinator.enabled:
+        from gateway.fleet.membership import FleetMembership
         from gateway.groups.layer import GroupLayer
 
-        layer = GroupLayer(gw, config.coordinator)
+        layer = GroupLayer(gw, config.coordinator, join_fleet=FleetMembership)
         layer.install()
         # Before any listener or upstream connection: a damaged log or a store written with another
         # shard count is reported first.
         await layer.open_state()
     admin = None
     if config.metrics_listen is not None:
-        from gateway.metrics import Health
         from gateway.ops.admin_http import AdminServer
+        from gateway.ops.health import Health
 
         # Up before the gateway starts: /readyz answers 503 until start-up completes.
         admin = AdminServer(Health(gw, layer))
@@ -180,7 +179,7 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
             group_configs.close()
         if admin is not None:
             await admin.stop()
-    return 0
+    return EXIT_OK
 
 
 def _use_event_loop(config: GatewayConfig) -> str:
@@ -204,24 +203,24 @@ def cmd_sasl_credentials(args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\r\n")
     if not password:
         print("groupgate: no password on standard input", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         add_user(args.file, args.user, password, args.iterations)
     except (OSError, ValueError, scramp.ScramException) as e:
         print(f"groupgate: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _flags(args))
         check_tls(config)
-        config.upstream_sasl()  # a password file that cannot be read is a configuration error
+        credentials.upstream_sasl(config)  # a password file that cannot be read is a configuration error
         Terminator.from_config(config)  # and so is a credentials file of SASL termination
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     config = config.model_copy(update={"coordinator": config.coordinator.with_default_store()})
     setup_logging(config.log_format, config.log_level)
     if config.upstream_sasl_mechanism is not None and not config.listener_sasl():
@@ -249,10 +248,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Wrong or missing upstream credentials: a configuration error, not a crash to retry.
         log.error("upstream authentication failed; not starting", error=str(e))
         print(f"groupgate: upstream authentication failed: {e}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - reported as a clean exit status
         log.error("gateway failed", error=str(e))
-        return 1
+        return EXIT_FAILED
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -302,7 +301,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         check_tls(config)
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     setup_logging(config.log_format, config.log_level)
     if not args.listen and not all(_port_free("127.0.0.1", p) for p in (9092, 9093, 9094)):
         log.info("127.0.0.1:9092 is taken; using an ephemeral bootstrap port")
@@ -328,7 +327,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("event loop", loop=_use_event_loop(config))
         return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
     except KeyboardInterrupt:
-        return 0
+        return EXIT_OK
     except (StateLogCorrupt, StateStoreMismatch) as e:
         print(f"groupgate: {e}", file=sys.stderr, flush=True)
         return EXIT_STATE_CORRUPT
@@ -346,12 +345,12 @@ def cmd_state_repair(args: argparse.Namespace) -> int:
         dirs = state_repair.log_dirs(args.state_dir)
     except OSError as e:
         print(f"groupgate: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     for d in dirs:
         status = _repair_one(state_repair, d)
         if status:
             return status
-    return 0
+    return EXIT_OK
 
 
 def _repair_one(state_repair: Any, directory: Path) -> int:
@@ -360,11 +359,11 @@ def _repair_one(state_repair: Any, directory: Path) -> int:
     except (OSError, StateLogCorrupt) as e:
         # The damaged segments are only set aside after the new segment and manifest are in place.
         print(f"groupgate: repair failed (the damaged segments are still in place; run it again): {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     before = result.before
     if result.new_segment is None:
         print(f"state log {before.directory}: no damage, nothing changed ({result.live_keys} live keys)")
-        return 0
+        return EXIT_OK
     for d in before.damage:
         print(f"dropped: {d.describe()}")
     dropped_bytes = sum(d.bytes for d in before.damage)
@@ -375,7 +374,7 @@ def _repair_one(state_repair: Any, directory: Path) -> int:
           f"(from {result.kept_entries} readable entries) and a new manifest")
     for p in result.set_aside:
         print(f"kept the damaged original as {p} (delete it once no longer needed)")
-    return 0
+    return EXIT_OK
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
@@ -384,17 +383,15 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
     for dist in kafka_dist.all_distributions():
         path = kafka_dist.fetch(dist, quiet=not args.verbose)
         print(f"{dist.name}: {path}", flush=True)
-    if importlib.util.find_spec("pyspark") is not None and importlib.util.find_spec("rehearsal.spark_kafka"):
-        # Spark's Kafka connector, for `groupgate rehearse report kafka://...`.
-        from rehearsal import spark_kafka
-
+    for plugin in _plugins():
         try:
-            jars = spark_kafka.connector_jars(quiet=not args.verbose)
-        except spark_kafka.ConnectorError as e:
+            fetched = plugin.fetch(quiet=not args.verbose) if hasattr(plugin, "fetch") else []
+        except Exception as e:  # noqa: BLE001 - a plugin's download failed: said, and the command fails
             print(f"error: {e}", file=sys.stderr, flush=True)
-            return 1
-        print(f"{spark_kafka.distribution().name}: {jars[0].parent}", flush=True)
-    return 0
+            return EXIT_FAILED
+        for name, path in fetched:
+            print(f"{name}: {path}", flush=True)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -497,18 +494,25 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("-v", "--verbose", action="store_true")
     fetch.set_defaults(func=cmd_kafka_fetch)
 
-    if importlib.util.find_spec("rehearsal.cli") is not None:  # the rehearsal package is installed
-        from gateway.ops.cli_rehearse import add_commands as add_rehearse
-
-        add_rehearse(sub)
+    for plugin in _plugins():
+        plugin.add_commands(sub)
     return parser
+
+
+def _plugins() -> list[Any]:
+    """The command's plugins, named by the ``groupgate.commands`` entry point: modules with
+    ``add_commands(subparsers)`` and optionally ``fetch(quiet) -> [(name, path)]`` (for ``kafka fetch``).
+    The rehearsal package adds ``rehearse`` this way."""
+    from importlib.metadata import entry_points
+
+    return [ep.load() for ep in sorted(entry_points(group="groupgate.commands"), key=lambda ep: ep.name)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     with contextlib.suppress(BrokenPipeError):
         return int(args.func(args))
-    return 1
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

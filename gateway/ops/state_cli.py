@@ -35,6 +35,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from gateway.ops.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STATE_CORRUPT, EXIT_USAGE
 from gateway.state.check import (
     Problem,
     ShardRead,
@@ -257,7 +258,7 @@ def _run(coro: Any) -> int:
         return asyncio.run(coro)  # type: ignore[no-any-return]
     except (StateTopicError, StateLogWriteFailed, ValueError, OSError, KafkaError) as e:
         print(f"groupgate: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         if not configured:
             structlog.reset_defaults()  # the stream it bound may not outlive the command (embedded use, tests)
@@ -293,7 +294,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(json.dumps({"shard": shard, "offset": offset, **line}, sort_keys=True))
         for p in read.problems:  # what could not be read as a record (keyless, damaged ranges)
             print(f"shard {shard}: {p.describe()}", file=sys.stderr)
-        return 0
+        return EXIT_OK
 
     return _run(run())
 
@@ -306,18 +307,17 @@ def cmd_export(args: argparse.Namespace) -> int:
                 print(json.dumps(export_line(read.shard, offset, record)))
             for p in read.problems:
                 print(f"shard {read.shard}: {p.describe()}", file=sys.stderr)
-        return 0
+        return EXIT_OK
 
     return _run(run())
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from gateway.ops.cli import EXIT_STATE_CORRUPT
     from translate.group_service import GroupService
 
     if args.state_dir is not None and not Path(args.state_dir).is_dir():
         print(f"groupgate: {args.state_dir} is not a directory", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     async def run() -> int:
         config = _config(args) if args.state_dir is None or args.config else None
@@ -338,7 +338,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         reports = [verify_shard(read, count, new_service) for read in reads]
         _print_verify(args, reports, store_problems)
         bad = store_problems or any(r.problems for r in reports)
-        return EXIT_STATE_CORRUPT if bad else 0
+        return EXIT_STATE_CORRUPT if bad else EXIT_OK
 
     return _run(run())
 
@@ -396,6 +396,6 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"written, {report.unchanged} already there"
             + "".join(f"\n  shard {s}: {n} written" for s, n in sorted(report.shards.items()))
         )
-        return 0
+        return EXIT_OK
 
     return _run(run())

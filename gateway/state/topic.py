@@ -44,6 +44,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from gateway.config.coordinator import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from gateway.logging import get_logger
+from gateway.security import credentials
 from gateway.security.oauth import AiokafkaTokenProvider, TokenSource
 from gateway.security.sasl import Credentials
 from gateway.state.log import Record, StateLogWriteFailed
@@ -304,7 +305,7 @@ class KafkaStateStore:
 
         return cls.from_settings(
             config.coordinator, config.upstream, shards=shards, ssl_context=upstream_context(config),
-            sasl=config.upstream_sasl(),
+            sasl=credentials.upstream_sasl(config),
         )
 
     def transactional_id(self, shard: int) -> str:

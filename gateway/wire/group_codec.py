@@ -450,3 +450,23 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
         keys = names(m.coordinator_keys)
         return find_coordinator_response(version, [(k or "", -1, "", -1, error, message) for k in keys])
     return None
+
+
+def group_ids(api_key: int, version: int, msg: Any) -> list[str]:
+    """The group ids a request names (FindCoordinator: its GROUP keys only)."""
+    if api_key == FIND_COORDINATOR:
+        key_type, keys = find_coordinator_keys(msg, version)
+        return keys if key_type == KEY_TYPE_GROUP else []
+    if api_key == DESCRIBE_GROUPS:
+        return list(msg.groups)
+    if api_key == DELETE_GROUPS:
+        return list(msg.groups_names)
+    if api_key in (CONSUMER_GROUP_DESCRIBE, codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE):
+        return list(msg.group_ids)
+    if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+        return [g.group_id for g in msg.groups]
+    if api_key == OFFSET_FETCH and version >= 8:
+        return [g.group_id for g in msg.groups]
+    if api_key == LIST_GROUPS:
+        return []
+    return [msg.group_id]

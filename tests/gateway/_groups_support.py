@@ -32,7 +32,7 @@ class StubGateway:
         self.connections: set[Any] = set()
         self.serving = True
         self.tls_handshake_failures: int | None = None  # plaintext listeners
-        self.limits = ConnectionLimits(self)  # type: ignore[arg-type]
+        self.limits = ConnectionLimits(self.config, self.metrics, self.connections)
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         return HOME_ADDR if node_id == HOME_NODE else None

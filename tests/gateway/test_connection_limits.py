@@ -18,11 +18,11 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from gateway.config.settings import GatewayConfig
-from gateway.metrics import Health
 from gateway.net.limits import connection_cap
 from gateway.net.server import Gateway
 from gateway.ops.admin_http import MAX_CONNECTIONS, AdminServer
 from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.ops.health import Health
 from gateway.ops.runner import GatewayThread
 
 from . import wire

@@ -258,7 +258,7 @@ async def test_consumer_group_describe_hides_groups_with_topics_that_may_not_be_
 
 
 async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
-    from gateway.metrics import Health
+    from gateway.ops.health import Health
 
     layer = await started(read=False)
     try:

@@ -13,12 +13,12 @@ from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
 from gateway.config.settings import GatewayConfig
 from gateway.groups.layer import GroupLayer
-from gateway.metrics import Health
 from gateway.net.connection import ClientConnection, UpstreamLink
 from gateway.net.rewrite import Broker
 from gateway.net.server import Gateway
 from gateway.net.upstream import UpstreamError
 from gateway.ops.admin_http import MAX_HEAD_BYTES, AdminServer
+from gateway.ops.health import Health
 from gateway.wire import group_codec as gc
 
 from . import _exposition

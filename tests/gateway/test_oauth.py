@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config.settings import GatewayConfig
+from gateway.security import credentials
 from gateway.security.oauth import TokenSource, TokenUnavailable, client_first_message, oauthbearer_token
 from gateway.security.sasl import ClientSasl, principal_of
 from tests.gateway.test_sasl import answer, auth, handshake_ok
@@ -149,9 +150,9 @@ def test_upstream_oauthbearer_settings(tmp_path: Path) -> None:
                 "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
                 "sasl.oauthbearer.client.credentials.client.id": "gw",
                 "sasl.oauthbearer.client.credentials.client.secret": "x"})
-    src = c.upstream_sasl()
+    src = credentials.upstream_sasl(c)
     assert isinstance(src, TokenSource) and src.endpoint == "https://idp/token"
-    assert c.upstream_sasl() is src  # one source, so tokens are shared by every connection
+    assert credentials.upstream_sasl(c) is src  # one source, so tokens are shared by every connection
     with pytest.raises(ValidationError, match="token_endpoint_url"):
         _cfg(upstream_sasl_mechanism="OAUTHBEARER")
     with pytest.raises(ValidationError, match="client_id"):

@@ -12,6 +12,7 @@ from kafka.protocol.sasl import (
 from pydantic import ValidationError
 
 from gateway.config.settings import GatewayConfig
+from gateway.security import credentials
 from gateway.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, ClientSasl, principal_of
 from gateway.wire import codec
 
@@ -156,9 +157,9 @@ def _cfg(**kw: object) -> GatewayConfig:
 
 def test_upstream_sasl_settings() -> None:
     c = _cfg(**{"sasl.mechanism": "SCRAM-SHA-256", "upstream_sasl_username": "gw", "upstream_sasl_password": "pw"})
-    assert c.upstream_sasl() == ("SCRAM-SHA-256", "gw", "pw")
+    assert credentials.upstream_sasl(c) == ("SCRAM-SHA-256", "gw", "pw")
     assert "pw" not in repr(c) and "pw" not in str(c.model_dump())
-    assert _cfg().upstream_sasl() is None
+    assert credentials.upstream_sasl(_cfg()) is None
     ssl = _cfg(upstream_security_protocol="SASL_SSL", upstream_sasl_mechanism="PLAIN",
                upstream_sasl_username="gw", upstream_sasl_password="pw")
     assert ssl.upstream_tls
@@ -168,7 +169,7 @@ def test_upstream_password_from_a_file(tmp_path: pytest.TempPathFactory) -> None
     f = tmp_path / "pw"  # type: ignore[operator]
     f.write_text("from-file\n")
     c = _cfg(upstream_sasl_mechanism="PLAIN", upstream_sasl_username="gw", upstream_sasl_password_file=str(f))
-    assert c.upstream_sasl() == ("PLAIN", "gw", "from-file")
+    assert credentials.upstream_sasl(c) == ("PLAIN", "gw", "from-file")
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ def test_inspect_export_and_verify_read_a_file_state_dir_in_the_topic_format(tmp
 
 
 def test_verify_names_the_shard_and_offset_of_each_bad_record(tmp_path, capsys) -> None:
-    from gateway.ops.cli import EXIT_STATE_CORRUPT
+    from gateway.ops.exit_codes import EXIT_STATE_CORRUPT
     from gateway.state.store import OWNER_MARKER_KEY
 
     g0 = next(g for g in (f"g{i}" for i in range(8)) if shard_of(g, 3) == 0)

@@ -125,7 +125,7 @@ def settle(members: list[Member], want: list[int], timeout_s: float = 40) -> Non
 
 def test_the_live_command_takes_a_topic_and_refuses_anything_else(tmp_path: Path) -> None:
     from gateway.ops.cli import build_parser
-    from gateway.ops.cli_rehearse import cmd_rehearse_live
+    from rehearsal.commands import cmd_rehearse_live
 
     args = build_parser().parse_args(
         ["rehearse", "live", "--events", "kafka://h:9092/t", "--out", str(tmp_path), "--until-idle-s", "3"]

@@ -13,7 +13,8 @@ import pytest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.records.codec import group_of_key
-from gateway.ops.cli import EXIT_STATE_CORRUPT, main
+from gateway.ops.cli import main
+from gateway.ops.exit_codes import EXIT_STATE_CORRUPT
 from gateway.state.file_store import BACKUP_DIR, STORE_FILE, FileStateStore, shard_dir
 from gateway.state.log import MANIFEST, FileStateLog, Record
 from gateway.state.store import StateStoreMismatch, shard_of

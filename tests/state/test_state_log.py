@@ -387,7 +387,8 @@ def test_a_failed_fsync_cuts_the_log_back_and_fails_the_sync(tmp_path: Path, mon
 def test_state_verify_and_repair_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from coordinator import records as rec
     from coordinator.records import codec
-    from gateway.ops.cli import EXIT_STATE_CORRUPT, main
+    from gateway.ops.cli import main
+    from gateway.ops.exit_codes import EXIT_STATE_CORRUPT
 
     # Group records (verify checks that each decodes): a single log is one shard, every group's.
     records = [

@@ -1,6 +1,5 @@
-"""The parts of a client connection (gateway/net/connection.py) that are not its request path: a response
-slot, the upstream link it opens to one broker (and the dialing of it, as the gateway itself under SASL
-termination), and ``ConnectionHost``, what it needs of the gateway."""
+"""The gateway's link to one upstream broker on behalf of one client connection, and the dialing of it
+(as the gateway itself under SASL termination)."""
 
 from __future__ import annotations
 
@@ -8,53 +7,27 @@ import asyncio
 import errno
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
 
 from gateway.logging import get_logger
+from gateway.net.contracts import ClientSide, Slot
 from gateway.net.upstream import UpstreamAuthError, open_authenticated, set_nodelay, upstream_credentials
 from gateway.security.sasl import AuthenticationFailed
 from gateway.security.tls import connect_kwargs, note_upstream_failure
 from gateway.wire import frames
-
-if TYPE_CHECKING:
-    from gateway.authz.data import DataAuthorizer
-    from gateway.config.settings import GatewayConfig
-    from gateway.metrics import GatewayMetrics
-    from gateway.net.connection import ClientConnection
-    from gateway.net.limits import ConnectionLimits
-    from gateway.net.refusals import RefusalLog
-    from gateway.net.rewrite import Broker
-    from gateway.net.unreachable import Replies
-    from gateway.net.upstream import BrokerDirectory
-    from gateway.security.sasl_server import Terminator
 
 log = get_logger("gateway.net.connection")
 
 # Upstream frames are trusted (Fetch responses may legitimately be large); only the int32 bounds them.
 UPSTREAM_FRAME_LIMIT = 2**31 - 1
 
-# A local handler answers a request itself: (connection, parsed header, request payload) -> response payload
-# (response header + body, without the size prefix).
 # Connecting upstream failed for lack of local resources (descriptors, buffers), not because of the broker.
 _LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-LocalHandler = Callable[["ClientConnection", frames.RequestHeader, bytes], Awaitable[bytes]]
-
-
-class Slot:
-    # merge: turns the cluster's answer into the client's (gateway/authz/data.py refusals merged in).
-    __slots__ = ("data", "merge")
-
-    def __init__(self, data: bytes | None = None) -> None:
-        self.data = data
-        self.merge: Callable[[bytes], bytes] | None = None
 
 
 class UpstreamLink(asyncio.Protocol):
     """The gateway's connection to one upstream broker on behalf of one client connection."""
 
-    def __init__(self, client: ClientConnection) -> None:
+    def __init__(self, client: ClientSide) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.buf = frames.FrameBuffer(UPSTREAM_FRAME_LIMIT)
@@ -86,7 +59,7 @@ class UpstreamLink(asyncio.Protocol):
         self.client.resume("upstream-backpressure")
 
 
-async def open_authenticated_link(conn: ClientConnection, host: str, port: int) -> UpstreamLink:
+async def open_authenticated_link(conn: ClientSide, host: str, port: int) -> UpstreamLink:
     """SASL termination (gateway/net/connection_sasl.py): a link authenticated as the gateway itself, then handed
     to an UpstreamLink."""
     try:
@@ -109,7 +82,7 @@ async def open_authenticated_link(conn: ClientConnection, host: str, port: int) 
 
 
 async def dial(
-    conn: ClientConnection, targets: list[tuple[str, int]]
+    conn: ClientSide, targets: list[tuple[str, int]]
 ) -> tuple[UpstreamLink | None, list[str], bool]:
     """The first of ``targets`` that takes a link for ``conn``; else None, what failed, and whether our own
     resources ran out (which says nothing about the cluster)."""
@@ -144,33 +117,3 @@ async def dial(
             continue
         return link, errors, exhausted
     return None, errors, exhausted
-
-
-class ConnectionHost(Protocol):
-    """What a client connection uses of the gateway that accepted it (gateway/net/server.py ``Gateway``), and
-    nothing more: settings, counters, limits, the upstream brokers, the answers it gives itself, the SASL
-    terminator, the set of open connections. A connection never reaches listeners, shutdown or the group layer (which hands
-    it handlers through ``local_handlers``)."""
-
-    config: GatewayConfig
-    metrics: GatewayMetrics
-    limits: ConnectionLimits
-    directory: BrokerDirectory
-    refusals: RefusalLog
-    replies: Replies
-    local_handlers: dict[int, LocalHandler]
-    connections: set[ClientConnection]
-    sasl_terminator: Terminator | None  # SASL termination (gateway/security/sasl_server.py); None: passthrough
-    data_authz: DataAuthorizer | None  # termination: authorization of passed-through requests
-
-    def addr_of(self, node_id: int) -> tuple[str, int] | None:
-        """The address clients use for ``node_id`` (None: the gateway does not serve it)."""
-        ...
-
-    def listed_nodes(self) -> list[Broker]:
-        """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
-        ...
-
-
-__all__ = ["UPSTREAM_FRAME_LIMIT", "ConnectionHost", "LocalHandler", "Slot", "UpstreamLink", "dial",
-           "open_authenticated_link"]

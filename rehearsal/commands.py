@@ -1,9 +1,11 @@
-"""``groupgate rehearse``: simulation, event-log analysis, the live view and calibration (the rehearsal
-package; imported only when it is installed)."""
+"""``groupgate rehearse``: simulation, event-log analysis, the live view and calibration, added to the
+``groupgate`` command by the rehearsal package through the ``groupgate.commands`` entry point (the command
+imports none of it); and the jars ``groupgate kafka fetch`` fetches for it (Spark's Kafka connector)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,17 @@ def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
 def cmd_rehearse_calibrate(args: argparse.Namespace) -> int:
     from rehearsal.calibrate_cli import calibrate
 
-    return int(calibrate(args))
+    return int(calibrate(args, _real_runs()))
+
+
+def _real_runs() -> Any:
+    """The real half of a calibration, as the ``groupgate.calibration`` entry point names it (the compatibility
+    harness provides it); None where it is not installed."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="groupgate.calibration"):
+        return ep.load()
+    return None
 
 
 def cmd_rehearse_validate(args: argparse.Namespace) -> int:
@@ -126,3 +138,14 @@ def add_commands(sub: Any) -> None:
         help="no real clients: re-simulate and measure the runs saved under DIR (repeatable; runs pooled)",
     )  # fmt: skip
     calibrate.set_defaults(func=cmd_rehearse_calibrate)
+
+
+def fetch(quiet: bool) -> list[tuple[str, Path]]:
+    """For ``groupgate kafka fetch``: Spark's Kafka connector, for ``groupgate rehearse report kafka://...``
+    (nothing where PySpark is not installed). A failed download is a ``spark_kafka.ConnectorError``."""
+    if importlib.util.find_spec("pyspark") is None:
+        return []
+    from rehearsal import spark_kafka
+
+    jars = spark_kafka.connector_jars(quiet=quiet)
+    return [(spark_kafka.distribution().name, jars[0].parent)]
