@@ -5,7 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit kafka clean
+.PHONY: run test lint typecheck unit kafka image clean
+
+# The package version: the gateway image's tag, the one groupgate.testing.containers defaults to.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= groupgate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +33,10 @@ typecheck: $(STAMP)
 
 test: $(STAMP) kafka lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+# The gateway image of this version (docker/Dockerfile), tagged groupgate:$(VERSION) and groupgate:latest.
+image:
+	docker build -f docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
 clean:
 	rm -rf $(VENV) build *.egg-info

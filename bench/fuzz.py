@@ -3,7 +3,7 @@
 One embedded Kafka broker, one ``groupgate serve`` child in front of it, and through the gateway: a producer
 on a 3-partition topic, a classic consumer group (two confluent-kafka members) and a KIP-848 consumer group
 (one member), each consuming the topic and committing. Meanwhile the structure-aware fuzzer of
-compat_tests/harness/fuzz.py sends ``--frames`` fuzzed request frames over ``--connections`` concurrent
+compat_tests/harness/fuzz/ sends ``--frames`` fuzzed request frames over ``--connections`` concurrent
 connections (several pipelined per connection). At the end the groups must have consumed every produced
 record and committed the end offsets.
 
@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from compat_tests.harness import fuzz
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
+from compat_tests.harness.fuzz import gateway_health, generate, live_groups, oracle, runner
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 
@@ -43,28 +43,28 @@ def main() -> int:
     kafka.start()
     log_dir = Path(tempfile.mkdtemp(prefix="groupgate-fuzz-"))
     gw = GatewayProcess(upstream=kafka.bootstrap, listen_port=free_port_block(3), log_dir=log_dir)
-    live: fuzz.LiveGroups | None = None
+    live: live_groups.LiveGroups | None = None
     try:
         gw.start()
         topic = create_topic(kafka.bootstrap, unique("fuzz-live"), 3)
         tag = unique("b")
-        live = fuzz.LiveGroups(
+        live = live_groups.LiveGroups(
             gw.bootstrap, topic, {f"live-{tag}-classic": ["classic", "classic"], f"live-{tag}-848": ["consumer"]},
         ).start()
-        rss_before = fuzz.rss_kb(gw.pid)
+        rss_before = gateway_health.rss_kb(gw.pid)
         started = time.monotonic()
 
-        def progress(s: fuzz.FuzzStats) -> None:
-            print(f"  {time.monotonic() - started:7.0f}s {s.line()} rss_kb={fuzz.rss_kb(gw.pid)}", flush=True)
+        def progress(s: runner.FuzzStats) -> None:
+            print(f"  {time.monotonic() - started:7.0f}s {s.line()} rss_kb={gateway_health.rss_kb(gw.pid)}", flush=True)
 
-        stats, fz = asyncio.run(fuzz.run_fuzz(
+        stats, fz = asyncio.run(runner.run_fuzz(
             gw.bootstrap, seed=args.seed, frames=args.frames, connections=args.connections,
-            names=fuzz.Names.for_run(tag), silence_s=args.silence_s, alive=gw.alive, progress=progress,
+            names=generate.Names.for_run(tag), silence_s=args.silence_s, alive=gw.alive, progress=progress,
         ))
         elapsed = time.monotonic() - started
         alive = gw.alive()
         broker_alive = kafka.broker is not None and kafka.broker.alive()
-        rss_after = fuzz.rss_kb(gw.pid)
+        rss_after = gateway_health.rss_kb(gw.pid)
         live.stop_producing()
         missing, committed = live.settle(120.0) if alive and broker_alive else (live.missing(), {})
         ends = live.end_offsets()
@@ -73,7 +73,7 @@ def main() -> int:
         produced, produce_errors = live.produced, live.produce_errors
         consumer_errors = live.stop()
         live = None
-        tracebacks = fuzz.traceback_signatures(gw.log_path.read_text(errors="replace"))
+        tracebacks = gateway_health.traceback_signatures(gw.log_path.read_text(errors="replace"))
 
         print(f"seed={args.seed} connections={args.connections} seconds={elapsed:.0f} "
               f"frames_per_s={stats.frames / elapsed:.0f}")
@@ -92,7 +92,7 @@ def main() -> int:
         for seconds, what in stats.slowest:
             print(f"slow batch: {seconds}s for frames (api key/version) {what}")
         for ex in stats.silent_examples:
-            print(f"silent batch: {fuzz.hexdump_frames(ex)}")
+            print(f"silent batch: {oracle.hexdump_frames(ex)}")
         for ex in stats.misanswered_examples:
             print(f"misanswered: {ex[:2000]}")
         print(f"gateway log: {gw.log_path}")

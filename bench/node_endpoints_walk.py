@@ -13,10 +13,11 @@ import uuid
 
 from gateway.net import node_endpoints
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 
 def fetch_frame(topics: int, partitions: int, record_bytes: int, endpoints: bool) -> bytes:
-    R = codec.RESPONSES[codec.FETCH]
+    R = codec.RESPONSES[ApiKey.FETCH]
     T = R.FetchableTopicResponse
     P = T.PartitionData
     records = b"\x01" * record_bytes
@@ -31,11 +32,11 @@ def fetch_frame(topics: int, partitions: int, record_bytes: int, endpoints: bool
         ],
         node_endpoints=[R.NodeEndpoint(node_id=1, host="10.0.0.1", port=9092)] if endpoints else [],
     )
-    return frames.frame(codec.encode_response(codec.FETCH, 18, 1, msg))
+    return frames.frame(codec.encode_response(ApiKey.FETCH, 18, 1, msg))
 
 
 def produce_frame(partitions: int, endpoints: bool) -> bytes:
-    R = codec.RESPONSES[codec.PRODUCE]
+    R = codec.RESPONSES[ApiKey.PRODUCE]
     T = R.TopicProduceResponse
     P = T.PartitionProduceResponse
     msg = R[13](
@@ -45,7 +46,7 @@ def produce_frame(partitions: int, endpoints: bool) -> bytes:
         throttle_time_ms=0,
         node_endpoints=[R.NodeEndpoint(node_id=1, host="10.0.0.1", port=9092)] if endpoints else [],
     )
-    return frames.frame(codec.encode_response(codec.PRODUCE, 13, 1, msg))
+    return frames.frame(codec.encode_response(ApiKey.PRODUCE, 13, 1, msg))
 
 
 def addr_of(node_id: int) -> tuple[str, int]:
@@ -68,11 +69,11 @@ def per_call_us(api_key: int, version: int, frame: bytes) -> float:
 
 def main() -> None:
     shapes = [
-        ("produce v13, 1 partition", codec.PRODUCE, 13, lambda e: produce_frame(1, e)),
-        ("produce v13, 20 partitions", codec.PRODUCE, 13, lambda e: produce_frame(20, e)),
-        ("fetch v18, 1 partition x 1 MiB", codec.FETCH, 18, lambda e: fetch_frame(1, 1, 1 << 20, e)),
-        ("fetch v18, 20 partitions x 64 KiB", codec.FETCH, 18, lambda e: fetch_frame(1, 20, 1 << 16, e)),
-        ("fetch v18, 10 topics x 50 partitions, empty", codec.FETCH, 18, lambda e: fetch_frame(10, 50, 0, e)),
+        ("produce v13, 1 partition", ApiKey.PRODUCE, 13, lambda e: produce_frame(1, e)),
+        ("produce v13, 20 partitions", ApiKey.PRODUCE, 13, lambda e: produce_frame(20, e)),
+        ("fetch v18, 1 partition x 1 MiB", ApiKey.FETCH, 18, lambda e: fetch_frame(1, 1, 1 << 20, e)),
+        ("fetch v18, 20 partitions x 64 KiB", ApiKey.FETCH, 18, lambda e: fetch_frame(1, 20, 1 << 16, e)),
+        ("fetch v18, 10 topics x 50 partitions, empty", ApiKey.FETCH, 18, lambda e: fetch_frame(10, 50, 0, e)),
     ]
     for name, key, version, build in shapes:
         plain, with_endpoints = build(False), build(True)

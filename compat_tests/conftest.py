@@ -1,6 +1,7 @@
 """Fixtures of the compatibility suites: a real broker, the gateway in front of it, names and topics.
 
-- ``kafka``: one single-node KRaft broker (process backend) for the whole session.
+- ``kafka``: one single-node KRaft broker (process backend) for the whole session: the one the groupgate.testing
+  plugin's ``groupgate_kafka`` starts, so that suites using the plugin's fixtures share it.
 - ``kafka3``: a 3-node KRaft cluster (three combined broker+controller voters, replication factor 3) for the
   session, started only when a test asks for it.
 - ``sasl_kafka``: a second single-node broker with a SASL_PLAINTEXT listener and ACLs enforced
@@ -60,13 +61,10 @@ class DirectTarget:
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[ProcessBackend]:
-    backend = ProcessBackend()
-    backend.start()
-    try:
-        yield backend
-    finally:
-        backend.stop()
+def kafka(groupgate_kafka: ProcessBackend) -> ProcessBackend:
+    if not isinstance(groupgate_kafka, ProcessBackend):
+        pytest.skip("the compat suites need the embedded broker (not --groupgate-upstream)")
+    return groupgate_kafka
 
 
 @pytest.fixture(scope="session")

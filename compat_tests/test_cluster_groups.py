@@ -34,7 +34,7 @@ from coordinator.errors import Errors
 from gateway.ops import kafka_dist
 from gateway.ops.embedded_kafka import java_binary
 from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 pytestmark = pytest.mark.kafka
@@ -325,7 +325,7 @@ def _streams_offline_migration(
                 lambda t: sum(_committed(kafka.bootstrap, app_id, source, 2).values()) == 20, 30.0, "offsets committed"
             )
         out["classic run processed"] = _processed(app)
-        out["classic group after the stop"] = _described(bootstrap, app_id, gc.DESCRIBE_GROUPS, 5)
+        out["classic group after the stop"] = _described(bootstrap, app_id, ApiKey.DESCRIBE_GROUPS, 5)
         with StreamsApp(RELEASE, "StreamsApp", [*args, "streams"]) as app:
             app.wait_for(lambda t: "STATE RUNNING" in t.lines, 90.0, "RUNNING")
             produce_confluent(kafka.bootstrap, source, values("m2-", 10))
@@ -333,7 +333,7 @@ def _streams_offline_migration(
             app.wait_for(
                 lambda t: sum(_committed(kafka.bootstrap, app_id, source, 2).values()) == 30, 30.0, "offsets committed"
             )
-            out["streams group described"] = _described(bootstrap, app_id, codec.STREAMS_GROUP_DESCRIBE, 0)
+            out["streams group described"] = _described(bootstrap, app_id, ApiKey.STREAMS_GROUP_DESCRIBE, 0)
         out["streams run processed"] = _processed(app)
     out["committed"] = _committed(kafka.bootstrap, app_id, source, 2)
     out["sink records"] = _end_offsets(kafka.bootstrap, sink, 2)
@@ -344,12 +344,12 @@ def _described(bootstrap: str, group: str, api_key: int, version: int) -> tuple[
     """DescribeGroups, ConsumerGroupDescribe or StreamsGroupDescribe of ``group`` at its coordinator as
     ``bootstrap`` names it: (error code, state, protocol type or group type, members)."""
     (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
-    if api_key == gc.DESCRIBE_GROUPS:
+    if api_key == ApiKey.DESCRIBE_GROUPS:
         req = codec.REQUESTS[api_key][version](groups=[group], include_authorized_operations=False)
     else:
         req = codec.REQUESTS[api_key][version](group_ids=[group], include_authorized_operations=False)
     g = roundtrip(coordinator.address, req, codec.RESPONSES[api_key], version).groups[0]
-    kind = {gc.DESCRIBE_GROUPS: None, gc.CONSUMER_GROUP_DESCRIBE: "consumer group"}.get(api_key, "streams group")
+    kind = {ApiKey.DESCRIBE_GROUPS: None, ApiKey.CONSUMER_GROUP_DESCRIBE: "consumer group"}.get(api_key, "streams group")
     return g.error_code, g.group_state, kind or g.protocol_type, len(g.members or [])
 
 
@@ -387,7 +387,7 @@ def _streams_join_answer(bootstrap: str, group: str, topic: str) -> tuple[int, s
     """(error code, message) of a StreamsGroupHeartbeat join (epoch 0) of ``group`` with a one-subtopology
     topology reading ``topic``."""
     (coordinator,) = find_coordinator_endpoints(bootstrap, group, 3, timeout_s=60.0)
-    cls = codec.REQUESTS[codec.STREAMS_GROUP_HEARTBEAT][0]
+    cls = codec.REQUESTS[ApiKey.STREAMS_GROUP_HEARTBEAT][0]
     topology = cls.Topology(epoch=0, subtopologies=[cls.Topology.Subtopologies(
         subtopology_id="0", source_topics=[topic], source_topic_regex=[], state_changelog_topics=[],
         repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[],
@@ -397,7 +397,7 @@ def _streams_join_answer(bootstrap: str, group: str, topic: str) -> tuple[int, s
         topology=topology, active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id=uuid.uuid4().hex,
         client_tags=[], task_offsets=None, task_end_offsets=None,
     )  # fmt: skip
-    r = roundtrip(coordinator.address, req, codec.RESPONSES[codec.STREAMS_GROUP_HEARTBEAT], 0)
+    r = roundtrip(coordinator.address, req, codec.RESPONSES[ApiKey.STREAMS_GROUP_HEARTBEAT], 0)
     return int(r.error_code), r.error_message
 
 
@@ -423,9 +423,9 @@ def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_a
             code, message = _streams_join_answer(bootstrap, group, topic)
             member.poll(0.2)
             if protocol == "classic":
-                described = _described(bootstrap, group, gc.DESCRIBE_GROUPS, 5)
+                described = _described(bootstrap, group, ApiKey.DESCRIBE_GROUPS, 5)
             else:
-                described = _described(bootstrap, group, gc.CONSUMER_GROUP_DESCRIBE, 0)
+                described = _described(bootstrap, group, ApiKey.CONSUMER_GROUP_DESCRIBE, 0)
             answers[label] = (code, (message or "").replace(group, "<group>"), described)
         finally:
             member.close()

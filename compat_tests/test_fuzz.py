@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import pytest
 
-from compat_tests.harness import fuzz
+from compat_tests.harness.fuzz import gateway_health, generate, live_groups, oracle, runner
 from compat_tests.harness.probe import metadata_endpoints
 
 pytestmark = pytest.mark.kafka
@@ -50,22 +50,22 @@ def test_fuzzed_requests_beside_live_groups(gateway, kafka, make_topic, names) -
     if getattr(gateway, "direct", False):
         pytest.skip("--compat-direct: the contract checked here is the gateway's (its log, its process)")
     topic = make_topic(3)
-    live = fuzz.LiveGroups(
+    live = live_groups.LiveGroups(
         gateway.bootstrap, topic, {names("classic"): ["classic", "classic"], names("kip848"): ["consumer"]},
         records_per_s=40.0,
     ).start()
     try:
         # The groups are formed and consuming before the fuzzing starts.
         _wait(lambda: all(log.count() > 0 for log in live.logs.values()), 60, "every live group consuming")
-        stats, fz = asyncio.run(fuzz.run_fuzz(
+        stats, fz = asyncio.run(runner.run_fuzz(
             gateway.bootstrap, seed=SEED, frames=FRAMES, connections=CONNECTIONS,
-            names=fuzz.Names.for_run(names("fuzz")), silence_s=SILENCE_S, alive=gateway.alive,
+            names=generate.Names.for_run(names("fuzz")), silence_s=SILENCE_S, alive=gateway.alive,
         ))
         assert gateway.alive(), f"the gateway died under fuzzing ({stats.line()}):\n{gateway.tail(60)}"
         assert not stats.crashed, stats.line()
         assert stats.silent == 0, (
             f"{stats.silent} batches got neither an answer nor a close ({stats.line()}); frames of the first: "
-            f"{fuzz.hexdump_frames(stats.silent_examples[0])}"
+            f"{oracle.hexdump_frames(stats.silent_examples[0])}"
         )
         assert stats.misanswered == 0, f"answers out of order ({stats.line()}): {stats.misanswered_examples[0][:3000]}"
         # Enough got through to mean something: frames reached the handlers and were answered.
@@ -73,7 +73,7 @@ def test_fuzzed_requests_beside_live_groups(gateway, kafka, make_topic, names) -
         # The variety of the long run: every api key fuzzed, every mutation applied.
         rare = {k: fz.api_counts[k] for k in fz.apis if fz.api_counts[k] < MIN_FRAMES_PER_API}
         assert not rare, f"api keys fuzzed fewer than {MIN_FRAMES_PER_API} times: {rare}"
-        assert fuzz.OPS <= set(fz.op_counts), f"mutations never applied: {sorted(fuzz.OPS - set(fz.op_counts))}"
+        assert generate.OPS <= set(fz.op_counts), f"mutations never applied: {sorted(generate.OPS - set(fz.op_counts))}"
 
         # Still serving: a fresh connection gets Metadata, and the live groups finish their work.
         assert metadata_endpoints(gateway.bootstrap), "no brokers in Metadata through the gateway"
@@ -91,7 +91,7 @@ def test_fuzzed_requests_beside_live_groups(gateway, kafka, make_topic, names) -
         errors = live.stop()
     assert not errors, errors
 
-    signatures = fuzz.traceback_signatures(gateway.log_path.read_text(errors="replace"))
+    signatures = gateway_health.traceback_signatures(gateway.log_path.read_text(errors="replace"))
     unexpected = {sig: n for sig, n in signatures.items() if sig not in KNOWN_TRACEBACKS}
     assert not unexpected, "Python tracebacks in the gateway log:\n" + "\n".join(
         f"  x{n} {sig}" for sig, n in sorted(unexpected.items(), key=lambda kv: -kv[1])
@@ -103,14 +103,14 @@ def test_fuzzed_requests_beside_live_groups(gateway, kafka, make_topic, names) -
 
 def test_stream_model_splits_frames_like_a_server() -> None:
     ranges = {0: (3, 9), 18: (0, 4)}
-    model = fuzz.StreamModel(ranges, max_frame=1000)
+    model = oracle.StreamModel(ranges, max_frame=1000)
     # Produce v3, acks=0: no answer expected. Header: key, version, correlation id, null client id;
     # body: null transactional id, acks.
     produce = bytes.fromhex("0000 0003 00000007 ffff ffff 0000 00000000 00000000".replace(" ", ""))
-    frames = model.feed(len(produce).to_bytes(4, "big") + produce + fuzz.sentinel_frame(9)[:6])
+    frames = model.feed(len(produce).to_bytes(4, "big") + produce + runner.sentinel_frame(9)[:6])
     assert [(f.correlation_id, f.answer) for f in frames] == [(7, False)]
     assert model.missing() == 8  # the rest of the 14-byte sentinel
-    assert [(f.correlation_id, f.answer) for f in model.feed(fuzz.sentinel_frame(9)[6:])] == [(9, True)]
+    assert [(f.correlation_id, f.answer) for f in model.feed(runner.sentinel_frame(9)[6:])] == [(9, True)]
     model.feed((5000).to_bytes(4, "big"))
     assert model.broken and model.missing() == 0  # over the limit: the server closes, reads nothing more
 
@@ -133,5 +133,5 @@ def test_traceback_signatures_count_chains_once() -> None:
         "TypeError: 'NoneType' object is not iterable",
         "2026-01-01T00:00:01Z [warning  ] unknown api key; closing",
     ])
-    assert fuzz.traceback_signatures(log) == {"TypeError at offsets.py:_partition_errors": 1}
-    assert fuzz.traceback_signatures("all quiet\n") == {}
+    assert gateway_health.traceback_signatures(log) == {"TypeError at offsets.py:_partition_errors": 1}
+    assert gateway_health.traceback_signatures("all quiet\n") == {}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
+from coordinator.errors import Errors
 from gateway.wire import codec
 from gateway.wire.group_codec import LOCAL_API
 
@@ -50,7 +51,7 @@ def _send(bootstrap: str, frame: bytes, answered: bool) -> None:
             (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
             payload = sock.recv(size, socket.MSG_WAITALL)
             _, msg = codec.decode_response(DESCRIBE_QUORUM, 2, payload)
-            assert msg.error_code == codec.UNSUPPORTED_VERSION
+            assert msg.error_code == Errors.UNSUPPORTED_VERSION
         else:
             assert sock.recv(1) == b""  # closed, as Kafka closes on an api key it does not know
 

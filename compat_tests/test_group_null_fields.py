@@ -21,12 +21,13 @@ import pytest
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.probe import split_address
+from coordinator.errors import Errors
 from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.kafka
 
-INVALID_REQUEST = codec.INVALID_REQUEST
+INVALID_REQUEST = Errors.INVALID_REQUEST
 R = codec.REQUESTS
 
 
@@ -45,11 +46,11 @@ def _raw(address: str, api_key: int, version: int, msg: Any) -> Any | None:
     return codec.decode_response(api_key, version, buf[4:])[1]
 
 
-OF = R[gc.OFFSET_FETCH]
-OC = R[gc.OFFSET_COMMIT]
-JG = R[gc.JOIN_GROUP]
-SG = R[gc.SYNC_GROUP]
-LG = R[gc.LEAVE_GROUP]
+OF = R[ApiKey.OFFSET_FETCH]
+OC = R[ApiKey.OFFSET_COMMIT]
+JG = R[ApiKey.JOIN_GROUP]
+SG = R[ApiKey.SYNC_GROUP]
+LG = R[ApiKey.LEAVE_GROUP]
 
 
 def _cases(group: str) -> list[tuple[str, int, int, Any, Callable[[Any], list[int]]]]:
@@ -58,49 +59,49 @@ def _cases(group: str) -> list[tuple[str, int, int, Any, Callable[[Any], list[in
     groups = lambda r: [g.error_code for g in r.groups]  # noqa: E731
     proto = [JG.JoinGroupRequestProtocol(name="range", metadata=b"")]
     return [
-        ("JoinGroup v5 null protocols", gc.JOIN_GROUP, 5,
+        ("JoinGroup v5 null protocols", ApiKey.JOIN_GROUP, 5,
          JG[5](group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                group_instance_id=None, protocol_type="consumer", protocols=None), top),
-        ("JoinGroup v9 null group id", gc.JOIN_GROUP, 9,
+        ("JoinGroup v9 null group id", ApiKey.JOIN_GROUP, 9,
          JG[9](group_id=None, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                group_instance_id=None, protocol_type="consumer", protocols=proto, reason=None), top),
-        ("JoinGroup v5 null protocol metadata", gc.JOIN_GROUP, 5,
+        ("JoinGroup v5 null protocol metadata", ApiKey.JOIN_GROUP, 5,
          JG[5](group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                group_instance_id=None, protocol_type="consumer",
                protocols=[JG.JoinGroupRequestProtocol(name="range", metadata=None)]), top),
-        ("SyncGroup v3 null assignments", gc.SYNC_GROUP, 3,
+        ("SyncGroup v3 null assignments", ApiKey.SYNC_GROUP, 3,
          SG[3](group_id=group, generation_id=1, member_id="m", group_instance_id=None, assignments=None), top),
-        ("Heartbeat v3 null member id", gc.HEARTBEAT, 3,
-         R[gc.HEARTBEAT][3](group_id=group, generation_id=1, member_id=None, group_instance_id=None), top),
-        ("LeaveGroup v3 null members", gc.LEAVE_GROUP, 3, LG[3](group_id=group, members=None), top),
-        ("ConsumerGroupHeartbeat v0 null member id", gc.CONSUMER_GROUP_HEARTBEAT, 0,
-         R[gc.CONSUMER_GROUP_HEARTBEAT][0](group_id=group, member_id=None, member_epoch=0, instance_id=None,
+        ("Heartbeat v3 null member id", ApiKey.HEARTBEAT, 3,
+         R[ApiKey.HEARTBEAT][3](group_id=group, generation_id=1, member_id=None, group_instance_id=None), top),
+        ("LeaveGroup v3 null members", ApiKey.LEAVE_GROUP, 3, LG[3](group_id=group, members=None), top),
+        ("ConsumerGroupHeartbeat v0 null member id", ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+         R[ApiKey.CONSUMER_GROUP_HEARTBEAT][0](group_id=group, member_id=None, member_epoch=0, instance_id=None,
                                            rack_id=None, rebalance_timeout_ms=10000, subscribed_topic_names=["t"],
                                            subscribed_topic_regex=None, server_assignor=None,
                                            topic_partitions=[]), top),
-        ("OffsetFetch v7 null group id", gc.OFFSET_FETCH, 7, OF[7](group_id=None, topics=None, require_stable=False), top),
-        ("OffsetFetch v9 null group id", gc.OFFSET_FETCH, 9,
+        ("OffsetFetch v7 null group id", ApiKey.OFFSET_FETCH, 7, OF[7](group_id=None, topics=None, require_stable=False), top),
+        ("OffsetFetch v9 null group id", ApiKey.OFFSET_FETCH, 9,
          OF[9](groups=[OF.OffsetFetchRequestGroup(group_id=None, member_id=None, member_epoch=-1, topics=None)],
                require_stable=False), groups),
-        ("OffsetCommit v8 null topics", gc.OFFSET_COMMIT, 8,
+        ("OffsetCommit v8 null topics", ApiKey.OFFSET_COMMIT, 8,
          OC[8](group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                topics=None), lambda r: [INVALID_REQUEST] if r.topics == [] else [0]),
-        ("OffsetCommit v8 null group id", gc.OFFSET_COMMIT, 8,
+        ("OffsetCommit v8 null group id", ApiKey.OFFSET_COMMIT, 8,
          OC[8](group_id=None, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                topics=[OC.OffsetCommitRequestTopic(name="t", partitions=[
                    OC.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
                        partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]),
          lambda r: [p.error_code for t in r.topics for p in t.partitions]),
-        ("DescribeGroups v5 null group id", gc.DESCRIBE_GROUPS, 5,
-         R[gc.DESCRIBE_GROUPS][5](groups=[None], include_authorized_operations=False), groups),
-        ("ConsumerGroupDescribe v0 null group id", gc.CONSUMER_GROUP_DESCRIBE, 0,
-         R[gc.CONSUMER_GROUP_DESCRIBE][0](group_ids=[None], include_authorized_operations=False), groups),
-        ("DeleteGroups v2 null group id", gc.DELETE_GROUPS, 2, R[gc.DELETE_GROUPS][2](groups_names=[None]),
+        ("DescribeGroups v5 null group id", ApiKey.DESCRIBE_GROUPS, 5,
+         R[ApiKey.DESCRIBE_GROUPS][5](groups=[None], include_authorized_operations=False), groups),
+        ("ConsumerGroupDescribe v0 null group id", ApiKey.CONSUMER_GROUP_DESCRIBE, 0,
+         R[ApiKey.CONSUMER_GROUP_DESCRIBE][0](group_ids=[None], include_authorized_operations=False), groups),
+        ("DeleteGroups v2 null group id", ApiKey.DELETE_GROUPS, 2, R[ApiKey.DELETE_GROUPS][2](groups_names=[None]),
          lambda r: [x.error_code for x in r.results]),
-        ("OffsetDelete v0 null group id", gc.OFFSET_DELETE, 0, R[gc.OFFSET_DELETE][0](group_id=None, topics=[]), top),
-        ("ListGroups v4 null states filter", gc.LIST_GROUPS, 4, R[gc.LIST_GROUPS][4](states_filter=None), top),
-        ("FindCoordinator v4 null keys", gc.FIND_COORDINATOR, 4,
-         R[gc.FIND_COORDINATOR][4](key_type=0, coordinator_keys=None), lambda r: [INVALID_REQUEST] if not r.coordinators else [0]),
+        ("OffsetDelete v0 null group id", ApiKey.OFFSET_DELETE, 0, R[ApiKey.OFFSET_DELETE][0](group_id=None, topics=[]), top),
+        ("ListGroups v4 null states filter", ApiKey.LIST_GROUPS, 4, R[ApiKey.LIST_GROUPS][4](states_filter=None), top),
+        ("FindCoordinator v4 null keys", ApiKey.FIND_COORDINATOR, 4,
+         R[ApiKey.FIND_COORDINATOR][4](key_type=0, coordinator_keys=None), lambda r: [INVALID_REQUEST] if not r.coordinators else [0]),
     ]  # fmt: skip
 
 

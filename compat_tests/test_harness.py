@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from compat_tests.harness.brokers import GATEWAY_PORT_SPAN, gateway_container_args
 from compat_tests.harness.events import EventLog, ProducedRecord
 from compat_tests.harness.invariants import duplicates, missing, overlaps
 from compat_tests.harness.java import (
@@ -125,12 +124,16 @@ def test_old_releases_get_their_own_flags() -> None:
 
 
 def test_container_publishes_every_port_the_gateway_advertises() -> None:
-    args = gateway_container_args("kafka:19092", 40000).split()
-    listen = args[args.index("--listen") + 1]
-    port = int(listen.rsplit(":", 1)[1])
-    config = GatewayConfig(listen_host="0.0.0.0", listen_port=port, advertised_host="127.0.0.1")
-    # The single-node broker images use node id 1.
-    assert port <= config.broker_port(1) < port + GATEWAY_PORT_SPAN
+    from groupgate.testing.containers import serve_command
+    from groupgate.testing.settings import GatewaySettings
+
+    # GroupgateContainer publishes P..P+brokers one to one; the single-node broker images use node id 1.
+    brokers = 1
+    args = serve_command("kafka:19092", 40000, GatewaySettings(), node_id_base=1)
+    port = int(args[args.index("--listen") + 1].rsplit(":", 1)[1])
+    base = int(args[args.index("--node-id-base") + 1])
+    config = GatewayConfig(listen_host="0.0.0.0", listen_port=port, advertised_host="127.0.0.1", node_id_base=base)
+    assert port < config.broker_port(1) <= port + brokers
 
 
 @pytest.mark.kafka

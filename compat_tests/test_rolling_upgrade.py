@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.brokers import ProcessBackend, _wait_tcp
+from compat_tests.harness.brokers import ProcessBackend, wait_tcp
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
 from compat_tests.harness.events import EventLog
@@ -395,7 +395,7 @@ def tansu() -> Iterator[str]:
         stdin=subprocess.DEVNULL,
     )
     try:
-        _wait_tcp("127.0.0.1", port, 30.0)
+        wait_tcp("127.0.0.1", port, 30.0)
         yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()

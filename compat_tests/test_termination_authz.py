@@ -32,6 +32,7 @@ from compat_tests.harness.sasl import (
 from gateway.ops.embedded_kafka import EmbeddedKafka
 from gateway.security.sasl_server import add_user
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -77,17 +78,17 @@ def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         assert plain_authenticate(s, 1, ALICE).error_code == 0
-        cls = codec.REQUESTS[codec.PRODUCE]
+        cls = codec.REQUESTS[ApiKey.PRODUCE]
         tcls = cls.TopicProduceData
         req = cls[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
             tcls(name=t, partition_data=[tcls.PartitionProduceData(index=0, records=_batch())]) for t in topics])
         s.sendall(frame(req, 9, 3))
         payload = read_response(s)
         assert payload is not None, "connection closed"
-        body = codec.decode_response(codec.PRODUCE, 9, payload)[1]
+        body = codec.decode_response(ApiKey.PRODUCE, 9, payload)[1]
         produced = {t.name: {p.error_code for p in t.partition_responses} for t in body.responses}
         # A Fetch (v12: by name, no session) of the same topics from offset 0.
-        fcls = codec.REQUESTS[codec.FETCH]
+        fcls = codec.REQUESTS[ApiKey.FETCH]
         ftcls = fcls.FetchTopic
         fetch = fcls[12](
             replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
@@ -99,19 +100,19 @@ def _raw_requests(bootstrap: str, *topics: str) -> dict[str, dict[str, set[int]]
         s.sendall(frame(fetch, 12, 4))
         payload = read_response(s)
         assert payload is not None, "connection closed"
-        fetched = codec.decode_response(codec.FETCH, 12, payload)[1]
+        fetched = codec.decode_response(ApiKey.FETCH, 12, payload)[1]
         assert fetched.error_code == 0
         for t in fetched.responses:
             for p in t.partitions:
                 assert (p.error_code == 0) == bool(p.records), (t.topic, p)  # records only where allowed
         read = {t.topic: {p.error_code for p in t.partitions} for t in fetched.responses}
         # Metadata naming the topics (no auto-creation) and ListOffsets (latest) of them.
-        mcls = codec.REQUESTS[codec.METADATA]
+        mcls = codec.REQUESTS[ApiKey.METADATA]
         s.sendall(frame(mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name=t) for t in topics],
                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False), 12, 5))
         payload = read_response(s)
         assert payload is not None, "connection closed"
-        described = {t.name: {t.error_code} for t in codec.decode_response(codec.METADATA, 12, payload)[1].topics}
+        described = {t.name: {t.error_code} for t in codec.decode_response(ApiKey.METADATA, 12, payload)[1].topics}
         lcls = codec.REQUESTS[2]
         ltcls = lcls.ListOffsetsTopic
         s.sendall(frame(lcls[7](replica_id=-1, isolation_level=0, topics=[ltcls(name=t, partitions=[

@@ -23,8 +23,12 @@ import random
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from coordinator.assignors.api import ServerAssignor
+
+if TYPE_CHECKING:
+    from coordinator.model import ConsumerGroup
 
 
 def default_assignors() -> dict[str, ServerAssignor]:
@@ -127,6 +131,11 @@ class CoordinatorConfig:
     offload_min_size: int = DEFAULT_OFFLOAD_MIN_SIZE
     # Per-group overrides: group id -> {Kafka group config name: value}.
     group_configs: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The layer above may choose a group's assignor itself (translate mode: a purely classic group's
+    # common protocol, computed by the built-in strategy of that name); None from it, or no hook, leaves
+    # the choice to KIP-848's selection. A pure function of the group: it is called for every target
+    # computation and every describe.
+    group_assignor: Callable[[ConsumerGroup], tuple[str, ServerAssignor] | None] | None = None
 
     def __post_init__(self) -> None:
         if not self.assignors:

@@ -70,7 +70,18 @@ class GroupConverted:
     to_type: str
 
 
-Change = MemberRemoved | RebalanceStarted | GroupConverted
+@dataclass(frozen=True, slots=True)
+class StrategyFallback:
+    """A translated classic group's common protocol is a strategy the server cannot compute (a custom
+    client-side assignor): the server assignor ``assignor`` assigns it instead, for ``reason``."""
+
+    group_id: str
+    protocol: str
+    assignor: str
+    reason: str
+
+
+Change = MemberRemoved | RebalanceStarted | GroupConverted | StrategyFallback
 
 
 @dataclass(slots=True)
@@ -99,4 +110,7 @@ class Outcome(Generic[R]):
         self.changes.extend(other.changes)
 
 
-__all__ = ["Change", "GroupConverted", "MemberRemoved", "Outcome", "RebalanceStarted", "Reply", "RequestKey"]
+__all__ = [
+    "Change", "GroupConverted", "MemberRemoved", "Outcome", "RebalanceStarted", "Reply", "RequestKey",
+    "StrategyFallback",
+]

@@ -26,7 +26,12 @@ from coordinator.model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroup, subsc
 
 
 def select_assignor(config: CoordinatorConfig, group: ConsumerGroup) -> tuple[str, ServerAssignor]:
-    """KIP-848 "Assignor Selection": the server assignor most members ask for, else the default."""
+    """KIP-848 "Assignor Selection": the server assignor most members ask for, else the default; or
+    the one the configured ``group_assignor`` hook chooses for the group."""
+    if config.group_assignor is not None:
+        chosen = config.group_assignor(group)
+        if chosen is not None:
+            return chosen
     counts: Counter[str] = Counter()
     for m in group.members.values():
         if m.server_assignor is not None and m.server_assignor in config.assignors:

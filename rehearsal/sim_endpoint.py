@@ -21,13 +21,15 @@ from typing import Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.model import GroupState
+from coordinator.outcome import Outcome
 from coordinator.records import Record as ConsumerGroupRecord
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import TimerChange, TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_rebalance import ClassicGroupConfig
+from translate.group_config import GroupServiceConfig
 from translate.group_records import GroupMetadataRecord
-from translate.group_service import GroupService, GroupServiceConfig, Outcome
+from translate.group_service import GroupService
 
 RequestKey = Hashable
 AnyRecord = GroupMetadataRecord | ConsumerGroupRecord

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("coordinator", "translate", "gateway", "rehearsal")
+PACKAGES = ("coordinator", "translate", "gateway", "rehearsal", "groupgate")
 
-# The product's layers, highest first: a module may import its own layer and the ones below it.
-LAYERS = ("rehearsal", "gateway", "translate", "coordinator")
+# The product's layers, highest first: a module may import its own layer and the ones below it. groupgate/
+# (the public testing package) drives the gateway from outside, so it sits on top.
+LAYERS = ("groupgate", "rehearsal", "gateway", "translate", "coordinator")
 # gateway/'s packages, highest first (docs/ARCHITECTURE.md). Packages on one line share a level and do not
 # import each other; the modules at gateway/'s top (logging, metrics) sit below them all.
 GATEWAY_LEVELS: tuple[tuple[str, ...], ...] = (

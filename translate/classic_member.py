@@ -15,6 +15,7 @@ their expiry fences the member like a session expiry.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 
@@ -26,8 +27,10 @@ from coordinator.model import (
     ConsumerGroupMember,
     MemberState,
 )
+from coordinator.outcome import StrategyFallback
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.state import Tx
+from coordinator.target import select_assignor
 from coordinator.timers import session_key
 from translate.classic_join import join_error
 from translate.classic_messages import (
@@ -41,6 +44,7 @@ from translate.classic_messages import (
     SyncGroupResponse,
 )
 from translate.classic_rebalance import ClassicGroupConfig
+from translate.classic_strategies import FALLBACK_REASON, STRATEGIES, common_protocol
 from translate.embedded import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolAssignment,
@@ -54,6 +58,12 @@ from translate.errors import ApiError, Errors
 from translate.result import Cancel as _cancel
 from translate.result import Outcome, RequestKey, timer_key
 from translate.result import Schedule as _schedule
+
+log = logging.getLogger(__name__)
+_MAX_WARNED = 10_000
+# How long a translated classic member holding partitions of a deleted topic is left to notice it itself
+# (and report them lost) before it is told to rejoin: a few of its metadata refreshes or fetch retries.
+DELETED_TOPIC_GRACE_MS = 3_000
 
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
@@ -81,13 +91,10 @@ class _Admitted:
     owned: Assignment
     rebalance_timeout_ms: int
 
-# A classic consumer's ``partition.assignment.strategy`` (its preferred protocol name) -> the
-# server assignor that gives the same kind of assignment. range is range (KIP-848's server range
-# assignor splits each topic the same way); sticky and cooperative-sticky ask for balance with
-# stickiness, which is uniform. roundrobin has no server equivalent (nothing deals partitions out
-# one by one across all topics): uniform is the closest (balanced counts; it is sticky where
-# roundrobin is not). Any other name (a custom client-side assignor) is not mapped: the group's
-# default assignor applies.
+# A classic consumer's ``partition.assignment.strategy`` (its preferred protocol name) -> the server
+# assignor it asks for in KIP-848's selection. Used where a group's assignor is chosen as KIP-848 does
+# (a translated group with consumer-protocol members, or whose common protocol is a custom strategy);
+# a purely classic translated group gets its common protocol's own layout (translate/classic_strategies.py).
 STRATEGY_ASSIGNORS = {
     "range": "range",
     "sticky": "uniform",
@@ -113,6 +120,12 @@ class ClassicMemberTranslator:
         self.translate = translate
         self.deadlines: dict[tuple[str, str, str], int] = {}
         self.gatherings: dict[str, _Gathering] = {}
+        # (group, protocol) pairs already warned about (a custom strategy falling back).
+        self.fallbacks_warned: set[tuple[str, str]] = set()
+        # group -> ((group epoch, member count), its common protocol), for the JoinGroup answers.
+        self.common_protocols: dict[str, tuple[tuple[int, int], str | None]] = {}
+        # (group, member) -> when it was first seen holding partitions of a deleted topic.
+        self.deletion_seen: dict[tuple[str, str], int] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
@@ -195,6 +208,7 @@ class ClassicMemberTranslator:
             ),
         )
         self.coordinator.upsert_member(tx, group.group_id, updated, now_ms)
+        self.common_protocols.pop(group.group_id, None)
         self._take_tx(out, tx)
         owned = self._owned_partitions(subscription.owned_partitions)
         return _Admitted(request, key, member_id, owned, rebalance_timeout)
@@ -219,7 +233,7 @@ class ClassicMemberTranslator:
                 # still holding revoked partitions stay at their epoch until they rejoin without them.
                 generation_id=member.member_epoch,
                 protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocol_name=request.protocols[0].name,
+                protocol_name=self._protocol_name(out, group_id, request),
                 leader="",
                 skip_assignment=False,
                 member_id=member_id,
@@ -376,6 +390,45 @@ class ClassicMemberTranslator:
             self._answer(out, one, now_ms)
         return out
 
+    def _protocol_name(self, out: Outcome, group_id: str, request: JoinGroupRequest) -> str:
+        """The protocol a joiner is told the group uses. Translate mode, a purely classic group: the
+        common protocol, chosen as Kafka's classic group chooses it, whose layout the server computes
+        (its client runs that strategy's callbacks). Otherwise, as Kafka answers a classic member of a
+        consumer group: the member's own first protocol."""
+        own = request.protocols[0].name
+        group = self.coordinator.group(group_id)
+        if not self.translate or group is None:
+            return own
+        # Cached per group epoch and size: a rebalance answers every member, and the vote reads them all.
+        # A member's protocols change only in _admit, which drops the entry.
+        key = (group.group_epoch, len(group.members))
+        cached = self.common_protocols.get(group_id)
+        if cached is not None and cached[0] == key:
+            common = cached[1]
+        else:
+            common = common_protocol(group)
+            if len(self.common_protocols) >= _MAX_WARNED:
+                self.common_protocols.clear()
+            self.common_protocols[group_id] = (key, common)
+        if common is None:
+            return own
+        if common not in STRATEGIES:
+            self._warn_fallback(out, group, common)
+        return common
+
+    def _warn_fallback(self, out: Outcome, group: ConsumerGroup, protocol: str) -> None:
+        """A custom strategy the server cannot compute: warned once per group and name."""
+        key = (group.group_id, protocol)
+        if key in self.fallbacks_warned:
+            return
+        if len(self.fallbacks_warned) >= _MAX_WARNED:
+            self.fallbacks_warned.clear()
+        self.fallbacks_warned.add(key)
+        assignor, _ = select_assignor(self.coordinator.state.config, group)
+        reason = FALLBACK_REASON.format(protocol=protocol, assignor=assignor)
+        out.changes.append(StrategyFallback(group.group_id, protocol, assignor, reason))
+        log.warning("classic strategy not computed by the gateway: group %s: %s", group.group_id, reason)
+
     def server_assignor(self, request: JoinGroupRequest) -> str | None:
         """The server assignor standing in for the member's preferred client-side strategy, when one
         matches and is configured (``group.consumer.assignors``); the group's assignor is then
@@ -442,8 +495,10 @@ class ClassicMemberTranslator:
             assert metadata is not None
             if request.protocol_type is not None and request.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
-            own_protocol = metadata.supported_protocols[0][0] if metadata.supported_protocols else None
-            if request.protocol_name is not None and request.protocol_name != own_protocol:
+            # As Kafka checks a classic member of a consumer group: any protocol the member supports (in
+            # translate mode it was told the group's common protocol, not necessarily its first).
+            supported = dict(metadata.supported_protocols)
+            if request.protocol_name is not None and request.protocol_name not in supported:
                 raise ApiError(Errors.INCONSISTENT_GROUP_PROTOCOL)
             if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
                 self._expect_rejoin(out, group, member, now_ms)
@@ -451,7 +506,10 @@ class ClassicMemberTranslator:
             self._cancel(out, timer_key(CLASSIC_MEMBER_SYNC_TIMER, group.group_id, member.member_id))
             # The leader's assignment (there is none: every classic member is a follower) is
             # ignored; the member gets what the coordinator has given it so far.
-            version = announced_version(metadata.supported_protocols[0][1]) if metadata.supported_protocols else 0
+            chosen = supported.get(request.protocol_name or "")
+            if chosen is None and metadata.supported_protocols:
+                chosen = metadata.supported_protocols[0][1]
+            version = announced_version(chosen) if chosen is not None else 0
             assignment = ConsumerProtocolAssignment(self._named(member.assigned_partitions), None, version)
             out.respond(
                 request_key,
@@ -486,7 +544,7 @@ class ClassicMemberTranslator:
             metadata = member.classic_metadata
             assert metadata is not None
             out.timers.append(_schedule(session_key(group.group_id, member.member_id), now_ms + metadata.session_timeout_ms))
-            if self._must_rejoin(group, member):
+            if self._must_rejoin(group, member) and not self._client_may_notice_deletion(group, member, now_ms):
                 self._expect_rejoin(out, group, member, now_ms)
                 error = Errors.REBALANCE_IN_PROGRESS
         except ApiError as exc:
@@ -508,6 +566,25 @@ class ClassicMemberTranslator:
                     if group.owner_of(topic_id, partition) is None:
                         return True
         return False
+
+    def _client_may_notice_deletion(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> bool:
+        """Translate mode: a member still holding partitions of a topic that was deleted is not told to
+        rejoin for DELETED_TOPIC_GRACE_MS after that is first seen at its heartbeat. A classic group on
+        Kafka does not rebalance by itself when a topic goes: the client finds out from its metadata
+        (librdkafka then reports those partitions lost, not revoked) and rejoins; told first, it would
+        rejoin still holding them and see them revoked. A client that does not notice is told after the
+        grace."""
+        key = (group.group_id, member.member_id)
+        if not self.translate:
+            return False
+        live = {t.topic_id for t in group.subscription_metadata.values()}
+        if not any(ps and tid not in live for tid, ps in member.assigned_partitions.items()):
+            self.deletion_seen.pop(key, None)
+            return False
+        if len(self.deletion_seen) >= _MAX_WARNED:
+            self.deletion_seen.clear()
+        since = self.deletion_seen.setdefault(key, now_ms)
+        return now_ms - since < DELETED_TOPIC_GRACE_MS
 
     def _expect_rejoin(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
         key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)
@@ -565,6 +642,7 @@ class ClassicMemberTranslator:
             out.timers.append(_cancel(key))
 
     def cancel_member_timers(self, out: Outcome, group_id: str, member_id: str) -> None:
+        self.deletion_seen.pop((group_id, member_id), None)
         for kind in (CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER):
             self._cancel(out, timer_key(kind, group_id, member_id))
 

@@ -1,5 +1,7 @@
-"""Read-only views across both group types: DescribeGroups (the classic API) and ListGroups (v5,
-with group types "classic" and "consumer").
+"""Read-only views across both group types: DescribeGroups (the classic API), ListGroups (v5,
+with group types "classic" and "consumer"), ConsumerGroupDescribe's word on a classic group, and what
+the gateway may know of a group without reaching into the state (its type, member count, subscribed
+topics).
 
 DescribeGroups describes classic groups as Kafka does: a Stable group lists each member with its
 metadata for the group's protocol and its assignment; in other states members come without them
@@ -13,31 +15,33 @@ PreparingRebalance, Reconciling -> CompletingRebalance) for tools that only spea
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 from coordinator.describe import ListedGroup
-from coordinator.model import ConsumerGroup, GroupState
+from coordinator.model import ConsumerGroup, GroupState, subscribed_topic_names
 from translate.classic_group import ClassicGroupState
+from translate.classic_strategies import common_protocol
 from translate.embedded import (
     CONSUMER_PROTOCOL_TYPE,
     HIGHEST_VERSION,
     ConsumerProtocolAssignment,
+    MalformedEmbeddedProtocol,
     TopicPartitions,
     announced_version,
+    decode_subscription,
     encode_assignment,
 )
 from translate.errors import Errors
 from translate.group_messages import (
     CLASSIC_GROUP_TYPE,
     DESCRIBE_GROUPS_NOT_FOUND_VERSION,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     DescribedClassicGroup,
     DescribedClassicMember,
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
-
-if TYPE_CHECKING:
-    from translate.group_service import GroupService
+from translate.group_parts import GroupParts
 
 _DEAD = ClassicGroupState.DEAD.value
 _CLASSIC_STATE_OF: dict[GroupState, str] = {
@@ -49,7 +53,7 @@ _CLASSIC_STATE_OF: dict[GroupState, str] = {
 }
 
 
-def describe_groups(svc: GroupService, request: DescribeGroupsRequest) -> list[DescribedClassicGroup]:
+def describe_groups(svc: GroupParts, request: DescribeGroupsRequest) -> list[DescribedClassicGroup]:
     out = []
     for gid in request.group_ids:
         classic = svc.classic_groups.group(gid)
@@ -81,15 +85,18 @@ def describe_groups(svc: GroupService, request: DescribeGroupsRequest) -> list[D
     return out
 
 
-def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> DescribedClassicGroup:
+def _consumer_group_as_classic(svc: GroupParts, group: ConsumerGroup) -> DescribedClassicGroup:
     state = group.state()
     stable = state is GroupState.STABLE
     names: dict[uuid.UUID, str] = {meta.topic_id: name for name, meta in svc.coordinator.state.topics.items()}
+    # A purely classic group shows its common protocol, as Kafka's classic group shows the one it selected;
+    # otherwise the server assignor's name.
+    protocol = common_protocol(group) or svc.coordinator.describe([group.group_id])[0].assignor_name
     described = DescribedClassicGroup(
         group.group_id,
         group_state=_CLASSIC_STATE_OF[state],
         protocol_type=CONSUMER_PROTOCOL_TYPE,
-        protocol_data=svc.coordinator.describe([group.group_id])[0].assignor_name if stable else "",
+        protocol_data=protocol if stable else "",
     )
     for m in group.members.values():
         dm = DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host)
@@ -97,7 +104,7 @@ def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> Descr
             cm = m.classic_metadata
             version = HIGHEST_VERSION
             if cm is not None and cm.supported_protocols:
-                dm.member_metadata = cm.supported_protocols[0][1]
+                dm.member_metadata = dict(cm.supported_protocols).get(protocol, cm.supported_protocols[0][1])
                 version = announced_version(dm.member_metadata)
             tps = sorted(
                 (TopicPartitions(names[t], tuple(sorted(p))) for t, p in m.assigned_partitions.items() if p and t in names),
@@ -108,7 +115,7 @@ def _consumer_group_as_classic(svc: GroupService, group: ConsumerGroup) -> Descr
     return described
 
 
-def list_groups(svc: GroupService, request: ListGroupsRequest) -> list[ListedGroup]:
+def list_groups(svc: GroupParts, request: ListGroupsRequest) -> list[ListedGroup]:
     """Both group types; filters are case-insensitive and empty filters match everything."""
     states = {s.lower() for s in request.states_filter}
     types = {t.lower() for t in request.types_filter}
@@ -122,3 +129,63 @@ def list_groups(svc: GroupService, request: ListGroupsRequest) -> list[ListedGro
             out.append(ListedGroup(gid, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE))
     out.extend(svc.coordinator.list_groups(request.states_filter, request.types_filter))
     return out
+
+
+def describe_consumer_groups(svc: GroupParts, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
+    described = svc.coordinator.describe(request.group_ids)
+    for d in described:
+        classic = svc.classic_groups.group(d.group_id)
+        if d.error_code == Errors.GROUP_ID_NOT_FOUND and classic is not None and not classic.is_in(ClassicGroupState.DEAD):
+            d.error_message = f"Group {d.group_id} is not a consumer group."  # Kafka 4.3's text
+    return ConsumerGroupDescribeResponse(described)
+
+
+# ---- reads (what the gateway may know of a group without reaching into the state) ----------------
+
+
+def group_kind(svc: GroupParts, group_id: str) -> str | None:
+    """"classic" or "consumer" (a consumer group, converted ones too) while the group exists, else None."""
+    if svc.classic_groups.group(group_id) is not None:
+        return "classic"
+    if group_id in svc.coordinator.state.groups:
+        return "consumer"
+    return None
+
+
+def group_ids(svc: GroupParts) -> list[str]:
+    """Every group held (classic and consumer)."""
+    return [*svc.classic_groups.groups, *svc.coordinator.state.groups]
+
+
+def group_count(svc: GroupParts) -> int:
+    return len(svc.classic_groups.groups) + len(svc.coordinator.state.groups)
+
+
+def member_count(svc: GroupParts, group_id: str) -> tuple[int, str]:
+    """(members, "classic" | "consumer") of a group; (0, "consumer") when there is none."""
+    classic = svc.classic_groups.groups.get(group_id)
+    if classic is not None:
+        return len(classic.members), "classic"
+    consumer = svc.coordinator.state.groups.get(group_id)
+    if consumer is not None:
+        return len(consumer.members), "consumer"
+    return 0, "consumer"
+
+
+def subscribed_topics(svc: GroupParts, group_id: str) -> frozenset[str]:
+    """Topics the group's members subscribe to: KIP-496 refuses deleting their offsets."""
+    classic = svc.classic_groups.group(group_id)
+    if classic is not None:
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE or not classic.protocol_name:
+            return frozenset()
+        topics: set[str] = set()
+        for m in classic.members.values():
+            try:
+                topics.update(decode_subscription(m.metadata(classic.protocol_name)).topics)
+            except (MalformedEmbeddedProtocol, ValueError):
+                continue  # a member whose subscription cannot be read protects nothing
+        return frozenset(topics)
+    group = svc.coordinator.group(group_id)
+    if group is None:
+        return frozenset()
+    return frozenset().union(*(subscribed_topic_names(group, m) for m in group.members.values()))

@@ -66,7 +66,7 @@ class Seen:
                 self.removed.setdefault(change.group_id, set()).add(change.member_id)
             elif isinstance(change, RebalanceStarted):
                 self.started.add(change.group_id)
-            else:
+            elif isinstance(change, GroupConverted):
                 self.converted[change.group_id] = change
 
 

@@ -45,4 +45,5 @@ def wait_for_leaders(client: AdminClient, topic: str, partitions: int, timeout_s
 
 
 def delete_topic(bootstrap: str, name: str, timeout_s: float = TIMEOUT_S) -> None:
-    admin(bootstrap).delete_topics([name])[name].result(timeout=timeout_s)
+    client = admin(bootstrap)  # kept alive until the deletion is answered
+    client.delete_topics([name])[name].result(timeout=timeout_s)

@@ -18,11 +18,11 @@ from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
 
 log = get_logger("gateway.authz.acls")
 
-DESCRIBE_ACLS = 29
 
 
 class AclReadError(Exception):
@@ -57,8 +57,8 @@ async def read_snapshot(
     client: UpstreamClient, super_users: frozenset[str] = frozenset(), allow_everyone_if_no_acl_found: bool = False
 ) -> AclSnapshot:
     """The cluster's ACLs, with the two broker settings as the gateway is configured with them."""
-    v = client.version(DESCRIBE_ACLS, 3)
-    req = codec.REQUESTS[DESCRIBE_ACLS][v](
+    v = client.version(ApiKey.DESCRIBE_ACLS, 3)
+    req = codec.REQUESTS[ApiKey.DESCRIBE_ACLS][v](
         resource_type_filter=int(ResourceType.ANY),
         resource_name_filter=None,
         pattern_type_filter=int(PatternType.ANY),
@@ -67,7 +67,7 @@ async def read_snapshot(
         operation=int(Operation.ANY),
         permission_type=int(Permission.ANY),
     )
-    r = await client.send_any(DESCRIBE_ACLS, v, req)
+    r = await client.send_any(ApiKey.DESCRIBE_ACLS, v, req)
     if r.error_code != 0:
         raise AclReadError("DescribeAcls", r.error_code, r.error_message)
     return AclSnapshot(tuple(bindings_of(r)), frozenset(super_users), allow_everyone_if_no_acl_found)
@@ -78,7 +78,6 @@ async def read_snapshot(
 KNOWN_AUTHORIZERS = frozenset(
     {"org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer"}
 )
-DESCRIBE_CONFIGS = 32
 BROKER_RESOURCE = 4  # ConfigResource.Type.BROKER
 
 
@@ -86,8 +85,8 @@ async def read_authorizer_class(client: UpstreamClient, directory_nodes: list[in
     """The brokers' ``authorizer.class.name`` (None: none configured, i.e. no authorization), asked of one
     broker about itself (a broker describes only its own static configs). Raises AclReadError."""
     for node in directory_nodes:
-        v = client.version(DESCRIBE_CONFIGS, 4)
-        cls = codec.REQUESTS[DESCRIBE_CONFIGS][v]
+        v = client.version(ApiKey.DESCRIBE_CONFIGS, 4)
+        cls = codec.REQUESTS[ApiKey.DESCRIBE_CONFIGS][v]
         res = cls.DescribeConfigsResource(resource_type=BROKER_RESOURCE, resource_name=str(node),
                                           configuration_keys=["authorizer.class.name"])
         fields: dict[str, Any] = {"resources": [res]}
@@ -95,7 +94,7 @@ async def read_authorizer_class(client: UpstreamClient, directory_nodes: list[in
             fields["include_synonyms"] = False
         if v >= 3:
             fields["include_documentation"] = False
-        r = await client.send_any(DESCRIBE_CONFIGS, v, cls(**fields), node_id=node)
+        r = await client.send_any(ApiKey.DESCRIBE_CONFIGS, v, cls(**fields), node_id=node)
         for result in r.results:
             if result.error_code != 0:
                 raise AclReadError("DescribeConfigs authorizer.class.name", result.error_code, result.error_message)

@@ -49,32 +49,24 @@ from gateway.net import unreachable
 from gateway.net.contracts import Verdict
 from gateway.wire import codec, frames
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.group_codec import group_ids
 from translate.authorizer import AclBinding, Operation, Permission, ResourceType
 
 READ, WRITE, DESCRIBE, CREATE = Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.CREATE
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
-TOPIC_AUTHORIZATION_FAILED = Errors.TOPIC_AUTHORIZATION_FAILED
-GROUP_AUTHORIZATION_FAILED = Errors.GROUP_AUTHORIZATION_FAILED
-CLUSTER_AUTHORIZATION_FAILED = Errors.CLUSTER_AUTHORIZATION_FAILED
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-UNKNOWN_TOPIC_ID = Errors.UNKNOWN_TOPIC_ID
-UNKNOWN_TOPIC_OR_PARTITION = Errors.UNKNOWN_TOPIC_OR_PARTITION
 
-LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 2, 23
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 # Kafka authorizes nothing of these (DescribeCluster's authorized operations are computed, not checked).
-FREE = frozenset({codec.API_VERSIONS, codec.DESCRIBE_CLUSTER, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+FREE = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # The per-topic APIs: (request topics field, name field, response topics field, operation).
 PER_TOPIC: dict[int, tuple[str, str, str, Operation]] = {
-    codec.PRODUCE: ("topic_data", "name", "responses", WRITE),
-    codec.FETCH: ("topics", "topic", "responses", READ),
-    LIST_OFFSETS: ("topics", "name", "topics", DESCRIBE),
-    OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "topics", DESCRIBE),
+    ApiKey.PRODUCE: ("topic_data", "name", "responses", WRITE),
+    ApiKey.FETCH: ("topics", "topic", "responses", READ),
+    ApiKey.LIST_OFFSETS: ("topics", "name", "topics", DESCRIBE),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "topics", DESCRIBE),
 }
 # The first versions naming topics by id (KIP-516): Produce v13, Fetch v13.
-TOPIC_ID_FROM = {codec.PRODUCE: 13, codec.FETCH: 13}
+TOPIC_ID_FROM = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 13}
 _NULL_ID = uuid.UUID(int=0)
 
 
@@ -92,7 +84,7 @@ class DataAuthorizer:
 
     def check(self, principal: str, host: str, api_key: int, version: int, frame: bytes, acks0: bool = False) -> Verdict | None:
         """None: pass ``frame`` on unchanged."""
-        if api_key in FREE and api_key != codec.DESCRIBE_CLUSTER:
+        if api_key in FREE and api_key != ApiKey.DESCRIBE_CLUSTER:
             return None
         access = self.authz.access(principal, host)
         if self.authz.unsure() is None and (self.authz.cache.open or principal in self.authz.cache.super_users):
@@ -104,17 +96,17 @@ class DataAuthorizer:
             return Verdict(f"unreadable request ({e})", close=True)
         head = bytes(frame[4 : 4 + header.body_offset])
         d = _Decider(access)
-        if api_key == codec.DESCRIBE_CLUSTER:
+        if api_key == ApiKey.DESCRIBE_CLUSTER:
             return _describe_cluster(access, version, msg)
         if api_key in PER_TOPIC:
             return self._per_topic(d, api_key, version, corr, head, msg, acks0)
-        if api_key == codec.METADATA:
+        if api_key == ApiKey.METADATA:
             return self._metadata(d, version, corr, head, msg)
-        if api_key == ADD_PARTITIONS_TO_TXN and version <= 3:
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version <= 3:
             return _add_partitions(d, version, corr, msg)
         code = self._refusal_code(d, api_key, version, msg)
         if code is None:
-            if api_key in (gc.DESCRIBE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE):
+            if api_key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE):
                 return _describe_groups(access, api_key, version, msg)
             return None
         return _refuse(api_key, version, corr, msg, code, d.reason)
@@ -127,17 +119,17 @@ class DataAuthorizer:
         req_field, name_field, resp_field, op = PER_TOPIC[api_key]
         topics = list(getattr(msg, req_field) or ())
         whole: int | None = None
-        if api_key == codec.PRODUCE and msg.transactional_id is not None and not d.allows(WRITE, TXN, msg.transactional_id):
-            whole = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        if api_key == codec.FETCH and _replica_id(msg, version) >= 0 and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
-            whole = TOPIC_AUTHORIZATION_FAILED  # a follower's fetch (KafkaApis: every partition)
+        if api_key == ApiKey.PRODUCE and msg.transactional_id is not None and not d.allows(WRITE, TXN, msg.transactional_id):
+            whole = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if api_key == ApiKey.FETCH and _replica_id(msg, version) >= 0 and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+            whole = Errors.TOPIC_AUTHORIZATION_FAILED  # a follower's fetch (KafkaApis: every partition)
         if (
-            api_key == OFFSET_FOR_LEADER_EPOCH and version >= 3 and msg.replica_id >= 0
+            api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH and version >= 3 and msg.replica_id >= 0
             and not d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
         ):
-            whole = CLUSTER_AUTHORIZATION_FAILED  # a follower's (KafkaApis: every partition)
+            whole = Errors.CLUSTER_AUTHORIZATION_FAILED  # a follower's (KafkaApis: every partition)
         sessionless = False
-        if api_key == codec.FETCH and version >= 7 and msg.session_epoch == 0:
+        if api_key == ApiKey.FETCH and version >= 7 and msg.session_epoch == 0:
             # No fetch sessions (KIP-227): an incremental fetch names only changed partitions, and the
             # broker would keep serving a session's partitions after their ACL is gone. Asked as a fetch
             # without a session (epoch -1), the broker creates none and the client keeps sending full
@@ -156,11 +148,11 @@ class DataAuthorizer:
             if name is None:
                 d.reason = d.reason or f"unknown topic id {t.topic_id}"
                 self.unknown_id()
-                denied.setdefault(UNKNOWN_TOPIC_ID, []).append(t)
+                denied.setdefault(Errors.UNKNOWN_TOPIC_ID, []).append(t)
             elif d.allows(op, TOPIC, name):
                 kept.append(t)
             else:
-                denied.setdefault(TOPIC_AUTHORIZATION_FAILED, []).append(t)
+                denied.setdefault(Errors.TOPIC_AUTHORIZATION_FAILED, []).append(t)
         if not denied:
             if sessionless:
                 return Verdict("", forward=frames.frame(head + codec.encode_body(msg, version)), refused=False)
@@ -205,18 +197,18 @@ class DataAuthorizer:
         access = d.access
 
         def merge(payload: bytes) -> bytes:
-            rhead, body = codec.decode_response(api_key=codec.METADATA, version=version, payload=payload)
+            rhead, body = codec.decode_response(api_key=ApiKey.METADATA, version=version, payload=payload)
             out = []
             for t in body.topics:
                 name = t.name
                 if name is not None and not d.allows(DESCRIBE, TOPIC, name):
                     if not named:
                         continue  # left out of an all-topics listing
-                    t.error_code, t.partitions, t.is_internal = TOPIC_AUTHORIZATION_FAILED, [], False
+                    t.error_code, t.partitions, t.is_internal = Errors.TOPIC_AUTHORIZATION_FAILED, [], False
                     if version >= 10:
                         t.topic_id = _NULL_ID
-                elif name in no_create and t.error_code == UNKNOWN_TOPIC_OR_PARTITION:
-                    t.error_code = TOPIC_AUTHORIZATION_FAILED
+                elif name in no_create and t.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                    t.error_code = Errors.TOPIC_AUTHORIZATION_FAILED
                 if ops and t.error_code == 0 and name is not None:
                     t.authorized_operations = _operations(access, TOPIC, name, _TOPIC_OPERATIONS)
                 out.append(t)
@@ -230,32 +222,32 @@ class DataAuthorizer:
     # --- everything else: allowed whole or refused whole ----------------------------------------------
 
     def _refusal_code(self, d: _Decider, api_key: int, version: int, msg: Any) -> int | None:
-        if api_key == INIT_PRODUCER_ID:
+        if api_key == ApiKey.INIT_PRODUCER_ID:
             if msg.transactional_id is not None:
-                return None if d.allows(WRITE, TXN, msg.transactional_id) else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                return None if d.allows(WRITE, TXN, msg.transactional_id) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
             if d.allows(Operation.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) or d.writes_some_topic():
                 return None
-            return CLUSTER_AUTHORIZATION_FAILED
-        if api_key == ADD_PARTITIONS_TO_TXN:
-            return None if d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME) else CLUSTER_AUTHORIZATION_FAILED
-        if api_key == ADD_OFFSETS_TO_TXN:
+            return Errors.CLUSTER_AUTHORIZATION_FAILED
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            return None if d.allows(Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME) else Errors.CLUSTER_AUTHORIZATION_FAILED
+        if api_key == ApiKey.ADD_OFFSETS_TO_TXN:
             if not d.allows(WRITE, TXN, msg.transactional_id):
-                return TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            return None if d.allows(READ, GROUP, msg.group_id) else GROUP_AUTHORIZATION_FAILED
-        if api_key == END_TXN:
-            return None if d.allows(WRITE, TXN, msg.transactional_id) else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        if api_key == gc.TXN_OFFSET_COMMIT and not d.allows(WRITE, TXN, msg.transactional_id):
-            return TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        if api_key == gc.FIND_COORDINATOR:
+                return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return None if d.allows(READ, GROUP, msg.group_id) else Errors.GROUP_AUTHORIZATION_FAILED
+        if api_key == ApiKey.END_TXN:
+            return None if d.allows(WRITE, TXN, msg.transactional_id) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if api_key == ApiKey.TXN_OFFSET_COMMIT and not d.allows(WRITE, TXN, msg.transactional_id):
+            return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if api_key == ApiKey.FIND_COORDINATOR:
             key_type, keys = gc.find_coordinator_keys(msg, version)
             rtype = GROUP if key_type == gc.KEY_TYPE_GROUP else TXN
             return None if all(d.allows(DESCRIBE, rtype, k) for k in keys) else (
-                GROUP_AUTHORIZATION_FAILED if rtype == GROUP else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                Errors.GROUP_AUTHORIZATION_FAILED if rtype == GROUP else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         group_op = GROUP_OPERATION.get(api_key) or PER_GROUP_OPERATION.get(api_key)
-        if group_op is not None or api_key == gc.LIST_GROUPS:
+        if group_op is not None or api_key == ApiKey.LIST_GROUPS:
             if group_op is not None and not all(d.allows(group_op, GROUP, g) for g in group_ids(api_key, version, msg)):
-                return GROUP_AUTHORIZATION_FAILED
+                return Errors.GROUP_AUTHORIZATION_FAILED
             topic_op = TOPIC_OPERATION.get(api_key)
             if topic_op is not None:
                 for name in self._group_request_topics(api_key, version, msg):
@@ -263,15 +255,15 @@ class DataAuthorizer:
                         # All of a group's topics (OffsetFetch), or an id the gateway cannot name: the
                         # cluster's answer would not be filtered per topic, so it is not asked.
                         d.reason = d.reason or "a request for topics the gateway cannot name passed through"
-                        return TOPIC_AUTHORIZATION_FAILED
+                        return Errors.TOPIC_AUTHORIZATION_FAILED
                     if not d.allows(topic_op, TOPIC, name):
-                        return TOPIC_AUTHORIZATION_FAILED
-            if api_key == gc.LIST_GROUPS and not d.allows(DESCRIBE, CLUSTER, CLUSTER_NAME):
-                return CLUSTER_AUTHORIZATION_FAILED  # groups the cluster lists would be its own view
+                        return Errors.TOPIC_AUTHORIZATION_FAILED
+            if api_key == ApiKey.LIST_GROUPS and not d.allows(DESCRIBE, CLUSTER, CLUSTER_NAME):
+                return Errors.CLUSTER_AUTHORIZATION_FAILED  # groups the cluster lists would be its own view
             return None
         # Not in the table: only super users (handled above) get it through under the gateway's rights.
         d.reason = d.reason or f"{d.access.principal} may not send api key {api_key} through a terminating gateway"
-        return CLUSTER_AUTHORIZATION_FAILED
+        return Errors.CLUSTER_AUTHORIZATION_FAILED
 
     def _group_request_topics(self, api_key: int, version: int, msg: Any) -> list[str | None]:
         """The topics a group request names (None: all of a group's, or an id the image lacks)."""
@@ -290,13 +282,13 @@ class DataAuthorizer:
                 self.unknown_id()
             return name
 
-        if api_key == gc.CONSUMER_GROUP_HEARTBEAT:
+        if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
             return list(msg.subscribed_topic_names or ())
-        if api_key == codec.STREAMS_GROUP_HEARTBEAT:
+        if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT:
             return list(streams_topology_topics(msg))
-        if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE):
+        if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE):
             return [of(t) for t in msg.topics or ()]
-        if api_key == gc.OFFSET_FETCH:
+        if api_key == ApiKey.OFFSET_FETCH:
             if version <= 7:
                 return [None] if msg.topics is None else [of(t) for t in msg.topics]
             out: list[str | None] = []
@@ -368,7 +360,7 @@ def _describe_cluster(access: Access, version: int, msg: Any) -> Verdict | None:
         return None
 
     def merge(payload: bytes) -> bytes:
-        rhead, body = codec.decode_response(codec.DESCRIBE_CLUSTER, version, payload)
+        rhead, body = codec.decode_response(ApiKey.DESCRIBE_CLUSTER, version, payload)
         if body.error_code == 0:
             body.authorized_operations = _operations(access, CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS)
         return rhead + codec.encode_body(body, version)
@@ -380,14 +372,14 @@ def _describe_groups(access: Access, api_key: int, version: int, msg: Any) -> Ve
     """Groups the cluster describes (passed through): authorized operations (KIP-430) for the client, not
     the gateway; ConsumerGroupDescribe also needs DESCRIBE on every assigned topic (as the group layer's)."""
     ops = bool(getattr(msg, "include_authorized_operations", False))
-    if api_key == gc.DESCRIBE_GROUPS and not ops:
+    if api_key == ApiKey.DESCRIBE_GROUPS and not ops:
         return None
 
     def merge(payload: bytes) -> bytes:
         rhead, body = codec.decode_response(api_key, version, payload)
         groups = []
         for g in body.groups:
-            if g.error_code == 0 and api_key == gc.CONSUMER_GROUP_DESCRIBE:
+            if g.error_code == 0 and api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
                 names = {
                     tp.topic_name
                     for m in g.members or ()
@@ -397,14 +389,14 @@ def _describe_groups(access: Access, api_key: int, version: int, msg: Any) -> Ve
                 }
                 if not all(access.now(DESCRIBE, TOPIC, n) for n in names):
                     g = type(g)(
-                        group_id=g.group_id, error_code=TOPIC_AUTHORIZATION_FAILED,
+                        group_id=g.group_id, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
                         error_message="The group has described topic(s) that the client is not authorized to describe.",
                         members=[],
                     )
             if g.error_code == 0 and ops:
                 bits = access.group_operations(g.group_id) or 0
                 # DescribeGroups carries a bit field (kafka-python: the set of bits), ConsumerGroupDescribe an int32.
-                g.authorized_operations = bits if api_key == gc.CONSUMER_GROUP_DESCRIBE else {
+                g.authorized_operations = bits if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE else {
                     i for i in range(31) if bits >> i & 1}
             groups.append(g)
         body.groups = groups
@@ -428,10 +420,10 @@ def _add_partitions(d: _Decider, version: int, corr: int, msg: Any) -> Verdict |
         denied = {t.name for t in topics if not d.allows(WRITE, TOPIC, t.name)}
         if not denied:
             return None
-        codes = {t.name: TOPIC_AUTHORIZATION_FAILED if t.name in denied else Errors.OPERATION_NOT_ATTEMPTED for t in topics}
+        codes = {t.name: Errors.TOPIC_AUTHORIZATION_FAILED if t.name in denied else Errors.OPERATION_NOT_ATTEMPTED for t in topics}
     else:
-        codes = {t.name: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in topics}
-    cls = codec.RESPONSES[ADD_PARTITIONS_TO_TXN]
+        codes = {t.name: Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in topics}
+    cls = codec.RESPONSES[ApiKey.ADD_PARTITIONS_TO_TXN]
     tcls = cls.AddPartitionsToTxnTopicResult
     pcls = tcls.AddPartitionsToTxnPartitionResult
     body = cls[version](
@@ -441,7 +433,7 @@ def _add_partitions(d: _Decider, version: int, corr: int, msg: Any) -> Verdict |
             for t in topics
         ],
     )
-    return Verdict(d.reason, answer=codec.encode_response(ADD_PARTITIONS_TO_TXN, version, corr, body))
+    return Verdict(d.reason, answer=codec.encode_response(ApiKey.ADD_PARTITIONS_TO_TXN, version, corr, body))
 
 
 def _refuse(api_key: int, version: int, corr: int, msg: Any, code: int, reason: str) -> Verdict:

@@ -36,10 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from coordinator.errors import Errors
 from gateway.authz.acls import KNOWN_AUTHORIZERS, AclCache
-from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.authorizer import GROUP_OPERATIONS, AclSnapshot, Operation, ResourceType
 
 READ, DESCRIBE, DELETE, WRITE = Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.WRITE
@@ -47,46 +45,43 @@ GROUP, TOPIC, CLUSTER, TRANSACTIONAL_ID = (
     ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID,
 )
 CLUSTER_NAME = "kafka-cluster"  # the one cluster resource's name in Kafka's ACLs
-GROUP_AUTHORIZATION_FAILED = Errors.GROUP_AUTHORIZATION_FAILED
-TOPIC_AUTHORIZATION_FAILED = Errors.TOPIC_AUTHORIZATION_FAILED
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 # The operation on the one group a request names, checked before anything else: refused whole with
 # GROUP_AUTHORIZATION_FAILED (in the API's shape: top-level, or on every partition of a commit).
 GROUP_OPERATION: dict[int, Operation] = {
-    gc.JOIN_GROUP: READ,
-    gc.SYNC_GROUP: READ,
-    gc.HEARTBEAT: READ,
-    gc.LEAVE_GROUP: READ,
-    gc.CONSUMER_GROUP_HEARTBEAT: READ,
-    gc.OFFSET_COMMIT: READ,
-    gc.TXN_OFFSET_COMMIT: READ,
-    gc.OFFSET_DELETE: DELETE,
-    codec.SHARE_GROUP_HEARTBEAT: READ,
-    codec.STREAMS_GROUP_HEARTBEAT: READ,
-    codec.ALTER_SHARE_GROUP_OFFSETS: READ,
-    codec.DELETE_SHARE_GROUP_OFFSETS: DELETE,
+    ApiKey.JOIN_GROUP: READ,
+    ApiKey.SYNC_GROUP: READ,
+    ApiKey.HEARTBEAT: READ,
+    ApiKey.LEAVE_GROUP: READ,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: READ,
+    ApiKey.OFFSET_COMMIT: READ,
+    ApiKey.TXN_OFFSET_COMMIT: READ,
+    ApiKey.OFFSET_DELETE: DELETE,
+    ApiKey.SHARE_GROUP_HEARTBEAT: READ,
+    ApiKey.STREAMS_GROUP_HEARTBEAT: READ,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: READ,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: DELETE,
 }
 # The operation on each group of an API that answers per group (the others of the batch are answered).
 PER_GROUP_OPERATION: dict[int, Operation] = {
-    gc.OFFSET_FETCH: DESCRIBE,
-    gc.DESCRIBE_GROUPS: DESCRIBE,
-    gc.CONSUMER_GROUP_DESCRIBE: DESCRIBE,
-    gc.DELETE_GROUPS: DELETE,
-    gc.FIND_COORDINATOR: DESCRIBE,
-    codec.SHARE_GROUP_DESCRIBE: DESCRIBE,
-    codec.STREAMS_GROUP_DESCRIBE: DESCRIBE,
-    codec.DESCRIBE_SHARE_GROUP_OFFSETS: DESCRIBE,
+    ApiKey.OFFSET_FETCH: DESCRIBE,
+    ApiKey.DESCRIBE_GROUPS: DESCRIBE,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: DESCRIBE,
+    ApiKey.DELETE_GROUPS: DELETE,
+    ApiKey.FIND_COORDINATOR: DESCRIBE,
+    ApiKey.SHARE_GROUP_DESCRIBE: DESCRIBE,
+    ApiKey.STREAMS_GROUP_DESCRIBE: DESCRIBE,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: DESCRIBE,
 }
 # The operation on each topic a request commits, deletes or reads offsets of, or subscribes to.
 TOPIC_OPERATION: dict[int, Operation] = {
-    gc.OFFSET_COMMIT: READ,
-    gc.TXN_OFFSET_COMMIT: READ,
-    gc.OFFSET_DELETE: READ,
-    gc.OFFSET_FETCH: DESCRIBE,
-    gc.CONSUMER_GROUP_HEARTBEAT: DESCRIBE,
-    gc.CONSUMER_GROUP_DESCRIBE: DESCRIBE,
-    codec.STREAMS_GROUP_HEARTBEAT: DESCRIBE,
+    ApiKey.OFFSET_COMMIT: READ,
+    ApiKey.TXN_OFFSET_COMMIT: READ,
+    ApiKey.OFFSET_DELETE: READ,
+    ApiKey.OFFSET_FETCH: DESCRIBE,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: DESCRIBE,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: DESCRIBE,
+    ApiKey.STREAMS_GROUP_HEARTBEAT: DESCRIBE,
 }
 # Every group operation's bit: what a cluster without an authorizer allows.
 GROUP_OPERATIONS_ALL = sum(1 << int(op) for op in GROUP_OPERATIONS)
@@ -243,9 +238,9 @@ def streams_topology_topics(msg: Any) -> list[str]:
 
 def subscribed_topics(api_key: int, msg: Any) -> list[str]:
     """The topics whose DESCRIBE a heartbeat needs before it reaches the coordinator."""
-    if api_key == gc.CONSUMER_GROUP_HEARTBEAT:
+    if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
         return list(dict.fromkeys(msg.subscribed_topic_names or ()))
-    if api_key == codec.STREAMS_GROUP_HEARTBEAT:
+    if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT:
         return streams_topology_topics(msg)
     return []
 

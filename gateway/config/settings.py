@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.config import ports
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.config.sasl import SaslSettings
 
@@ -348,18 +349,18 @@ class GatewayConfig(SaslSettings):
 
     def broker_port(self, node_id: int) -> int:
         """The gateway port for a node id; 0 = OS-chosen (ephemeral mode); PortMappingError if unmapped."""
-        if node_id in self.broker_ports:
-            return self.broker_ports[node_id]
         base = self.effective_port_base()
         if base is None:
-            return 0
-        offset = node_id - self.node_id_base
-        if not 0 <= offset < self.max_brokers:
+            return self.broker_ports.get(node_id, 0)
+        port = ports.broker_port(
+            node_id, base=base, id_base=self.node_id_base, count=self.max_brokers, explicit=self.broker_ports
+        )
+        if port is None:
             raise PortMappingError(
                 f"node id {node_id} is outside the mapped range {self.node_id_base}.."
                 f"{self.node_id_base + self.max_brokers - 1}; set node_id_base/max_brokers or broker_ports"
             )
-        return base + offset
+        return port
 
 
 # --- loading: file < env < flags ----------------------------------------------------------------------

@@ -36,7 +36,7 @@ from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.groups.adoption")
 
-UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
-GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
 LEAVE_EPOCH = -1  # a member that leaves for good, static or not (-2 is a static member's temporary leave)
 _REASON = "the group is coordinated by groupgate now"
 _REMEMBERED = 4096  # member ids already handled (each client presents its old id a few times)
@@ -72,18 +70,18 @@ class UpstreamLeaver:
     def after_classic(self, request: object, body: object) -> None:
         """After a classic group request: an UNKNOWN_MEMBER_ID answer to a named member id."""
         member_id = getattr(request, "member_id", "")
-        if getattr(body, "error_code", 0) == UNKNOWN_MEMBER_ID and isinstance(member_id, str):
+        if getattr(body, "error_code", 0) == Errors.UNKNOWN_MEMBER_ID and isinstance(member_id, str):
             self.abandoned(str(getattr(request, "group_id", "")), member_id)
 
     def after_consumer(self, request: ConsumerGroupHeartbeatRequest, body: ConsumerGroupHeartbeatResponse) -> Any:
         """After a ConsumerGroupHeartbeat: a member (epoch > 0) of a group or member id the gateway lacks."""
         if request.member_epoch <= 0 or not request.member_id or not self.enabled:
             return body
-        if body.error_code == GROUP_ID_NOT_FOUND:
+        if body.error_code == Errors.GROUP_ID_NOT_FOUND:
             body = dataclasses.replace(
-                body, error_code=UNKNOWN_MEMBER_ID, error_message=f"member {request.member_id} is unknown here: join again"
+                body, error_code=Errors.UNKNOWN_MEMBER_ID, error_message=f"member {request.member_id} is unknown here: join again"
             )
-        if body.error_code == UNKNOWN_MEMBER_ID:
+        if body.error_code == Errors.UNKNOWN_MEMBER_ID:
             self.abandoned(request.group_id, request.member_id, consumer=True, instance_id=request.instance_id)
         return body
 
@@ -104,12 +102,12 @@ class UpstreamLeaver:
         """A ConsumerGroupHeartbeat leave for the member, sent to the upstream coordinator on its behalf."""
         client = self.client
         try:
-            if not client.supports(gc.CONSUMER_GROUP_HEARTBEAT):
+            if not client.supports(ApiKey.CONSUMER_GROUP_HEARTBEAT):
                 return  # the cluster has no KIP-848 coordinator: the member cannot be there
-            version = client.version(gc.CONSUMER_GROUP_HEARTBEAT, 1)
-            cls = codec.REQUESTS[gc.CONSUMER_GROUP_HEARTBEAT][version]
+            version = client.version(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)
+            cls = codec.REQUESTS[ApiKey.CONSUMER_GROUP_HEARTBEAT][version]
             req = cls(group_id=group_id, member_id=member_id, member_epoch=LEAVE_EPOCH, instance_id=instance_id)
-            r = await client.to_coordinator(group_id, gc.CONSUMER_GROUP_HEARTBEAT, version, req, lambda r: r.error_code)
+            r = await client.to_coordinator(group_id, ApiKey.CONSUMER_GROUP_HEARTBEAT, version, req, lambda r: r.error_code)
         except (TimeoutError, UpstreamError) as e:
             log.info("could not remove an abandoned member upstream", group_id=group_id, member_id=member_id, error=str(e))
             return
@@ -121,22 +119,22 @@ class UpstreamLeaver:
                 member_id=member_id,
                 protocol="consumer",
             )
-        elif r.error_code not in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
+        elif r.error_code not in (Errors.UNKNOWN_MEMBER_ID, Errors.GROUP_ID_NOT_FOUND):
             log.info("upstream ConsumerGroupHeartbeat leave refused", group_id=group_id, member_id=member_id,
                      error=r.error_code)
 
     async def _leave(self, group_id: str, member_id: str) -> None:
         client = self.client
         try:
-            version = client.version(gc.LEAVE_GROUP, 5)
+            version = client.version(ApiKey.LEAVE_GROUP, 5)
             if version < 3:
                 return  # no member identities before v3: nothing safe to send
-            cls = codec.REQUESTS[gc.LEAVE_GROUP][version]
+            cls = codec.REQUESTS[ApiKey.LEAVE_GROUP][version]
             identity = {"member_id": member_id, "group_instance_id": None}
             if version >= 5:
                 identity["reason"] = _REASON
             req = cls(group_id=group_id, members=[cls.MemberIdentity(**identity)])
-            r = await client.to_coordinator(group_id, gc.LEAVE_GROUP, version, req, lambda r: r.error_code)
+            r = await client.to_coordinator(group_id, ApiKey.LEAVE_GROUP, version, req, lambda r: r.error_code)
         except (TimeoutError, UpstreamError) as e:
             log.info("could not remove an abandoned member upstream", group_id=group_id, member_id=member_id, error=str(e))
             return
@@ -148,5 +146,5 @@ class UpstreamLeaver:
                 group_id=group_id,
                 member_id=member_id,
             )
-        elif errors != [UNKNOWN_MEMBER_ID]:
+        elif errors != [Errors.UNKNOWN_MEMBER_ID]:
             log.info("upstream LeaveGroup refused", group_id=group_id, member_id=member_id, errors=errors)

@@ -28,6 +28,7 @@ from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import COORDINATOR_MOVED, CoordinatorMoved, UpstreamClient
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.group_messages import DescribedClassicGroup
 
 log = get_logger("gateway.groups.cluster")
@@ -36,13 +37,13 @@ log = get_logger("gateway.groups.cluster")
 # answered with the upstream's bytes under the client's correlation id; the value is the group type a
 # success proves.
 ROUTED_ONE: dict[int, str | None] = {
-    codec.SHARE_GROUP_HEARTBEAT: "share",
-    codec.STREAMS_GROUP_HEARTBEAT: "streams",
-    codec.ALTER_SHARE_GROUP_OFFSETS: "share",
-    codec.DELETE_SHARE_GROUP_OFFSETS: "share",
+    ApiKey.SHARE_GROUP_HEARTBEAT: "share",
+    ApiKey.STREAMS_GROUP_HEARTBEAT: "streams",
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: "share",
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: "share",
 }
 # Requests naming several groups are split per group (each may have another coordinator) and merged.
-ROUTED_MANY = frozenset({codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE, codec.DESCRIBE_SHARE_GROUP_OFFSETS})
+ROUTED_MANY = frozenset({ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.STREAMS_GROUP_DESCRIBE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS})
 # The group types the cluster coordinates on its own (ListGroups v5 TypesFilter values).
 FOREIGN_TYPES = ("share", "streams")
 # How long "the cluster has no share/streams group of that id" is believed before asking again.
@@ -83,11 +84,11 @@ class ClusterGroups:
     async def find_upstream(self, key_type: int, keys: list[str]) -> dict[str, Coordinator]:
         """Upstream coordinators of keys the gateway does not coordinate, rewritten to gateway addresses."""
         out: dict[str, Coordinator] = {}
-        version = self.client.version(codec.FIND_COORDINATOR, 3)
+        version = self.client.version(ApiKey.FIND_COORDINATOR, 3)
         for k in keys:
             try:
-                req = codec.REQUESTS[codec.FIND_COORDINATOR][version](key=k, key_type=key_type)
-                r = await self.client.send_any(codec.FIND_COORDINATOR, version, req)
+                req = codec.REQUESTS[ApiKey.FIND_COORDINATOR][version](key=k, key_type=key_type)
+                r = await self.client.send_any(ApiKey.FIND_COORDINATOR, version, req)
                 err, node = Errors.of(r.error_code), r.node_id
             except UpstreamError as e:
                 log.warning("upstream FindCoordinator failed", key=k, error=str(e))
@@ -109,11 +110,11 @@ class ClusterGroups:
                 raise UpstreamError("the upstream does not speak this api")
             v = self.forward.version(api_key, version)
             cls = codec.REQUESTS[api_key][v]
-            req = cls(group_ids=[group_id]) if api_key == gc.CONSUMER_GROUP_DESCRIBE else cls(groups=[group_id])
+            req = cls(group_ids=[group_id]) if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE else cls(groups=[group_id])
             r = await self.forward.to_coordinator(group_id, api_key, v, req, lambda r: r.groups[0].error_code)
             return r.groups[0]
         except UpstreamError as e:
-            if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+            if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
                 return gc.response_cls(api_key).DescribedGroup(
                     group_id=group_id, error_code=Errors.GROUP_ID_NOT_FOUND, error_message=str(e)
                 )
@@ -130,7 +131,7 @@ class ClusterGroups:
         if len(ids) > 1 and self.forward.supports(api_key):
             v = self.forward.version(api_key, version)
             cls = codec.REQUESTS[api_key][v]
-            if api_key == gc.CONSUMER_GROUP_DESCRIBE:
+            if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
                 out = await self._per_coordinator(api_key, v, ids, lambda batch: cls(group_ids=batch))
             else:
                 out = await self._per_coordinator(api_key, v, ids, lambda batch: cls(groups=batch))
@@ -186,8 +187,8 @@ class ClusterGroups:
         id it holds none for is shown as the cluster holds it, offsets only. ``keep``: only the ids it
         selects (several instances split what each lists)."""
         try:
-            v = self.forward.version(gc.LIST_GROUPS, version)
-            up = await self.forward.send_any(gc.LIST_GROUPS, v, msg, node_id=node_id)
+            v = self.forward.version(ApiKey.LIST_GROUPS, version)
+            up = await self.forward.send_any(ApiKey.LIST_GROUPS, v, msg, node_id=node_id)
         except UpstreamError as e:
             log.warning("upstream ListGroups failed; listing the gateway's groups only", error=str(e))
             return 0, []
@@ -250,15 +251,15 @@ class ClusterGroups:
         coordinator for the groups it coordinates, the answers merged in the order asked."""
         req_cls = codec.REQUESTS[api_key][version]
         resp_cls = codec.RESPONSES[api_key][version]
-        if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+        if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
             asked = [(g.group_id, g) for g in msg.groups]
         else:
             asked = [(g, g) for g in msg.group_ids]
-        kind = "streams" if api_key == codec.STREAMS_GROUP_DESCRIBE else "share"
+        kind = "streams" if api_key == ApiKey.STREAMS_GROUP_DESCRIBE else "share"
         items = dict(asked)
 
         def request_for(batch: list[str]) -> Any:
-            if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+            if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
                 return req_cls(groups=[items[g] for g in batch])
             return req_cls(group_ids=batch, include_authorized_operations=msg.include_authorized_operations)
 
@@ -279,7 +280,7 @@ class ClusterGroups:
                 except UpstreamError as e:
                     error = e.error_code if isinstance(e, CoordinatorMoved) else Errors.COORDINATOR_NOT_AVAILABLE
                     g = resp_cls.Groups(group_id=gid, error_code=error, error_message=str(e))
-            if g.error_code == Errors.NONE and api_key != codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+            if g.error_code == Errors.NONE and api_key != ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
                 self.note_foreign(gid, kind)
             out.append(g)
         self.counters["routed_requests"] += 1
@@ -325,11 +326,11 @@ class ClusterGroups:
         """(type, state) of the cluster's share or streams group of this id, asked of its coordinator
         (ListGroups v5 filtered on those types); None when it has none."""
         try:
-            v = self.forward.version(gc.LIST_GROUPS, 5)
+            v = self.forward.version(ApiKey.LIST_GROUPS, 5)
             if v < 5:
                 return None  # a cluster without ListGroups v5 has no share or streams groups either
-            req = codec.REQUESTS[gc.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
-            r = await self.forward.to_coordinator(group_id, gc.LIST_GROUPS, v, req, lambda r: r.error_code)
+            req = codec.REQUESTS[ApiKey.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
+            r = await self.forward.to_coordinator(group_id, ApiKey.LIST_GROUPS, v, req, lambda r: r.error_code)
         except UpstreamError as e:
             log.info("upstream group type lookup failed", group_id=group_id, error=str(e))
             return None
@@ -357,16 +358,16 @@ class ClusterGroups:
         """Warn (loudly) when the upstream coordinator has live members in a group the gateway manages."""
         members = 0
         try:
-            v = self.client.version(gc.DESCRIBE_GROUPS, 5)
-            req = codec.REQUESTS[gc.DESCRIBE_GROUPS][v](groups=[group_id])
-            r = await self.client.to_coordinator(group_id, gc.DESCRIBE_GROUPS, v, req, lambda r: r.groups[0].error_code)
+            v = self.client.version(ApiKey.DESCRIBE_GROUPS, 5)
+            req = codec.REQUESTS[ApiKey.DESCRIBE_GROUPS][v](groups=[group_id])
+            r = await self.client.to_coordinator(group_id, ApiKey.DESCRIBE_GROUPS, v, req, lambda r: r.groups[0].error_code)
             if r.groups[0].error_code == Errors.NONE:
                 members += len(r.groups[0].members)
-            if self.client.supports(gc.CONSUMER_GROUP_DESCRIBE):
-                v = self.client.version(gc.CONSUMER_GROUP_DESCRIBE, 1)
-                req = codec.REQUESTS[gc.CONSUMER_GROUP_DESCRIBE][v](group_ids=[group_id])
+            if self.client.supports(ApiKey.CONSUMER_GROUP_DESCRIBE):
+                v = self.client.version(ApiKey.CONSUMER_GROUP_DESCRIBE, 1)
+                req = codec.REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE][v](group_ids=[group_id])
                 r = await self.client.to_coordinator(
-                    group_id, gc.CONSUMER_GROUP_DESCRIBE, v, req, lambda r: r.groups[0].error_code
+                    group_id, ApiKey.CONSUMER_GROUP_DESCRIBE, v, req, lambda r: r.groups[0].error_code
                 )
                 if r.groups[0].error_code == Errors.NONE:
                     members += len(r.groups[0].members)

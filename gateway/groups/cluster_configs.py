@@ -34,6 +34,7 @@ from coordinator.config import CONSUMER_ASSIGNOR_OFFLOAD_ENABLE, GROUP_CONFIG_NA
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
+from gateway.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.groups.cluster_configs")
 
-DESCRIBE_CONFIGS = 32
 GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP
 GROUP_CONFIG_SOURCE = 8  # DescribeConfigsResponse ConfigSource.GROUP_CONFIG: set on the group itself
 _BATCH = 100  # resources per DescribeConfigs request
@@ -88,8 +88,8 @@ class ClusterGroupConfigs:
         self._joins_skip_until = 0.0
         # A link of its own: a cluster that closes the connection on a request it cannot parse (one
         # without GROUP resources) breaks nothing the group layer has in flight.
-        gw = layer.gw
-        self.client = UpstreamClient(gw.directory, lambda: gw.config.upstream_request_timeout_s)
+        config = layer.config
+        self.client = UpstreamClient(layer.directory, lambda: config.upstream_request_timeout_s)
 
     @property
     def enabled(self) -> bool:
@@ -107,14 +107,11 @@ class ClusterGroupConfigs:
         self.client.close()
 
     def _config(self, group_id: str) -> CoordinatorConfig:
-        # The config of the service of the group's shard; a shard re-read from its log gets a new
-        # service (and config): always the current one's.
-        config: CoordinatorConfig = self.layer.runtime.shard_for(group_id).service.coordinator.state.config
-        return config
+        return self.layer.runtime.group_config(group_id)
 
     def _held(self) -> list[str]:
         """The consumer groups of the shards served now."""
-        return sorted(g for service in self.layer.runtime.services() for g in service.coordinator.state.groups)
+        return sorted(g.group_id for g in self.layer.runtime.consumer_groups())
 
     async def before_join(self, group_id: str) -> None:
         """A join: the group's configs are read first unless the gateway holds the group already."""
@@ -152,9 +149,9 @@ class ClusterGroupConfigs:
     async def read(self, group_ids: list[str]) -> None:
         """DescribeConfigs of ``group_ids`` (GROUP resources) and the result applied to the coordinator."""
         client = self.client
-        if not group_ids or not client.supports(DESCRIBE_CONFIGS):
+        if not group_ids or not client.supports(ApiKey.DESCRIBE_CONFIGS):
             return
-        version = client.version(DESCRIBE_CONFIGS, 4)
+        version = client.version(ApiKey.DESCRIBE_CONFIGS, 4)
         cls = DescribeConfigsRequest[version]
         for start in range(0, len(group_ids), _BATCH):
             batch = group_ids[start : start + _BATCH]
@@ -169,7 +166,7 @@ class ClusterGroupConfigs:
                 include_documentation=False,
             )
             try:
-                r = await client.send_any(DESCRIBE_CONFIGS, version, req)
+                r = await client.send_any(ApiKey.DESCRIBE_CONFIGS, version, req)
             except (UpstreamError, TimeoutError) as e:
                 self._refusal("unreachable", f"DescribeConfigs failed: {e}")
                 return

@@ -13,15 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
-from gateway.authz.groups import (
-    DELETE,
-    DESCRIBE,
-    GROUP_AUTHORIZATION_FAILED,
-    TOPIC_AUTHORIZATION_FAILED,
-    TRANSACTIONAL_ID,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    Access,
-)
+from gateway.authz.groups import DELETE, DESCRIBE, TRANSACTIONAL_ID, Access
 from gateway.groups.adoption import UpstreamLeaver
 from gateway.groups.cluster import ClusterGroups, classic_as_offsets_only, consumer_as_offsets_only
 from gateway.groups.metadata_watch import MetadataWatch
@@ -30,6 +22,7 @@ from gateway.groups.requests import RequestContext
 from gateway.groups.runtime import CoordinatorRuntime
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.classic_messages import JoinGroupRequest
 from translate.embedded import subscribed_topics
 from translate.group_messages import (
@@ -79,34 +72,39 @@ class GroupHandlers:
     def table(self) -> dict[int, Handler]:
         """api key -> handler: every API the gateway answers for the groups it manages."""
         return {
-            gc.FIND_COORDINATOR: self.find_coordinator,
-            gc.JOIN_GROUP: self.join_group,
-            gc.SYNC_GROUP: self.sync_group,
-            gc.HEARTBEAT: self.heartbeat,
-            gc.LEAVE_GROUP: self.leave_group,
-            gc.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
-            gc.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
-            gc.DESCRIBE_GROUPS: self.describe_groups,
-            gc.LIST_GROUPS: self.list_groups,
-            gc.DELETE_GROUPS: self.delete_groups,
-            gc.OFFSET_COMMIT: self.offsets.offset_commit,
-            gc.TXN_OFFSET_COMMIT: self.offsets.txn_offset_commit,
-            gc.OFFSET_FETCH: self.offsets.offset_fetch,
-            gc.OFFSET_DELETE: self.offsets.offset_delete,
-            codec.SHARE_GROUP_DESCRIBE: self.cluster_describe,
-            codec.STREAMS_GROUP_DESCRIBE: self.cluster_describe,
-            codec.DESCRIBE_SHARE_GROUP_OFFSETS: self.cluster_describe,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
+            ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_COMMIT: self.offsets.offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT: self.offsets.txn_offset_commit,
+            ApiKey.OFFSET_FETCH: self.offsets.offset_fetch,
+            ApiKey.OFFSET_DELETE: self.offsets.offset_delete,
+            ApiKey.SHARE_GROUP_DESCRIBE: self.cluster_describe,
+            ApiKey.STREAMS_GROUP_DESCRIBE: self.cluster_describe,
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: self.cluster_describe,
         }
 
-    async def call(self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False) -> Any:
+    async def call(
+        self, group_id: str, request: object, topics: Iterable[str] = (), regex: bool = False, fresh: bool = False
+    ) -> Any:
         """One request through its group's shard. ``topics`` (and ``regex``: a pattern subscription) name
         what it subscribes to: the topic image is refreshed for them first, in the group's turn, so that a
-        topic created a moment ago is assigned."""
+        topic created a moment ago is assigned. ``fresh``: refresh the image first when the group's service
+        says the request follows a metadata change (``GroupService.join_follows_metadata_change``)."""
         prepare = None
-        if topics or regex:
+        if topics or regex or fresh:
             wanted = list(topics)
 
             async def prepare() -> None:
+                if fresh and self.runtime.shard_for(group_id).service.join_follows_metadata_change(request):
+                    await self.watch.ensure_fresh()
                 await self.watch.ensure(wanted, regex)
 
         return await self.runtime.call(group_id, request, prepare)
@@ -121,9 +119,9 @@ class GroupHandlers:
             # Kafka: DESCRIBE on the group (or transactional id) a key names, else an authorization error.
             for k in keys:
                 if key_type == gc.KEY_TYPE_GROUP and not await ctx.access.group(DESCRIBE, k):
-                    refused[k] = GROUP_AUTHORIZATION_FAILED
+                    refused[k] = Errors.GROUP_AUTHORIZATION_FAILED
                 elif key_type == _KEY_TYPE_TRANSACTION and not await ctx.access.allows(DESCRIBE, TRANSACTIONAL_ID, k):
-                    refused[k] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    refused[k] = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for error in sorted(set(refused.values())):
                 ctx.refuse(f"authorization:{Errors(error).name}", ctx.access.reason)
         unmanaged = [
@@ -160,14 +158,14 @@ class GroupHandlers:
         if await self.cluster.join_refused(msg.group_id):
             # Kafka 4.3.1 answers a classic join of a share or streams group's id so.
             return gc.response(
-                gc.JOIN_GROUP, ctx.api_version, error_code=Errors.INCONSISTENT_GROUP_PROTOCOL,
+                ApiKey.JOIN_GROUP, ctx.api_version, error_code=Errors.INCONSISTENT_GROUP_PROTOCOL,
                 member_id=msg.member_id, generation_id=-1,
             )
         request = gc.join_group_request(msg, ctx.api_version, ctx.client_id, ctx.client_host)
         assert isinstance(request, JoinGroupRequest)
         # A consumer subscribing by pattern resolves it itself: its subscription names topics.
         topics = subscribed_topics(request.protocol_type, [p.metadata for p in request.protocols])
-        body = await self.call(request.group_id, request, topics)
+        body = await self.call(request.group_id, request, topics, fresh=bool(request.member_id))
         self.adoption.after_classic(request, body)
         return gc.join_group_response(body, ctx.api_version)
 
@@ -211,7 +209,7 @@ class GroupHandlers:
         if msg.member_epoch == 0 and await self.cluster.join_refused(msg.group_id):
             # Kafka: "Group ... is not a consumer group." when the id is a share or streams group's.
             return gc.response(
-                gc.CONSUMER_GROUP_HEARTBEAT, version, error_code=Errors.GROUP_ID_NOT_FOUND,
+                ApiKey.CONSUMER_GROUP_HEARTBEAT, version, error_code=Errors.GROUP_ID_NOT_FOUND,
                 error_message=f"Group {msg.group_id} is not a consumer group.", member_epoch=-1,
             )
         if msg.member_epoch == 0 and self.before_join is not None:
@@ -238,7 +236,7 @@ class GroupHandlers:
         # Managed ids the gateway holds no state for are asked of the cluster too (offsets-only groups);
         # the gateway's own answer stands when the cluster cannot be asked.
         ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
-        cluster = await self.cluster.describe_many(gc.CONSUMER_GROUP_DESCRIBE, ask, version)
+        cluster = await self.cluster.describe_many(ApiKey.CONSUMER_GROUP_DESCRIBE, ask, version)
         for g in ask:
             up = cluster[g]
             if g not in found or up.error_code == Errors.NONE:
@@ -248,7 +246,7 @@ class GroupHandlers:
         groups = [_unauthorized_consumer_group(g) for g in refused] + [found[g] for g in ids]
         if ctx.access.enabled:
             groups = await _authorized_describe(ctx.access, groups, msg.include_authorized_operations)
-        return gc.response(gc.CONSUMER_GROUP_DESCRIBE, version, groups=groups)
+        return gc.response(ApiKey.CONSUMER_GROUP_DESCRIBE, version, groups=groups)
 
     async def describe_groups(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
@@ -266,7 +264,7 @@ class GroupHandlers:
         # share, streams): the cluster describes it, as it would without the gateway; the gateway's own
         # answer (Dead) stands when the cluster cannot be asked.
         ask = [g for g in ids if g not in found or (self.managed(g) and not self.runtime.has_state(g))]
-        cluster = await self.cluster.describe_many(gc.DESCRIBE_GROUPS, ask, version)
+        cluster = await self.cluster.describe_many(ApiKey.DESCRIBE_GROUPS, ask, version)
         for g in ask:
             up = cluster[g]
             # The cluster's own answer, errors included (v6: "Group ... is not a classic group." for a
@@ -277,7 +275,7 @@ class GroupHandlers:
                 classic_as_offsets_only(found[g])
         # Kafka lists the groups refused first, then the ones described.
         groups = [
-            gc.described_classic_group(DescribedClassicGroup(g, GROUP_AUTHORIZATION_FAILED, None)) for g in refused
+            gc.described_classic_group(DescribedClassicGroup(g, Errors.GROUP_AUTHORIZATION_FAILED, None)) for g in refused
         ] + [found[g] for g in ids]
         if ctx.access.enabled and version >= 3 and msg.include_authorized_operations:
             for d in groups:
@@ -285,7 +283,7 @@ class GroupHandlers:
                     # kafka-python carries this bit field as the set of the bits' positions.
                     bits = ctx.access.group_operations(d.group_id) or 0
                     d.authorized_operations = {b for b in range(32) if bits >> b & 1}
-        return gc.response(gc.DESCRIBE_GROUPS, version, groups=groups)
+        return gc.response(ApiKey.DESCRIBE_GROUPS, version, groups=groups)
 
     async def list_groups(self, ctx: RequestContext, msg: Any) -> Any:
         """The gateway's own groups merged with the cluster's: every group the cluster holds and the gateway
@@ -319,7 +317,7 @@ class GroupHandlers:
             # Kafka: without DESCRIBE on the cluster, only the groups the principal may describe (the
             # cluster's were listed to the gateway's own principal, so they are filtered here too).
             listed = [g for g in listed if await access.group(DESCRIBE, g.group_id)]
-        return gc.response(gc.LIST_GROUPS, version, error_code=error, groups=listed)
+        return gc.response(ApiKey.LIST_GROUPS, version, error_code=error, groups=listed)
 
     def _held_managed(self, group_id: str) -> bool:
         return self.managed(group_id) and self.runtime.shard_for(group_id).state.owned
@@ -349,7 +347,7 @@ class GroupHandlers:
                 results[gid] = int(local)
         # Kafka answers the refused groups after the others.
         answered = [DeletableGroupResult(g, results[g]) for g in request.group_ids]
-        answered += [DeletableGroupResult(g, GROUP_AUTHORIZATION_FAILED) for g in refused]
+        answered += [DeletableGroupResult(g, Errors.GROUP_AUTHORIZATION_FAILED) for g in refused]
         return gc.delete_groups_response(DeleteGroupsResponse(answered), version)
 
     # --- the cluster's groups --------------------------------------------------------------------------
@@ -359,7 +357,7 @@ class GroupHandlers:
         (asked under the gateway's principal: each group is checked for the client's first)."""
         if not ctx.access.enabled:
             return await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
-        share_offsets = ctx.api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS
+        share_offsets = ctx.api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
         asked = [g.group_id for g in msg.groups] if share_offsets else list(msg.group_ids)
         refused = await _refused_groups(ctx, asked, DESCRIBE)
         if share_offsets:
@@ -369,7 +367,7 @@ class GroupHandlers:
         r = await self.cluster.route_many(ctx.api_key, ctx.api_version, msg)
         if refused:
             cls = codec.RESPONSES[ctx.api_key][ctx.api_version]
-            r.groups = [cls.Groups(group_id=g, error_code=GROUP_AUTHORIZATION_FAILED) for g in refused] + list(r.groups)
+            r.groups = [cls.Groups(group_id=g, error_code=Errors.GROUP_AUTHORIZATION_FAILED) for g in refused] + list(r.groups)
         if not share_offsets and msg.include_authorized_operations:
             for d in r.groups:
                 if d.error_code == Errors.NONE:
@@ -388,15 +386,15 @@ async def _refused_groups(ctx: RequestContext, group_ids: list[str], op: Any) ->
 
 
 def _unauthorized_consumer_group(group_id: str) -> Any:
-    return gc.response_cls(gc.CONSUMER_GROUP_DESCRIBE).DescribedGroup(
-        group_id=group_id, error_code=GROUP_AUTHORIZATION_FAILED
+    return gc.response_cls(ApiKey.CONSUMER_GROUP_DESCRIBE).DescribedGroup(
+        group_id=group_id, error_code=Errors.GROUP_AUTHORIZATION_FAILED
     )
 
 
 async def _authorized_describe(access: Access, groups: list[Any], with_operations: bool) -> list[Any]:
     """ConsumerGroupDescribe as Kafka finishes it: authorized operations when asked, and a group whose
     members are assigned a topic the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED."""
-    cls = gc.response_cls(gc.CONSUMER_GROUP_DESCRIBE).DescribedGroup
+    cls = gc.response_cls(ApiKey.CONSUMER_GROUP_DESCRIBE).DescribedGroup
     out = []
     for g in groups:
         if g.error_code != Errors.NONE:
@@ -413,7 +411,7 @@ async def _authorized_describe(access: Access, groups: list[Any], with_operation
         }
         if names and len(await access.topics(DESCRIBE, names)) < len(names):
             g = cls(
-                group_id=g.group_id, error_code=TOPIC_AUTHORIZATION_FAILED,
+                group_id=g.group_id, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
                 error_message="The group has described topic(s) that the client is not authorized to describe.",
                 members=[],
             )

@@ -58,18 +58,23 @@ from gateway.groups.requests import (
 from gateway.groups.runtime import CoordinatorRuntime, GroupCalls, ShardUnloaded
 from gateway.logging import get_logger
 from gateway.metrics import GroupStats
+from gateway.net.contracts import HandlerChain
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
 from gateway.state.file_store import FileStateStore
 from gateway.state.store import StateStore
 from gateway.wire import codec, frames
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.group_codec import group_ids
 from translate.group_service import GroupService
 
 if TYPE_CHECKING:
-    from gateway.net.connection import ClientConnection
-    from gateway.net.server import Gateway
+    from gateway.config.settings import GatewayConfig
+    from gateway.net.contracts import RequestSource
+    from gateway.net.nodes import NodeTable
+    from gateway.net.refusals import RefusalLog
+    from gateway.net.upstream import BrokerDirectory
 
 log = get_logger("gateway.groups.layer")
 
@@ -77,14 +82,14 @@ GroupsUnloaded = ShardUnloaded  # the name older callers know
 
 # Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
 # its member epoch, which only the cluster's coordinator can check).
-_OFFSET_APIS = frozenset({gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.TXN_OFFSET_COMMIT, gc.OFFSET_DELETE})
+_OFFSET_APIS = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE})
 
 # Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
 # upstream speaks (topic ids turned into names where the upstream's version has only names).
 _TRANSLATED_FOR_ANY_GROUP = frozenset(
     {
-        gc.FIND_COORDINATOR, gc.DESCRIBE_GROUPS, gc.DELETE_GROUPS, gc.CONSUMER_GROUP_DESCRIBE, gc.OFFSET_FETCH,
-        gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT,
+        ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.OFFSET_FETCH,
+        ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT,
     }
 )  # fmt: skip
 
@@ -102,11 +107,29 @@ class Decoded:
 
 
 class GroupLayer:
-    """``layer = GroupLayer(gateway, settings); layer.install(); await layer.open_state();
-    await gateway.start(); await layer.start()``."""
+    """``layer = GroupLayer(config, settings, directory=..., nodes=...); await layer.open_state();
+    gateway = Gateway(config, layer.chain(), directory=..., nodes=...); await gateway.start();
+    await layer.start()``.
 
-    def __init__(self, gw: Gateway, settings: CoordinatorSettings, join_fleet: JoinFleet | None = None) -> None:
-        self.gw = gw
+    It shares the gateway's broker directory (the cluster's brokers and API versions), its node table
+    (the coordinator's address; the fleet's routes once joined) and its refusal log, and hands the gateway
+    its handlers as a ``HandlerChain``: it never sees the gateway or a connection.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        settings: CoordinatorSettings,
+        *,
+        directory: BrokerDirectory,
+        nodes: NodeTable,
+        refusals: RefusalLog | None = None,
+        join_fleet: JoinFleet | None = None,
+    ) -> None:
+        self.config = config
+        self.directory = directory
+        self.nodes = nodes
+        self.refusals = refusals
         # Several instances (gateway/fleet/membership.py, given by the command that builds the gateway):
         # how this instance joins the instances group once its listeners are open.
         self._join_fleet = join_fleet
@@ -115,9 +138,9 @@ class GroupLayer:
         self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
         self._match_all = settings.managed_groups == ".*"
         self._managed = re2.compile(settings.managed_groups)
-        timeout = lambda: gw.config.upstream_request_timeout_s  # noqa: E731
-        self.client = UpstreamClient(gw.directory, timeout)
-        self.forward = UpstreamClient(gw.directory, timeout)  # client-driven traffic: links of its own
+        timeout = lambda: config.upstream_request_timeout_s  # noqa: E731
+        self.client = UpstreamClient(directory, timeout)
+        self.forward = UpstreamClient(directory, timeout)  # client-driven traffic: links of its own
         self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
         self.events: RebalanceEventLog | None = None
         store: StateStore | None = None
@@ -132,7 +155,7 @@ class GroupLayer:
         elif kind == "kafka":
             from gateway.state.topic import KafkaStateStore  # the Kafka client library loads only when used
 
-            store = KafkaStateStore.from_config(gw.config, shards=settings.state_topic_num_partitions)
+            store = KafkaStateStore.from_config(config, shards=settings.state_topic_num_partitions)
             where = f"topic {settings.state_topic}"
         # KIP-1263 offload: large groups' target computations run here, off the event loop (its threads
         # start on first use; a group's consumer.assignor.offload.enable may turn offload on for it alone).
@@ -157,7 +180,7 @@ class GroupLayer:
             # Shards are served only once the instances group assigned them (gateway/fleet/membership.py).
             self.runtime.serve_only_owned()
         self.cluster = ClusterGroups(
-            self.client, self.forward, addr_of=gw.addr_of, managed=self.managed,
+            self.client, self.forward, addr_of=nodes.addr_of, managed=self.managed,
             has_state=self.runtime.has_state, counters=self.counters, spawn=self.runtime.spawn,
         )
         self.adoption = UpstreamLeaver(
@@ -171,21 +194,21 @@ class GroupLayer:
         )
         self.handlers = GroupHandlers(
             self.runtime, self.cluster, self.offsets, self.adoption, self.watch,
-            managed=self.managed, home_node=self.home_node, addr_of=gw.addr_of,
+            managed=self.managed, home_node=self.home_node, addr_of=nodes.addr_of,
         )
         self._handlers: dict[int, Handler] = self.handlers.table()
         self._api_keys = frozenset((*self._handlers, *ROUTED_ONE))
         self._state_opened = False
         # Authorization of what the gateway answers itself (gateway/authz/groups.py): None when off.
         self.authorizer: GroupAuthorizer | None = None
+        self._authorizes_passthrough = False  # set by chain()
         self._names_of: object = None
         self._names: dict[uuid.UUID, str] = {}
         self._unknown_id_refresh = float("-inf")
-        config = gw.config
         if config.authorizes():
             self.acls = AclCache(
                 self.client, frozenset(config.super_users), config.allow_everyone_if_no_acl_found,
-                nodes=lambda: sorted(gw.directory.brokers),
+                nodes=lambda: sorted(directory.brokers),
             )
             self.authorizer = GroupAuthorizer(
                 self.acls, strict=config.authorization == "strict",
@@ -209,14 +232,19 @@ class GroupLayer:
 
     # --- wiring ----------------------------------------------------------------------------------------
 
-    def install(self) -> None:
-        """Register the local handlers and versions on the gateway (before it starts)."""
-        for api_key in self._api_keys:
-            self.gw.local_handlers[api_key] = _LocalHandler(self, api_key)
-        if self.authorizer is not None and self.gw.config.listener_sasl_mode == "terminate":
+    def chain(self) -> HandlerChain:
+        """What the gateway answers through this layer, for its construction: a handler per group API and
+        their versions; under SASL termination, the authorization of what is passed through."""
+        passthrough = None
+        if self.authorizer is not None and self.config.listener_sasl_mode == "terminate":
             # Termination: the passed-through requests are authorized with the same ACLs.
-            self.gw.data_authz = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
-        self.gw.directory.set_local_api(gc.LOCAL_API)
+            passthrough = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
+        self._authorizes_passthrough = passthrough is not None
+        return HandlerChain(
+            local_handlers={api_key: _LocalHandler(self, api_key) for api_key in self._api_keys},
+            local_api=gc.LOCAL_API,
+            passthrough_authz=passthrough,
+        )
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
         """Topic id -> name of the topic image (rebuilt when the image changes)."""
@@ -279,10 +307,10 @@ class GroupLayer:
         heartbeats cut off with the connection. So when the home node's broker dies (SIGKILL, a lost
         host), the groups' coordinator moves to the next listed node, as a Kafka coordinator moves with
         its partition's leadership; every listener answers the group APIs."""
-        served = self.gw.broker_ports
+        served = self.nodes.broker_ports
         if not served:
             return None
-        directory = self.gw.directory
+        directory = self.directory
         listed = [n for n in served if n in directory.brokers and n not in directory.absent_since]
         return min(listed or served)
 
@@ -310,19 +338,19 @@ class GroupLayer:
                 log.error(
                     "authorization is on but the cluster's ACLs cannot be read: every group request is refused "
                     "until they can (the gateway's principal needs DESCRIBE on the cluster; or set authorization)",
-                    error=self.acls.last_error, authorization=self.gw.config.authorization,
+                    error=self.acls.last_error, authorization=self.config.authorization,
                 )
             else:
                 log.info(
                     "authorizing group requests with the cluster's ACLs"
-                    + (" (and, in SASL termination, every request passed through)" if getattr(self.gw, "data_authz", None) else ""),
-                    authorization=self.gw.config.authorization, acls=len(self.acls.snapshot.bindings)
+                    + (" (and, in SASL termination, every request passed through)" if self._authorizes_passthrough else ""),
+                    authorization=self.config.authorization, acls=len(self.acls.snapshot.bindings)
                     if self.acls.snapshot is not None else None,
-                    **{"acl_refresh_interval_ms": self.gw.config.acl_refresh_interval_ms},
+                    **{"acl_refresh_interval_ms": self.config.acl_refresh_interval_ms},
                 )
         self.runtime.start()
         if self.authorizer is not None:
-            self.runtime.spawn(self.acls.refresh_forever(self.gw.config.acl_refresh_interval_ms / 1000))
+            self.runtime.spawn(self.acls.refresh_forever(self.config.acl_refresh_interval_ms / 1000))
         if self.settings.effective_state_store == "kafka" and self.settings.state_answer_stall_ms > 0:
             # A state write waits for the cluster (a leader or transaction coordinator moving): answers
             # are not held past what clients wait for a heartbeat answer (docs/operations.md, "A broker
@@ -332,14 +360,14 @@ class GroupLayer:
             if self._join_fleet is None:
                 raise ValueError("instances_group is set but the gateway was built without fleet membership")
             self.fleet = self._join_fleet(
-                self.runtime, self.settings, self.runtime.store, self.gw.bootstrap, self._refresh_topics,
-                self.gw.listener_rule(),
+                self.runtime, self.settings, self.runtime.store, self.nodes.bootstrap, self._refresh_topics,
+                self.nodes.listener_rule(),
             )
             self.handlers.fleet_coordinator = self.fleet.coordinator
             self.handlers.fleet = self.fleet
             # One node table in every instance's answers: brokers at the instance carrying them, and the
             # instances' coordinator nodes beside them.
-            self.gw.fleet = self.fleet
+            self.nodes.route_through(self.fleet)
             await self.fleet.start()
         if self.settings.effective_state_store == "kafka" and self.settings.state_stall_check_ms > 0:
             self.runtime.watch_stalls(self.settings.state_stall_check_ms / 1000)
@@ -392,11 +420,11 @@ class GroupLayer:
     def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
         """Whether this request is the group layer's (else it passes through to the upstream); what it
         decoded to decide, when it did, so that ``handle`` does not decode it again."""
-        if api_key == gc.LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return True
-        if self._match_all and api_key != gc.FIND_COORDINATOR:
+        if self._match_all and api_key != ApiKey.FIND_COORDINATOR:
             return True
-        upstream = self.gw.directory.upstream_api.get(api_key)
+        upstream = self.directory.upstream_api.get(api_key)
         if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
             # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
             # upstream would refuse a newer one for a group it coordinates: the handler speaks the
@@ -411,7 +439,7 @@ class GroupLayer:
         return Decoded(msg) if any(self.managed(g) for g in group_ids(api_key, version, msg)) else False
 
     async def handle(
-        self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes, decoded: Decoded | None = None
+        self, conn: RequestSource, header: frames.RequestHeader, payload: bytes, decoded: Decoded | None = None
     ) -> bytes:
         api_key, version, corr = header.api_key, header.api_version, header.correlation_id
         if decoded is not None:
@@ -437,7 +465,7 @@ class GroupLayer:
                 if refused is not None:
                     return refused
             if api_key in ROUTED_ONE:
-                if api_key == codec.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
+                if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
                     # A streams group's first member may take over an id the gateway holds (KIP-1071
                     # offline migration): decided on the gateway's state of it, so that shard must be read.
                     self.runtime.check_loaded([msg.group_id])
@@ -449,14 +477,14 @@ class GroupLayer:
                 # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
                 return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
             ids = group_ids(api_key, version, msg)
-            if api_key == gc.LIST_GROUPS:
+            if api_key == ApiKey.LIST_GROUPS:
                 # In a fleet a broker's node lists none of the managed groups: a shard being loaded here
                 # does not hold its answer up (gateway/groups/handlers.py list_groups).
                 if self.fleet is None or ctx.node_id is None:
                     for shard in self.runtime.shards:
                         if shard.state.will_serve:  # another instance lists the groups it owns
                             shard.check_loaded()
-            elif api_key != gc.FIND_COORDINATOR and api_key not in ROUTED_MANY:
+            elif api_key != ApiKey.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])
             if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
                 if not ctx.access.enabled:
@@ -482,7 +510,7 @@ class GroupLayer:
             return True
         return names_member(api_key, version, msg) and await self.cluster.is_foreign(group_id)
 
-    def _context(self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes) -> RequestContext:
+    def _context(self, conn: RequestSource, header: frames.RequestHeader, payload: bytes) -> RequestContext:
         api_key, version, corr = header.api_key, header.api_version, header.correlation_id
 
         def send_upstream(group_id: str, kind: str | None) -> Awaitable[bytes]:
@@ -509,9 +537,9 @@ class GroupLayer:
             access=ALLOW_ALL if self.authorizer is None else self.authorizer.access(principal, host),
         )
 
-    def refused(self, conn: ClientConnection, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
+    def refused(self, conn: RequestSource, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
         """A request this layer refuses: logged once per client and kind (gateway/net/refusals.py)."""
-        refusals = getattr(self.gw, "refusals", None)
+        refusals = self.refusals
         if refusals is not None:
             who = {"principal": conn.principal} if conn.principal is not None else {}
             refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason, **who)
@@ -530,7 +558,7 @@ class _LocalHandler:
         return self.layer.claims(frame, api_key, version)
 
     def __call__(
-        self, conn: ClientConnection, header: frames.RequestHeader, payload: bytes, decoded: Any = None
+        self, conn: RequestSource, header: frames.RequestHeader, payload: bytes, decoded: Any = None
     ) -> Awaitable[bytes]:
         return self.layer.handle(conn, header, payload, decoded if isinstance(decoded, Decoded) else None)
 

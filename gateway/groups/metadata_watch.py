@@ -20,7 +20,7 @@ from kafka.protocol.metadata import MetadataRequest
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
-from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.groups.metadata_watch")
 
@@ -45,11 +45,11 @@ class MetadataWatch:
         self._refreshed_at = float("-inf")  # time.monotonic() of the last completed refresh
 
     async def fetch(self) -> TopicImage:
-        version = self.client.version(codec.METADATA, _WANTED_VERSION)
+        version = self.client.version(ApiKey.METADATA, _WANTED_VERSION)
         if version < _MIN_VERSION:
             raise UpstreamError(f"the upstream's Metadata v{version} carries no topic ids (need v10+)")
         msg = MetadataRequest[version](topics=None, allow_auto_topic_creation=False)
-        r: Any = await self.client.send_any(codec.METADATA, version, msg)
+        r: Any = await self.client.send_any(ApiKey.METADATA, version, msg)
         image: TopicImage = {}
         for t in r.topics:
             if t.error_code == 0 and t.name and t.topic_id is not None:
@@ -114,6 +114,13 @@ class MetadataWatch:
                 self._missing_checked[n] = now
         if len(self._missing_checked) > 10_000:
             self._missing_checked.clear()
+
+    async def ensure_fresh(self) -> None:
+        """Refresh now (sharing a refresh in flight), whatever the image's age; a failure is logged."""
+        try:
+            await self.refresh()
+        except UpstreamError as e:
+            log.warning("on-demand metadata refresh failed", error=str(e))
 
     async def run_forever(self) -> None:
         while True:

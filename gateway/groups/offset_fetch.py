@@ -13,11 +13,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
-from gateway.authz.groups import DESCRIBE, TOPIC_AUTHORIZATION_FAILED, Access
+from gateway.authz.groups import DESCRIBE, Access
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.group_messages import OffsetCheckResponse, OffsetFetchCheck
 
 if TYPE_CHECKING:
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.groups.offsets")
 
-GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
-UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
-UNKNOWN_TOPIC_ID = Errors.UNKNOWN_TOPIC_ID
 # OffsetCommit / OffsetFetch v10 (KIP-848) name topics by id only; the gateway speaks names upstream.
 TOPIC_ID_VERSION = 10
 # A commit or fetch of a managed group that could not reach the cluster (a broker outage, or a commit
@@ -75,7 +73,7 @@ class OffsetFetches:
 
     async def offset_fetch(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
-        cls = gc.response_cls(gc.OFFSET_FETCH)
+        cls = gc.response_cls(ApiKey.OFFSET_FETCH)
         access = ctx.access
         got: list[FetchedTopic]
         if version < 8:
@@ -137,7 +135,7 @@ class OffsetFetches:
                         # A topic id nobody knows: UNKNOWN_TOPIC_ID per partition, as Kafka answers.
                         key = f"\0{t.topic_id}"
                         unknown_ids[key] = t.topic_id
-                        unknown.append((key, [(p, -1, -1, "", UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
+                        unknown.append((key, [(p, -1, -1, "", Errors.UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
             member_id = g.member_id if version >= 9 else None
             epoch = g.member_epoch if version >= 9 else -1
             if not await access.group(DESCRIBE, g.group_id):
@@ -193,7 +191,7 @@ class OffsetFetches:
         if self.managed(gid) and member_id is not None:
             reply: OffsetCheckResponse = await self.groups.call(gid, OffsetFetchCheck(gid, member_id, member_epoch))
             error = int(reply.error_code)
-            if error in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND) and self.leave_abandoned:
+            if error in (Errors.UNKNOWN_MEMBER_ID, Errors.GROUP_ID_NOT_FOUND) and self.leave_abandoned:
                 # A member id the gateway does not know, typically one the client still holds from the
                 # cluster's coordinator right after its group became managed here (docs/operations.md,
                 # "Adopting a live group"). The Java consumer fails poll() for good on an OffsetFetch
@@ -204,8 +202,8 @@ class OffsetFetches:
                 return error, []
         client = self.client
         try:
-            v = client.version(gc.OFFSET_FETCH, 9)
-            req_cls = codec.REQUESTS[gc.OFFSET_FETCH]
+            v = client.version(ApiKey.OFFSET_FETCH, 9)
+            req_cls = codec.REQUESTS[ApiKey.OFFSET_FETCH]
             if v >= 8:
                 gcls = req_cls.OffsetFetchRequestGroup
                 req_topics = (
@@ -224,7 +222,7 @@ class OffsetFetches:
                     else [req_cls.OffsetFetchRequestTopic(name=n, partition_indexes=ps) for n, ps in topics]
                 )
                 req = req_cls[v](group_id=gid, topics=req_topics, require_stable=require_stable)
-            r = await client.to_coordinator(gid, gc.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
+            r = await client.to_coordinator(gid, ApiKey.OFFSET_FETCH, v, req, lambda r: _fetch_error(r, v))
         except UpstreamError as e:
             log.warning("offset fetch could not reach the upstream coordinator", group_id=gid, error=str(e))
             return CLUSTER_UNREACHABLE, []
@@ -254,7 +252,7 @@ async def _split_fetch_topics(
         return topics, []
     allowed = await access.topics(DESCRIBE, [n for n, _ in topics])
     denied: list[FetchedTopic] = [
-        (n, [(p, -1, -1, "", int(TOPIC_AUTHORIZATION_FAILED)) for p in ps]) for n, ps in topics if n not in allowed
+        (n, [(p, -1, -1, "", int(Errors.TOPIC_AUTHORIZATION_FAILED)) for p in ps]) for n, ps in topics if n not in allowed
     ]
     return [(n, ps) for n, ps in topics if n in allowed], denied
 

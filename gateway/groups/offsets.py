@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
-from gateway.authz.groups import READ, TOPIC_AUTHORIZATION_FAILED
+from gateway.authz.groups import READ
 from gateway.groups.offset_fetch import CLUSTER_UNREACHABLE, TOPIC_ID_VERSION, OffsetFetches, _refused
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck
 
 if TYPE_CHECKING:
@@ -43,14 +44,6 @@ if TYPE_CHECKING:
 
 log = get_logger("gateway.groups.offsets")
 
-COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
-COORDINATOR_LOAD_IN_PROGRESS = Errors.COORDINATOR_LOAD_IN_PROGRESS
-ILLEGAL_GENERATION = Errors.ILLEGAL_GENERATION
-UNKNOWN_MEMBER_ID = Errors.UNKNOWN_MEMBER_ID
-REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
-GROUP_ID_NOT_FOUND = Errors.GROUP_ID_NOT_FOUND
-GROUP_SUBSCRIBED_TO_TOPIC = Errors.GROUP_SUBSCRIBED_TO_TOPIC
-UNKNOWN_TOPIC_ID = Errors.UNKNOWN_TOPIC_ID
 # Upstream answers to a simple commit that only a group with live upstream members gives.
 _MEMBERSHIP_ERRORS = frozenset(
     {
@@ -89,7 +82,7 @@ def _commit_response(api_key: int, prefix: str, version: int, results: CommitRes
     topics = []
     for name, topic_id, parts in results:
         fields: dict[str, Any] = {"name": name}
-        if api_key == gc.OFFSET_COMMIT:
+        if api_key == ApiKey.OFFSET_COMMIT:
             fields["topic_id"] = topic_id
         topics.append(topic_cls(**fields, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts]))
     return cls[version](topics=topics)
@@ -132,7 +125,7 @@ class OffsetBridge(OffsetFetches):
             for t in msg.topics:
                 name = names.get(t.topic_id)
                 if name is None:
-                    unknown.extend(_partition_errors([t], UNKNOWN_TOPIC_ID))
+                    unknown.extend(_partition_errors([t], Errors.UNKNOWN_TOPIC_ID))
                 else:
                     t.name = name
                     known.append(t)
@@ -148,9 +141,9 @@ class OffsetBridge(OffsetFetches):
         )
         # As Kafka: when no topic is left to commit, the group is not asked.
         results = (
-            await self._commit(check, gc.OFFSET_COMMIT, version, msg, ctx) if msg.topics or not (unknown or denied) else []
+            await self._commit(check, ApiKey.OFFSET_COMMIT, version, msg, ctx) if msg.topics or not (unknown or denied) else []
         )
-        return _commit_response(gc.OFFSET_COMMIT, "OffsetCommitResponse", version, denied + unknown + results)
+        return _commit_response(ApiKey.OFFSET_COMMIT, "OffsetCommitResponse", version, denied + unknown + results)
 
     async def txn_offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
@@ -164,8 +157,8 @@ class OffsetBridge(OffsetFetches):
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, gc.TXN_OFFSET_COMMIT, version, msg, ctx) if msg.topics or not denied else []
-        return _commit_response(gc.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, denied + results)
+        results = await self._commit(check, ApiKey.TXN_OFFSET_COMMIT, version, msg, ctx) if msg.topics or not denied else []
+        return _commit_response(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, denied + results)
 
     async def _commit(
         self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any, ctx: RequestContext | None = None
@@ -180,14 +173,14 @@ class OffsetBridge(OffsetFetches):
         known_before = self._known(gid)
         reply: OffsetCheckResponse = await self.groups.call(gid, check)
         error = int(reply.error_code)
-        if check.member_id and (error == GROUP_ID_NOT_FOUND or (error == ILLEGAL_GENERATION and not known_before)):
+        if check.member_id and (error == Errors.GROUP_ID_NOT_FOUND or (error == Errors.ILLEGAL_GENERATION and not known_before)):
             # A member of a group the gateway did not have: one the cluster coordinated before the group
             # became managed here (docs/operations.md, "Adopting a live group"). Kafka answers
             # GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before); classic clients take the former
             # as a fatal commit error. UNKNOWN_MEMBER_ID makes them drop the old id and join here.
             self.counters["commits_unknown_group"] += 1
-            error = UNKNOWN_MEMBER_ID
-        if error == UNKNOWN_MEMBER_ID:
+            error = Errors.UNKNOWN_MEMBER_ID
+        if error == Errors.UNKNOWN_MEMBER_ID:
             self.adoption.abandoned(gid, check.member_id)
         if error != 0:
             self.counters["commits_fenced"] += 1
@@ -202,8 +195,8 @@ class OffsetBridge(OffsetFetches):
             v = self.client.version(api_key, wanted)
         except UpstreamError:
             self.counters["commits_failed"] += 1
-            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
-        if api_key == gc.OFFSET_COMMIT:
+            return _partition_errors(msg.topics, Errors.COORDINATOR_NOT_AVAILABLE)
+        if api_key == ApiKey.OFFSET_COMMIT:
             msg.generation_id_or_member_epoch = -1
         else:
             msg.generation_id = -1
@@ -249,7 +242,7 @@ class OffsetBridge(OffsetFetches):
             r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
-            return _partition_errors(msg.topics, COORDINATOR_NOT_AVAILABLE)
+            return _partition_errors(msg.topics, Errors.COORDINATOR_NOT_AVAILABLE)
         names = {getattr(t, "topic_id", None): t.name for t in msg.topics}
         ids = self._topic_ids()
         return [
@@ -270,8 +263,8 @@ class OffsetBridge(OffsetFetches):
         (gateway/groups/adoption.py). None: a group the gateway does not hold (the upstream's answer stands)."""
         kind = self.groups.group_kind(group_id)
         if kind == "classic":
-            return REBALANCE_IN_PROGRESS
-        return COORDINATOR_LOAD_IN_PROGRESS if kind is not None else None
+            return Errors.REBALANCE_IN_PROGRESS
+        return Errors.COORDINATOR_LOAD_IN_PROGRESS if kind is not None else None
 
     def _known(self, group_id: str) -> bool:
         return self.groups.group_kind(group_id) is not None
@@ -280,7 +273,7 @@ class OffsetBridge(OffsetFetches):
 
     async def offset_delete(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
-        cls = gc.response_cls(gc.OFFSET_DELETE)
+        cls = gc.response_cls(ApiKey.OFFSET_DELETE)
         refused = []
         unauthorized: list[Any] = []
         if ctx.access.enabled:
@@ -298,7 +291,7 @@ class OffsetBridge(OffsetFetches):
                 name=t.name,
                 partitions=[
                     cls.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
-                        partition_index=p.partition_index, error_code=GROUP_SUBSCRIBED_TO_TOPIC
+                        partition_index=p.partition_index, error_code=Errors.GROUP_SUBSCRIBED_TO_TOPIC
                     )
                     for p in t.partitions
                 ],
@@ -309,7 +302,7 @@ class OffsetBridge(OffsetFetches):
                 name=t.name,
                 partitions=[
                     cls.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
-                        partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED
+                        partition_index=p.partition_index, error_code=Errors.TOPIC_AUTHORIZATION_FAILED
                     )
                     for p in t.partitions
                 ],
@@ -320,11 +313,11 @@ class OffsetBridge(OffsetFetches):
             return cls[version](topics=refused_topics)
         try:
             r = await self.client.to_coordinator(
-                msg.group_id, gc.OFFSET_DELETE, version, msg, lambda r: r.error_code
+                msg.group_id, ApiKey.OFFSET_DELETE, version, msg, lambda r: r.error_code
             )
         except UpstreamError as e:
             log.warning("OffsetDelete could not reach the upstream coordinator", group_id=msg.group_id, error=str(e))
-            return gc.response(gc.OFFSET_DELETE, version, error_code=COORDINATOR_NOT_AVAILABLE)
+            return gc.response(ApiKey.OFFSET_DELETE, version, error_code=Errors.COORDINATOR_NOT_AVAILABLE)
         if r.error_code != 0 and unauthorized:
             # Kafka answers a group error alone (GROUP_ID_NOT_FOUND, ...), without the refused topics.
             refused_topics = refused_topics[: len(refused_topics) - len(unauthorized)]
@@ -335,20 +328,20 @@ class OffsetBridge(OffsetFetches):
         """Delete the group (its offsets) on the upstream; its error code."""
         client = self.client
         try:
-            v = client.version(gc.DELETE_GROUPS, 2)
-            req = codec.REQUESTS[gc.DELETE_GROUPS][v](groups_names=[gid])
+            v = client.version(ApiKey.DELETE_GROUPS, 2)
+            req = codec.REQUESTS[ApiKey.DELETE_GROUPS][v](groups_names=[gid])
             # At most once: sent again after a lost link, a delete that was applied would answer
             # GROUP_ID_NOT_FOUND; the client's retry after COORDINATOR_NOT_AVAILABLE tells the truth.
             r = await client.to_coordinator(
-                gid, gc.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code, idempotent=False
+                gid, ApiKey.DELETE_GROUPS, v, req, lambda r: r.results[0].error_code, idempotent=False
             )
             return int(r.results[0].error_code)
         except UpstreamError as e:
             log.warning("DeleteGroups could not reach the upstream coordinator", group_id=gid, error=str(e))
-            return COORDINATOR_NOT_AVAILABLE
+            return Errors.COORDINATOR_NOT_AVAILABLE
 
 
-_API_NAMES = {gc.OFFSET_COMMIT: "offset-commit", gc.TXN_OFFSET_COMMIT: "txn-offset-commit"}
+_API_NAMES = {ApiKey.OFFSET_COMMIT: "offset-commit", ApiKey.TXN_OFFSET_COMMIT: "txn-offset-commit"}
 
 async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitResults:
     """Kafka's READ check of each committed topic: the topics the principal may not read leave ``msg``
@@ -361,7 +354,7 @@ async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitRe
         return []
     _refused(ctx, "TOPIC_AUTHORIZATION_FAILED")
     msg.topics = [t for t in msg.topics if t.name in allowed]
-    return _partition_errors(denied, TOPIC_AUTHORIZATION_FAILED)
+    return _partition_errors(denied, Errors.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _error_name(error: int) -> str:
@@ -374,18 +367,18 @@ def _error_name(error: int) -> str:
 def _refusal_reason(check: OffsetCommitCheck, error: int, classic_group: bool) -> str:
     """Why the gateway's coordinator refused a commit, in words an operator can act on."""
     who = f"member {check.member_id!r} of group {check.group_id!r} at generation/epoch {check.generation_id}"
-    if error == ILLEGAL_GENERATION and classic_group:
+    if error == Errors.ILLEGAL_GENERATION and classic_group:
         return f"{who}: not the classic group's current generation"
-    if error in (ILLEGAL_GENERATION, Errors.STALE_MEMBER_EPOCH):
+    if error in (Errors.ILLEGAL_GENERATION, Errors.STALE_MEMBER_EPOCH):
         return (
             f"{who}: not the member's current epoch, nor (KIP-1251) an older one at which it already held "
             "every committed partition"
         )
-    if error == UNKNOWN_MEMBER_ID:
+    if error == Errors.UNKNOWN_MEMBER_ID:
         return f"{who}: no such member in the gateway's group"
     if error == Errors.FENCED_INSTANCE_ID:
         return f"{who}: instance id {check.group_instance_id!r} belongs to another member"
-    if error == REBALANCE_IN_PROGRESS:
+    if error == Errors.REBALANCE_IN_PROGRESS:
         return f"{who}: the group is between JoinGroup and SyncGroup"
     if error == Errors.UNSUPPORTED_VERSION:
         return f"{who}: consumer-protocol members commit with OffsetCommit v9 or later (this was v{check.api_version})"

@@ -13,13 +13,10 @@ from coordinator import regex as rx
 from coordinator.errors import ApiError, Errors
 from gateway.authz.groups import (
     DESCRIBE,
-    GROUP_AUTHORIZATION_FAILED,
     GROUP_OPERATION,
     TOPIC,
-    TOPIC_AUTHORIZATION_FAILED,
     TOPIC_OPERATION,
     TRANSACTIONAL_ID,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     WRITE,
     GroupAuthorizer,
     subscribed_topics,
@@ -27,6 +24,7 @@ from gateway.authz.groups import (
 from gateway.groups.requests import RequestContext, refusal_payload
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from gateway.groups.metadata_watch import MetadataWatch
@@ -49,13 +47,13 @@ class RequestAuthorization:
             return None
         access = ctx.access
         error: int | None = None
-        if api_key == gc.TXN_OFFSET_COMMIT and not await access.allows(WRITE, TRANSACTIONAL_ID, msg.transactional_id):
-            error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if api_key == ApiKey.TXN_OFFSET_COMMIT and not await access.allows(WRITE, TRANSACTIONAL_ID, msg.transactional_id):
+            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         elif not await access.group(op, msg.group_id):
-            error = GROUP_AUTHORIZATION_FAILED
+            error = Errors.GROUP_AUTHORIZATION_FAILED
         elif api_key in TOPIC_OPERATION:
             topics = subscribed_topics(api_key, msg)
-            regex = getattr(msg, "subscribed_topic_regex", None) if api_key == gc.CONSUMER_GROUP_HEARTBEAT else None
+            regex = getattr(msg, "subscribed_topic_regex", None) if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT else None
             if regex and self.authorizer is not None and self.authorizer.strict:
                 # Kafka assigns only the matching topics the member may describe (KAFKA-18813); the gateway's
                 # coordinator cannot filter per principal, so strict mode refuses a pattern that matches
@@ -67,9 +65,9 @@ class RequestAuthorization:
             if topics and len(await access.topics(TOPIC_OPERATION[api_key], topics)) < len(topics):
                 # Kafka answers the heartbeat itself, without a member id or epoch.
                 self.counters["authorization_refusals"] += 1
-                ctx.refuse(f"authorization:{Errors(TOPIC_AUTHORIZATION_FAILED).name}", access.reason)
+                ctx.refuse(f"authorization:{Errors.TOPIC_AUTHORIZATION_FAILED.name}", access.reason)
                 return codec.encode_response(
-                    api_key, version, ctx.correlation_id, gc.response(api_key, version, error_code=TOPIC_AUTHORIZATION_FAILED)
+                    api_key, version, ctx.correlation_id, gc.response(api_key, version, error_code=Errors.TOPIC_AUTHORIZATION_FAILED)
                 )
         return None if error is None else self.refuse(ctx, msg, error)
 
@@ -79,10 +77,10 @@ class RequestAuthorization:
         principal may not use is refused whole (the forwarded bytes cannot drop it), and an all-topics
         OffsetFetch answer leaves out the topics the principal may not describe."""
         api_key, version, access = ctx.api_key, ctx.api_version, ctx.access
-        if api_key == gc.OFFSET_FETCH and not await access.group(DESCRIBE, group_id):
-            return self.refuse(ctx, msg, GROUP_AUTHORIZATION_FAILED)
+        if api_key == ApiKey.OFFSET_FETCH and not await access.group(DESCRIBE, group_id):
+            return self.refuse(ctx, msg, Errors.GROUP_AUTHORIZATION_FAILED)
         ids: dict[Any, str] = {tid: name for name, (tid, _) in self.watch.topics.items()}
-        if api_key == gc.OFFSET_FETCH:
+        if api_key == ApiKey.OFFSET_FETCH:
             asked = msg.topics if version < 8 else msg.groups[0].topics
         else:
             asked = msg.topics
@@ -90,14 +88,14 @@ class RequestAuthorization:
             names = [t.name or ids.get(getattr(t, "topic_id", None), "") for t in asked]
             wanted = [n for n in names if n]
             if len(await access.topics(TOPIC_OPERATION[api_key], wanted)) < len(wanted):
-                return self.refuse(ctx, msg, TOPIC_AUTHORIZATION_FAILED)
+                return self.refuse(ctx, msg, Errors.TOPIC_AUTHORIZATION_FAILED)
         answer = await ctx.send_upstream(group_id, None)
-        if api_key != gc.OFFSET_FETCH or asked is not None:
+        if api_key != ApiKey.OFFSET_FETCH or asked is not None:
             return answer
         try:
             _, r = codec.decode_response(api_key, version, answer)
         except Exception:  # noqa: BLE001 - an answer that cannot be read shows nothing
-            return self.refuse(ctx, msg, GROUP_AUTHORIZATION_FAILED)
+            return self.refuse(ctx, msg, Errors.GROUP_AUTHORIZATION_FAILED)
         holder = r if version < 8 else r.groups[0]
         shown = []
         for t in holder.topics:

@@ -12,6 +12,7 @@ from coordinator.errors import Errors
 from gateway.authz.groups import ALLOW_ALL, Access
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -43,9 +44,9 @@ class RequestContext:
 def names_member(api_key: int, version: int, msg: Any) -> bool:
     """Whether an offset request comes from a group member (not a simple commit or an admin read): only
     then may the group be a streams group the gateway has not seen yet."""
-    if api_key == gc.OFFSET_FETCH:
+    if api_key == ApiKey.OFFSET_FETCH:
         return version >= 9 and bool(msg.groups) and bool(msg.groups[0].member_id)
-    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
+    if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
         return bool(getattr(msg, "member_id", ""))
     return False
 
@@ -58,9 +59,9 @@ def response_error(api_key: int, version: int, payload: bytes) -> int:
         return 0
     if getattr(r, "error_code", 0):
         return int(r.error_code)
-    if api_key == gc.OFFSET_FETCH and version >= 8 and r.groups:
+    if api_key == ApiKey.OFFSET_FETCH and version >= 8 and r.groups:
         return int(r.groups[0].error_code)
-    if api_key in (gc.OFFSET_COMMIT, gc.TXN_OFFSET_COMMIT):
+    if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
         for t in r.topics:
             for p in t.partitions:
                 return int(p.error_code)
@@ -83,7 +84,7 @@ def unloaded_payload(api_key: int, version: int, correlation_id: int, msg: Any) 
 
     ListGroups, which every broker answers for its own groups, says COORDINATOR_NOT_AVAILABLE, which
     admin clients retry (NOT_COORDINATOR there would fail the listing)."""
-    error = Errors.COORDINATOR_NOT_AVAILABLE if api_key == gc.LIST_GROUPS else Errors.NOT_COORDINATOR
+    error = Errors.COORDINATOR_NOT_AVAILABLE if api_key == ApiKey.LIST_GROUPS else Errors.NOT_COORDINATOR
     return refusal_payload(api_key, version, correlation_id, msg, error, "group state is being re-read")
 
 

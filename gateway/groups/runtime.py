@@ -20,7 +20,7 @@ import functools
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.groups.shard import Shard
 from gateway.groups.shard_context import (  # noqa: F401 - re-exported: the names callers import from here
@@ -38,6 +38,11 @@ from gateway.metrics import GroupStats
 from gateway.state.log import StateLogWriteFailed
 from gateway.state.store import StateStore, shard_of
 from translate.group_service import GroupService
+
+if TYPE_CHECKING:
+    from coordinator.config import CoordinatorConfig
+    from coordinator.model import ConsumerGroup
+    from translate.classic_group import ClassicGroup
 
 log = get_logger("gateway.groups.runtime")
 
@@ -309,6 +314,20 @@ class CoordinatorRuntime:
     def services(self) -> Iterator[GroupService]:
         """The services of the shards served now."""
         return (s.service for s in self.loaded())
+
+    def classic_groups(self) -> Iterator[ClassicGroup]:
+        """The classic groups of the shards served now (read-only: for /metrics)."""
+        return (g for service in self.services() for g in service.classic_groups.groups.values())
+
+    def consumer_groups(self) -> Iterator[ConsumerGroup]:
+        """The consumer groups of the shards served now (read-only: for /metrics and config refreshes)."""
+        return (g for service in self.services() for g in service.coordinator.state.groups.values())
+
+    def group_config(self, group_id: str) -> CoordinatorConfig:
+        """The coordinator settings the group's shard runs with now (a shard re-read from its log gets a
+        new service, and config: always the current one's)."""
+        config: CoordinatorConfig = self.shard_for(group_id).service.coordinator.state.config
+        return config
 
     def has_state(self, group_id: str) -> bool:
         """Whether a group of this id is held now (its shard loaded)."""

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
+from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
 from gateway.net.contracts import ConnectionHost, LocalHandler, Slot
@@ -35,6 +36,7 @@ from gateway.net.upstream import set_nodelay
 from gateway.net.upstream_link import UpstreamLink, dial
 from gateway.security.sasl import SASL_APIS, ClientSasl
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.connection")
 
@@ -54,12 +56,12 @@ _RELINK_BACKOFF_MAX_S = 2.0
 
 _REWRITTEN = frozenset(
     {
-        codec.METADATA,
-        codec.FIND_COORDINATOR,
-        codec.DESCRIBE_CLUSTER,
-        codec.API_VERSIONS,
-        codec.SHARE_FETCH,
-        codec.SHARE_ACKNOWLEDGE,
+        ApiKey.METADATA,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.API_VERSIONS,
+        ApiKey.SHARE_FETCH,
+        ApiKey.SHARE_ACKNOWLEDGE,
     }
 )
 # Produce v10+ / Fetch v16+: responses that may carry leader endpoints (KIP-951), walked without decoding.
@@ -374,7 +376,7 @@ class ClientConnection(asyncio.Protocol):
                 self._answer_locally(handler, frame, api_key, version, claim)
                 return
         slot: Slot | None = Slot()
-        if api_key == codec.PRODUCE:
+        if api_key == ApiKey.PRODUCE:
             try:
                 acks = frames.produce_acks(frame, version, codec.request_header_flexible(api_key, version))
             except (frames.FrameError, struct.error) as e:
@@ -424,10 +426,10 @@ class ClientConnection(asyncio.Protocol):
         self._forwarded[api_key] += 1
 
     def _unsupported(self, api_key: int, version: int, corr: int, max_version: int) -> None:
-        if api_key == codec.API_VERSIONS:
+        if api_key == ApiKey.API_VERSIONS:
             payload: bytes | None = rewrite.api_versions_unsupported(corr, max_version)
         else:
-            payload = codec.error_response(api_key, version, corr, codec.UNSUPPORTED_VERSION)
+            payload = codec.error_response(api_key, version, corr, Errors.UNSUPPORTED_VERSION)
         if payload is None:
             # Already logged (once per client) as a refusal; this is the per-request detail.
             log.debug(
@@ -549,7 +551,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _rewrite(self, api_key: int, version: int, payload: bytes) -> bytes:
         directory = self.gw.directory
-        if api_key == codec.API_VERSIONS:
+        if api_key == ApiKey.API_VERSIONS:
             result = rewrite.rewrite_api_versions(payload, version, directory.local_api)
             directory.note_narrowed(result.narrowed)
             return result.payload

@@ -18,9 +18,10 @@ import time
 from gateway.logging import get_logger
 from gateway.net.contracts import ClientSide, ConnectionHost, LinkOf, Slot
 from gateway.net.refusals import client_id_of
-from gateway.security.sasl import SASL_HANDSHAKE, ClientSasl
+from gateway.security.sasl import ClientSasl
 from gateway.security.sasl_server import TerminatingSasl
 from gateway.wire import frames
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.connection")
 
@@ -145,7 +146,7 @@ def answer_sasl(conn: ClientSide, frame: bytes, api_key: int, version: int) -> N
         if sasl.state == "failed":
             log.info("client SASL authentication refused", peer=conn.peer, mechanism=sasl.mechanism,
                      reason=sasl.refusal)
-        elif sasl.authenticated and api_key != SASL_HANDSHAKE:
+        elif sasl.authenticated and api_key != ApiKey.SASL_HANDSHAKE:
             log.debug("client authenticated", peer=conn.peer, principal=sasl.principal,
                       mechanism=sasl.mechanism, reauthentications=sasl.reauthentications)
         conn.flush()

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.wire import frames
@@ -35,6 +35,23 @@ if TYPE_CHECKING:
 # response payload (response header + body, without the size prefix). The source is the connection's
 # ``RequestSource``: its peer, listener node and principal, never the connection.
 LocalHandler = Callable[["RequestSource", frames.RequestHeader, bytes], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class HandlerChain:
+    """What the gateway answers itself instead of forwarding, given to it at construction.
+
+    ``local_handlers`` maps an api key to ``async handler(source, header, payload) -> response payload``:
+    the gateway answers that API itself on every listener. ``payload`` is the request without its size
+    prefix (decode it with ``codec.decode_request``); the handler returns the response header + body
+    (``codec.encode_response``); its answer still leaves in request order. ``local_api`` lists the version
+    ranges of those APIs for ApiVersions and the request check. ``passthrough_authz``: under SASL
+    termination, the authorization of what the clients send through (None: passed on under the gateway's
+    own rights)."""
+
+    local_handlers: Mapping[int, LocalHandler] = field(default_factory=dict)
+    local_api: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    passthrough_authz: PassthroughAuthorizer | None = None
 
 
 class RequestSource(Protocol):

@@ -20,14 +20,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.frames import FrameError, read_uvarint, skip_tagged_fields, write_uvarint
 
-PRODUCE = 0
-FETCH = 1
 # The first version of each API whose response carries NodeEndpoints, and the last one whose layout this
 # module knows. The gateway advertises no version above the latter (see rewrite.VERSION_CAPS).
-ENDPOINTS_FROM: dict[int, int] = {PRODUCE: 10, FETCH: 16}
-KNOWN_UP_TO: dict[int, int] = {PRODUCE: 13, FETCH: 18}
+ENDPOINTS_FROM: dict[int, int] = {ApiKey.PRODUCE: 10, ApiKey.FETCH: 16}
+KNOWN_UP_TO: dict[int, int] = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 18}
 NODE_ENDPOINTS_TAG = 0
 
 _INT32 = struct.Struct(">i")
@@ -113,9 +112,9 @@ def _fetch_body_end(buf: Buf, pos: int, version: int) -> int:
 
 def find_tagged_fields(api_key: int, version: int, payload: bytes | memoryview, body_offset: int) -> int:
     """Where the top-level tagged fields of a Produce/Fetch response body start (offset into ``payload``)."""
-    if api_key == PRODUCE:
+    if api_key == ApiKey.PRODUCE:
         pos = _produce_body_end(payload, body_offset, version)
-    elif api_key == FETCH:
+    elif api_key == ApiKey.FETCH:
         pos = _fetch_body_end(payload, body_offset, version)
     else:
         raise ValueError(f"api key {api_key} carries no node endpoints")

@@ -16,8 +16,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.errors import Errors
 from gateway.net import node_endpoints
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 _INT16 = struct.Struct(">h")
 
@@ -32,15 +34,12 @@ VERSION_CAPS: dict[int, int] = {**node_endpoints.KNOWN_UP_TO, 55: 1}
 # Versions below these are not decoded: the share APIs' v0 was an early-access format of Kafka 4.0 that
 # 4.1 replaced with v1 (KIP-932); a 4.0 cluster's share groups stay hidden rather than misread.
 VERSION_FLOORS: dict[int, int] = {
-    codec.SHARE_GROUP_HEARTBEAT: 1,
-    codec.SHARE_GROUP_DESCRIBE: 1,
-    codec.SHARE_FETCH: 1,
-    codec.SHARE_ACKNOWLEDGE: 1,
+    ApiKey.SHARE_GROUP_HEARTBEAT: 1,
+    ApiKey.SHARE_GROUP_DESCRIBE: 1,
+    ApiKey.SHARE_FETCH: 1,
+    ApiKey.SHARE_ACKNOWLEDGE: 1,
 }
 
-END_TXN = 26
-TXN_OFFSET_COMMIT = 28
-CONSUMER_GROUP_HEARTBEAT = 68
 
 # Finalized features (KIP-584) tell clients which protocol to use; a client trusts a level only together
 # with the API versions that level needs. Per feature: the highest level whose needs are known here
@@ -52,18 +51,18 @@ FEATURE_NEEDS: dict[str, tuple[int | None, dict[int, dict[int, int]]]] = {
     "metadata.version": (None, {}),
     "kraft.version": (None, {}),
     "eligible.leader.replicas.version": (None, {}),
-    "transaction.version": (2, {2: {codec.PRODUCE: 12, TXN_OFFSET_COMMIT: 5, END_TXN: 5}}),
-    "group.version": (1, {1: {CONSUMER_GROUP_HEARTBEAT: 0}}),
+    "transaction.version": (2, {2: {ApiKey.PRODUCE: 12, ApiKey.TXN_OFFSET_COMMIT: 5, ApiKey.END_TXN: 5}}),
+    "group.version": (1, {1: {ApiKey.CONSUMER_GROUP_HEARTBEAT: 0}}),
     # KIP-1071 / KIP-932: every client-facing API of the group type (share APIs from v1, see VERSION_FLOORS).
-    "streams.version": (1, {1: {codec.STREAMS_GROUP_HEARTBEAT: 0, codec.STREAMS_GROUP_DESCRIBE: 0}}),
+    "streams.version": (1, {1: {ApiKey.STREAMS_GROUP_HEARTBEAT: 0, ApiKey.STREAMS_GROUP_DESCRIBE: 0}}),
     "share.version": (
         1,
         {
             1: {
-                codec.SHARE_GROUP_HEARTBEAT: 1,
-                codec.SHARE_GROUP_DESCRIBE: 1,
-                codec.SHARE_FETCH: 1,
-                codec.SHARE_ACKNOWLEDGE: 1,
+                ApiKey.SHARE_GROUP_HEARTBEAT: 1,
+                ApiKey.SHARE_GROUP_DESCRIBE: 1,
+                ApiKey.SHARE_FETCH: 1,
+                ApiKey.SHARE_ACKNOWLEDGE: 1,
             }
         },
     ),
@@ -111,7 +110,7 @@ def _listed(existing: list[Any], listed: Sequence[Broker], make: Callable[..., A
 def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()) -> Rewritten:
     """``listed``: nodes of the gateway's own named beside the brokers (the coordinator nodes of a fleet's
     instances, gateway/fleet/membership.py)."""
-    head, msg = codec.decode_response(codec.METADATA, version, payload)
+    head, msg = codec.decode_response(ApiKey.METADATA, version, payload)
     seen = [Broker(b.node_id, b.host, b.port, b.rack) for b in msg.brokers]
     msg.brokers = _served(msg.brokers, addr_of, "node_id")
     if listed:
@@ -122,11 +121,11 @@ def rewrite_metadata(payload: bytes, version: int, addr_of: AddressOf, listed: S
 def rewrite_describe_cluster(
     payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()
 ) -> Rewritten:
-    head, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, version, payload)
+    head, msg = codec.decode_response(ApiKey.DESCRIBE_CLUSTER, version, payload)
     if version >= 1 and msg.endpoint_type == 2:
         # KIP-919 controller endpoints: the gateway proxies brokers only and must not reveal controllers.
         msg.brokers = []
-        msg.error_code = codec.INVALID_REQUEST
+        msg.error_code = Errors.INVALID_REQUEST
         msg.error_message = "the gateway exposes broker endpoints only"
         return Rewritten(head + codec.encode_body(msg, version))
     seen = [Broker(b.broker_id, b.host, b.port, b.rack) for b in msg.brokers]
@@ -142,7 +141,7 @@ def _rewrite_coordinator(c: Any, addr_of: AddressOf) -> None:
         return
     addr = addr_of(c.node_id)
     if addr is None:
-        c.error_code = codec.COORDINATOR_NOT_AVAILABLE
+        c.error_code = Errors.COORDINATOR_NOT_AVAILABLE
         c.error_message = "the coordinator's broker is not served by the gateway"
         c.node_id, c.host, c.port = -1, "", -1
     else:
@@ -150,7 +149,7 @@ def _rewrite_coordinator(c: Any, addr_of: AddressOf) -> None:
 
 
 def rewrite_find_coordinator(payload: bytes, version: int, addr_of: AddressOf) -> Rewritten:
-    head, msg = codec.decode_response(codec.FIND_COORDINATOR, version, payload)
+    head, msg = codec.decode_response(ApiKey.FIND_COORDINATOR, version, payload)
     if version >= 4:
         # KIP-699 batched lookups: one entry per requested key.
         for c in msg.coordinators:
@@ -276,9 +275,9 @@ def _decode_api_versions(payload: bytes, version: int) -> tuple[bytes, Any, int]
     """
     from kafka.protocol.metadata import ApiVersionsResponse
 
-    off = frames.response_body_offset(payload, codec.response_header_flexible(codec.API_VERSIONS, version))
+    off = frames.response_body_offset(payload, codec.response_header_flexible(ApiKey.API_VERSIONS, version))
     error = _INT16.unpack_from(payload, off)[0] if len(payload) >= off + 2 else 0
-    if version > 0 and error not in (0, codec.UNSUPPORTED_VERSION):
+    if version > 0 and error not in (0, Errors.UNSUPPORTED_VERSION):
         try:
             # ApiMessage.decode, past kafka-python's always-v0 override for error answers.
             body = super(ApiVersionsResponse, ApiVersionsResponse).decode(memoryview(payload)[off:], version=version)
@@ -287,7 +286,7 @@ def _decode_api_versions(payload: bytes, version: int) -> tuple[bytes, Any, int]
         else:
             body._header = None  # decode() leaves the slot unset and encode() reads it
             return bytes(payload[:off]), body, version
-    head, body = codec.decode_response(codec.API_VERSIONS, version, payload)
+    head, body = codec.decode_response(ApiKey.API_VERSIONS, version, payload)
     return head, body, version if body.error_code == 0 else 0
 
 
@@ -303,9 +302,9 @@ def api_versions_unsupported(correlation_id: int, max_version: int) -> bytes:
     from kafka.protocol.metadata import ApiVersionsResponse
 
     msg = ApiVersionsResponse[0](
-        error_code=codec.UNSUPPORTED_VERSION, api_keys=[_api_version(codec.API_VERSIONS, 0, max_version)]
+        error_code=Errors.UNSUPPORTED_VERSION, api_keys=[_api_version(ApiKey.API_VERSIONS, 0, max_version)]
     )
-    return codec.encode_response(codec.API_VERSIONS, 0, correlation_id, msg)
+    return codec.encode_response(ApiKey.API_VERSIONS, 0, correlation_id, msg)
 
 
 def rewrite_node_endpoints(api_key: int) -> Callable[[bytes, int, AddressOf], Rewritten]:
@@ -327,17 +326,17 @@ def rewrite_response(
     api_key: int, payload: bytes, version: int, addr_of: AddressOf, listed: Sequence[Broker] = ()
 ) -> Rewritten:
     """One response of an API in ``REWRITERS``; ``listed`` goes into Metadata and DescribeCluster."""
-    if api_key == codec.METADATA:
+    if api_key == ApiKey.METADATA:
         return rewrite_metadata(payload, version, addr_of, listed)
-    if api_key == codec.DESCRIBE_CLUSTER:
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
         return rewrite_describe_cluster(payload, version, addr_of, listed)
     return REWRITERS[api_key](payload, version, addr_of)
 
 
 REWRITERS: dict[int, Callable[[bytes, int, AddressOf], Rewritten]] = {
-    codec.METADATA: rewrite_metadata,
-    codec.FIND_COORDINATOR: rewrite_find_coordinator,
-    codec.DESCRIBE_CLUSTER: rewrite_describe_cluster,
-    codec.SHARE_FETCH: rewrite_node_endpoints(codec.SHARE_FETCH),
-    codec.SHARE_ACKNOWLEDGE: rewrite_node_endpoints(codec.SHARE_ACKNOWLEDGE),
+    ApiKey.METADATA: rewrite_metadata,
+    ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
+    ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
+    ApiKey.SHARE_FETCH: rewrite_node_endpoints(ApiKey.SHARE_FETCH),
+    ApiKey.SHARE_ACKNOWLEDGE: rewrite_node_endpoints(ApiKey.SHARE_ACKNOWLEDGE),
 }

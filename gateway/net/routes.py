@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.config.ports import broker_port
+
 
 @dataclass(frozen=True, slots=True)
 class ListenerRule:
@@ -41,13 +43,8 @@ class ListenerRule:
     def address(self, node_id: int) -> tuple[str, int] | None:
         if node_id in self.unserved:
             return None
-        port = self.explicit.get(node_id)
-        if port is None:
-            offset = node_id - self.id_base
-            if not 0 <= offset < self.count:
-                return None
-            port = self.base + offset
-        return self.host, port
+        port = broker_port(node_id, base=self.base, id_base=self.id_base, count=self.count, explicit=self.explicit)
+        return None if port is None else (self.host, port)
 
     def encode(self) -> dict[str, Any]:
         return {"host": self.host, "base": self.base, "id_base": self.id_base, "count": self.count,

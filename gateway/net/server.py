@@ -9,8 +9,8 @@ and close once a broker has been gone longer than the grace period.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,11 +18,11 @@ from gateway.config.settings import GatewayConfig, PortMappingError
 from gateway.logging import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.net.connection import ClientConnection
-from gateway.net.contracts import LocalHandler, PassthroughAuthorizer
+from gateway.net.contracts import HandlerChain, LocalHandler, PassthroughAuthorizer
 from gateway.net.limits import ConnectionLimits
+from gateway.net.nodes import NodeTable
 from gateway.net.refusals import RefusalLog
 from gateway.net.rewrite import Broker
-from gateway.net.routes import ListenerRule
 from gateway.net.unreachable import Replies
 from gateway.net.upstream import BrokerDirectory
 from gateway.security.sasl_server import Terminator
@@ -31,36 +31,31 @@ from gateway.security.tls import TlsAcceptor, server_context
 log = get_logger("gateway.net.server")
 
 
-class FleetNodes(Protocol):
-    def broker_address(self, node_id: int) -> tuple[str, int] | None:
-        """Broker ``node_id``'s listener on the instance that carries it; None: this process's own."""
-        ...
-
-    def coordinator_nodes(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every instance's coordinator node."""
-        ...
-
-
 class Gateway:
-    """In-process API: ``gw = Gateway(config); await gw.start(); gw.bootstrap; await gw.stop()``.
+    """In-process API: ``gw = Gateway(config, chain); await gw.start(); gw.bootstrap; await gw.stop()``.
 
-    ``local_handlers`` maps an api key to ``async handler(conn, header, payload) -> response payload``:
-    the gateway answers that API itself on every listener instead of forwarding it. ``payload`` is the
-    request without its size prefix (decode it with ``codec.decode_request``); the handler returns the
-    response header + body (``codec.encode_response``); its answer still leaves in request order.
-    ``local_api`` lists the version ranges of those APIs for ApiVersions and the request check.
+    ``chain`` (net/contracts.py ``HandlerChain``) is what the gateway answers itself and how it authorizes
+    what it passes through, given at construction: nothing is installed into it later. ``directory``,
+    ``nodes`` and ``refusals`` are shared with whoever built the chain (the group layer reads the brokers,
+    names its coordinator from the node table and logs its refusals once per client like the gateway's).
     """
 
     def __init__(
         self,
         config: GatewayConfig,
-        local_handlers: Mapping[int, LocalHandler] | None = None,
-        local_api: Mapping[int, tuple[int, int]] | None = None,
+        chain: HandlerChain | None = None,
+        *,
+        directory: BrokerDirectory | None = None,
+        nodes: NodeTable | None = None,
+        refusals: RefusalLog | None = None,
     ) -> None:
         self.config = config
-        self.local_handlers: dict[int, LocalHandler] = dict(local_handlers or {})
-        self.directory = BrokerDirectory(config, on_change=self._schedule_reconcile)
-        self.directory.set_local_api(local_api or {})
+        chain = chain or HandlerChain()
+        self.local_handlers: dict[int, LocalHandler] = dict(chain.local_handlers)
+        self.directory = directory or BrokerDirectory(config)
+        self.directory.on_change = self._schedule_reconcile
+        self.directory.set_local_api(chain.local_api)
+        self.nodes = nodes or NodeTable(config, self.directory)
         self.connections: set[ClientConnection] = set()
         # The last upstream answers to ApiVersions / Metadata / DescribeCluster, replayed to the same
         # requests while the upstream is unreachable (gateway/net/unreachable.py).
@@ -68,32 +63,27 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.limits = ConnectionLimits(config, self.metrics, self.connections)
         # Refused requests, logged once per client and kind (gateway/net/refusals.py).
-        self.refusals = RefusalLog()
+        self.refusals = refusals or RefusalLog()
         # SASL termination (gateway/security/sasl_server.py): the users and key sets every connection checks against.
         self.sasl_terminator = Terminator.from_config(config)
-        # ... and the authorization of what its clients send through (gateway/authz/data.py), installed by
-        # the group layer, which owns the ACL cache; None: passed on under the gateway's rights.
-        self.data_authz: PassthroughAuthorizer | None = None
+        # ... and the authorization of what its clients send through (gateway/authz/data.py, built by the group
+        # layer, which owns the ACL cache); None: passed on under the gateway's rights.
+        self.data_authz: PassthroughAuthorizer | None = chain.passthrough_authz
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)
         self._bootstrap_server: asyncio.Server | None = None
-        self._bootstrap_port = 0
         self._listeners: dict[int, asyncio.Server] = {}
-        self._ports: dict[int, int] = {}  # node id -> bound port, kept for the life of the process
         self._unmappable: set[int] = set()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
-        # Several instances (gateway/fleet/membership.py): the instance whose listener names each broker, and the
-        # instances' coordinator nodes listed beside the brokers. None: this process's own listeners only.
-        self.fleet: FleetNodes | None = None
 
     # --- addresses -------------------------------------------------------------------------------------
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.config.client_host()}:{self._bootstrap_port}"
+        return self.nodes.bootstrap
 
     @property
     def serving(self) -> bool:
@@ -107,46 +97,14 @@ class Gateway:
 
     @property
     def broker_ports(self) -> dict[int, int]:
-        return {n: self._ports[n] for n in self._listeners}
-
-    def _own_addr(self, node_id: int) -> tuple[str, int] | None:
-        if node_id in self._listeners:
-            return self.config.client_host(), self._ports[node_id]
-        if node_id not in self.directory.brokers:
-            return None
-        try:
-            port = self.config.broker_port(node_id)
-        except PortMappingError:
-            return None
-        # A fixed port is known before its listener opens (it is being opened now); an OS-chosen one is not.
-        return (self.config.client_host(), port) if port else None
+        return self.nodes.broker_ports
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
-        """The address clients use for ``node_id``, or None when the gateway does not serve it: this
-        process's listener for it, or in a fleet the listener of the instance that carries the broker
-        (the same in every instance's answers)."""
-        own = self._own_addr(node_id)
-        if own is None or self.fleet is None:
-            return own
-        return self.fleet.broker_address(node_id) or own
+        """The address clients use for ``node_id`` (gateway/net/nodes.py)."""
+        return self.nodes.addr_of(node_id)
 
     def listed_nodes(self) -> list[Broker]:
-        """Nodes listed beside the brokers in Metadata and DescribeCluster: a fleet's coordinator nodes."""
-        if self.fleet is None:
-            return []
-        return [Broker(n, host, port) for n, host, port in self.fleet.coordinator_nodes()]
-
-    def listener_rule(self) -> ListenerRule | None:
-        """How this process numbers its broker listeners, for the other instances of a fleet (None: its
-        ports are chosen by the OS one by one, which nobody else can compute)."""
-        base = self.config.effective_port_base()
-        if base is None:
-            return None
-        # Known brokers whose listener did not open (its port held by another process) are published as
-        # unserved, so that the fleet routes them to an instance that does serve them.
-        unserved = frozenset(n for n in self.directory.brokers if n not in self._listeners)
-        return ListenerRule(self.config.client_host(), base, self.config.node_id_base, self.config.max_brokers,
-                            dict(self.config.broker_ports), unserved)
+        return self.nodes.listed_nodes()
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -162,7 +120,7 @@ class Gateway:
             # one a restart with ``--listen HOST:P`` produces, so clients' cached addresses stay valid.
             try:
                 self.config = GatewayConfig.model_validate({**self.config.model_dump(), "listen_port": port})
-                self.directory.config = self.config
+                self.directory.config = self.nodes.config = self.config
                 if await self._reconcile() == 0:
                     break
             except ValidationError:
@@ -173,7 +131,7 @@ class Gateway:
                 attempt=attempt,
             )
             await self._close_listeners()
-            self.config = self.config.model_copy(update={"listen_port": 0})
+            self.config = self.nodes.config = self.config.model_copy(update={"listen_port": 0})
         self._spawn(self.directory.refresh_forever())
         self._spawn(self.limits.sweep_forever())
         self._install_accept_error_handler()
@@ -211,8 +169,8 @@ class Gateway:
             self.config.listen_port,
             reuse_address=True,
         )
-        self._bootstrap_port = int(self._bootstrap_server.sockets[0].getsockname()[1])
-        return self._bootstrap_port
+        self.nodes.bootstrap_port = int(self._bootstrap_server.sockets[0].getsockname()[1])
+        return self.nodes.bootstrap_port
 
     def _client_factory(self, node: int | None) -> Callable[[], asyncio.Protocol]:
         def factory() -> asyncio.Protocol:
@@ -227,7 +185,8 @@ class Gateway:
         for s in servers:
             await s.wait_closed()
         self._listeners.clear()
-        self._ports.clear()
+        self.nodes.open.clear()
+        self.nodes.ports.clear()
         self._bootstrap_server = None
 
     async def stop(self) -> None:
@@ -274,7 +233,7 @@ class Gateway:
                         )
                         self._unmappable.add(node)
                     continue
-                port = port or self._ports.get(node, 0)
+                port = port or self.nodes.ports.get(node, 0)
 
                 try:
                     server = await loop.create_server(
@@ -284,15 +243,17 @@ class Gateway:
                     log.error("cannot open broker listener", node_id=node, port=port, error=str(e))
                     failures += 1
                     continue
-                self._ports[node] = server.sockets[0].getsockname()[1]
+                self.nodes.ports[node] = server.sockets[0].getsockname()[1]
                 self._listeners[node] = server
+                self.nodes.open.add(node)
                 log.info(
                     "broker listener open",
                     node_id=node,
-                    listen=f"{self.config.listen_host}:{self._ports[node]}",
+                    listen=f"{self.config.listen_host}:{self.nodes.ports[node]}",
                 )
             for node in sorted(set(self._listeners) - wanted):
                 server = self._listeners.pop(node)
+                self.nodes.open.discard(node)
                 server.close()
                 for c in [c for c in self.connections if c.node_id == node]:
                     c.close()

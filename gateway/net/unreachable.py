@@ -35,13 +35,8 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from coordinator.errors import Errors
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
-NOT_LEADER_OR_FOLLOWER = Errors.NOT_LEADER_OR_FOLLOWER
-REQUEST_TIMED_OUT = Errors.REQUEST_TIMED_OUT
-FETCH_SESSION_ID_NOT_FOUND = Errors.FETCH_SESSION_ID_NOT_FOUND
-LEADER_NOT_AVAILABLE = Errors.LEADER_NOT_AVAILABLE
-LIST_OFFSETS = 2
-OFFSET_FOR_LEADER_EPOCH = 23
 _HEAD = struct.Struct(">hh")
 _MAX_TOPICS = 100_000
 
@@ -50,15 +45,15 @@ _MAX_TOPICS = 100_000
 # another error code would be fatal to some (the Java consumer's JoinGroup).
 COORDINATOR_APIS = frozenset(
     {
-        codec.FIND_COORDINATOR, gc.OFFSET_COMMIT, gc.OFFSET_FETCH, gc.JOIN_GROUP, gc.HEARTBEAT, gc.LEAVE_GROUP,
-        gc.SYNC_GROUP, gc.DESCRIBE_GROUPS, gc.LIST_GROUPS, gc.TXN_OFFSET_COMMIT, gc.DELETE_GROUPS,
-        gc.OFFSET_DELETE, gc.CONSUMER_GROUP_HEARTBEAT, gc.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.FIND_COORDINATOR, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.TXN_OFFSET_COMMIT, ApiKey.DELETE_GROUPS,
+        ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
         22, 24, 25, 26,  # InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
     }
 )  # fmt: skip
 
 # Reads whose last answer is replayed during an outage.
-REPLAYED = frozenset({codec.API_VERSIONS, codec.METADATA, codec.DESCRIBE_CLUSTER})
+REPLAYED = frozenset({ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER})
 _MAX_REPLIES = 1024
 
 
@@ -84,7 +79,7 @@ class Replies:
         if len(self._last) > self.limit:
             self._last.popitem(last=False)
         api_key, version = _HEAD.unpack_from(request_frame, 4)
-        if api_key == codec.METADATA:
+        if api_key == ApiKey.METADATA:
             try:
                 msg = codec.decode_response(api_key, version, response_payload)[1]
             except Exception:  # noqa: BLE001 - it was just rewritten from a decoded response; keep serving
@@ -113,10 +108,10 @@ class Replies:
             return None
         known = self._topics
         try:
-            _, req = codec.decode_request(codec.METADATA, version, request_frame[4:])
+            _, req = codec.decode_request(ApiKey.METADATA, version, request_frame[4:])
         except (ValueError, struct.error, IndexError):
             return None  # a request the broker could not read either: no answer, the connection closes
-        cls = codec.RESPONSES[codec.METADATA]
+        cls = codec.RESPONSES[ApiKey.METADATA]
         if req.topics is None:
             topics = list({id(t): t for t in known.values()}.values())
         else:
@@ -127,7 +122,7 @@ class Replies:
                 found = known.get(name) if name is not None else known.get(tid)
                 if found is None:
                     found = cls.MetadataResponseTopic(
-                        error_code=LEADER_NOT_AVAILABLE, name=name, topic_id=tid, is_internal=False, partitions=[]
+                        error_code=Errors.LEADER_NOT_AVAILABLE, name=name, topic_id=tid, is_internal=False, partitions=[]
                     )
                 topics.append(found)
         msg = cls[version](
@@ -137,7 +132,7 @@ class Replies:
             controller_id=getattr(latest, "controller_id", -1),
             topics=topics,
         )
-        return codec.encode_response(codec.METADATA, version, correlation_id, msg)
+        return codec.encode_response(ApiKey.METADATA, version, correlation_id, msg)
 
     def replay(self, request_frame: bytes, correlation_id: int) -> bytes | None:
         payload = self._last.get(_key(request_frame))
@@ -154,9 +149,9 @@ def answer(
         replayed = replies.replay(frame, correlation_id)
         if replayed is not None:
             return replayed
-        if api_key == codec.METADATA:
+        if api_key == ApiKey.METADATA:
             return replies.metadata(frame, version, correlation_id)
-        if api_key != codec.API_VERSIONS:
+        if api_key != ApiKey.API_VERSIONS:
             return None
         msg = ApiVersionsResponse[version](
             error_code=0,
@@ -174,7 +169,7 @@ def answer(
     if body is not None:
         return codec.encode_response(api_key, version, correlation_id, body)
     coordinator = api_key in COORDINATOR_APIS
-    code = codec.COORDINATOR_NOT_AVAILABLE if coordinator else REQUEST_TIMED_OUT
+    code = Errors.COORDINATOR_NOT_AVAILABLE if coordinator else Errors.REQUEST_TIMED_OUT
     payload = codec.error_response(api_key, version, correlation_id, code)
     if payload is None and coordinator and api_key in gc.LOCAL_API:
         _, msg = codec.decode_request(api_key, version, frame[4:])
@@ -185,19 +180,19 @@ def answer(
 
 
 def _partition_errors(frame: bytes, api_key: int, version: int) -> object | None:
-    if api_key not in (codec.FETCH, codec.PRODUCE, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH) or not codec.known(api_key):
+    if api_key not in (ApiKey.FETCH, ApiKey.PRODUCE, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH) or not codec.known(api_key):
         return None
     _, msg = codec.decode_request(api_key, version, frame[4:])
-    if api_key == codec.FETCH and version >= 7 and msg.session_epoch > 0:
-        return codec.RESPONSES[api_key][version](error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    return partition_errors(api_key, version, msg, NOT_LEADER_OR_FOLLOWER)
+    if api_key == ApiKey.FETCH and version >= 7 and msg.session_epoch > 0:
+        return codec.RESPONSES[api_key][version](error_code=Errors.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    return partition_errors(api_key, version, msg, Errors.NOT_LEADER_OR_FOLLOWER)
 
 
 def partition_errors(api_key: int, version: int, msg: Any, code: int) -> Any:
     """The response to Fetch, Produce, ListOffsets or OffsetForLeaderEpoch request ``msg`` carrying ``code``
     on every partition it names (also the refusals of gateway/authz/data.py)."""
     cls = codec.RESPONSES[api_key]
-    if api_key == codec.FETCH:
+    if api_key == ApiKey.FETCH:
         tcls = cls.FetchableTopicResponse
         pcls = tcls.PartitionData
         return cls[version](
@@ -216,7 +211,7 @@ def partition_errors(api_key: int, version: int, msg: Any, code: int) -> Any:
                 for t in msg.topics
             ],
         )  # fmt: skip
-    if api_key == codec.PRODUCE:
+    if api_key == ApiKey.PRODUCE:
         tcls = cls.TopicProduceResponse
         pcls = tcls.PartitionProduceResponse
         return cls[version](
@@ -232,7 +227,7 @@ def partition_errors(api_key: int, version: int, msg: Any, code: int) -> Any:
                 for t in msg.topic_data
             ]
         )
-    if api_key == OFFSET_FOR_LEADER_EPOCH:
+    if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         tcls = cls.OffsetForLeaderTopicResult
         pcls = tcls.EpochEndOffset
         return cls[version](

@@ -24,6 +24,7 @@ from gateway.net.rewrite import ApiRanges, Broker, gateway_api_ranges, narrow_fe
 from gateway.security import credentials, sasl
 from gateway.security.tls import connect_kwargs, note_upstream_failure, upstream_context
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.upstream")
 
@@ -227,7 +228,7 @@ class BrokerDirectory:
                 av = await request_once(
                     host,
                     port,
-                    codec.API_VERSIONS,
+                    ApiKey.API_VERSIONS,
                     _API_VERSIONS_V,
                     ApiVersionsRequest[_API_VERSIONS_V](
                         client_software_name="groupgate", client_software_version="0.1.0"
@@ -239,7 +240,7 @@ class BrokerDirectory:
                 md = await request_once(
                     host,
                     port,
-                    codec.METADATA,
+                    ApiKey.METADATA,
                     _METADATA_V,
                     MetadataRequest[_METADATA_V](topics=[]),
                     timeout,

@@ -26,6 +26,7 @@ from gateway.net.upstream import (
 )
 from gateway.security.tls import note_upstream_failure
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.upstream_client")
 
@@ -238,9 +239,9 @@ class UpstreamClient:
         addr = self._coordinators.get(group_id)
         if addr is not None:
             return addr
-        version = self.version(codec.FIND_COORDINATOR, 3)
-        msg = codec.REQUESTS[codec.FIND_COORDINATOR][version](key=group_id, key_type=0)
-        r = await self.send_any(codec.FIND_COORDINATOR, version, msg)
+        version = self.version(ApiKey.FIND_COORDINATOR, 3)
+        msg = codec.REQUESTS[ApiKey.FIND_COORDINATOR][version](key=group_id, key_type=0)
+        r = await self.send_any(ApiKey.FIND_COORDINATOR, version, msg)
         if r.error_code != 0:
             raise CoordinatorMoved(r.error_code)
         # The upstream names its own broker address; prefer the directory's entry for that node.

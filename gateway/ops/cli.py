@@ -121,20 +121,30 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
+    from gateway.net.nodes import NodeTable
+    from gateway.net.refusals import RefusalLog
     from gateway.net.server import Gateway
+    from gateway.net.upstream import BrokerDirectory
 
-    gw = Gateway(config)
+    directory = BrokerDirectory(config)
+    nodes = NodeTable(config, directory)
+    refusals = RefusalLog()
     layer = None
     group_configs = None
     if config.coordinator.enabled:
         from gateway.fleet.membership import FleetMembership
         from gateway.groups.layer import GroupLayer
 
-        layer = GroupLayer(gw, config.coordinator, join_fleet=FleetMembership)
-        layer.install()
+        layer = GroupLayer(
+            config, config.coordinator, directory=directory, nodes=nodes, refusals=refusals,
+            join_fleet=FleetMembership,
+        )
         # Before any listener or upstream connection: a damaged log or a store written with another
         # shard count is reported first.
         await layer.open_state()
+    gw = Gateway(
+        config, layer.chain() if layer is not None else None, directory=directory, nodes=nodes, refusals=refusals
+    )
     admin = None
     if config.metrics_listen is not None:
         from gateway.ops.admin_http import AdminServer

@@ -261,18 +261,18 @@ class Health:
         # Every series from the first scrape on, at 0 until something counts.
         groups = dict.fromkeys(_GROUP_SERIES, 0)
         members = dict.fromkeys((("classic", "classic"), ("consumer", "classic"), ("consumer", "consumer")), 0)
-        for service in layer.runtime.services():
-            for cg in service.classic_groups.groups.values():
-                if layer.managed(cg.group_id):
-                    groups["classic", cg.state.value] += 1
-                    members["classic", "classic"] += len(cg.members)
-            for g in service.coordinator.state.groups.values():
-                if not layer.managed(g.group_id):
-                    continue
-                groups["consumer", g.state().value] += 1
-                classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
-                members["consumer", "classic"] += classic
-                members["consumer", "consumer"] += len(g.members) - classic
+        runtime = layer.runtime
+        for cg in runtime.classic_groups():
+            if layer.managed(cg.group_id):
+                groups["classic", cg.state.value] += 1
+                members["classic", "classic"] += len(cg.members)
+        for g in runtime.consumer_groups():
+            if not layer.managed(g.group_id):
+                continue
+            groups["consumer", g.state().value] += 1
+            classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
+            members["consumer", "classic"] += classic
+            members["consumer", "consumer"] += len(g.members) - classic
         out.family(
             "groups",
             "gauge",

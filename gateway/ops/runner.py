@@ -7,16 +7,17 @@ import threading
 from typing import Any
 
 from gateway.config.settings import GatewayConfig
+from gateway.net.contracts import HandlerChain
 from gateway.net.server import Gateway
 
 
 class GatewayThread:
     """``with GatewayThread(config) as gw: KafkaProducer(bootstrap_servers=gw.bootstrap)``."""
 
-    def __init__(self, config: GatewayConfig, start_timeout_s: float = 60.0, **gateway_kwargs: Any) -> None:
+    def __init__(self, config: GatewayConfig, chain: HandlerChain | None = None, start_timeout_s: float = 60.0) -> None:
         self.config = config
         self.start_timeout_s = start_timeout_s
-        self._kwargs = gateway_kwargs
+        self._chain = chain
         self.gateway: Gateway | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -42,7 +43,7 @@ class GatewayThread:
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
-            self.gateway = Gateway(self.config, **self._kwargs)
+            self.gateway = Gateway(self.config, self._chain)
             loop.run_until_complete(self.gateway.start())
         except BaseException as e:  # noqa: BLE001 - reported to the starting thread
             self._error = e

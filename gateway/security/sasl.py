@@ -29,6 +29,7 @@ from kafka.net.sasl.plain import SaslMechanismPlain
 from kafka.net.sasl.scram import SaslMechanismScram
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from coordinator.errors import Errors
 from gateway.security.oauth import (
     TokenSource,
     TokenUnavailable,
@@ -37,15 +38,9 @@ from gateway.security.oauth import (
     oauthbearer_token,
 )
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-API_VERSIONS = 18
-SASL_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
-# Kafka's error codes of the SASL exchange.
-SASL_AUTHENTICATION_FAILED = 58
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
+SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # Versions of the gateway's own exchange: handshake v1 (SaslAuthenticate framing, Kafka 1.0+) and
 # authenticate v1 (session lifetime, Kafka 2.2+); both are in every Kafka the gateway supports.
 _HANDSHAKE_V = 1
@@ -88,13 +83,13 @@ async def _exchange(
 
 async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mechanism: str) -> None:
     hs = await _exchange(
-        reader, writer, SASL_HANDSHAKE, _HANDSHAKE_V, SaslHandshakeRequest[_HANDSHAKE_V](mechanism=mechanism), 1
+        reader, writer, ApiKey.SASL_HANDSHAKE, _HANDSHAKE_V, SaslHandshakeRequest[_HANDSHAKE_V](mechanism=mechanism), 1
     )
-    if hs.error_code == UNSUPPORTED_SASL_MECHANISM:
+    if hs.error_code == Errors.UNSUPPORTED_SASL_MECHANISM:
         raise AuthenticationFailed(
             f"the cluster does not offer sasl.mechanism {mechanism} (it offers {', '.join(hs.mechanisms) or 'none'})"
         )
-    if hs.error_code == ILLEGAL_SASL_STATE:
+    if hs.error_code == Errors.ILLEGAL_SASL_STATE:
         raise AuthenticationFailed("the broker's listener does not take SASL: check the upstream security.protocol")
     if hs.error_code != 0:
         raise AuthenticationFailed(f"SaslHandshake failed with error {hs.error_code}")
@@ -104,7 +99,7 @@ async def _sasl_authenticate(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: bytes, corr: int
 ) -> Any:
     return await _exchange(
-        reader, writer, SASL_AUTHENTICATE, _AUTHENTICATE_V, SaslAuthenticateRequest[_AUTHENTICATE_V](auth_bytes=token),
+        reader, writer, ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_V, SaslAuthenticateRequest[_AUTHENTICATE_V](auth_bytes=token),
         corr,
     )
 
@@ -168,8 +163,8 @@ async def _authenticate_oauthbearer(
 async def offered_mechanisms(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> list[str] | None:
     """The mechanisms a listener offers, or None when it does not take SASL (asked with an empty
     mechanism name, which every SASL listener refuses with the list)."""
-    hs = await _exchange(reader, writer, SASL_HANDSHAKE, _HANDSHAKE_V, SaslHandshakeRequest[_HANDSHAKE_V](mechanism=""), 1)
-    if hs.error_code == UNSUPPORTED_SASL_MECHANISM:
+    hs = await _exchange(reader, writer, ApiKey.SASL_HANDSHAKE, _HANDSHAKE_V, SaslHandshakeRequest[_HANDSHAKE_V](mechanism=""), 1)
+    if hs.error_code == Errors.UNSUPPORTED_SASL_MECHANISM:
         return list(hs.mechanisms)
     return None
 
@@ -247,7 +242,7 @@ class ClientSasl:
         if self.state == "failed":
             return Verdict(False, self.failure)
         if self.state == "authenticated":
-            if api_key == SASL_HANDSHAKE:
+            if api_key == ApiKey.SASL_HANDSHAKE:
                 return self._handshake(version, payload)
             if self.session_expires_ms is not None and now_ms >= self.session_expires_ms:
                 return Verdict(False, "request after the SASL session expired (KIP-368) without re-authentication")
@@ -255,16 +250,16 @@ class ClientSasl:
         if self._in_flight:
             return Verdict(False, "request while a SaslAuthenticate is unanswered")
         if self.state == "handshake":
-            if api_key == API_VERSIONS:
+            if api_key == ApiKey.API_VERSIONS:
                 return _OK
-            if api_key == SASL_HANDSHAKE:
+            if api_key == ApiKey.SASL_HANDSHAKE:
                 return self._handshake(version, payload)
             return Verdict(False, f"api key {api_key} before SASL authentication")
         # authenticate
-        if api_key != SASL_AUTHENTICATE:
+        if api_key != ApiKey.SASL_AUTHENTICATE:
             return Verdict(False, f"api key {api_key} during SASL authentication")
         try:
-            _, msg = codec.decode_request(SASL_AUTHENTICATE, version, payload)
+            _, msg = codec.decode_request(ApiKey.SASL_AUTHENTICATE, version, payload)
         except Exception:  # noqa: BLE001 - an unreadable token: the connection closes, as the broker's would
             return Verdict(False, "unreadable SaslAuthenticate request")
         if self._round == 0:
@@ -277,7 +272,7 @@ class ClientSasl:
             # v0 sends the tokens as bare frames without a request header, which the gateway cannot frame.
             return Verdict(False, "SaslHandshake v0 (tokens without Kafka headers) is not supported")
         try:
-            _, msg = codec.decode_request(SASL_HANDSHAKE, version, payload)
+            _, msg = codec.decode_request(ApiKey.SASL_HANDSHAKE, version, payload)
         except Exception:  # noqa: BLE001
             return Verdict(False, "unreadable SaslHandshake request")
         if self.state == "authenticated":
@@ -295,7 +290,7 @@ class ClientSasl:
         except Exception:  # noqa: BLE001 - an answer we cannot read cannot authenticate anyone
             self.state = "failed"
             return
-        if api_key == SASL_HANDSHAKE:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             if msg.error_code != 0:
                 self.state = "failed"  # the broker closes the connection after this answer
             elif self.mechanism not in KNOWN_MECHANISMS:

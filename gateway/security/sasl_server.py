@@ -36,17 +36,14 @@ import jwt
 import scramp
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
+from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.security.oauth import oauthbearer_token
 from gateway.security.sasl import (
-    ILLEGAL_SASL_STATE,
-    SASL_AUTHENTICATE,
-    SASL_AUTHENTICATION_FAILED,
-    SASL_HANDSHAKE,
-    UNSUPPORTED_SASL_MECHANISM,
     ClientSasl,
 )
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from gateway.config.settings import GatewayConfig
@@ -258,21 +255,21 @@ class TerminatingSasl(ClientSasl):
         """The response (header included) to an admitted SASL request ``payload`` (without size)."""
         header, msg = codec.decode_request(api_key, version, payload)
         corr = header.correlation_id
-        if api_key == SASL_HANDSHAKE:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             ok = msg.mechanism in self.offered
             resp: Any = SaslHandshakeResponse[version](
-                error_code=0 if ok else UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.offered)
+                error_code=0 if ok else Errors.UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.offered)
             )
             self._scram = None
             self._challenged = False
         else:
-            assert api_key == SASL_AUTHENTICATE
+            assert api_key == ApiKey.SASL_AUTHENTICATE
             error: int
             message: str | None
             token: bytes
             if self.state != "authenticate":
                 # After the exchange completed (a broker's request handler answers so too).
-                error, token = ILLEGAL_SASL_STATE, b""
+                error, token = Errors.ILLEGAL_SASL_STATE, b""
                 message = "SaslAuthenticate request received after successful authentication"
             else:
                 error, message, token = await self._authenticate(bytes(msg.auth_bytes or b""))
@@ -304,7 +301,7 @@ class TerminatingSasl(ClientSasl):
         self.refusal = why
         if message is None:
             message = _PLAIN_REFUSED if mech == "PLAIN" else _SCRAM_REFUSED.format(mech)
-        return SASL_AUTHENTICATION_FAILED, message, b""
+        return Errors.SASL_AUTHENTICATION_FAILED, message, b""
 
     def _plain(self, token: bytes) -> tuple[int, str | None, bytes]:
         parts = token.decode("utf-8").split("\0")
@@ -364,7 +361,7 @@ class TerminatingSasl(ClientSasl):
     async def _oauthbearer(self, token: bytes) -> tuple[int, str | None, bytes]:
         if self._challenged:
             # RFC 7628 section 3.2.3: the client's 0x01 after the error JSON; the exchange fails with it.
-            return SASL_AUTHENTICATION_FAILED, _OAUTH_INVALID.decode(), b""
+            return Errors.SASL_AUTHENTICATION_FAILED, _OAUTH_INVALID.decode(), b""
         bearer = oauthbearer_token(token)
         assert self.validator is not None
         try:

@@ -15,31 +15,13 @@ import kafka.protocol.metadata
 import kafka.protocol.producer  # noqa: F401 - imported so their message classes register
 from kafka.protocol.api_message import ApiMessage
 
-from coordinator.errors import Errors
 from gateway.wire import frames
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol import messages as _ours  # noqa: F401 - registers api keys 68, 69, 76-79, 88-92
 
-API_VERSIONS = 18
-PRODUCE = 0
-FETCH = 1
-METADATA = 3
-FIND_COORDINATOR = 10
-DESCRIBE_CLUSTER = 60
 # KIP-932 share groups and KIP-1071 streams groups: routed to the cluster's coordinators and leaders.
-SHARE_GROUP_HEARTBEAT = 76
-SHARE_GROUP_DESCRIBE = 77
-SHARE_FETCH = 78
-SHARE_ACKNOWLEDGE = 79
-STREAMS_GROUP_HEARTBEAT = 88
-STREAMS_GROUP_DESCRIBE = 89
-DESCRIBE_SHARE_GROUP_OFFSETS = 90
-ALTER_SHARE_GROUP_OFFSETS = 91
-DELETE_SHARE_GROUP_OFFSETS = 92
 
 # The error codes the proxy path answers with, from the one error enum (coordinator/errors.py).
-UNSUPPORTED_VERSION = Errors.UNSUPPORTED_VERSION
-COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
-INVALID_REQUEST = Errors.INVALID_REQUEST
 
 
 def _walk(cls: Any) -> list[Any]:
@@ -79,7 +61,7 @@ def request_header_flexible(api_key: int, version: int) -> bool:
 
 def response_header_flexible(api_key: int, version: int) -> bool:
     # KIP-511: the ApiVersions response header stays v0 so a client can read it before it knows versions.
-    if api_key == API_VERSIONS:
+    if api_key == ApiKey.API_VERSIONS:
         return False
     return bool(RESPONSES[api_key].flexible_version_q(version))
 

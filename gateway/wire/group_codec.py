@@ -18,6 +18,7 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 from translate.classic_messages import (
     BATCH_LEAVE_VERSION,
     HeartbeatRequest,
@@ -44,21 +45,6 @@ from translate.group_messages import (
     ListGroupsResponse,
 )
 
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-TXN_OFFSET_COMMIT = 28
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
-CONSUMER_GROUP_HEARTBEAT = 68
-CONSUMER_GROUP_DESCRIBE = 69
-
 # The versions the gateway's handlers speak (ApiVersions advertises exactly these). The maxima are
 # Kafka 4.3.1's (docs/gateway.md lists them side by side); the minima reach further back where the
 # gateway still speaks versions Kafka 4 dropped (OffsetCommit v0-1, OffsetFetch v0). Newest additions:
@@ -66,20 +52,20 @@ CONSUMER_GROUP_DESCRIBE = 69
 # group GROUP_ID_NOT_FOUND with a message (KIP-1043), TxnOffsetCommit v5 also adds the offsets to a
 # V2 transaction (KIP-890 part 2), which the upstream does: commits are written through at the client's version.
 LOCAL_API: dict[int, tuple[int, int]] = {
-    FIND_COORDINATOR: (0, 6),
-    OFFSET_COMMIT: (0, 10),
-    OFFSET_FETCH: (0, 10),
-    JOIN_GROUP: (0, 9),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 6),
-    LIST_GROUPS: (0, 5),
-    TXN_OFFSET_COMMIT: (0, 5),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
-    CONSUMER_GROUP_HEARTBEAT: (0, 1),
-    CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.OFFSET_COMMIT: (0, 10),
+    ApiKey.OFFSET_FETCH: (0, 10),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # FindCoordinator KeyType (KIP-98): 0 = group, 1 = transaction.
@@ -119,7 +105,7 @@ def join_group_request(m: Any, version: int, client_id: str, client_host: str) -
 
 
 def join_group_response(r: JoinGroupResponse, version: int) -> Any:
-    cls = response_cls(JOIN_GROUP)
+    cls = response_cls(ApiKey.JOIN_GROUP)
     protocol_name = r.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""  # nullable only from v7
@@ -158,7 +144,7 @@ def sync_group_request(m: Any, version: int, client_id: str, client_host: str) -
 
 def sync_group_response(r: SyncGroupResponse, version: int) -> Any:
     return response(
-        SYNC_GROUP,
+        ApiKey.SYNC_GROUP,
         version,
         throttle_time_ms=r.throttle_time_ms,
         error_code=r.error_code,
@@ -181,7 +167,7 @@ def heartbeat_request(m: Any, version: int, client_id: str, client_host: str) ->
 
 
 def heartbeat_response(r: HeartbeatResponse, version: int) -> Any:
-    return response(HEARTBEAT, version, throttle_time_ms=r.throttle_time_ms, error_code=r.error_code)
+    return response(ApiKey.HEARTBEAT, version, throttle_time_ms=r.throttle_time_ms, error_code=r.error_code)
 
 
 def leave_group_request(m: Any, version: int, client_id: str, client_host: str) -> LeaveGroupRequest:
@@ -202,7 +188,7 @@ def leave_group_request(m: Any, version: int, client_id: str, client_host: str) 
 
 
 def leave_group_response(r: LeaveGroupResponse, version: int) -> Any:
-    cls = response_cls(LEAVE_GROUP)
+    cls = response_cls(ApiKey.LEAVE_GROUP)
     error = r.error_code
     if version < BATCH_LEAVE_VERSION and error == 0 and r.members:
         error = r.members[0].error_code
@@ -245,7 +231,7 @@ def consumer_group_heartbeat_request(
 
 
 def consumer_group_heartbeat_response(r: ConsumerGroupHeartbeatResponse, version: int) -> Any:
-    cls = response_cls(CONSUMER_GROUP_HEARTBEAT)
+    cls = response_cls(ApiKey.CONSUMER_GROUP_HEARTBEAT)
     assignment = None
     if r.assignment is not None:
         assignment = cls.Assignment(
@@ -280,7 +266,7 @@ def _described_assignment(cls: Any, parts: list[DescribedTopicPartitions]) -> An
 
 def described_group(g: DescribedGroup) -> Any:
     """One ConsumerGroupDescribe group entry (version independent)."""
-    gcls = response_cls(CONSUMER_GROUP_DESCRIBE).DescribedGroup
+    gcls = response_cls(ApiKey.CONSUMER_GROUP_DESCRIBE).DescribedGroup
     mcls = gcls.Member
     return gcls(
         error_code=g.error_code,
@@ -310,7 +296,7 @@ def described_group(g: DescribedGroup) -> Any:
 
 
 def consumer_group_describe_response(r: ConsumerGroupDescribeResponse, version: int) -> Any:
-    return response(CONSUMER_GROUP_DESCRIBE, version, groups=[described_group(g) for g in r.groups])
+    return response(ApiKey.CONSUMER_GROUP_DESCRIBE, version, groups=[described_group(g) for g in r.groups])
 
 
 # --- admin-side group APIs -------------------------------------------------------------------------
@@ -321,7 +307,7 @@ def describe_groups_request(m: Any, version: int) -> DescribeGroupsRequest:
 
 
 def described_classic_group(g: DescribedClassicGroup) -> Any:
-    gcls = response_cls(DESCRIBE_GROUPS).DescribedGroup
+    gcls = response_cls(ApiKey.DESCRIBE_GROUPS).DescribedGroup
     return gcls(
         error_code=g.error_code,
         error_message=g.error_message,
@@ -344,7 +330,7 @@ def described_classic_group(g: DescribedClassicGroup) -> Any:
 
 
 def describe_groups_response(r: DescribeGroupsResponse, version: int) -> Any:
-    return response(DESCRIBE_GROUPS, version, groups=[described_classic_group(g) for g in r.groups])
+    return response(ApiKey.DESCRIBE_GROUPS, version, groups=[described_classic_group(g) for g in r.groups])
 
 
 def list_groups_request(m: Any, version: int) -> ListGroupsRequest:
@@ -356,14 +342,14 @@ def list_groups_request(m: Any, version: int) -> ListGroupsRequest:
 
 
 def listed_group(g: ListedGroup) -> Any:
-    return response_cls(LIST_GROUPS).ListedGroup(
+    return response_cls(ApiKey.LIST_GROUPS).ListedGroup(
         group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state, group_type=g.group_type
     )
 
 
 def list_groups_response(r: ListGroupsResponse, version: int) -> Any:
     return response(
-        LIST_GROUPS, version, error_code=int(r.error_code), groups=[listed_group(g) for g in r.groups]
+        ApiKey.LIST_GROUPS, version, error_code=int(r.error_code), groups=[listed_group(g) for g in r.groups]
     )
 
 
@@ -372,7 +358,7 @@ def delete_groups_request(m: Any, version: int) -> DeleteGroupsRequest:
 
 
 def delete_groups_response(r: DeleteGroupsResponse, version: int) -> Any:
-    cls = response_cls(DELETE_GROUPS)
+    cls = response_cls(ApiKey.DELETE_GROUPS)
     return cls[version](
         results=[
             cls.DeletableGroupResult(group_id=x.group_id, error_code=int(x.error_code)) for x in r.results
@@ -392,7 +378,7 @@ def find_coordinator_keys(m: Any, version: int) -> tuple[int, list[str]]:
 
 def find_coordinator_response(version: int, answers: list[tuple[str, int, str, int, int, str | None]]) -> Any:
     """``answers``: (key, node id, host, port, error code, error message) per key, in request order."""
-    cls = response_cls(FIND_COORDINATOR)
+    cls = response_cls(ApiKey.FIND_COORDINATOR)
     if version >= 4:
         return cls[version](
             coordinators=[
@@ -413,12 +399,12 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
     def names(items: Any) -> list[Any]:
         return list(items or ())
 
-    if api_key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT):
-        prefix = "OffsetCommitResponse" if api_key == OFFSET_COMMIT else "TxnOffsetCommitResponse"
+    if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
+        prefix = "OffsetCommitResponse" if api_key == ApiKey.OFFSET_COMMIT else "TxnOffsetCommitResponse"
         tcls = getattr(cls, f"{prefix}Topic")
         pcls = getattr(tcls, f"{prefix}Partition")
         # OffsetCommit v10 names topics by id: the answer carries the ids back.
-        ids = (lambda t: {"topic_id": getattr(t, "topic_id", None)}) if api_key == OFFSET_COMMIT else (lambda t: {})
+        ids = (lambda t: {"topic_id": getattr(t, "topic_id", None)}) if api_key == ApiKey.OFFSET_COMMIT else (lambda t: {})
         return cls[version](
             topics=[
                 tcls(
@@ -429,24 +415,24 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
                 for t in names(m.topics)
             ]
         )
-    if api_key == OFFSET_FETCH and version >= 8:
+    if api_key == ApiKey.OFFSET_FETCH and version >= 8:
         gcls = cls.OffsetFetchResponseGroup
         return cls[version](groups=[gcls(group_id=g.group_id or "", error_code=error, topics=[]) for g in names(m.groups)])
-    if api_key == DESCRIBE_GROUPS:
+    if api_key == ApiKey.DESCRIBE_GROUPS:
         return cls[version](
             groups=[described_classic_group(DescribedClassicGroup(g or "", error, message)) for g in names(m.groups)]
         )
-    if api_key == CONSUMER_GROUP_DESCRIBE:
+    if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
         return cls[version](
             groups=[
                 cls.DescribedGroup(group_id=g or "", error_code=error, error_message=message)
                 for g in names(m.group_ids)
             ]
         )
-    if api_key == DELETE_GROUPS:
+    if api_key == ApiKey.DELETE_GROUPS:
         rcls = cls.DeletableGroupResult
         return cls[version](results=[rcls(group_id=g or "", error_code=error) for g in names(m.groups_names)])
-    if api_key == FIND_COORDINATOR and version >= 4:
+    if api_key == ApiKey.FIND_COORDINATOR and version >= 4:
         keys = names(m.coordinator_keys)
         return find_coordinator_response(version, [(k or "", -1, "", -1, error, message) for k in keys])
     return None
@@ -454,19 +440,19 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
 
 def group_ids(api_key: int, version: int, msg: Any) -> list[str]:
     """The group ids a request names (FindCoordinator: its GROUP keys only)."""
-    if api_key == FIND_COORDINATOR:
+    if api_key == ApiKey.FIND_COORDINATOR:
         key_type, keys = find_coordinator_keys(msg, version)
         return keys if key_type == KEY_TYPE_GROUP else []
-    if api_key == DESCRIBE_GROUPS:
+    if api_key == ApiKey.DESCRIBE_GROUPS:
         return list(msg.groups)
-    if api_key == DELETE_GROUPS:
+    if api_key == ApiKey.DELETE_GROUPS:
         return list(msg.groups_names)
-    if api_key in (CONSUMER_GROUP_DESCRIBE, codec.SHARE_GROUP_DESCRIBE, codec.STREAMS_GROUP_DESCRIBE):
+    if api_key in (ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.STREAMS_GROUP_DESCRIBE):
         return list(msg.group_ids)
-    if api_key == codec.DESCRIBE_SHARE_GROUP_OFFSETS:
+    if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
         return [g.group_id for g in msg.groups]
-    if api_key == OFFSET_FETCH and version >= 8:
+    if api_key == ApiKey.OFFSET_FETCH and version >= 8:
         return [g.group_id for g in msg.groups]
-    if api_key == LIST_GROUPS:
+    if api_key == ApiKey.LIST_GROUPS:
         return []
     return [msg.group_id]

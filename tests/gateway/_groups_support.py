@@ -57,3 +57,18 @@ async def call(layer: Any, api_key: int, version: int, msg: Any, conn: Any = Non
     out = await layer.handle(conn or StubConnection(), header, payload)
     assert frames.response_correlation_id(out) == 7
     return codec.decode_response(api_key, version, out)[1]
+
+
+def layer_on(gw: Any, settings: Any, *, install: bool = True) -> Any:
+    """A group layer built on a stand-in gateway as the command builds one on the real gateway: sharing its
+    config, directory and refusal log, with the stand-in as its node table; ``install``: the layer's
+    handler chain given to the stand-in (what ``Gateway(config, layer.chain())`` does)."""
+    from gateway.groups.layer import GroupLayer
+
+    layer = GroupLayer(gw.config, settings, directory=gw.directory, nodes=gw, refusals=getattr(gw, "refusals", None))
+    if install:
+        chain = layer.chain()
+        gw.local_handlers = dict(chain.local_handlers)
+        gw.data_authz = chain.passthrough_authz
+        gw.directory.set_local_api(chain.local_api)
+    return layer

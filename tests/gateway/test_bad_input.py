@@ -9,6 +9,7 @@ import time
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
 
+from coordinator.errors import Errors
 from gateway.wire import codec
 
 from . import wire
@@ -61,7 +62,7 @@ def test_unsupported_api_versions_version_gets_the_v0_fallback(gateway):
         payload = wire.recv_frame(sock)
     assert struct.unpack_from(">i", payload)[0] == 5
     msg = ApiVersionsResponse[0].decode(payload[4:])
-    assert msg.error_code == codec.UNSUPPORTED_VERSION
+    assert msg.error_code == Errors.UNSUPPORTED_VERSION
     assert [a.api_key for a in msg.api_keys] == [18]
 
 
@@ -72,7 +73,7 @@ def test_unsupported_version_gets_an_error_response(gateway):
         sock.sendall(struct.pack(">ihhih", 11, 55, 2, 8, -1) + b"\x00")
         payload = wire.recv_frame(sock)
         _, msg = codec.decode_response(55, 2, payload)
-        assert msg.error_code == codec.UNSUPPORTED_VERSION
+        assert msg.error_code == Errors.UNSUPPORTED_VERSION
         # the connection stays usable
         wire.send(sock, MetadataRequest[12](topics=[]), 12, correlation_id=9)
         assert struct.unpack_from(">i", wire.recv_frame(sock))[0] == 9

@@ -39,10 +39,10 @@ def test_overrides_win_and_an_invalid_combination_keeps_the_overrides_alone() ->
 def _tracker(group_configs: dict[str, dict[str, int]]) -> tuple[ClusterGroupConfigs, CoordinatorConfig]:
     settings = CoordinatorSettings(group_configs=group_configs)
     _, config = settings.service_configs()
-    service = SimpleNamespace(coordinator=SimpleNamespace(state=SimpleNamespace(config=config, groups={})))
-    runtime = SimpleNamespace(shard_for=lambda _group_id: SimpleNamespace(service=service))  # one shard
-    gw = SimpleNamespace(directory=None, config=SimpleNamespace(upstream_request_timeout_s=1.0))  # never connected
-    layer = SimpleNamespace(settings=settings, gw=gw, runtime=runtime)
+    runtime = SimpleNamespace(group_config=lambda _group_id: config, consumer_groups=lambda: iter(()))  # one shard
+    layer = SimpleNamespace(  # never connected
+        settings=settings, directory=None, config=SimpleNamespace(upstream_request_timeout_s=1.0), runtime=runtime
+    )
     return ClusterGroupConfigs(layer), config  # type: ignore[arg-type]
 
 

@@ -15,7 +15,7 @@ from kafka.protocol.consumer.group import JoinGroupRequest, LeaveGroupRequest
 
 from gateway.net.upstream import UpstreamError
 from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ShareGroupDescribeRequest,
@@ -31,7 +31,7 @@ INCONSISTENT_GROUP_PROTOCOL = 23
 
 
 def _listed(group_id: str, protocol_type: str, state: str, group_type: str) -> Any:
-    cls = codec.RESPONSES[gc.LIST_GROUPS][5]
+    cls = codec.RESPONSES[ApiKey.LIST_GROUPS][5]
     return cls.ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=group_type)
 
 
@@ -51,7 +51,7 @@ class Cluster:
             client.to_coordinator = self.to_coordinator
 
     async def send_any(self, api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
-        if api_key != gc.LIST_GROUPS:
+        if api_key != ApiKey.LIST_GROUPS:
             raise UpstreamError("only ListGroups is answered here")  # e.g. topic metadata: not needed
         types = set(msg.types_filter) if version >= 5 else set()
         groups = [g for g in self.groups if not types or g.group_type in types]
@@ -61,9 +61,9 @@ class Cluster:
         self, group_id: str, api_key: int, version: int, msg: Any, error_of: Any, **_: Any
     ) -> Any:
         self.sent.append((group_id, api_key, msg))
-        if api_key == gc.LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return await self.send_any(api_key, version, msg)
-        if api_key == gc.DESCRIBE_GROUPS:
+        if api_key == ApiKey.DESCRIBE_GROUPS:
             cls = codec.RESPONSES[api_key][version]
             known = {g.group_id: g for g in self.groups}
             out = []
@@ -80,21 +80,21 @@ class Cluster:
                     members=members,
                 ))  # fmt: skip
             return cls(throttle_time_ms=0, groups=out)
-        if api_key == codec.SHARE_GROUP_DESCRIBE:
+        if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
             cls = codec.RESPONSES[api_key][version]
             (gid,) = msg.group_ids
             return cls(groups=[cls.Groups(group_id=gid, error_code=0, group_state="Stable", group_epoch=len(gid))])
-        if api_key == codec.SHARE_GROUP_HEARTBEAT:
+        if api_key == ApiKey.SHARE_GROUP_HEARTBEAT:
             # Forwarded as the client's bytes; answered as the upstream's bytes under the link's id.
             assert isinstance(msg, bytes)
             cls = codec.RESPONSES[api_key][version]
             answer = cls(error_code=0, member_id="m-1", member_epoch=1, heartbeat_interval_ms=5000, assignment=None)
             return codec.encode_response(api_key, version, 99, answer)
-        if api_key == codec.STREAMS_GROUP_HEARTBEAT:
+        if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT:
             assert isinstance(msg, bytes)
             answer = codec.RESPONSES[api_key][version](error_code=0, member_id="s-1", member_epoch=1)
             return codec.encode_response(api_key, version, 99, answer)
-        if api_key == gc.OFFSET_COMMIT and isinstance(msg, bytes):
+        if api_key == ApiKey.OFFSET_COMMIT and isinstance(msg, bytes):
             cls = codec.RESPONSES[api_key][version]
             part = cls.OffsetCommitResponseTopic.OffsetCommitResponsePartition(partition_index=0, error_code=0)
             answer = cls(topics=[cls.OffsetCommitResponseTopic(name="in", partitions=[part])])
@@ -116,11 +116,11 @@ async def test_list_groups_merges_the_clusters_groups_the_gateway_does_not_hold(
     cluster.install(layer)
     try:
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="live", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))  # fmt: skip
-        got = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
+        got = await call(layer, ApiKey.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
         rows = sorted((g.group_id, g.protocol_type, g.group_state, g.group_type) for g in got.groups)
         assert rows == [
             ("live", "consumer", "CompletingRebalance", "classic"),
@@ -130,10 +130,10 @@ async def test_list_groups_merges_the_clusters_groups_the_gateway_does_not_hold(
             ("stopped-app", "consumer", "Empty", "classic"),
         ]
         # The v5 types filter reaches the cluster: only its share groups come back.
-        only_share = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=["share"]))
+        only_share = await call(layer, ApiKey.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=["share"]))
         assert [g.group_id for g in only_share.groups] == ["orders-share"]
         # Another listener lists the cluster's groups of that broker, never the gateway's own twice.
-        other = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]), StubConnection(2))
+        other = await call(layer, ApiKey.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]), StubConnection(2))
         assert "live" not in {g.group_id for g in other.groups}
         assert layer.foreign == {"orders-share": "share", "orders-app": "streams"}
     finally:
@@ -149,7 +149,7 @@ async def test_a_managed_id_without_gateway_state_is_described_by_the_cluster() 
         ]
     ).install(layer)
     try:
-        got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+        got = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
             groups=["offsets-only", "never-existed", "being-adopted"], include_authorized_operations=False,
         ))  # fmt: skip
         by_id = {g.group_id: (g.error_code, g.group_state, g.protocol_type, len(g.members)) for g in got.groups}
@@ -161,7 +161,7 @@ async def test_a_managed_id_without_gateway_state_is_described_by_the_cluster() 
             "never-existed": (0, "Dead", "", 0),
             "being-adopted": (0, "Empty", "consumer", 0),
         }
-        listed = await call(layer, gc.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
+        listed = await call(layer, ApiKey.LIST_GROUPS, 5, ListGroupsRequest[5](states_filter=[], types_filter=[]))
         assert sorted((g.group_id, g.group_state) for g in listed.groups) == [
             ("being-adopted", "Empty"),
             ("offsets-only", "Empty"),
@@ -178,9 +178,9 @@ async def test_share_heartbeat_goes_to_the_clusters_coordinator_and_claims_the_i
         hb = ShareGroupHeartbeatRequest[1](
             group_id="orders-share", member_id="m-1", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]
         )
-        got = await call(layer, codec.SHARE_GROUP_HEARTBEAT, 1, hb)  # asserts the client's correlation id
+        got = await call(layer, ApiKey.SHARE_GROUP_HEARTBEAT, 1, hb)  # asserts the client's correlation id
         assert (got.error_code, got.member_id, got.member_epoch) == (0, "m-1", 1)
-        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-share", codec.SHARE_GROUP_HEARTBEAT)]
+        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-share", ApiKey.SHARE_GROUP_HEARTBEAT)]
         assert layer.foreign["orders-share"] == "share"
         assert not layer.has_state("orders-share")
         # A consumer-protocol member joining under the share group's id: Kafka's GROUP_ID_NOT_FOUND.
@@ -189,11 +189,11 @@ async def test_share_heartbeat_goes_to_the_clusters_coordinator_and_claims_the_i
             rebalance_timeout_ms=30000, subscribed_topic_names=["t"], subscribed_topic_regex=None,
             server_assignor=None, topic_partitions=[],
         )  # fmt: skip
-        refused = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        refused = await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, join)
         assert refused.error_code == GROUP_ID_NOT_FOUND
         # A classic member: INCONSISTENT_GROUP_PROTOCOL, as Kafka 4.3.1 answers.
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        classic = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](
+        classic = await call(layer, ApiKey.JOIN_GROUP, 5, JoinGroupRequest[5](
             group_id="orders-share", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
             group_instance_id=None, protocol_type="consumer", protocols=protocols,
         ))  # fmt: skip
@@ -209,7 +209,7 @@ async def test_share_group_describe_is_split_per_group_and_merged_in_order() -> 
     cluster.install(layer)
     try:
         req = ShareGroupDescribeRequest[1](group_ids=["bb", "a", "ccc"], include_authorized_operations=False)
-        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        got = await call(layer, ApiKey.SHARE_GROUP_DESCRIBE, 1, req)
         assert [(g.group_id, g.group_epoch) for g in got.groups] == [("bb", 2), ("a", 1), ("ccc", 3)]
         assert [list(m.group_ids) for _, _, m in cluster.sent] == [["bb"], ["a"], ["ccc"]]
     finally:
@@ -229,10 +229,10 @@ async def test_a_streams_members_commit_goes_to_the_clusters_coordinator_even_be
                 partition_index=0, committed_offset=20, committed_leader_epoch=-1, committed_metadata="",
             )])],
         )  # fmt: skip
-        got = await call(layer, gc.OFFSET_COMMIT, 9, commit)
+        got = await call(layer, ApiKey.OFFSET_COMMIT, 9, commit)
         assert [p.error_code for p in got.topics[0].partitions] == [0]
         # Looked up once (ListGroups with the share/streams filter), then forwarded as the client sent it.
-        assert [k for _, k, _ in cluster.sent] == [gc.LIST_GROUPS, gc.OFFSET_COMMIT]
+        assert [k for _, k, _ in cluster.sent] == [ApiKey.LIST_GROUPS, ApiKey.OFFSET_COMMIT]
         assert isinstance(cluster.sent[1][2], bytes)
         assert layer.foreign["orders-app"] == "streams" and not layer.has_state("orders-app")
     finally:
@@ -249,14 +249,14 @@ async def test_a_streams_groups_id_is_refused_while_it_has_members_and_given_up_
         server_assignor=None, topic_partitions=[],
     )  # fmt: skip
     try:
-        refused = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        refused = await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, join)
         assert (refused.error_code, refused.error_message) == (
             GROUP_ID_NOT_FOUND,
             "Group orders-app is not a consumer group.",
         )
         # The application stopped: Kafka 4.3.1 lets a consumer group take the Empty streams group's id.
         cluster.groups = [_listed("orders-app", "streams", "Empty", "streams")]
-        joined = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, join)
+        joined = await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, join)
         assert joined.error_code == 0 and joined.member_epoch > 0
         assert layer.has_state("orders-app") and "orders-app" not in layer.foreign
     finally:
@@ -282,7 +282,7 @@ class TwoCoordinators(Cluster):
         return ("broker-a", 1) if group_id < "m" else ("broker-b", 2)
 
     async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
-        if api_key == codec.SHARE_GROUP_DESCRIBE:
+        if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
             self.batches.append((addr, list(msg.group_ids)))
             cls = codec.RESPONSES[api_key][version]
             return cls(groups=[
@@ -290,7 +290,7 @@ class TwoCoordinators(Cluster):
                            group_epoch=len(g))
                 for g in msg.group_ids
             ])  # fmt: skip
-        assert api_key == gc.DESCRIBE_GROUPS
+        assert api_key == ApiKey.DESCRIBE_GROUPS
         self.batches.append((addr, list(msg.groups)))
         r = await Cluster.to_coordinator(self, "", api_key, version, msg, None)
         self.sent.pop()  # ``sent`` keeps the requests asked one group at a time
@@ -307,7 +307,7 @@ async def test_groups_only_the_cluster_holds_are_described_in_one_request_per_co
     cluster.moved = {"plums"}
     cluster.install(layer)
     try:
-        got = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+        got = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
             groups=ids, include_authorized_operations=False,
         ))  # fmt: skip
         # Every id answered, in the order asked, as the cluster describes it.
@@ -318,7 +318,7 @@ async def test_groups_only_the_cluster_holds_are_described_in_one_request_per_co
             (("broker-b", 2), ["mangoes", "plums"]),
         ]
         # ... and only the id whose coordinator moved is asked again alone (looked up afresh).
-        assert [(gid, api) for gid, api, _ in cluster.sent] == [("plums", gc.DESCRIBE_GROUPS)]
+        assert [(gid, api) for gid, api, _ in cluster.sent] == [("plums", ApiKey.DESCRIBE_GROUPS)]
     finally:
         await layer.stop()
 
@@ -330,7 +330,7 @@ async def test_share_groups_are_described_in_one_request_per_coordinator_and_mer
     cluster.install(layer)
     try:
         req = ShareGroupDescribeRequest[1](group_ids=["x", "bb", "a", "zz"], include_authorized_operations=False)
-        got = await call(layer, codec.SHARE_GROUP_DESCRIBE, 1, req)
+        got = await call(layer, ApiKey.SHARE_GROUP_DESCRIBE, 1, req)
         assert [(g.group_id, g.error_code, g.group_epoch) for g in got.groups] == [
             ("x", 0, 1), ("bb", 0, 2), ("a", 0, 1), ("zz", 0, 2),
         ]
@@ -342,7 +342,7 @@ async def test_share_groups_are_described_in_one_request_per_coordinator_and_mer
 
 
 def _streams_join(group_id: str) -> Any:
-    cls = codec.REQUESTS[codec.STREAMS_GROUP_HEARTBEAT][0]
+    cls = codec.REQUESTS[ApiKey.STREAMS_GROUP_HEARTBEAT][0]
     topology = cls.Topology(epoch=0, subtopologies=[cls.Topology.Subtopologies(
         subtopology_id="0", source_topics=["in"], source_topic_regex=[], state_changelog_topics=[],
         repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[],
@@ -364,18 +364,18 @@ async def test_a_streams_member_takes_over_an_empty_classic_group_and_is_refused
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
         join = {"group_id": "orders-app", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
                 "member_id": "", "group_instance_id": None, "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
-        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
-        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**{**join, "member_id": r.member_id}))
+        r = await call(layer, ApiKey.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
+        r = await call(layer, ApiKey.JOIN_GROUP, 5, JoinGroupRequest[5](**{**join, "member_id": r.member_id}))
         assert r.error_code == 0
         cluster.sent.clear()  # the join's look-up of a share/streams group of that id
-        refused = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
+        refused = await call(layer, ApiKey.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
         assert (refused.error_code, refused.error_message) == not_streams
         assert layer.has_state("orders-app") and not cluster.sent  # decided here, nothing forwarded
         leave = LeaveGroupRequest[3](group_id="orders-app", members=[LeaveGroupRequest.MemberIdentity(member_id=r.member_id)])
-        assert (await call(layer, gc.LEAVE_GROUP, 3, leave)).error_code == 0
-        joined = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
+        assert (await call(layer, ApiKey.LEAVE_GROUP, 3, leave)).error_code == 0
+        joined = await call(layer, ApiKey.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-app"))
         assert (joined.error_code, joined.member_epoch) == (0, 1)
-        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-app", codec.STREAMS_GROUP_HEARTBEAT)]
+        assert [(g, k) for g, k, _ in cluster.sent] == [("orders-app", ApiKey.STREAMS_GROUP_HEARTBEAT)]
         assert not layer.has_state("orders-app") and layer.foreign["orders-app"] == "streams"
         # A consumer group keeps its id even when Empty (Kafka converts only an empty classic group).
         hb = ConsumerGroupHeartbeatRequest[1](
@@ -383,8 +383,8 @@ async def test_a_streams_member_takes_over_an_empty_classic_group_and_is_refused
             rebalance_timeout_ms=30000, subscribed_topic_names=["t"], subscribed_topic_regex=None,
             server_assignor=None, topic_partitions=[],
         )  # fmt: skip
-        assert (await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, hb)).error_code == 0
-        refused = await call(layer, codec.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-848"))
+        assert (await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, hb)).error_code == 0
+        refused = await call(layer, ApiKey.STREAMS_GROUP_HEARTBEAT, 0, _streams_join("orders-848"))
         assert refused.error_code == GROUP_ID_NOT_FOUND and layer.has_state("orders-848")
     finally:
         await layer.stop()
@@ -401,7 +401,7 @@ async def test_in_a_fleet_each_node_lists_the_groups_it_coordinates() -> None:
     }
 
     async def send_any(api_key: int, version: int, msg: Any, node_id: int | None = None) -> Any:
-        assert api_key == gc.LIST_GROUPS and node_id in per_node
+        assert api_key == ApiKey.LIST_GROUPS and node_id in per_node
         return codec.RESPONSES[api_key][version](throttle_time_ms=0, error_code=0, groups=per_node[node_id])
 
     for client in (layer.client, layer.forward):
@@ -411,19 +411,19 @@ async def test_in_a_fleet_each_node_lists_the_groups_it_coordinates() -> None:
     layer.fleet = layer.handlers.fleet = object()  # type: ignore[assignment]
     try:
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="app-live", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))  # fmt: skip
         request = ListGroupsRequest[5](states_filter=[], types_filter=[])
-        mine = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(None))
+        mine = await call(layer, ApiKey.LIST_GROUPS, 5, request, StubConnection(None))
         assert sorted(g.group_id for g in mine.groups) == ["app-live", "app-offsets-only"]
         for node, plain in ((1, "plain-1"), (2, "plain-2")):
-            r = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(node))
+            r = await call(layer, ApiKey.LIST_GROUPS, 5, request, StubConnection(node))
             assert [g.group_id for g in r.groups] == [plain]
         # A shard this instance does not hold: its managed ids are another instance's to list.
         await layer.runtime.release([0], timeout_s=1.0)
-        mine = await call(layer, gc.LIST_GROUPS, 5, request, StubConnection(None))
+        mine = await call(layer, ApiKey.LIST_GROUPS, 5, request, StubConnection(None))
         assert [g.group_id for g in mine.groups] == []
     finally:
         layer.fleet = layer.handlers.fleet = None

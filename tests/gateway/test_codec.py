@@ -1,6 +1,8 @@
 import uuid
 
+from coordinator.errors import Errors
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -17,8 +19,8 @@ def test_new_group_apis_are_registered():
 
 
 def test_api_versions_response_header_is_never_flexible():
-    assert not codec.response_header_flexible(codec.API_VERSIONS, 3)
-    assert codec.request_header_flexible(codec.API_VERSIONS, 3)
+    assert not codec.response_header_flexible(ApiKey.API_VERSIONS, 3)
+    assert codec.request_header_flexible(ApiKey.API_VERSIONS, 3)
 
 
 def test_consumer_group_heartbeat_round_trip_v1():
@@ -87,12 +89,12 @@ def test_consumer_group_describe_member_type_only_in_v1():
 
 
 def test_error_response_only_where_a_top_level_error_code_exists():
-    raw = codec.error_response(codec.FIND_COORDINATOR, 2, 11, codec.UNSUPPORTED_VERSION)
+    raw = codec.error_response(ApiKey.FIND_COORDINATOR, 2, 11, Errors.UNSUPPORTED_VERSION)
     assert raw is not None
-    _, msg = codec.decode_response(codec.FIND_COORDINATOR, 2, raw)
-    assert msg.error_code == codec.UNSUPPORTED_VERSION
-    assert codec.error_response(codec.FIND_COORDINATOR, 4, 11, 35) is None  # batched: per-key errors only
-    assert codec.error_response(codec.PRODUCE, 9, 11, 35) is None  # per-partition errors only
+    _, msg = codec.decode_response(ApiKey.FIND_COORDINATOR, 2, raw)
+    assert msg.error_code == Errors.UNSUPPORTED_VERSION
+    assert codec.error_response(ApiKey.FIND_COORDINATOR, 4, 11, 35) is None  # batched: per-key errors only
+    assert codec.error_response(ApiKey.PRODUCE, 9, 11, 35) is None  # per-partition errors only
     assert codec.error_response(12345, 0, 1, 35) is None
 
 
@@ -100,4 +102,4 @@ def test_no_error_response_below_the_schema_minimum():
     # OffsetFetch's schema starts at v1 (Kafka 4 dropped v0); FindCoordinator's starts at v0.
     assert codec.error_response(9, 0, 1, 35) is None
     assert codec.error_response(9, 2, 1, 35) is not None
-    assert codec.error_response(codec.FIND_COORDINATOR, 0, 1, 35) is not None
+    assert codec.error_response(ApiKey.FIND_COORDINATOR, 0, 1, 35) is not None

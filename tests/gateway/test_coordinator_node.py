@@ -18,9 +18,9 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.groups.layer import GroupLayer
 from gateway.net.rewrite import Broker
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
-from ._groups_support import StubConnection, StubGateway, call
+from ._groups_support import StubConnection, StubGateway, call, layer_on
 
 PORTS = {1: 19093, 2: 19094, 3: 19095}
 
@@ -44,8 +44,7 @@ def upstream(*nodes: int) -> list[Broker]:
 async def running_layer() -> AsyncIterator[tuple[ThreeListeners, GroupLayer]]:
     gw = ThreeListeners()
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
-    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(gw, settings)
     await layer.start()
     try:
         yield gw, layer
@@ -54,7 +53,7 @@ async def running_layer() -> AsyncIterator[tuple[ThreeListeners, GroupLayer]]:
 
 
 async def coordinator(layer: GroupLayer, group: str) -> tuple[int, int, int]:
-    r = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=group, key_type=0))
+    r = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=group, key_type=0))
     return r.error_code, r.node_id, r.port
 
 
@@ -70,15 +69,15 @@ async def test_the_coordinator_moves_off_a_broker_that_left_the_metadata_and_gro
 
         # ListGroups follows the coordinator: admin clients ask the listed nodes only.
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        joined: Any = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        joined: Any = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))  # fmt: skip
         assert joined.error_code == 0
         listing = ListGroupsRequest[5](states_filter=[], types_filter=[])
-        listed = await call(layer, gc.LIST_GROUPS, 5, listing, StubConnection(2))
+        listed = await call(layer, ApiKey.LIST_GROUPS, 5, listing, StubConnection(2))
         assert [g.group_id for g in listed.groups] == ["g"]
-        assert (await call(layer, gc.LIST_GROUPS, 5, listing, StubConnection(1))).groups == []
+        assert (await call(layer, ApiKey.LIST_GROUPS, 5, listing, StubConnection(1))).groups == []
 
         # Back in the metadata: the lowest listed node again.
         gw.directory.observe(upstream(1, 2, 3))

@@ -17,6 +17,7 @@ from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership
 from gateway.net import rewrite
 from gateway.net.routes import ListenerRule, pick, routes
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 BROKERS = list(range(1, 13))
 INSTANCES = [f"10.0.0.{i}:9092" for i in range(1, 6)]
@@ -131,12 +132,12 @@ def test_every_instance_answers_the_same_node_table() -> None:
 
 
 def _metadata(version: int) -> bytes:
-    cls = codec.RESPONSES[codec.METADATA][version]
+    cls = codec.RESPONSES[ApiKey.METADATA][version]
     msg = cls(
         throttle_time_ms=0, brokers=[cls.MetadataResponseBroker(node_id=1, host="kafka-1", port=9092, rack=None)],
         cluster_id="c", controller_id=1, topics=[],
     )
-    return codec.encode_response(codec.METADATA, version, 7, msg)
+    return codec.encode_response(ApiKey.METADATA, version, 7, msg)
 
 
 def test_metadata_and_describe_cluster_list_the_coordinator_nodes_beside_the_brokers() -> None:
@@ -146,23 +147,23 @@ def test_metadata_and_describe_cluster_list_the_coordinator_nodes_beside_the_bro
         return ("10.0.0.2", 9094) if node == 1 else None
 
     for version in (1, 9, 12):
-        out = rewrite.rewrite_response(codec.METADATA, _metadata(version), version, addr_of, listed)
-        _, msg = codec.decode_response(codec.METADATA, version, out.payload)
+        out = rewrite.rewrite_response(ApiKey.METADATA, _metadata(version), version, addr_of, listed)
+        _, msg = codec.decode_response(ApiKey.METADATA, version, out.payload)
         assert [(b.node_id, b.host, b.port) for b in msg.brokers] == [
             (1, "10.0.0.2", 9094), (COORDINATOR_NODE_BASE, "10.0.0.1", 9092), (COORDINATOR_NODE_BASE + 1, "10.0.0.2", 9092),
         ]
         assert [b.node_id for b in out.brokers or []] == [1]  # the directory learns the upstream's brokers only
-    cls = codec.RESPONSES[codec.DESCRIBE_CLUSTER][0]
+    cls = codec.RESPONSES[ApiKey.DESCRIBE_CLUSTER][0]
     dc = cls(throttle_time_ms=0, error_code=0, error_message=None, cluster_id="c", controller_id=1,
              brokers=[cls.DescribeClusterBroker(broker_id=1, host="kafka-1", port=9092, rack=None)],
              authorized_operations=set())
-    out = rewrite.rewrite_response(codec.DESCRIBE_CLUSTER, codec.encode_response(codec.DESCRIBE_CLUSTER, 0, 3, dc), 0,
+    out = rewrite.rewrite_response(ApiKey.DESCRIBE_CLUSTER, codec.encode_response(ApiKey.DESCRIBE_CLUSTER, 0, 3, dc), 0,
                                    addr_of, listed)
-    _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, 0, out.payload)
+    _, msg = codec.decode_response(ApiKey.DESCRIBE_CLUSTER, 0, out.payload)
     assert [b.broker_id for b in msg.brokers] == [1, COORDINATOR_NODE_BASE, COORDINATOR_NODE_BASE + 1]
     # Without a fleet nothing is added.
-    out = rewrite.rewrite_response(codec.METADATA, _metadata(12), 12, addr_of)
-    _, msg = codec.decode_response(codec.METADATA, 12, out.payload)
+    out = rewrite.rewrite_response(ApiKey.METADATA, _metadata(12), 12, addr_of)
+    _, msg = codec.decode_response(ApiKey.METADATA, 12, out.payload)
     assert [b.node_id for b in msg.brokers] == [1]
 
 

@@ -15,8 +15,9 @@ from structlog.testing import capture_logs
 from gateway.groups.layer import GroupLayer
 from gateway.wire import frames
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
-from ._groups_support import StubGateway, call, request_payload
+from ._groups_support import StubGateway, call, layer_on, request_payload
 from .test_groups_layer import STALE_MEMBER_EPOCH, _join_consumer_member, settings, started
 
 GROUP_ID_NOT_FOUND = 69
@@ -47,8 +48,8 @@ async def test_offset_commit_v10_is_validated_by_topic_id_and_answered_by_topic_
         assert r.error_code == 0
         # Partition 0 was assigned at the member's epoch: one below it is a zombie's.
         with capture_logs() as logs:
-            out = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
-            again = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
+            out = await call(layer, ApiKey.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
+            again = await call(layer, ApiKey.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch - 1, tid))
         assert again.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH
         # The refusal is logged once for this client, with the reason.
         refused = [e for e in logs if e["event"] == "request refused"]
@@ -59,7 +60,7 @@ async def test_offset_commit_v10_is_validated_by_topic_id_and_answered_by_topic_
         ]
         # A topic id nobody knows: UNKNOWN_TOPIC_ID for its partitions, nothing committed.
         ghost = uuid.uuid4()
-        out = await call(layer, gc.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch, ghost))
+        out = await call(layer, ApiKey.OFFSET_COMMIT, 10, _commit_v10("z10", member, r.member_epoch, ghost))
         assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.topics] == [
             (ghost, [(0, UNKNOWN_TOPIC_ID)])
         ]
@@ -79,7 +80,7 @@ async def test_offset_fetch_v10_answers_an_unknown_topic_id_per_partition() -> N
                       topics=[g.OffsetFetchRequestTopics(topic_id=ghost, partition_indexes=[0, 1])])],
             require_stable=False,
         )
-        out = await call(layer, gc.OFFSET_FETCH, 10, req)
+        out = await call(layer, ApiKey.OFFSET_FETCH, 10, req)
         (group,) = out.groups
         assert group.error_code == 0
         assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in group.topics] == [
@@ -92,11 +93,11 @@ async def test_offset_fetch_v10_answers_an_unknown_topic_id_per_partition() -> N
 async def test_describe_groups_v6_says_group_id_not_found_where_v5_says_dead() -> None:
     layer = await started()
     try:
-        out = await call(layer, gc.DESCRIBE_GROUPS, 6, DescribeGroupsRequest[6](groups=["nobody"], include_authorized_operations=False))
+        out = await call(layer, ApiKey.DESCRIBE_GROUPS, 6, DescribeGroupsRequest[6](groups=["nobody"], include_authorized_operations=False))
         (g,) = out.groups
         assert (g.group_id, g.error_code, g.group_state) == ("nobody", GROUP_ID_NOT_FOUND, "Dead")
         assert g.error_message == "Group nobody not found."
-        out = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["nobody"], include_authorized_operations=False))
+        out = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=["nobody"], include_authorized_operations=False))
         assert (out.groups[0].error_code, out.groups[0].group_state) == (0, "Dead")
     finally:
         await layer.stop()
@@ -104,22 +105,22 @@ async def test_describe_groups_v6_says_group_id_not_found_where_v5_says_dead() -
 
 def test_a_version_the_upstream_lacks_is_claimed_for_unmanaged_groups_too() -> None:
     stub = StubGateway()
-    layer = GroupLayer(stub, settings(managed_groups="app-.*"))  # type: ignore[arg-type]
+    layer = layer_on(stub, settings(managed_groups="app-.*"), install=False)
 
     def frame(msg: Any, v: int) -> bytes:
         payload = request_payload(msg, v)
         return frames.encode_size(len(payload)) + payload
 
     req = DescribeGroupsRequest[6](groups=["other"], include_authorized_operations=False)
-    stub.directory.observe_api_versions({gc.DESCRIBE_GROUPS: (0, 6)})
-    assert not layer.claims(frame(req, 6), gc.DESCRIBE_GROUPS, 6)  # passes through: the upstream has v6
-    stub.directory.observe_api_versions({gc.DESCRIBE_GROUPS: (0, 5)})
-    assert layer.claims(frame(req, 6), gc.DESCRIBE_GROUPS, 6)  # answered here, asked upstream at v5
-    assert not layer.claims(frame(req, 5), gc.DESCRIBE_GROUPS, 5)
+    stub.directory.observe_api_versions({ApiKey.DESCRIBE_GROUPS: (0, 6)})
+    assert not layer.claims(frame(req, 6), ApiKey.DESCRIBE_GROUPS, 6)  # passes through: the upstream has v6
+    stub.directory.observe_api_versions({ApiKey.DESCRIBE_GROUPS: (0, 5)})
+    assert layer.claims(frame(req, 6), ApiKey.DESCRIBE_GROUPS, 6)  # answered here, asked upstream at v5
+    assert not layer.claims(frame(req, 5), ApiKey.DESCRIBE_GROUPS, 5)
     # A transactional id's FindCoordinator v6 on an upstream that stops at v4 is asked upstream at v3.
     txn = FindCoordinatorRequest[6](key_type=1, coordinator_keys=["tx"])
-    stub.directory.observe_api_versions({gc.FIND_COORDINATOR: (0, 4)})
-    assert layer.claims(frame(txn, 6), gc.FIND_COORDINATOR, 6) and not layer.claims(frame(txn, 4), gc.FIND_COORDINATOR, 4)
+    stub.directory.observe_api_versions({ApiKey.FIND_COORDINATOR: (0, 4)})
+    assert layer.claims(frame(txn, 6), ApiKey.FIND_COORDINATOR, 6) and not layer.claims(frame(txn, 4), ApiKey.FIND_COORDINATOR, 4)
 
 
 def test_local_api_covers_every_group_api_and_the_codec_speaks_each_version() -> None:

@@ -20,11 +20,11 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.config.settings import GatewayConfig
 from gateway.groups.layer import GroupLayer
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
 
-from ._groups_support import StubConnection, StubGateway, call
+from ._groups_support import StubConnection, StubGateway, call, layer_on
 
 GROUP_AUTHORIZATION_FAILED = 30
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -43,10 +43,9 @@ async def started(*acls: AclBinding, read: bool = True, **config: Any) -> GroupL
     gw = StubGateway()
     gw.config = gw.config.model_copy(update={"authorization": "on", "super_users": ["User:admin"], **config})
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
-    layer = GroupLayer(gw, settings)  # type: ignore[arg-type]
+    layer = layer_on(gw, settings)
     # The cluster refuses to list its ACLs (CLUSTER_AUTHORIZATION_FAILED): every read fails, quickly.
     layer.acls.client = _StubAcls(error_code=31)  # type: ignore[assignment]
-    layer.install()
     await layer.start()
     if read:
         layer.acls.snapshot = AclSnapshot.of(acls, super_users={"User:admin"})
@@ -73,9 +72,9 @@ async def test_without_a_snapshot_everything_is_refused() -> None:
     layer = await started(read=False)
     try:
         for conn in (BOB, ADMIN):
-            r = await call(layer, gc.JOIN_GROUP, 5, join("g"), conn)
+            r = await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), conn)
             assert r.error_code == GROUP_AUTHORIZATION_FAILED
-            f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), conn)
+            f = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), conn)
             assert f.error_code == GROUP_AUTHORIZATION_FAILED and f.node_id == -1
         assert layer.acls.reads == 0 and layer.acls.last_error
     finally:
@@ -88,16 +87,16 @@ async def test_join_heartbeat_and_commit_need_read_on_the_group() -> None:
         acl(ResourceType.TOPIC, "t", "User:bob", Operation.READ),
     )
     try:
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
         hb = HeartbeatRequest[4](group_id="g", generation_id=1, member_id="m", group_instance_id=None)
-        assert (await call(layer, gc.HEARTBEAT, 4, hb, BOB)).error_code == GROUP_AUTHORIZATION_FAILED
-        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "t"), BOB)
+        assert (await call(layer, ApiKey.HEARTBEAT, 4, hb, BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        r = await call(layer, ApiKey.OFFSET_COMMIT, 8, commit("g", "t"), BOB)
         assert [(t.name, [p.error_code for p in t.partitions]) for t in r.topics] == [("t", [GROUP_AUTHORIZATION_FAILED])]
         # DESCRIBE (implied by nothing weaker here) is what FindCoordinator needs.
-        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), BOB)
+        f = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), BOB)
         assert f.error_code == 0
         # A super user needs no ACL.
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), ADMIN)).error_code == MEMBER_ID_REQUIRED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), ADMIN)).error_code == MEMBER_ID_REQUIRED
         assert layer.counters["authorization_refusals"] == 3
     finally:
         await layer.stop()
@@ -110,10 +109,10 @@ async def test_a_topic_without_read_is_refused_per_partition_and_the_group_is_no
     )
     try:
         # Only unreadable topics: answered without asking the group (a stale member is not even looked at).
-        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "secret", member="nobody", generation=7), BOB)
+        r = await call(layer, ApiKey.OFFSET_COMMIT, 8, commit("g", "secret", member="nobody", generation=7), BOB)
         assert [(t.name, t.partitions[0].error_code) for t in r.topics] == [("secret", TOPIC_AUTHORIZATION_FAILED)]
         # Mixed: the readable topic goes on to the group's check (an unknown member here), the other not.
-        r = await call(layer, gc.OFFSET_COMMIT, 8, commit("g", "open-1", "secret", member="nobody", generation=7), BOB)
+        r = await call(layer, ApiKey.OFFSET_COMMIT, 8, commit("g", "open-1", "secret", member="nobody", generation=7), BOB)
         codes = {t.name: t.partitions[0].error_code for t in r.topics}
         assert codes["secret"] == TOPIC_AUTHORIZATION_FAILED
         assert codes["open-1"] not in (0, TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED)
@@ -129,8 +128,8 @@ async def test_deny_wins_and_hosts_count() -> None:
         acl(ResourceType.GROUP, "h", "User:bob", Operation.READ, deny=True, host="10.9.9.9"),
     )
     try:
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("h"), BOB)).error_code == MEMBER_ID_REQUIRED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), BOB)).error_code == GROUP_AUTHORIZATION_FAILED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("h"), BOB)).error_code == MEMBER_ID_REQUIRED
     finally:
         await layer.stop()
 
@@ -142,17 +141,17 @@ async def test_list_groups_shows_what_may_be_described_and_describe_answers_per_
     )
     try:
         for g in ("a1", "b1"):
-            r = await call(layer, gc.JOIN_GROUP, 5, join(g), ADMIN)
-            assert (await call(layer, gc.JOIN_GROUP, 5, join(g, r.member_id), ADMIN)).error_code == 0
+            r = await call(layer, ApiKey.JOIN_GROUP, 5, join(g), ADMIN)
+            assert (await call(layer, ApiKey.JOIN_GROUP, 5, join(g, r.member_id), ADMIN)).error_code == 0
 
         async def listed(conn: StubConnection) -> list[str]:
-            r = await call(layer, gc.LIST_GROUPS, 4, ListGroupsRequest[4](states_filter=[]), conn)
+            r = await call(layer, ApiKey.LIST_GROUPS, 4, ListGroupsRequest[4](states_filter=[]), conn)
             return sorted(g.group_id for g in r.groups)
 
         assert await listed(BOB) == ["a1"]
         assert await listed(ADMIN) == ["a1", "b1"]
         assert await listed(StubConnection(principal="User:carol")) == ["a1", "b1"]  # DESCRIBE on the cluster
-        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
+        d = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](
             groups=["a1", "b1"], include_authorized_operations=True), BOB)
         # As Kafka: the refused groups first, then the described ones with the principal's operations.
         assert [(g.group_id, g.error_code) for g in d.groups] == [("b1", GROUP_AUTHORIZATION_FAILED), ("a1", 0)]
@@ -171,7 +170,7 @@ async def test_consumer_group_heartbeat_needs_describe_on_its_subscription() -> 
             req = ConsumerGroupHeartbeatRequest[1](group_id="g", member_id="m1", member_epoch=0,
                                                    rebalance_timeout_ms=5000, subscribed_topic_names=topics,
                                                    topic_partitions=[])
-            assert (await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code == code
+            assert (await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code == code
     finally:
         await layer.stop()
 
@@ -189,7 +188,7 @@ async def test_strict_mode_refuses_what_it_cannot_be_sure_of(authorizer: str, st
         layer.acls.authorizer_class = authorizer
         if stale:
             layer.acls.read_at = time.monotonic() - 10  # more than three refresh intervals ago
-        r = await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)
+        r = await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), BOB)
         assert r.error_code == (GROUP_AUTHORIZATION_FAILED if refused else MEMBER_ID_REQUIRED)
     finally:
         await layer.stop()
@@ -229,13 +228,13 @@ async def test_offset_fetch_without_describe_on_the_group_is_refused_in_the_vers
                 cls.OffsetFetchRequestGroup(group_id=n, topics=[
                     cls.OffsetFetchRequestGroup.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])
                 for n in ("h", "g")], require_stable=False)
-            r = await call(layer, gc.OFFSET_FETCH, version, req, BOB)
+            r = await call(layer, ApiKey.OFFSET_FETCH, version, req, BOB)
             # Per group: the other group of the batch is answered (here: the unreachable cluster's error).
             assert r.groups[0].group_id == "h" and r.groups[0].error_code == GROUP_AUTHORIZATION_FAILED
             assert r.groups[1].error_code != GROUP_AUTHORIZATION_FAILED
         else:
             req = cls[version](group_id="h", topics=[cls.OffsetFetchRequestTopic(name="t", partition_indexes=[0])])
-            r = await call(layer, gc.OFFSET_FETCH, version, req, BOB)
+            r = await call(layer, ApiKey.OFFSET_FETCH, version, req, BOB)
             if version >= 2:
                 assert r.error_code == GROUP_AUTHORIZATION_FAILED
             else:  # no top-level error code before v2
@@ -249,7 +248,7 @@ async def test_consumer_group_describe_hides_groups_with_topics_that_may_not_be_
 
     layer = await started(acl(ResourceType.GROUP, "g", "User:bob", Operation.DESCRIBE))
     try:
-        d = await call(layer, gc.CONSUMER_GROUP_DESCRIBE, 0, ConsumerGroupDescribeRequest[0](
+        d = await call(layer, ApiKey.CONSUMER_GROUP_DESCRIBE, 0, ConsumerGroupDescribeRequest[0](
             group_ids=["h", "g"], include_authorized_operations=True), BOB)
         assert [(g.group_id, g.error_code) for g in d.groups][0] == ("h", GROUP_AUTHORIZATION_FAILED)
         assert d.groups[1].group_id == "g" and d.groups[1].error_code != GROUP_AUTHORIZATION_FAILED
@@ -262,8 +261,8 @@ async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
 
     layer = await started(read=False)
     try:
-        await call(layer, gc.JOIN_GROUP, 5, join("g"), BOB)
-        text = Health(layer.gw, layer).render()
+        await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), BOB)
+        text = Health(layer.nodes, layer).render()
         assert 'groupgate_group_layer_events_total{event="authorization_refusals"} 1' in text
         assert "groupgate_acl_snapshot_age_seconds -1" in text
     finally:
@@ -325,10 +324,10 @@ async def test_strict_mode_refuses_clients_known_by_certificate_only() -> None:
 
     layer = await started(acl(ResourceType.GROUP, "g", "User:ANONYMOUS", Operation.READ))
     try:
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"))).error_code == MEMBER_ID_REQUIRED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("g"))).error_code == MEMBER_ID_REQUIRED
         layer.authorizer = GroupAuthorizer(layer.acls, strict=True, refresh_interval_s=10, principals_known=False)
         layer.acls.authorizer_class = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-        assert (await call(layer, gc.JOIN_GROUP, 5, join("g"))).error_code == GROUP_AUTHORIZATION_FAILED
+        assert (await call(layer, ApiKey.JOIN_GROUP, 5, join("g"))).error_code == GROUP_AUTHORIZATION_FAILED
     finally:
         await layer.stop()
 
@@ -347,7 +346,7 @@ async def test_strict_mode_refuses_a_pattern_matching_a_topic_that_may_not_be_de
             req = ConsumerGroupHeartbeatRequest[1](group_id="g", member_id="m-" + pattern, member_epoch=0,
                                                    rebalance_timeout_ms=5000, subscribed_topic_names=None,
                                                    subscribed_topic_regex=pattern, topic_partitions=[])
-            return int((await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code)
+            return int((await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, req, BOB)).error_code)
 
         assert await subscribe(".*") == TOPIC_AUTHORIZATION_FAILED
         assert await subscribe("open-.*") == 0

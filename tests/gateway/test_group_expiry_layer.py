@@ -16,10 +16,10 @@ from gateway.config.coordinator import CoordinatorSettings
 from gateway.groups.layer import GroupLayer
 from gateway.state.file_store import shard_dirs
 from gateway.state.log import FileStateLog
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.group_records import decode_key
 
-from ._groups_support import StubGateway, call
+from ._groups_support import StubGateway, call, layer_on
 
 PROTOCOLS = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01meta")]
 
@@ -36,22 +36,21 @@ async def started(state_dir: Path, **kw: Any) -> GroupLayer:
             **kw,
         }
     )
-    layer = GroupLayer(StubGateway(), settings)  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(StubGateway(), settings)
     await layer.start()
     return layer
 
 
 async def join(layer: GroupLayer, group: str) -> str:
     """One member joins and syncs: a Stable group, persisted."""
-    r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+    r = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
         group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
         protocol_type="consumer", protocols=PROTOCOLS,
     ))
     assert r.error_code == 0
     member = str(r.member_id)
     assignment = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=b"a")]
-    s = await call(layer, gc.SYNC_GROUP, 1, SyncGroupRequest[1](
+    s = await call(layer, ApiKey.SYNC_GROUP, 1, SyncGroupRequest[1](
         group_id=group, generation_id=r.generation_id, member_id=member, assignments=assignment,
     ))
     assert s.error_code == 0
@@ -59,7 +58,7 @@ async def join(layer: GroupLayer, group: str) -> str:
 
 
 async def state(layer: GroupLayer, group: str) -> str:
-    d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[group]))
+    d = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[group]))
     return str(d.groups[0].group_state)
 
 
@@ -68,7 +67,7 @@ async def test_an_empty_group_is_deleted_after_the_retention_and_does_not_come_b
     try:
         gone = await join(layer, "gone")
         await join(layer, "live")
-        r = await call(layer, gc.LEAVE_GROUP, 1, LeaveGroupRequest[1](group_id="gone", member_id=gone))
+        r = await call(layer, ApiKey.LEAVE_GROUP, 1, LeaveGroupRequest[1](group_id="gone", member_id=gone))
         assert r.error_code == 0 and await state(layer, "gone") == "Empty"
         for _ in range(200):
             if await state(layer, "gone") == "Dead":

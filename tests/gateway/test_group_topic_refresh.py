@@ -14,19 +14,18 @@ from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
 from gateway.groups.layer import GroupLayer
 from gateway.groups.metadata_watch import TopicImage
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from translate.embedded import ConsumerProtocolSubscription, decode_assignment, encode_subscription
 
-from ._groups_support import StubGateway, call
+from ._groups_support import StubGateway, call, layer_on
 from .test_groups_layer import MEMBER_ID_REQUIRED, settings
 
 TOPIC_ID = uuid.UUID(int=0x7E57)
 
 
 async def started_with_upstream_topics(image: TopicImage) -> tuple[GroupLayer, list[int]]:
-    layer = GroupLayer(StubGateway(), settings(classic_groups="translate"))  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(StubGateway(), settings(classic_groups="translate"))
     await layer.start()
     fetches: list[int] = []
 
@@ -48,12 +47,12 @@ async def test_a_classic_join_refreshes_the_image_for_the_topics_it_subscribes_t
             "group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000, "member_id": "",
             "protocol_type": "consumer", "protocols": protocols,
         }
-        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
+        r = await call(layer, ApiKey.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
         assert r.error_code == MEMBER_ID_REQUIRED
         join["member_id"] = r.member_id
-        r = await call(layer, gc.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
+        r = await call(layer, ApiKey.JOIN_GROUP, 5, JoinGroupRequest[5](**join))
         assert r.error_code == 0 and fetches
-        s = await call(layer, gc.SYNC_GROUP, 3, SyncGroupRequest[3](
+        s = await call(layer, ApiKey.SYNC_GROUP, 3, SyncGroupRequest[3](
             group_id="g", generation_id=r.generation_id, member_id=r.member_id, assignments=[]))
         assigned = {tp.topic: sorted(tp.partitions) for tp in decode_assignment(bytes(s.assignment)).assigned_partitions}
         assert assigned == {"fresh": [0, 1, 2]}
@@ -68,7 +67,7 @@ async def test_a_regex_heartbeat_refreshes_the_whole_image() -> None:
             group_id="cg", member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=5000,
             subscribed_topic_regex="fresh-.*", topic_partitions=[],
         )
-        r = await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req)
+        r = await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, req)
         assert r.error_code == 0 and fetches
         assert "fresh-1" in layer.watch.topics
     finally:

@@ -16,6 +16,7 @@ from gateway.config.settings import load_config
 from gateway.net import rewrite
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import ConsumerGroupDescribeResponse
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatResponse as WireHb
 from translate.classic_messages import JoinGroupResponse, LeaveGroupResponse, MemberResponse
@@ -23,17 +24,17 @@ from translate.group_messages import ConsumerGroupDescribeResponse as DescribeDc
 
 
 def test_advertised_versions_are_exactly_the_handled_ones() -> None:
-    assert gc.LOCAL_API[gc.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
-    assert gc.LOCAL_API[gc.CONSUMER_GROUP_DESCRIBE] == (0, 1)
+    assert gc.LOCAL_API[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+    assert gc.LOCAL_API[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
     # v10 (topic ids) of the offset APIs and v6 of DescribeGroups are handled (tests/gateway/test_group_api_versions.py).
-    assert gc.LOCAL_API[gc.OFFSET_COMMIT][1] == 10 and gc.LOCAL_API[gc.OFFSET_FETCH][1] == 10
+    assert gc.LOCAL_API[ApiKey.OFFSET_COMMIT][1] == 10 and gc.LOCAL_API[ApiKey.OFFSET_FETCH][1] == 10
     for api_key, (_, hi) in gc.LOCAL_API.items():
         assert hi <= codec.codec_max_version(api_key)
     # Even an upstream without KIP-848 APIs (and with newer group API versions) gets our ranges.
-    upstream = {gc.JOIN_GROUP: (0, 9), gc.OFFSET_COMMIT: (2, 10), gc.DESCRIBE_GROUPS: (0, 6), 18: (0, 4)}
+    upstream = {ApiKey.JOIN_GROUP: (0, 9), ApiKey.OFFSET_COMMIT: (2, 10), ApiKey.DESCRIBE_GROUPS: (0, 6), 18: (0, 4)}
     ranges = rewrite.gateway_api_ranges(upstream, gc.LOCAL_API)
-    assert ranges[gc.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
-    assert ranges[gc.OFFSET_COMMIT] == (0, 10) and ranges[gc.DESCRIBE_GROUPS] == (0, 6)
+    assert ranges[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+    assert ranges[ApiKey.OFFSET_COMMIT] == (0, 10) and ranges[ApiKey.DESCRIBE_GROUPS] == (0, 6)
 
 
 @pytest.mark.parametrize("version", range(0, 10))
@@ -50,7 +51,7 @@ def test_join_group_request_fields_per_version(version: int) -> None:
     assert req.group_instance_id == ("i-1" if version >= 5 else None)
     assert (req.api_version, req.client_id, req.client_host) == (version, "cid", "/h")
     out = gc.join_group_response(JoinGroupResponse(generation_id=3, protocol_name=None, leader="m", member_id="m"), version)
-    back = codec.RESPONSES[gc.JOIN_GROUP][version].decode(out.encode(version=version))
+    back = codec.RESPONSES[ApiKey.JOIN_GROUP][version].decode(out.encode(version=version))
     assert back.generation_id == 3 and back.protocol_name in ("", None)
 
 
@@ -60,7 +61,7 @@ def test_leave_group_single_member_versions_map_to_a_batch_of_one() -> None:
     assert [(m.member_id, m.group_instance_id) for m in req.members] == [("m1", None)]
     # v0-2 have no per-member errors: the member's error is the response's.
     out = gc.leave_group_response(LeaveGroupResponse(members=[MemberResponse("m1", None, 25)]), 1)
-    assert codec.RESPONSES[gc.LEAVE_GROUP][1].decode(out.encode(version=1)).error_code == 25
+    assert codec.RESPONSES[ApiKey.LEAVE_GROUP][1].decode(out.encode(version=1)).error_code == 25
 
 
 @pytest.mark.parametrize("version", [0, 1])

@@ -9,6 +9,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from gateway.config.settings import GatewayConfig
+from gateway.net.contracts import HandlerChain
 from gateway.ops.runner import GatewayThread
 from gateway.wire import codec
 from gateway.wire.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
@@ -33,7 +34,7 @@ async def slow_describe(conn, header, payload):
 @pytest.fixture(scope="module")
 def local_gateway(kafka_broker):
     config = GatewayConfig(upstream=kafka_broker.bootstrap, listen_port=0, log_level="warning")
-    with GatewayThread(config, local_handlers={69: slow_describe}, local_api={69: (0, 1)}) as gw:
+    with GatewayThread(config, HandlerChain(local_handlers={69: slow_describe}, local_api={69: (0, 1)})) as gw:
         yield gw
 
 

@@ -16,7 +16,7 @@ from gateway.fleet.assignor import FleetAssignment, MemberClaim
 from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor
 from gateway.groups.runtime import CoordinatorRuntime
 from gateway.groups.shard_state import ShardState
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 from ._groups_support import call
 from .test_groups_layer import started
@@ -127,7 +127,7 @@ async def test_find_coordinator_in_a_fleet_answers_the_owners_node_or_retriable_
         elsewhere, in_transit = groups_in_distinct_shards(4, 2)
         owners = {layer.runtime.shard_of(elsewhere): (COORDINATOR_NODE_BASE + 1, "10.0.0.2", 9092)}
         layer.handlers.fleet_coordinator = owners.get
-        r = await call(layer, gc.FIND_COORDINATOR, 4, FindCoordinatorRequest[4](key_type=0, coordinator_keys=[elsewhere, in_transit]))
+        r = await call(layer, ApiKey.FIND_COORDINATOR, 4, FindCoordinatorRequest[4](key_type=0, coordinator_keys=[elsewhere, in_transit]))
         assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in r.coordinators] == [
             (elsewhere, COORDINATOR_NODE_BASE + 1, "10.0.0.2", 9092, 0),
             (in_transit, -1, "", -1, 15),  # COORDINATOR_NOT_AVAILABLE: retried

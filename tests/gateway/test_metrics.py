@@ -14,15 +14,16 @@ from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 from gateway.config.settings import GatewayConfig
 from gateway.groups.layer import GroupLayer
 from gateway.net.connection import ClientConnection, UpstreamLink
+from gateway.net.contracts import HandlerChain
 from gateway.net.rewrite import Broker
 from gateway.net.server import Gateway
 from gateway.net.upstream import UpstreamError
 from gateway.ops.admin_http import MAX_HEAD_BYTES, AdminServer
 from gateway.ops.health import Health
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 from . import _exposition
-from ._groups_support import StubGateway, call
+from ._groups_support import StubGateway, call, layer_on
 from .test_groups_layer import _join_consumer_member, settings, started
 
 
@@ -57,7 +58,7 @@ async def scrape(addr: tuple[str, int]) -> dict[str, _exposition.Family]:
 
 async def layer_with_endpoint(**kw: Any) -> tuple[GroupLayer, AdminServer, tuple[str, int]]:
     layer = await started(**kw)
-    admin = AdminServer(Health(layer.gw, layer))
+    admin = AdminServer(Health(layer.nodes, layer))
     addr = await admin.start("127.0.0.1", 0)
     return layer, admin, addr
 
@@ -75,12 +76,12 @@ async def test_exposition_parses_and_group_counters_follow_the_requests(tmp_path
         r = await _join_consumer_member(layer, "cg", "t", str(uuid.uuid4()))
         assert r.error_code == 0
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="classic", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))
         assert j.error_code == 0
-        s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        s = await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
             group_id="classic", generation_id=j.generation_id, member_id=j.member_id, assignments=[],
         ))
         assert s.error_code == 0
@@ -112,11 +113,11 @@ async def test_a_member_expired_by_its_session_timer_is_counted() -> None:
     layer, admin, addr = await layer_with_endpoint()
     try:
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id="quiet", session_timeout_ms=300, rebalance_timeout_ms=300, member_id="",
             protocol_type="consumer", protocols=protocols,
         ))
-        await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
             group_id="quiet", generation_id=j.generation_id, member_id=j.member_id, assignments=[],
         ))
         assert (await scrape(addr))["groupgate_group_members_expired_total"].value(type="classic") == 0
@@ -168,7 +169,7 @@ async def test_requests_bytes_and_local_latency_are_counted_on_the_connection() 
         await asyncio.sleep(0.01)
         return struct.pack(">i", header.correlation_id)
 
-    gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=0), local_handlers={69: local})
+    gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=0), HandlerChain(local_handlers={69: local}))
     gw.directory.api_ranges = {2: (0, 10), 69: (0, 1)}
     conn, client, upstream = _connection(gw)
     forwarded = struct.pack(">ihhih", 10, 2, 1, 5, -1)  # ListOffsets v1, header only: forwarded as is
@@ -241,8 +242,7 @@ async def test_readyz_is_503_until_start_up_completes_and_healthz_answers_throug
 
 async def test_readyz_waits_for_the_group_layer_and_topic_metadata() -> None:
     stub = StubGateway()
-    layer = GroupLayer(stub, settings())  # type: ignore[arg-type]
-    layer.install()
+    layer = layer_on(stub, settings())
     admin = AdminServer(Health(stub, layer))  # type: ignore[arg-type]
     addr = await admin.start("127.0.0.1", 0)
     try:
@@ -290,7 +290,7 @@ async def test_bad_requests_get_a_4xx_and_the_endpoint_keeps_serving(raw: bytes,
         w.close()
         assert (await get(addr, "/healthz"))[0] == 200
         assert (await scrape(addr))["groupgate_groups"].type == "gauge"
-        assert layer.gw.metrics.connections_total == 0  # nothing reached the Kafka side
+        assert layer.nodes.metrics.connections_total == 0  # nothing reached the Kafka side
     finally:
         await admin.stop()
         await layer.stop()

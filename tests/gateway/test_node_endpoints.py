@@ -9,6 +9,7 @@ import pytest
 
 from gateway.net import node_endpoints
 from gateway.wire import codec, frames
+from gateway.wire.api_keys import ApiKey
 
 UPSTREAM_HOST = "10.9.8.7"
 GATEWAY = {1: ("gw.example", 19001), 2: ("gw.example", 19002)}
@@ -20,7 +21,7 @@ def addr_of(node_id: int) -> tuple[str, int] | None:
 
 
 def _produce(version: int, endpoints: list[tuple[int, str, int, str | None]] | None, host: str = UPSTREAM_HOST):
-    R = codec.RESPONSES[codec.PRODUCE]
+    R = codec.RESPONSES[ApiKey.PRODUCE]
     T = R.TopicProduceResponse
     P = T.PartitionProduceResponse
     E = P.BatchIndexAndErrorMessage
@@ -40,7 +41,7 @@ def _produce(version: int, endpoints: list[tuple[int, str, int, str | None]] | N
 
 
 def _fetch(version: int, endpoints: list[tuple[int, str, int, str | None]] | None):
-    R = codec.RESPONSES[codec.FETCH]
+    R = codec.RESPONSES[ApiKey.FETCH]
     T = R.FetchableTopicResponse
     P = T.PartitionData
     A = P.AbortedTransaction
@@ -65,7 +66,7 @@ def _frame(api_key: int, version: int, msg) -> bytes:
     return frames.frame(codec.encode_response(api_key, version, 1234, msg))
 
 
-CASES = [(codec.PRODUCE, v, _produce) for v in range(10, 14)] + [(codec.FETCH, v, _fetch) for v in range(16, 19)]
+CASES = [(ApiKey.PRODUCE, v, _produce) for v in range(10, 14)] + [(ApiKey.FETCH, v, _fetch) for v in range(16, 19)]
 
 
 @pytest.mark.parametrize(("api_key", "version", "build"), CASES)
@@ -92,7 +93,7 @@ def test_endpoints_point_at_the_gateway_and_the_rest_is_byte_exact(api_key, vers
         (1, "gw.example", 19001, "r1"),
         (2, "gw.example", 19002, None),
     ]
-    if api_key == codec.FETCH:
+    if api_key == ApiKey.FETCH:
         assert bytes(msg.responses[0].partitions[0].records) == RECORDS
 
 
@@ -104,20 +105,20 @@ def test_a_node_the_gateway_does_not_serve_is_left_out(api_key, version, build) 
 
 
 def test_a_rewrite_of_an_already_rewritten_response_changes_nothing() -> None:
-    frame = _frame(codec.FETCH, 18, _fetch(18, [(1, "gw.example", 19001, None)]))
-    assert node_endpoints.rewrite_frame(codec.FETCH, 18, frame, addr_of) == frame
+    frame = _frame(ApiKey.FETCH, 18, _fetch(18, [(1, "gw.example", 19001, None)]))
+    assert node_endpoints.rewrite_frame(ApiKey.FETCH, 18, frame, addr_of) == frame
 
 
 def test_other_top_level_tagged_fields_are_kept() -> None:
     # A tagged field the gateway does not know (a later Kafka's) rides along unchanged after tag 0.
-    base = _frame(codec.FETCH, 17, _fetch(17, [(1, UPSTREAM_HOST, 9093, None)]))
+    base = _frame(ApiKey.FETCH, 17, _fetch(17, [(1, UPSTREAM_HOST, 9093, None)]))
     body = frames.skip_tagged_fields(base, 8)
-    start = node_endpoints.find_tagged_fields(codec.FETCH, 17, base, body)
+    start = node_endpoints.find_tagged_fields(ApiKey.FETCH, 17, base, body)
     assert base[start] == 1  # one tagged field: NodeEndpoints
     unknown = b"\x05\x03abc"  # tag 5, 3 bytes
     frame = bytearray(base[:start]) + b"\x02" + base[start + 1 :] + unknown
     frame[:4] = (len(frame) - 4).to_bytes(4, "big")
-    out = node_endpoints.rewrite_frame(codec.FETCH, 17, bytes(frame), addr_of)
+    out = node_endpoints.rewrite_frame(ApiKey.FETCH, 17, bytes(frame), addr_of)
     assert out is not None and out.endswith(unknown) and b"gw.example" in out
     assert UPSTREAM_HOST.encode() not in out
 
@@ -132,11 +133,11 @@ def test_a_truncated_response_is_refused_not_passed(api_key, version, build) -> 
 
 
 def test_versions_before_kip_951_carry_no_endpoints() -> None:
-    assert not node_endpoints.carries_endpoints(codec.PRODUCE, 9)
-    assert node_endpoints.carries_endpoints(codec.PRODUCE, 10)
-    assert not node_endpoints.carries_endpoints(codec.FETCH, 15)
-    assert node_endpoints.carries_endpoints(codec.FETCH, 16)
-    assert not node_endpoints.carries_endpoints(codec.METADATA, 13)
+    assert not node_endpoints.carries_endpoints(ApiKey.PRODUCE, 9)
+    assert node_endpoints.carries_endpoints(ApiKey.PRODUCE, 10)
+    assert not node_endpoints.carries_endpoints(ApiKey.FETCH, 15)
+    assert node_endpoints.carries_endpoints(ApiKey.FETCH, 16)
+    assert not node_endpoints.carries_endpoints(ApiKey.METADATA, 13)
 
 
 # --- on the connection ----------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def _connection():
 
     gw = Gateway(GatewayConfig(upstream="127.0.0.1:1", listen_port=19000))
     gw.directory.brokers = {1: Broker(1, UPSTREAM_HOST, 9093, None)}
-    gw.directory.api_ranges = {codec.PRODUCE: (3, 13), codec.FETCH: (4, 18)}
+    gw.directory.api_ranges = {ApiKey.PRODUCE: (3, 13), ApiKey.FETCH: (4, 18)}
     conn = ClientConnection(gw, None)
     client, upstream = _Transport(), _Transport()
     conn.transport = client
@@ -189,7 +190,7 @@ def _fetch_request(corr: int) -> bytes:
 def test_the_connection_passes_fetch_responses_without_endpoints_as_the_same_bytes() -> None:
     _, conn, client = _connection()
     conn.data_received(_fetch_request(1234))
-    frame = _frame(codec.FETCH, 18, _fetch(18, None))
+    frame = _frame(ApiKey.FETCH, 18, _fetch(18, None))
     conn.upstream.data_received(frame)
     assert client.written[0] is frame  # not rebuilt, not copied
 
@@ -198,17 +199,17 @@ def test_the_connection_rewrites_endpoints_to_its_own_addresses() -> None:
     gw, conn, client = _connection()
     conn.data_received(_fetch_request(1234))
     conn.upstream.data_received(
-        _frame(codec.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None), (7, UPSTREAM_HOST, 9099, None)]))
+        _frame(ApiKey.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None), (7, UPSTREAM_HOST, 9099, None)]))
     )
     host, port = gw.addr_of(1)
-    assert client.written == [_frame(codec.FETCH, 18, _fetch(18, [(1, host, port, None)]))]
+    assert client.written == [_frame(ApiKey.FETCH, 18, _fetch(18, [(1, host, port, None)]))]
     assert not client.closed
 
 
 def test_the_connection_closes_on_a_response_it_cannot_walk() -> None:
     _, conn, client = _connection()
     conn.data_received(_fetch_request(1234))
-    frame = _frame(codec.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None)]))
+    frame = _frame(ApiKey.FETCH, 18, _fetch(18, [(1, UPSTREAM_HOST, 9093, None)]))
     broken = frames.frame(frame[4:-12])  # a whole frame, but its body stops short
     conn.upstream.data_received(broken)
     assert client.written == [] and client.closed

@@ -12,7 +12,7 @@ import pytest
 from gateway.config.settings import load_config
 from gateway.groups.layer import GroupLayer
 from gateway.ops.cli import _flags, build_parser
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest
 from rehearsal import oracle
 from rehearsal.events import read_events, validate_logs
@@ -29,7 +29,7 @@ async def _heartbeat(layer: GroupLayer, member: str, epoch: int, owned: list[int
         group_id="cg", member_id=member, member_epoch=epoch, rebalance_timeout_ms=5000,
         subscribed_topic_names=["t"] if epoch == 0 else None, topic_partitions=tps,
     )
-    return await call(layer, gc.CONSUMER_GROUP_HEARTBEAT, 1, req)
+    return await call(layer, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, req)
 
 
 def test_the_options_reach_the_coordinator_settings(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@ import pytest
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
+from coordinator.errors import Errors
 from gateway.net import rewrite
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 UPSTREAM_HOST = "10.9.8.7"
 GATEWAY = {1: ("gw.example", 19001), 2: ("gw.example", 19002)}
@@ -35,10 +37,10 @@ def _metadata(version, nodes=(1, 2, 3)):
 
 @pytest.mark.parametrize("version", [0, 1, 4, 7, 8, 9, 10, 12, 13])
 def test_metadata_brokers_get_gateway_addresses(version):
-    payload = codec.encode_response(codec.METADATA, version, 77, _metadata(version))
+    payload = codec.encode_response(ApiKey.METADATA, version, 77, _metadata(version))
     out = rewrite.rewrite_metadata(payload, version, addr_of)
     assert out.payload[:4] == payload[:4]  # correlation id kept
-    _, msg = codec.decode_response(codec.METADATA, version, out.payload)
+    _, msg = codec.decode_response(ApiKey.METADATA, version, out.payload)
     assert [(b.node_id, b.host, b.port) for b in msg.brokers] == [
         (1, "gw.example", 19001),
         (2, "gw.example", 19002),
@@ -56,9 +58,9 @@ def test_metadata_brokers_get_gateway_addresses(version):
 def test_find_coordinator_single(version):
     resp = FindCoordinatorResponse[version](error_code=0, node_id=2, host=UPSTREAM_HOST, port=9094)
     out = rewrite.rewrite_find_coordinator(
-        codec.encode_response(codec.FIND_COORDINATOR, version, 5, resp), version, addr_of
+        codec.encode_response(ApiKey.FIND_COORDINATOR, version, 5, resp), version, addr_of
     )
-    _, msg = codec.decode_response(codec.FIND_COORDINATOR, version, out.payload)
+    _, msg = codec.decode_response(ApiKey.FIND_COORDINATOR, version, out.payload)
     assert (msg.error_code, msg.node_id, msg.host, msg.port) == (0, 2, "gw.example", 19002)
 
 
@@ -73,12 +75,12 @@ def test_find_coordinator_batched(version):
         ]
     )
     out = rewrite.rewrite_find_coordinator(
-        codec.encode_response(codec.FIND_COORDINATOR, version, 5, resp), version, addr_of
+        codec.encode_response(ApiKey.FIND_COORDINATOR, version, 5, resp), version, addr_of
     )
-    _, msg = codec.decode_response(codec.FIND_COORDINATOR, version, out.payload)
+    _, msg = codec.decode_response(ApiKey.FIND_COORDINATOR, version, out.payload)
     got = {c.key: (c.error_code, c.node_id, c.host, c.port) for c in msg.coordinators}
     assert got["g1"] == (0, 1, "gw.example", 19001)
-    assert got["g2"] == (codec.COORDINATOR_NOT_AVAILABLE, -1, "", -1)  # node the gateway cannot serve
+    assert got["g2"] == (Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)  # node the gateway cannot serve
     assert got["g3"] == (15, -1, "", -1)
     assert UPSTREAM_HOST.encode() not in out.payload
 
@@ -95,9 +97,9 @@ def test_describe_cluster(version):
         **kwargs,
     )
     out = rewrite.rewrite_describe_cluster(
-        codec.encode_response(codec.DESCRIBE_CLUSTER, version, 5, resp), version, addr_of
+        codec.encode_response(ApiKey.DESCRIBE_CLUSTER, version, 5, resp), version, addr_of
     )
-    _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, version, out.payload)
+    _, msg = codec.decode_response(ApiKey.DESCRIBE_CLUSTER, version, out.payload)
     assert [(b.broker_id, b.host, b.port) for b in msg.brokers] == [(1, "gw.example", 19001)]
 
 
@@ -111,9 +113,9 @@ def test_describe_cluster_controllers_are_not_revealed():
         brokers=[B(broker_id=1, host=UPSTREAM_HOST, port=9999, rack=None)],
     )
     out = rewrite.rewrite_describe_cluster(
-        codec.encode_response(codec.DESCRIBE_CLUSTER, 1, 5, resp), 1, addr_of
+        codec.encode_response(ApiKey.DESCRIBE_CLUSTER, 1, 5, resp), 1, addr_of
     )
-    _, msg = codec.decode_response(codec.DESCRIBE_CLUSTER, 1, out.payload)
+    _, msg = codec.decode_response(ApiKey.DESCRIBE_CLUSTER, 1, out.payload)
     assert msg.brokers == [] and msg.error_code != 0
     assert UPSTREAM_HOST.encode() not in out.payload
 
@@ -124,7 +126,7 @@ def _api_versions_payload(version, ranges, error=0):
         error_code=error,
         api_keys=[AV(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ranges.items()],
     )
-    return codec.encode_response(codec.API_VERSIONS, version, 9, msg)
+    return codec.encode_response(ApiKey.API_VERSIONS, version, 9, msg)
 
 
 UPSTREAM_RANGES = {
@@ -143,7 +145,7 @@ UPSTREAM_RANGES = {
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_api_versions_are_capped(version):
     out = rewrite.rewrite_api_versions(_api_versions_payload(version, UPSTREAM_RANGES), version, {})
-    _, msg = codec.decode_response(codec.API_VERSIONS, version, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, version, out.payload)
     got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
     # Produce and Fetch up to the versions whose leader endpoints (KIP-951) the gateway rewrites
     assert got[0] == (3, 13)
@@ -168,7 +170,7 @@ def _features_payload(ranges: dict[int, tuple[int, int]]) -> bytes:
             cls.FinalizedFeatureKey(name=n, min_version_level=1, max_version_level=1) for n in names
         ],
     )
-    return codec.encode_response(codec.API_VERSIONS, 3, 9, msg)
+    return codec.encode_response(ApiKey.API_VERSIONS, 3, 9, msg)
 
 
 SHARE_AND_STREAMS = {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 88: (0, 0), 89: (0, 0), 90: (0, 1)}
@@ -176,7 +178,7 @@ SHARE_AND_STREAMS = {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 88: (0, 0),
 
 def test_share_and_streams_apis_and_their_features_pass_through():
     out = rewrite.rewrite_api_versions(_features_payload({18: (0, 4), 68: (0, 1), **SHARE_AND_STREAMS}), 3, {})
-    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, 3, out.payload)
     got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
     assert all(got[k] == r for k, r in SHARE_AND_STREAMS.items())
     assert {f.name for f in msg.finalized_features} == {"share.version", "streams.version", "group.version"}
@@ -186,7 +188,7 @@ def test_features_whose_apis_are_not_offered_are_not_advertised():
     # A 4.0 cluster: share APIs only at the early-access v0, no streams APIs at all.
     ranges = {18: (0, 4), 68: (0, 1), 76: (0, 0), 77: (0, 0), 78: (0, 0), 79: (0, 0)}
     out = rewrite.rewrite_api_versions(_features_payload(ranges), 3, {})
-    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, 3, out.payload)
     assert {a.api_key for a in msg.api_keys} == {18, 68}
     assert {f.name for f in msg.finalized_features} == {"group.version"}
     assert {f.name for f in msg.supported_features} == {"group.version"}
@@ -214,13 +216,13 @@ def test_share_fetch_and_acknowledge_node_endpoints_are_rewritten(api_key, versi
 
 def test_api_versions_local_apis_override_upstream():
     out = rewrite.rewrite_api_versions(_api_versions_payload(3, {18: (0, 4)}), 3, {68: (0, 1), 69: (0, 1)})
-    _, msg = codec.decode_response(codec.API_VERSIONS, 3, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, 3, out.payload)
     assert {a.api_key for a in msg.api_keys} == {18, 68, 69}
 
 
 def test_api_versions_upstream_error_keeps_v0_shape():
     out = rewrite.rewrite_api_versions(_api_versions_payload(0, {18: (0, 2)}, error=35), 3, {})
-    _, msg = codec.decode_response(codec.API_VERSIONS, 0, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, 0, out.payload)
     assert msg.error_code == 35 and [(a.api_key, a.max_version) for a in msg.api_keys] == [(18, 2)]
 
 
@@ -228,7 +230,7 @@ def test_api_versions_unsupported_fallback_is_v0():
     raw = rewrite.api_versions_unsupported(41, 4)
     assert raw[:4] == (41).to_bytes(4, "big")
     msg = ApiVersionsResponse[0].decode(raw[4:])
-    assert msg.error_code == codec.UNSUPPORTED_VERSION
+    assert msg.error_code == Errors.UNSUPPORTED_VERSION
     assert [(a.api_key, a.min_version, a.max_version) for a in msg.api_keys] == [(18, 0, 4)]
 
 
@@ -244,7 +246,7 @@ def _with_features(version, ranges, finalized, supported=()):
         ],
         supported_features=[R.SupportedFeatureKey(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in supported],
     )
-    return codec.encode_response(codec.API_VERSIONS, version, 9, msg)
+    return codec.encode_response(ApiKey.API_VERSIONS, version, 9, msg)
 
 
 # Kafka 4.3.1's defaults (transaction.version 2 is finalized on a new cluster).
@@ -260,7 +262,7 @@ TXN_APIS = {0: (3, 13), 1: (4, 18), 18: (0, 4), 22: (0, 5), 24: (0, 5), 25: (0, 
 
 
 def _features(payload, version):
-    _, msg = codec.decode_response(codec.API_VERSIONS, version, payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, version, payload)
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in msg.finalized_features or []}
     supported = {f.name: (f.min_version, f.max_version) for f in msg.supported_features or []}
     return msg, finalized, supported
@@ -352,5 +354,5 @@ def test_api_versions_invalid_request_keeps_the_request_version():
 
 def test_api_versions_error_in_v0_shape_still_read_for_a_v3_request():
     out = rewrite.rewrite_api_versions(_api_versions_payload(0, {18: (0, 2), 9999: (0, 1)}, error=42), 3, {})
-    _, msg = codec.decode_response(codec.API_VERSIONS, 0, out.payload)
+    _, msg = codec.decode_response(ApiKey.API_VERSIONS, 0, out.payload)
     assert msg.error_code == 42 and [(a.api_key, a.max_version) for a in msg.api_keys] == [(18, 2)]

@@ -21,7 +21,7 @@ from gateway.groups.shard_state import ShardState
 from gateway.state.file_store import FileStateStore, shard_dir
 from gateway.state.log import FileStateLog, Record
 from gateway.state.store import ShardFenced, shard_of
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 from translate.group_service import GroupService
 
 from ._groups_support import call
@@ -45,12 +45,12 @@ def groups_in_distinct_shards(shards: int, n: int) -> list[str]:
 async def member(layer: GroupLayer, group: str) -> tuple[str, int]:
     """One classic member joins and syncs: the group is Stable and its record written."""
     protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-    r = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+    r = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
         group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
         protocol_type="consumer", protocols=protocols,
     ))
     assert r.error_code == 0
-    s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+    s = await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
         group_id=group, generation_id=r.generation_id, member_id=r.member_id,
         assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=r.member_id, assignment=b"a")],
     ))
@@ -115,11 +115,11 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
         calls = _fail_writes_of(monkeypatch, bad.log._fd)  # type: ignore[attr-defined]
         # A new member of the failing group writes a record: its shard cannot take it.
         protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
-        j = await call(layer, gc.JOIN_GROUP, 3, JoinGroupRequest[3](
+        j = await call(layer, ApiKey.JOIN_GROUP, 3, JoinGroupRequest[3](
             group_id=failing, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=lost,
             protocol_type="consumer", protocols=protocols,
         ))
-        s = await call(layer, gc.SYNC_GROUP, 2, SyncGroupRequest[2](
+        s = await call(layer, ApiKey.SYNC_GROUP, 2, SyncGroupRequest[2](
             group_id=failing, generation_id=j.generation_id, member_id=lost,
             assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=lost, assignment=b"b")],
         ))
@@ -128,16 +128,16 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
         assert bad.state in (ShardState.FAILED, ShardState.LOADING)  # re-read in the background
         assert [sh.index for sh in layer.runtime.shards if sh.state is not ShardState.ACTIVE] == [bad.index]
         # The failing shard's group is told to go away and come back ...
-        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
+        h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
         assert h.error_code == NOT_COORDINATOR
-        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=failing, key_type=0))
+        f = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=failing, key_type=0))
         assert f.error_code == COORDINATOR_NOT_AVAILABLE
         # ... while the other shard's group is served as before, timers and all.
-        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=healthy, generation_id=kept_gen, member_id=kept))
+        h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=healthy, generation_id=kept_gen, member_id=kept))
         assert h.error_code == 0
-        f = await call(layer, gc.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=healthy, key_type=0))
+        f = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key=healthy, key_type=0))
         assert f.error_code == 0
-        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[healthy]))
+        d = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[healthy]))
         assert [m.member_id for m in d.groups[0].members] == [kept]
         assert layer.runtime.shard_for(healthy).timers  # its session timer still armed
 
@@ -147,7 +147,7 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
                 break
             await asyncio.sleep(0.05)
         assert bad.state is ShardState.ACTIVE
-        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
+        h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
         assert h.error_code in (0, 27)  # acknowledged membership survived (27: a rebalance restarted on load)
     finally:
         await layer.stop()
@@ -297,14 +297,14 @@ async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch
 
         monkeypatch.setattr(codec, "decode_request", counting)
         payload = request_payload(FindCoordinatorRequest[3](key="app-1", key_type=0), 3)
-        claim = layer.claims(len(payload).to_bytes(4, "big") + payload, gc.FIND_COORDINATOR, 3)
+        claim = layer.claims(len(payload).to_bytes(4, "big") + payload, ApiKey.FIND_COORDINATOR, 3)
         assert isinstance(claim, Decoded)
-        header = frames.parse_request_header(payload, codec.request_header_flexible(gc.FIND_COORDINATOR, 3))
+        header = frames.parse_request_header(payload, codec.request_header_flexible(ApiKey.FIND_COORDINATOR, 3))
         out = await layer.handle(StubConnection(), header, payload, claim)  # type: ignore[arg-type]
-        assert codec.decode_response(gc.FIND_COORDINATOR, 3, out)[1].error_code == 0
-        assert decodes == [gc.FIND_COORDINATOR]  # once, by claims
+        assert codec.decode_response(ApiKey.FIND_COORDINATOR, 3, out)[1].error_code == 0
+        assert decodes == [ApiKey.FIND_COORDINATOR]  # once, by claims
         other = request_payload(FindCoordinatorRequest[3](key="other", key_type=0), 3)
-        assert not layer.claims(len(other).to_bytes(4, "big") + other, gc.FIND_COORDINATOR, 3)  # passes through
+        assert not layer.claims(len(other).to_bytes(4, "big") + other, ApiKey.FIND_COORDINATOR, 3)  # passes through
     finally:
         await layer.stop()
 

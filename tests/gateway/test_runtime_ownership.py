@@ -14,7 +14,8 @@ from coordinator.messages import ConsumerGroupHeartbeatRequest
 from gateway.groups.runtime import NOT_OWNED, CoordinatorRuntime, ShardUnloaded
 from gateway.groups.shard_state import ShardState
 from gateway.state.log import Record
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
+from translate.group_parts import consumer_group
 from translate.group_service import GroupService
 
 from ._groups_support import call
@@ -147,7 +148,7 @@ async def test_a_shard_released_drains_its_in_flight_call_and_flushes_before_the
             await a.call(group, _join(group, "m4"))
         # The next owner reads both members, with their epochs.
         await b.acquire([n])
-        cg = b.shard_for(group).service._consumer_group(group)
+        cg = consumer_group(b.shard_for(group).service, group)
         assert cg is not None
         members = sorted(cg.members)
         assert members == ["m1", "m2"]
@@ -166,15 +167,15 @@ async def test_a_request_parked_at_release_is_answered_not_coordinator() -> None
         n = layer.runtime.shard_of(group)
         assert layer.runtime.shard_for(group).state is ShardState.ACTIVE
         await layer.runtime.release([n], timeout_s=1.0)
-        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=group, generation_id=generation, member_id=member_id))
+        h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=group, generation_id=generation, member_id=member_id))
         assert h.error_code == NOT_COORDINATOR
-        d = await call(layer, gc.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[group]))
+        d = await call(layer, ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest[5](groups=[group]))
         assert d.groups[0].error_code == NOT_COORDINATOR
         # A listing is this instance's groups (none now), not an error: the others list theirs.
-        ls = await call(layer, gc.LIST_GROUPS, 2, ListGroupsRequest[2]())
+        ls = await call(layer, ApiKey.LIST_GROUPS, 2, ListGroupsRequest[2]())
         assert ls.error_code == 0 and group not in [g[0] for g in ls.groups]
         await layer.runtime.acquire([n])
-        h = await call(layer, gc.HEARTBEAT, 2, HeartbeatRequest[2](group_id=group, generation_id=generation, member_id=member_id))
+        h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=group, generation_id=generation, member_id=member_id))
         # Memory state only in this test (no store): the group is gone, the member is told to rejoin.
         assert h.error_code != NOT_COORDINATOR
     finally:

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from gateway.config.settings import GatewayConfig
 from gateway.security import credentials
-from gateway.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, ClientSasl, principal_of
+from gateway.security.sasl import ClientSasl, principal_of
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 JOIN_GROUP = 11
 METADATA = 3
@@ -32,22 +33,22 @@ def _resp(api_key: int, cls: type, version: int, **fields: object) -> bytes:
 
 
 def handshake(s: ClientSasl, mechanism: str, now: int = 0, version: int = 1) -> bool:
-    return s.on_request(SASL_HANDSHAKE, version, _req(SaslHandshakeRequest, version, mechanism=mechanism), now).ok
+    return s.on_request(ApiKey.SASL_HANDSHAKE, version, _req(SaslHandshakeRequest, version, mechanism=mechanism), now).ok
 
 
 def handshake_ok(s: ClientSasl, mechanism: str) -> None:
     assert handshake(s, mechanism)
-    s.on_response(SASL_HANDSHAKE, 1, _resp(SASL_HANDSHAKE, SaslHandshakeResponse, 1, error_code=0, mechanisms=[mechanism]), 0)
+    s.on_response(ApiKey.SASL_HANDSHAKE, 1, _resp(ApiKey.SASL_HANDSHAKE, SaslHandshakeResponse, 1, error_code=0, mechanisms=[mechanism]), 0)
 
 
 def auth(s: ClientSasl, token: bytes, now: int = 0) -> bool:
-    return s.on_request(SASL_AUTHENTICATE, 2, _req(SaslAuthenticateRequest, 2, auth_bytes=token), now).ok
+    return s.on_request(ApiKey.SASL_AUTHENTICATE, 2, _req(SaslAuthenticateRequest, 2, auth_bytes=token), now).ok
 
 
 def answer(s: ClientSasl, error: int = 0, token: bytes = b"", lifetime: int = 0, now: int = 0) -> None:
-    r = _resp(SASL_AUTHENTICATE, SaslAuthenticateResponse, 2, error_code=error, error_message=None,
+    r = _resp(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateResponse, 2, error_code=error, error_message=None,
               auth_bytes=token, session_lifetime_ms=lifetime)
-    s.on_response(SASL_AUTHENTICATE, 2, r, now)
+    s.on_response(ApiKey.SASL_AUTHENTICATE, 2, r, now)
 
 
 def test_principal_from_plain_and_scram_first_messages() -> None:
@@ -116,13 +117,13 @@ def test_unknown_mechanisms_and_handshake_v0_are_refused() -> None:
     # The cluster answers a mechanism it does not offer itself (UNSUPPORTED_SASL_MECHANISM, then closes).
     s = ClientSasl()
     assert handshake(s, "FOO")
-    s.on_response(SASL_HANDSHAKE, 1, _resp(SASL_HANDSHAKE, SaslHandshakeResponse, 1, error_code=33,
+    s.on_response(ApiKey.SASL_HANDSHAKE, 1, _resp(ApiKey.SASL_HANDSHAKE, SaslHandshakeResponse, 1, error_code=33,
                                            mechanisms=["PLAIN"]), 0)
     assert s.state == "failed"
     # One it offers but the gateway cannot follow: the client's first token closes the connection.
     s = ClientSasl()
     handshake_ok(s, "GSSAPI")
-    verdict = s.on_request(SASL_AUTHENTICATE, 2, _req(SaslAuthenticateRequest, 2, auth_bytes=b"x"), 0)
+    verdict = s.on_request(ApiKey.SASL_AUTHENTICATE, 2, _req(SaslAuthenticateRequest, 2, auth_bytes=b"x"), 0)
     assert not verdict.ok and "GSSAPI" in verdict.reason
     assert not handshake(ClientSasl(), "PLAIN", version=0)
 

@@ -14,9 +14,9 @@ from kafka.net.sasl.scram import SaslMechanismScram
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from gateway.security.oauth import client_first_message
-from gateway.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from gateway.security.sasl_server import CredentialStore, JwtValidator, TerminatingSasl, add_user
 from gateway.wire import codec
+from gateway.wire.api_keys import ApiKey
 
 METADATA = 3
 
@@ -28,18 +28,18 @@ def _req(cls: type, version: int, **fields: object) -> bytes:
 
 
 async def _send(s: TerminatingSasl, api_key: int, payload: bytes) -> Any:
-    version = 1 if api_key == SASL_HANDSHAKE else 2
+    version = 1 if api_key == ApiKey.SASL_HANDSHAKE else 2
     assert s.on_request(api_key, version, payload, 0).ok
     out = await s.answer(api_key, version, payload, 0)
     return codec.decode_response(api_key, version, out)[1]
 
 
 async def handshake(s: TerminatingSasl, mechanism: str) -> Any:
-    return await _send(s, SASL_HANDSHAKE, _req(SaslHandshakeRequest, 1, mechanism=mechanism))
+    return await _send(s, ApiKey.SASL_HANDSHAKE, _req(SaslHandshakeRequest, 1, mechanism=mechanism))
 
 
 async def authenticate(s: TerminatingSasl, token: bytes) -> Any:
-    return await _send(s, SASL_AUTHENTICATE, _req(SaslAuthenticateRequest, 2, auth_bytes=token))
+    return await _send(s, ApiKey.SASL_AUTHENTICATE, _req(SaslAuthenticateRequest, 2, auth_bytes=token))
 
 
 @pytest.fixture

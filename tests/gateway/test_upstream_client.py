@@ -12,12 +12,12 @@ from gateway.config.settings import GatewayConfig
 from gateway.net.upstream import BrokerDirectory
 from gateway.net.upstream_client import CoordinatorMoved, LostInFlight, RefusedRequest, UpstreamClient
 from gateway.wire import codec
-from gateway.wire import group_codec as gc
+from gateway.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.kafka
 
-OF = codec.REQUESTS[gc.OFFSET_FETCH]
-OC = codec.REQUESTS[gc.OFFSET_COMMIT]
+OF = codec.REQUESTS[ApiKey.OFFSET_FETCH]
+OC = codec.REQUESTS[ApiKey.OFFSET_COMMIT]
 
 
 def _fetch(group: str) -> object:
@@ -43,7 +43,7 @@ async def _coordinator(client: UpstreamClient, group: str) -> tuple[str, int]:
     for _ in range(100):  # a fresh broker creates and loads __consumer_offsets on the first lookups
         try:
             addr = await client.coordinator(group)
-            if (await client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group))).error_code == 0:
+            if (await client.send(addr, ApiKey.OFFSET_FETCH, 7, _fetch(group))).error_code == 0:
                 return addr
         except CoordinatorMoved:
             pass
@@ -57,13 +57,13 @@ async def test_a_null_group_id_is_refused_before_it_reaches_the_shared_link(kafk
         group = f"uc-{uuid.uuid4().hex[:8]}"
         addr = await _coordinator(client, group)
         link = await client._link(addr)
-        ok = asyncio.ensure_future(client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group)))
+        ok = asyncio.ensure_future(client.send(addr, ApiKey.OFFSET_FETCH, 7, _fetch(group)))
         with pytest.raises(RefusedRequest, match="group_id is null"):
-            await client.to_coordinator(group, gc.OFFSET_FETCH, 7, _fetch(None), lambda r: r.error_code)  # type: ignore[arg-type]
+            await client.to_coordinator(group, ApiKey.OFFSET_FETCH, 7, _fetch(None), lambda r: r.error_code)  # type: ignore[arg-type]
         assert (await ok).error_code == 0
         # The same link still serves: the broker never saw the bad request.
         assert not link.closed and client._links[addr] is link
-        assert (await client.send(addr, gc.OFFSET_FETCH, 7, _fetch(group))).error_code == 0
+        assert (await client.send(addr, ApiKey.OFFSET_FETCH, 7, _fetch(group))).error_code == 0
     finally:
         client.close()
 
@@ -74,9 +74,9 @@ async def test_a_broken_link_resends_reads_but_not_commits(kafka_broker) -> None
         group = f"uc-{uuid.uuid4().hex[:8]}"
         addr = await _coordinator(client, group)
         link = await client._link(addr)
-        read = asyncio.ensure_future(client.to_coordinator(group, gc.OFFSET_FETCH, 7, _fetch(group), lambda r: r.error_code))
+        read = asyncio.ensure_future(client.to_coordinator(group, ApiKey.OFFSET_FETCH, 7, _fetch(group), lambda r: r.error_code))
         commit = asyncio.ensure_future(
-            client.to_coordinator(group, gc.OFFSET_COMMIT, 8, _commit(group, "uc-topic"), lambda r: 0, idempotent=False)
+            client.to_coordinator(group, ApiKey.OFFSET_COMMIT, 8, _commit(group, "uc-topic"), lambda r: 0, idempotent=False)
         )
         while len(link.waiting) < 2:  # both written on the shared link, neither answered yet
             await asyncio.sleep(0)

@@ -16,6 +16,7 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
+from coordinator.outcome import Outcome
 from coordinator.timers import TimerKey, apply_timer_changes, deadline
 from translate.classic_messages import (
     HeartbeatRequest,
@@ -39,7 +40,8 @@ from translate.embedded import (
     encode_subscription,
 )
 from translate.embedded import TopicPartitions as NamedPartitions
-from translate.group_service import GroupService, GroupServiceConfig, Outcome
+from translate.group_config import GroupServiceConfig
+from translate.group_service import GroupService
 
 TOPIC = "foo"
 TOPIC_ID = uuid.UUID(int=0xF00)

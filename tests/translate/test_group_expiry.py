@@ -12,9 +12,10 @@ from test_conversion_downgrade import mixed_group, settle
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.records import Record
 from translate.classic_group import ClassicGroupState
+from translate.group_config import GroupServiceConfig, encode_any_record
 from translate.group_messages import DescribeGroupsRequest, OffsetCommitCheck
 from translate.group_records import GroupMetadataRecord
-from translate.group_service import GroupService, GroupServiceConfig, encode_any_record
+from translate.group_service import GroupService
 from translate.rebalance_events import RebalanceEventDeriver
 
 RETENTION = 600_000

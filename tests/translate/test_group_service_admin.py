@@ -8,6 +8,7 @@ from migration_harness import TOPIC_ID, Driver, partitions_of
 from coordinator.records import Record, RecordType
 from translate.classic_group import ClassicGroupState
 from translate.errors import Errors
+from translate.group_config import GroupServiceConfig, encode_any_record
 from translate.group_messages import (
     ConsumerGroupDescribeRequest,
     DeleteGroupsRequest,
@@ -17,7 +18,7 @@ from translate.group_messages import (
     OffsetFetchCheck,
 )
 from translate.group_records import GroupMetadataRecord
-from translate.group_service import GroupService, GroupServiceConfig, encode_any_record
+from translate.group_service import GroupService
 
 
 def commit(d: Driver, member_id: str, epoch: int, version: int = 9, transactional: bool = False, group: str = "g") -> int:

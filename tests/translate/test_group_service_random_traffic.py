@@ -12,7 +12,8 @@ from migration_harness import TOPIC, TOPIC_ID, Driver, identity, partitions_of
 from coordinator.messages import ConsumerGroupHeartbeatResponse
 from translate.classic_group import ClassicGroupState
 from translate.classic_messages import JoinGroupResponse, SyncGroupResponse
-from translate.group_service import GroupService, GroupServiceConfig
+from translate.group_config import GroupServiceConfig
+from translate.group_service import GroupService
 
 
 class Classic:

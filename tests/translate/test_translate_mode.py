@@ -7,7 +7,8 @@ import pytest
 from migration_harness import TOPIC, Driver, partitions_of
 
 from translate.errors import Errors
-from translate.group_service import ClassicGroupsMode, GroupService, GroupServiceConfig
+from translate.group_config import ClassicGroupsMode, GroupServiceConfig
+from translate.group_service import GroupService
 
 
 class Client:
