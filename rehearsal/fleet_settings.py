@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rehearsal.client_timings import client_timings
 from rehearsal.sim_clients import REBALANCE_TIMEOUT_MS, ClassicClient
 from rehearsal.sim_consumer_client import ConsumerClient
 
@@ -107,8 +108,6 @@ class ClientModel:
 
 
 def client_model(spec: ClientSpec) -> ClientModel:
-    from rehearsal.calibration import client_timings
-
     t = client_timings("confluent" if spec.client == "librdkafka" else "java")
     name = spec.client.replace("-", "_").capitalize()
     classic = type(f"{name}Classic", (ClassicClient,), {
