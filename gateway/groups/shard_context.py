@@ -12,9 +12,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping, Sequence
 from typing import Any, Protocol
 
+from coordinator.outcome import Outcome
 from coordinator.timers import TimerKey
 from gateway.state.store import ShardLog
-from translate.group_config import Outcome
 from translate.group_service import GroupService
 
 TopicImage = Mapping[str, Any]
