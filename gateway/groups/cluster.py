@@ -259,11 +259,13 @@ class ClusterGroups:
             asked = [(g, g) for g in msg.group_ids]
         kind = "streams" if api_key == ApiKey.STREAMS_GROUP_DESCRIBE else "share"
         items = dict(asked)
+        # StreamsGroupDescribe v1 (KIP-1331): the topology description only when the client asks for it.
+        more = {"include_topology_description": msg.include_topology_description} if kind == "streams" and version >= 1 else {}
 
         def request_for(batch: list[str]) -> Any:
             if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
                 return req_cls(groups=[items[g] for g in batch])
-            return req_cls(group_ids=batch, include_authorized_operations=msg.include_authorized_operations)
+            return req_cls(group_ids=batch, include_authorized_operations=msg.include_authorized_operations, **more)
 
         # One request per coordinator for the ids it holds, when each id is asked once (a group named twice
         # in DescribeShareGroupOffsets may ask for different partitions each time); the rest one by one.
