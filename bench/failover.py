@@ -1,8 +1,8 @@
 """Coordinator failover: a gateway instance SIGKILLed, against Kafka's own coordinator failover, in one run.
 
-One 3-node Kafka 4.3.1 cluster (compat_tests/harness/cluster.py: replication factor 3, a killed broker
+One 3-node Kafka 4.4.0 cluster (compat_tests/harness/cluster.py: replication factor 3, a killed broker
 noticed after broker.session.timeout.ms = 3 s, the short group timings of compat_tests/upgrade). The
-same consumer fleet (Java 4.3.1 and librdkafka, classic and KIP-848: a group mid rolling upgrade) and a
+same consumer fleet (Java 4.4.0 and librdkafka, classic and KIP-848: a group mid rolling upgrade) and a
 VerifiableProducer run twice:
 
 - gateway: three ``groupgate serve`` instances in front of the cluster sharing the shards through an
@@ -74,9 +74,9 @@ GAP_MS = 1000.0
 
 # A group mid rolling upgrade (classic -> KIP-848): each client and protocol.
 FLEET = [
-    MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY),
+    MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY),
     MemberSpec("confluent", "classic", assignor="cooperative-sticky", retry_commits=True),
-    MemberSpec("java", "consumer", "4.3.1", "uniform"),
+    MemberSpec("java", "consumer", "4.4.0", "uniform"),
     MemberSpec("confluent", "consumer", retry_commits=True),
 ]
 QUICK_FLEET = [FLEET[1], FLEET[2]]

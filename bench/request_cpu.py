@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.offset import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 
 try:  # the gateway's own KIP-848 schemas (gateway/wire/protocol; gateway/protocol before the packages)
     from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -79,9 +79,10 @@ def _hb(group: str, member: str, epoch: int, topic: str) -> Any:
 
 
 def _list_offsets(topic: str) -> Any:
-    return ListOffsetsRequest[1](  # type: ignore[misc]
-        replica_id=-1, topics=[ListOffsetsRequest[1].Topic(name=topic, partitions=[  # type: ignore[misc]
-            ListOffsetsRequest[1].Topic.Partition(partition_index=0, timestamp=-1)])],  # type: ignore[misc]
+    t = ListOffsetsRequest.ListOffsetsTopic
+    return ListOffsetsRequest[7](  # type: ignore[misc]
+        replica_id=-1, isolation_level=0, topics=[t(name=topic, partitions=[
+            t.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])],
     )
 
 
@@ -113,7 +114,7 @@ def create_topic(bootstrap: str, topic: str) -> None:
 def passthrough(conn: Conn, topic: str, n: int) -> None:
     req = _list_offsets(topic)
     for _ in range(n):
-        r = conn.call(req, ListOffsetsResponse, 1)
+        r = conn.call(req, ListOffsetsResponse, 7)
         if r.topics[0].partitions[0].error_code != 0:
             raise RuntimeError(f"ListOffsets: error {r.topics[0].partitions[0].error_code}")
 

@@ -1,6 +1,6 @@
 """The rolling upgrade, straight against Kafka's own group coordinator and through the gateway's, in one run.
 
-One Apache Kafka 4.3.1 broker (short group timings, compat_tests/upgrade/endpoints.py) and one
+One Apache Kafka 4.4.0 broker (short group timings, compat_tests/upgrade/endpoints.py) and one
 ``groupgate serve`` in front of it. For each coordinator, in turn:
 
 1. the rolling upgrade scenario of compat_tests/upgrade (five Java consumers of a 6-partition topic,
@@ -38,7 +38,7 @@ from compat_tests.upgrade.scenario import RollingUpgrade, standard_run
 FLEETS = {
     "java": (
         [MemberSpec("java", "classic", "3.9.1", RANGE) for _ in range(5)],
-        [MemberSpec("java", "consumer", "4.3.1", "range") for _ in range(5)],
+        [MemberSpec("java", "consumer", "4.4.0", "range") for _ in range(5)],
     ),
     "confluent": (
         [MemberSpec("confluent", "classic", assignor="range") for _ in range(5)],

@@ -1,4 +1,4 @@
-"""KIP-1263 assignment batching, on plain Kafka 4.3.1 and through the gateway: the same scenario, the
+"""KIP-1263 assignment batching, on plain Kafka 4.4.0 and through the gateway: the same scenario, the
 same epochs.
 
 Two members join a group back to back with raw ConsumerGroupHeartbeat requests. In a group whose
@@ -174,7 +174,7 @@ def test_assignment_interval_holds_back_the_second_join_on_kafka_and_the_gateway
     gw, prefix = interval_gateway
     topic = make_topic(PARTITIONS)
 
-    # Plain Kafka 4.3.1: the per-group configs through IncrementalAlterConfigs.
+    # Plain Kafka 4.4.0: the per-group configs through IncrementalAlterConfigs.
     kslow, kfast = names("kip1263-slow"), names("kip1263-fast")
     _alter_group_interval(kafka.bootstrap, kslow, SLOW_MS)
     _alter_group_interval(kafka.bootstrap, kfast, 0)

@@ -1,8 +1,8 @@
-"""KIP-1263 ``group.consumer.assignor.offload.enable`` through the gateway, next to plain Kafka 4.3.1.
+"""KIP-1263 ``group.consumer.assignor.offload.enable`` through the gateway, next to plain Kafka 4.4.0.
 
 The gateway runs with offload on and its size threshold at 1 (``group.consumer.assignor.offload.min.size``),
 so every target after a group's first is computed on a worker thread. Two members join a group whose
-assignment interval is 0 and heartbeat (reporting what they own) until the group is Stable. Kafka 4.3.1
+assignment interval is 0 and heartbeat (reporting what they own) until the group is Stable. Kafka 4.4.0
 computes the target inline (its offload is defined but not yet in effect); the gateway answers the joiner
 with the current target and installs the new one once computed, so the joiner's first answer differs
 by design, and the group ends the same on both (Stable, assignment epoch = group epoch, two partitions
@@ -120,7 +120,7 @@ def test_a_group_is_assigned_with_offload_on_as_on_kafka(
     assert outcome(on_kafka) == settled, on_kafka
     assert outcome(on_gateway) == outcome(on_kafka), on_gateway
     # The gateway offloaded the joiner's target: answered at the current assignment epoch while the new
-    # one computed, then one epoch for the join. (Kafka 4.3.1 answers at the new epoch once the group's
+    # one computed, then one epoch for the join. (Kafka 4.4.0 answers at the new epoch once the group's
     # interval of 0 and the fresh topic have reached its coordinator; right after they were set its
     # answers vary, so they are not compared.)
     assert (on_gateway["m2 epoch at join"], on_gateway["group epoch"]) == (0, 1), on_gateway

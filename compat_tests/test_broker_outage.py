@@ -1,6 +1,6 @@
 """A broker outage longer than the session timeout, with a classic group consuming through the gateway.
 
-Members: one librdkafka (confluent-kafka) consumer and one Java 4.3.1 VerifiableConsumer, in one classic
+Members: one librdkafka (confluent-kafka) consumer and one Java 4.4.0 VerifiableConsumer, in one classic
 group, and again in one consumer-protocol (KIP-848) group. The gateway is the group coordinator, so its members heartbeat to it whether or not the cluster is up:
 the outage must not expire them (same generation and member ids before and after), the gateway must
 not churn connections on the coordinator's port (it answers what needs the cluster with retriable
@@ -145,7 +145,7 @@ def test_group_survives_a_broker_outage(own_broker: EmbeddedKafka, tmp_path: Pat
             ).start()
         )
         java = verifiable_consumer(
-            "4.3.1", gw.bootstrap, topic, group, group_protocol=protocol, log_dir=tmp_path,
+            "4.4.0", gw.bootstrap, topic, group, group_protocol=protocol, log_dir=tmp_path,
             session_timeout_ms=SESSION_TIMEOUT_MS if protocol == "classic" else None,
         ).start()
         wait(lambda e: e.settled(topic, 4, ["librdkafka", "java"]) and e.covers(produced), "both members consume everything")

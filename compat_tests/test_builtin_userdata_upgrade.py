@@ -4,7 +4,7 @@ userData (docs/compatibility.md, "Online upgrades Kafka refuses").
 librdkafka's group leader copies every member's subscription userData into that member's assignment.
 Its sticky and cooperative-sticky assignors write userData (the previous assignment and its generation)
 as soon as a member has been assigned something, so after any rebalance that is not the group's first
-the stored assignments carry userData, and Kafka 4.3.1 refuses the first KIP-848 member
+the stored assignments carry userData, and Kafka 4.4.0 refuses the first KIP-848 member
 (GROUP_ID_NOT_FOUND, "custom assignor", KAFKA-18134). The gateway recognises the copy and converts.
 Each test runs the same fleet against the broker's own coordinator and through the gateway.
 """
@@ -151,7 +151,7 @@ def fleet_after_a_rebalance(run: RollingUpgrade) -> None:
 def test_librdkafka_cooperative_sticky_fleet_refused_by_kafka_upgrades_and_downgrades_through_the_gateway(
     broker: ProcessBackend, gateway: GatewayProcess, runs: list[RollingUpgrade], tmp_path: Path
 ) -> None:
-    # Kafka 4.3.1: the first KIP-848 member is refused and the group stays as it was.
+    # Kafka 4.4.0: the first KIP-848 member is refused and the group stays as it was.
     direct = new_run(runs, broker, broker.bootstrap, tmp_path / "kafka")
     fleet_after_a_rebalance(direct)
     refused = kip848_join(broker.bootstrap, direct.group, direct.topic)
@@ -208,7 +208,7 @@ def test_librdkafka_cooperative_sticky_fleet_in_its_first_generation_upgrades_on
     assert outcomes == [("consumer", FLEET + 1)] * 2
 
 
-JAVA_STICKY = MemberSpec("java", "classic", "4.3.1", "org.apache.kafka.clients.consumer.StickyAssignor")
+JAVA_STICKY = MemberSpec("java", "classic", "4.4.0", "org.apache.kafka.clients.consumer.StickyAssignor")
 
 
 def test_java_sticky_fleet_writes_no_assignment_userdata_and_upgrades_on_both(

@@ -1,4 +1,4 @@
-"""The rehearsal simulator calibrated against real clients on the smallest fleet: three Java 4.3.1 consumers
+"""The rehearsal simulator calibrated against real clients on the smallest fleet: three Java 4.4.0 consumers
 of a 6-partition topic through the gateway, each killed in turn (no LeaveGroup) and restarted a second
 later, once as classic eager (range) and once as classic cooperative-sticky members. Each run goes through
 the code of ``groupgate rehearse calibrate`` (rehearsal/calibrate_cli.run_one): the real run, its schedule

@@ -153,7 +153,7 @@ def test_classic_member_commits_with_the_generation_it_held_the_partition_at(
     t1, t2, t3 = make_topic(1), make_topic(1), make_topic(1)
     direct = _scenario(kafka.bootstrap, names("direct"), t1, t2, t3)
     through = _scenario(gateway.bootstrap, names("gateway"), t1, t2, t3)
-    # Kafka 4.3.1's own answers, so that the comparison below compares what the issue is about.
+    # Kafka 4.4.0's own answers, so that the comparison below compares what the issue is about.
     assert direct["commit at generation - 1"] == 0 and direct["commit at the first generation"] == 0
     assert direct["commit before the first generation"] == ILLEGAL_GENERATION
     assert direct["commit at generation + 1"] == ILLEGAL_GENERATION and direct["commit at generation"] == 0

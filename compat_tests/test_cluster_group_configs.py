@@ -1,5 +1,5 @@
 """Per-group configs set over the wire (IncrementalAlterConfigs on a GROUP resource, what
-``kafka-configs --alter --entity-type groups`` sends), on plain Kafka 4.3.1 and through the gateway.
+``kafka-configs --alter --entity-type groups`` sends), on plain Kafka 4.4.0 and through the gateway.
 
 The cluster stores them; the gateway passes IncrementalAlterConfigs through and reads the values back
 with DescribeConfigs (gateway/groups/cluster_configs.py): before a new group's first join, and every

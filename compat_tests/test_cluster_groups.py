@@ -1,5 +1,5 @@
 """Groups the cluster holds and the gateway does not coordinate: offsets-only groups, share groups
-(KIP-932) and streams groups (KIP-1071), with Kafka 4.3.1's own tools and clients.
+(KIP-932) and streams groups (KIP-1071), with Kafka 4.4.0's own tools and clients.
 
 Every scenario runs against the broker directly and through the gateway, and the outcomes must match:
 what ``kafka-consumer-groups``, ``kafka-share-groups`` and ``kafka-streams-groups`` print (coordinator
@@ -22,10 +22,10 @@ from typing import Any
 import confluent_kafka
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
-from compat_tests.harness.admin import admin
+from compat_tests.harness.admin import admin, wait_for_leaders
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.java import JavaTool
@@ -173,13 +173,15 @@ def test_offsets_only_groups_are_listed_and_described_as_the_broker_does(
 # --- share groups (KIP-932) ------------------------------------------------------------------------------
 
 
-def _share_from_earliest(bootstrap: str, group: str) -> None:
-    """share.auto.offset.reset=earliest for the group (share groups start at the end by default)."""
+def _share_from_earliest(bootstrap: str, group: str, **more: str) -> None:
+    """share.auto.offset.reset=earliest for the group (share groups start at the end by default), and
+    ``more`` group configs (dots spelled as underscores)."""
+    configs = {"share.auto.offset.reset": "earliest", **{k.replace("_", "."): v for k, v in more.items()}}
     resource = ConfigResource(
         ResourceType.GROUP,
         group,
         incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
         ],
     )
     client = admin(bootstrap)  # kept alive until the futures are answered
@@ -232,6 +234,52 @@ def test_share_consumer_and_share_groups_tool_through_the_gateway(
     }
     assert refusals["gateway"] == refusals["broker"], refusals
     assert refusals["broker"][0] != 0 and refusals["broker"][1] != 0, refusals
+
+
+def _read_all(bootstrap: str, topic: str, n: int, timeout_s: float = 30.0) -> list[str]:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    out: list[str] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while len(out) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None and m.value() is not None:
+                out.append(m.value().decode())
+    finally:
+        c.close()
+    return out
+
+
+def test_rejected_share_records_reach_the_dead_letter_topic_alike_direct_and_through_the_gateway(
+    kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
+) -> None:
+    """KIP-1191 (Kafka 4.4, share.version 2, which the gateway carries): the console share consumer
+    rejects every record it gets; the group's dead-letter topic (errors.deadletterqueue.topic.name, a topic
+    enabled for it) receives each one, written by the broker, the same with the consumer on the broker and
+    through the gateway."""
+    topic = make_topic(1)
+    produced = sorted(v.decode() for v in values("dlq", 10))
+    produce_confluent(kafka.bootstrap, topic, [v.encode() for v in produced])
+    dead: dict[str, list[str]] = {}
+    client = admin(kafka.bootstrap)
+    for label, bootstrap in _targets(kafka, module_gateway):
+        group, dlq = names(f"dlq-{label}"), "dlq." + names(f"dead-{label}")
+        client.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1,
+                                       config={"errors.deadletterqueue.group.enable": "true"})])[dlq].result(30)
+        wait_for_leaders(client, dlq, 1, 30)
+        _share_from_earliest(kafka.bootstrap, group, errors_deadletterqueue_topic_name=dlq,
+                             **{"errors_deadletterqueue_copy_record_enable": "true"})
+        got = _tool(
+            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--reject",
+            "--max-messages", str(len(produced)), "--timeout-ms", "30000",
+        )  # fmt: skip
+        assert {line for line in got if line in produced} == set(produced), (label, got[-5:])
+        dead[label] = sorted(_read_all(kafka.bootstrap, dlq, len(produced)))
+    assert dead["broker"] == produced, dead["broker"]
+    assert dead["gateway"] == dead["broker"]
 
 
 # --- streams groups (KIP-1071) ---------------------------------------------------------------------------
@@ -356,7 +404,7 @@ def _described(bootstrap: str, group: str, api_key: int, version: int) -> tuple[
 def test_streams_app_migrates_offline_from_the_classic_to_the_streams_protocol_alike_direct_and_through_the_gateway(
     kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str]
 ) -> None:
-    """Kafka 4.3.1 migrates a Streams application from ``group.protocol=classic`` to ``streams`` offline
+    """Kafka 4.4.0 migrates a Streams application from ``group.protocol=classic`` to ``streams`` offline
     only: every instance stopped (leaving the group, or its session expired), the next streams heartbeat
     converts the empty classic group, keeping only the committed offsets (a classic group with members is
     refused: "is not a streams group"). The same migration through the gateway, which coordinates the
@@ -406,7 +454,7 @@ def test_a_streams_member_is_refused_a_classic_group_with_members_alike_direct_a
     kafka: ProcessBackend, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
     protocol: str,
 ) -> None:
-    """No online migration in Kafka 4.3.1: while a classic member is in the group, a streams member's join
+    """No online migration in Kafka 4.4.0: while a classic member is in the group, a streams member's join
     is refused (GROUP_ID_NOT_FOUND, "... is not a streams group."), and the classic member keeps its group;
     so is a join of a consumer group's id (KIP-848 member)."""
     topic = make_topic(1)

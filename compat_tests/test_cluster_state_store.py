@@ -241,8 +241,8 @@ def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_
 
 # The smallest Java fleet of test_rolling_upgrade.py's matrix kind: cooperative classic members of the
 # current release, upgraded to KIP-848 with the server-side uniform assignor.
-JAVA_BEFORE = [MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) for _ in range(MEMBERS)]
-JAVA_AFTER = [MemberSpec("java", "consumer", "4.3.1", "uniform") for _ in range(MEMBERS)]
+JAVA_BEFORE = [MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY) for _ in range(MEMBERS)]
+JAVA_AFTER = [MemberSpec("java", "consumer", "4.4.0", "uniform") for _ in range(MEMBERS)]
 
 
 def test_a_java_fleet_upgraded_through_a_gateway_restarted_mid_upgrade_on_the_cluster_store(

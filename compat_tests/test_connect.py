@@ -1,4 +1,5 @@
-"""Kafka Connect 4.3.1 in distributed mode, against the broker directly and through the gateway.
+"""Kafka Connect 4.3.1 in distributed mode (``kafka_dist.CONNECT_KAFKA``: Maven Central has no 4.4.0
+FileStream connectors), against the 4.4.0 broker directly and through the gateway.
 
 A distributed Connect cluster's workers form a classic group of protocol type ``connect`` (protocols
 ``sessioned``/``compatible``, KIP-415/KIP-507) whose leader assigns connectors and tasks; through the
@@ -55,7 +56,7 @@ def connect_classpath() -> str:
     try:
         kafka_dist.fetch(dist)
     except kafka_dist.FetchError as e:
-        pytest.skip(f"cannot fetch Kafka Connect {kafka_dist.CURRENT_KAFKA}: {e}")
+        pytest.skip(f"cannot fetch Kafka Connect {kafka_dist.CONNECT_KAFKA}: {e}")
     return dist.classpath()
 
 
@@ -111,7 +112,7 @@ def _start_worker(classpath: str, cluster: dict[str, str], work: Path, log_dir: 
     properties = work / f"worker-{port}.properties"
     properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     tool = java.JavaTool(
-        kafka_dist.CURRENT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath,
+        kafka_dist.CONNECT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath,
         # The herder's and the group clients' own account of a rebalance or a slow shutdown, in the worker's log.
         log_levels={
             "org.apache.kafka.connect.runtime.distributed": "info",

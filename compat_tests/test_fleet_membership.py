@@ -9,7 +9,7 @@ group protocol, gateway/fleet/membership.py):
   consumer that bootstrapped on the survivor but was coordinated by the stopped one carries on, with
   nothing lost and its partitions never revoked; the rest of a rolling restart (the first one back,
   the second stopped) keeps the members too;
-- of three, SIGKILL the one coordinating a mixed fleet mid rolling upgrade (Java 4.3.1 and librdkafka,
+- of three, SIGKILL the one coordinating a mixed fleet mid rolling upgrade (Java 4.4.0 and librdkafka,
   classic and KIP-848, bootstrapped on every instance): the two others take its shards over (and only
   those) once the cluster expired the dead member (the instances group's session timeout); the members
   keep their ids, epochs and assignments, none takes part in a rebalance, every partition is consumed
@@ -349,15 +349,15 @@ def test_two_instances_split_the_shards_and_sigterm_and_a_rolling_restart_keep_m
 # A fleet of four consumers mid rolling upgrade (classic -> KIP-848): each client and protocol once. The
 # classic members share one assignor (a classic group takes only members with a protocol in common).
 BEFORE = [
-    MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY),
+    MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY),
     MemberSpec("confluent", "classic", assignor="cooperative-sticky", retry_commits=True),
-    MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY),
+    MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY),
     MemberSpec("confluent", "classic", assignor="cooperative-sticky", retry_commits=True),
 ]
 AFTER = [
-    MemberSpec("java", "consumer", "4.3.1", "uniform"),
+    MemberSpec("java", "consumer", "4.4.0", "uniform"),
     MemberSpec("confluent", "consumer", retry_commits=True),
-    MemberSpec("java", "consumer", "4.3.1", "uniform"),
+    MemberSpec("java", "consumer", "4.4.0", "uniform"),
     MemberSpec("confluent", "consumer", retry_commits=True),
 ]
 # The classic members' sessions outlast a failover (the instances group's session timeout, then the
@@ -391,7 +391,7 @@ def _expired(gw: GatewayProcess) -> float:
 def test_of_three_instances_the_one_coordinating_a_mixed_fleet_mid_upgrade_sigkilled_then_a_rolling_restart(
     kafka: ProcessBackend, upgrade_fleet: Fleet, tmp_path: Path
 ) -> None:
-    """Three instances; a fleet of Java 4.3.1 and librdkafka consumers, classic and KIP-848, half-way
+    """Three instances; a fleet of Java 4.4.0 and librdkafka consumers, classic and KIP-848, half-way
     through its rolling upgrade, its group on a shard of the first instance, the clients bootstrapped on
     every instance's address (as operators are told to), a producer throughout.
 

@@ -5,13 +5,19 @@ one node table for the whole fleet (gateway/net/routes.py, gateway/fleet/members
   keeps its node id, at the listener of the instance a rendezvous hash picks (so the brokers' traffic is
   spread over the instances), and every instance's coordinator node is listed beside them; it stays the
   same while membership does;
-- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.3.1), a librdkafka and
+- behind a round-robin TCP balancer as the only bootstrap address, a Java (Kafka 4.4.0), a librdkafka and
   a kafka-python consumer in one group consume every record (partitions led by brokers carried by different
   instances); an aiokafka consumer with the plain list of the instances as its bootstrap does too;
 - one instance leaving (SIGTERM) changes the others' table only for the brokers it carried;
 - ListGroups asked of every node of the table (what admin clients do) lists each group once: managed
   groups by the instance holding their shard, the cluster's own groups by their broker; so do
-  `kafka-consumer-groups --list` (Kafka 4.3.1's Java admin client) and confluent-kafka's AdminClient.
+  `kafka-consumer-groups --list` (Kafka 4.4.0's Java admin client) and confluent-kafka's AdminClient;
+- ApiVersions v5 (KIP-1242): every node of the table, broker listener or instance's coordinator node,
+  accepts a client that names it and the cluster, and answers REBOOTSTRAP_REQUIRED to one that names
+  another node or cluster, as a broker does; Kafka 4.4.0's producer and consumers (both protocols) through
+  the instances are never refused it; after an instance left, a client whose table still names that
+  instance's coordinator node is told to rebootstrap by the others, and a 4.4.0 consumer that ran across
+  the leave consumes on.
 """
 
 from __future__ import annotations
@@ -41,10 +47,22 @@ from compat_tests.harness.clients import (
 from compat_tests.harness.cluster import KafkaCluster
 from compat_tests.harness.events import EventLog, merged_with_java
 from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.java import JavaTool, consumer_groups_command, verifiable_consumer
+from compat_tests.harness.java import (
+    JavaTool,
+    consumer_groups_command,
+    verifiable_consumer,
+    verifiable_producer,
+)
 from compat_tests.harness.names import unique
-from compat_tests.harness.probe import describe_cluster_endpoints, metadata_endpoints, roundtrip
+from compat_tests.harness.probe import (
+    api_versions_v5,
+    cluster_id,
+    describe_cluster_endpoints,
+    metadata_endpoints,
+    roundtrip,
+)
 from compat_tests.harness.tcp_proxy import RoundRobinProxy
+from compat_tests.test_api_versions_v5 import REBOOTSTRAP_REQUIRED, refused_api_versions
 from gateway.fleet.membership import COORDINATOR_NODE_BASE
 from gateway.net.routes import routes
 
@@ -190,7 +208,7 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
             KafkaPythonConsumer(name="kafka-python-lb", log=log, bootstrap=lb.address, group_id=group, topics=[topic]),
         ]
         try:
-            java = verifiable_consumer("4.3.1", lb.address, topic, group, assignment_strategy=RANGE,
+            java = verifiable_consumer("4.4.0", lb.address, topic, group, assignment_strategy=RANGE,
                                        log_dir=tmp_path).start()
             for c in consumers:
                 c.start()
@@ -260,8 +278,8 @@ def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluste
                 assert r.error_code == 0, (node, r.error_code)
                 counts.update(g.group_id for g in r.groups if g.group_id in ours)
             assert counts == {g: 1 for g in ours}, counts
-        # Kafka 4.3.1's tool (Java Admin listGroups, which asks every node) through one instance.
-        tool = consumer_groups_command("4.3.1", fleet.bootstraps[1], "--list")
+        # Kafka 4.4.0's tool (Java Admin listGroups, which asks every node) through one instance.
+        tool = consumer_groups_command("4.4.0", fleet.bootstraps[1], "--list")
         assert tool.returncode == 0, tool.stderr
         assert collections.Counter(g for g in tool.stdout.split() if g in ours) == {g: 1 for g in ours}, tool.stdout
         # librdkafka's admin client, behind the balancer.
@@ -276,17 +294,74 @@ def test_list_groups_through_the_fleet_lists_each_group_once(kafka3: KafkaCluste
             c.stop()
 
 
-def test_the_table_changes_with_membership_only_for_the_leaving_instances_brokers(fleet: Fleet) -> None:
+def test_every_node_of_the_table_checks_the_node_a_kafka_4_4_client_expects(
+    kafka3: KafkaCluster, fleet: Fleet, tmp_path: Path
+) -> None:
+    cluster = cluster_id(kafka3.bootstrap.split(",")[0])
+    table = _table(fleet.bootstraps[0])
+    for node, address in table.items():
+        other = next(n for n in sorted(table) if n != node)
+        assert api_versions_v5(address, cluster, node)[0] == 0, (node, address)
+        assert api_versions_v5(address, cluster, other)[0] == REBOOTSTRAP_REQUIRED, (node, other, address)
+        assert api_versions_v5(address, "AAAAAAAAAAAAAAAAAAAAAA", node)[0] == REBOOTSTRAP_REQUIRED, (node, address)
+    # A fleet of Kafka 4.4.0 clients: a producer and a managed group per protocol, each bootstrapped on
+    # another instance (their coordinator nodes and broker listeners on all three).
+    since = [gw.log_path.stat().st_size for gw in fleet.gateways]
+    topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
+    n = 30
+    producer = verifiable_producer("4.4.0", fleet.bootstraps[0], topic, n, log_dir=tmp_path).start()
+    assert producer.wait(90) == 0, producer.tail()
+    consumers = [
+        verifiable_consumer("4.4.0", fleet.bootstraps[1 + i], topic, unique(PREFIX + protocol),
+                            group_protocol=protocol, max_messages=n, log_dir=tmp_path).start()
+        for i, protocol in enumerate(("classic", "consumer"))
+    ]
+    try:
+        for c in consumers:
+            c.wait_for(lambda t: t.named("shutdown_complete") != [], 90, "shutdown after max messages")
+    finally:
+        for c in consumers:
+            c.stop()
+    time.sleep(0.5)
+    for gw, at in zip(fleet.gateways, since, strict=True):
+        assert refused_api_versions(gw.log_path, at) == [], gw.log_path
+        assert "REBOOTSTRAP_REQUIRED" not in gw.log_path.read_bytes()[at:].decode(errors="replace"), gw.log_path
+
+
+def test_the_table_changes_with_membership_only_for_the_leaving_instances_brokers(
+    kafka3: KafkaCluster, fleet: Fleet, tmp_path: Path
+) -> None:
     """Runs last: one instance leaves (SIGTERM), the two others' table drops its coordinator node and
-    moves only the brokers it carried."""
+    moves only the brokers it carried. A Kafka 4.4.0 consumer running across the leave consumes on; a
+    client whose table still names the gone instance's coordinator node is told to rebootstrap."""
     before = _table(fleet.bootstraps[0])
     carried = routes(fleet.brokers, fleet.bootstraps)
     leaving, *staying = fleet.gateways
     gone = leaving.bootstrap
-    leaving.stop()
-    stay = [gw.bootstrap for gw in staying]
-    _wait("the others list two coordinator nodes",
-          lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES - 1 for b in stay), 30, fleet)
+    since = [gw.log_path.stat().st_size for gw in staying]
+    topic = create_topic(kafka3.bootstrap, unique("route-topic"), 3)
+    java = verifiable_consumer("4.4.0", staying[0].bootstrap, topic, unique(PREFIX + "stale"),
+                               assignment_strategy=RANGE, log_dir=tmp_path).start()
+    try:
+        java.wait_for(lambda t: t.named("partitions_assigned") != [], 60, "partitions assigned")
+        first = produce_confluent(staying[0].bootstrap, topic, values("stale-before", 12))
+        _wait("consumed before the leave", lambda: merged_with_java(EventLog(), "java", java).covers(first), 60, fleet)
+        leaving.stop()
+        stay = [gw.bootstrap for gw in staying]
+        _wait("the others list two coordinator nodes",
+              lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES - 1 for b in stay),
+              30, fleet)
+        then = produce_confluent(staying[1].bootstrap, topic, values("stale-after", 12))
+        _wait("consumed after the leave", lambda: merged_with_java(EventLog(), "java", java).covers(then), 60, fleet)
+        assert java.alive(), java.tail()
+    finally:
+        java.stop()
+    cluster = cluster_id(kafka3.bootstrap.split(",")[0])
+    (gone_node,) = [n for n, a in before.items() if n >= COORDINATOR_NODE_BASE and a == gone]
+    for b in stay:
+        assert api_versions_v5(b, cluster, gone_node)[0] == REBOOTSTRAP_REQUIRED, b
+    for gw, at in zip(staying, since, strict=True):
+        assert refused_api_versions(gw.log_path, at) == [], gw.log_path
     after = [_table(b) for b in stay]
     assert after[0] == after[1], after
     table = after[0]

@@ -1,4 +1,4 @@
-"""Kafka 4.3.1's own kafka-consumer-groups tool against the broker and through the gateway: the same
+"""Kafka 4.4.0's own kafka-consumer-groups tool against the broker and through the gateway: the same
 answers for a missing and for an existing group (--describe, --list, --delete), and for live classic
 and KIP-848 consumer groups (--describe --members / --offsets / --state, also with the 3.9.1 tool);
 2.8.2's tool (in that release's Scala broker jar) on a live classic group, then --reset-offsets and --delete.
@@ -24,7 +24,7 @@ from .harness.clients import produce_confluent
 from .harness.java import consumer_groups_command
 from .harness.probe import find_coordinator_endpoints, roundtrip
 
-RELEASE = "4.3.1"
+RELEASE = "4.4.0"
 
 
 def _tool(bootstrap: str, *args: str) -> tuple[int, str]:
@@ -94,8 +94,8 @@ def test_consumer_groups_tool_gives_the_same_answers_direct_and_through_the_gate
 # --- live groups ----------------------------------------------------------------------------------------
 
 LIVE_PARTITIONS, LIVE_RECORDS = 2, 20
-# The 4.3.1 tool, and the 3.9.1 one (DescribeGroups v5, ConsumerGroupDescribe v0) a fleet may still run.
-TOOL_RELEASES = ("4.3.1", "3.9.1")
+# The 4.4.0 tool, and the 3.9.1 one (DescribeGroups v5, ConsumerGroupDescribe v0) a fleet may still run.
+TOOL_RELEASES = ("4.4.0", "3.9.1")
 DESCRIBE_VIEWS = ("--members", "--offsets", "--state")
 
 
@@ -148,7 +148,7 @@ def test_consumer_groups_tool_describes_a_live_group_alike_direct_and_through_th
     kafka, module_gateway, make_topic: Callable[..., str], names: Callable[[str], str], protocol: str
 ) -> None:
     """``kafka-consumer-groups --describe`` with ``--members``, ``--offsets`` and ``--state``, of Kafka
-    4.3.1 and of 3.9.1, on a live group of two members: a classic group (DescribeGroups) or a KIP-848
+    4.4.0 and of 3.9.1, on a live group of two members: a classic group (DescribeGroups) or a KIP-848
     consumer group (ConsumerGroupDescribe), the gateway coordinating it."""
     if getattr(module_gateway, "direct", False):
         pytest.skip("--compat-direct: the comparison needs the gateway")

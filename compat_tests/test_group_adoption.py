@@ -8,7 +8,7 @@ The operator's procedure (docs/operations.md, "Adopting a live group"):
    matches the group: the clients' next group requests reach the gateway's coordinator, which does not
    know their member ids; they rejoin there and carry on from the offsets committed in the cluster.
 
-Measured here with real classic consumers (two Java 4.3.1 ``VerifiableConsumer``s and one confluent-kafka
+Measured here with real classic consumers (two Java 4.4.0 ``VerifiableConsumer``s and one confluent-kafka
 consumer) and a producer running throughout: every acknowledged record is consumed, the offsets the
 cluster holds never go backwards, the clients are never restarted, afterwards the cluster's coordinator
 has no members and the gateway's DescribeGroups shows all three, and a commit by a member of the
@@ -229,10 +229,10 @@ def test_a_live_classic_group_moves_onto_the_gateway_coordinator(
     topic = make_topic(PARTITIONS)
     group = names("group")
     log = EventLog()
-    producer = verifiable_producer("4.3.1", gw.bootstrap, topic, -1, throughput=200, log_dir=java_logs).start()
+    producer = verifiable_producer("4.4.0", gw.bootstrap, topic, -1, throughput=200, log_dir=java_logs).start()
     tools = [
         verifiable_consumer(
-            "4.3.1", gw.bootstrap, topic, group, session_timeout_ms=SESSION_TIMEOUT_MS, log_dir=java_logs
+            "4.4.0", gw.bootstrap, topic, group, session_timeout_ms=SESSION_TIMEOUT_MS, log_dir=java_logs
         ).start()
         for _ in range(2)
     ]

@@ -7,7 +7,7 @@ Kafka would answer GROUP_ID_NOT_FOUND for a group it does not hold, which the Ja
 fatal; the gateway answers UNKNOWN_MEMBER_ID (the client gives up its partitions and joins again with
 epoch 0) and removes the member from the cluster's group with a leave sent on its behalf.
 
-Measured with three Java 4.3.1 ``VerifiableConsumer``s (one of them static) and a confluent-kafka
+Measured with three Java 4.4.0 ``VerifiableConsumer``s (one of them static) and a confluent-kafka
 (librdkafka) consumer, with a producer running throughout: no client fails or is restarted, every
 acknowledged record is consumed, the offsets the cluster holds never go backwards, afterwards the
 cluster's group has no members and the gateway's ConsumerGroupDescribe shows all four.
@@ -94,10 +94,10 @@ def test_a_live_kip848_group_moves_onto_the_gateway_coordinator(
     topic = make_topic(PARTITIONS)
     group = names("group")
     log = EventLog()
-    producer = verifiable_producer("4.3.1", gw.bootstrap, topic, -1, throughput=200, log_dir=java_logs).start()
+    producer = verifiable_producer("4.4.0", gw.bootstrap, topic, -1, throughput=200, log_dir=java_logs).start()
     tools = [
         verifiable_consumer(
-            "4.3.1", gw.bootstrap, topic, group, group_protocol="consumer", log_dir=java_logs,
+            "4.4.0", gw.bootstrap, topic, group, group_protocol="consumer", log_dir=java_logs,
             group_instance_id="static-0" if i == 0 else None,
         ).start()
         for i in range(3)

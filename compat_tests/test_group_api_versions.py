@@ -1,4 +1,4 @@
-"""The group APIs the gateway answers itself are offered at the versions Kafka 4.3.1 offers, and a
+"""The group APIs the gateway answers itself are offered at the versions Kafka 4.4.0 offers, and a
 request the gateway refuses is logged once per client and kind, with the reason."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _ranges(bootstrap: str) -> dict[int, tuple[int, int]]:
 def test_group_apis_are_offered_up_to_the_versions_of_the_broker(kafka, gateway) -> None:
     broker, ours = _ranges(kafka.bootstrap), _ranges(gateway.bootstrap)
     for api_key in LOCAL_API:
-        assert api_key in broker, f"api key {api_key} is not one of Kafka 4.3.1's"
+        assert api_key in broker, f"api key {api_key} is not one of Kafka 4.4.0's"
         lo, hi = broker[api_key]
         # The same newest version as the broker; the oldest may reach further back, never less far.
         assert ours[api_key][1] == hi and ours[api_key][0] <= lo, (api_key, ours[api_key], broker[api_key])

@@ -179,7 +179,7 @@ def test_java_verifiable_consumer_with_the_consumer_protocol(
     group = names("group")
     produce_confluent(kafka.bootstrap, topic, values("v", 30))
     tool = verifiable_consumer(
-        "4.3.1", coordinator_gateway.bootstrap, topic, group, group_protocol="consumer", log_dir=java_logs
+        "4.4.0", coordinator_gateway.bootstrap, topic, group, group_protocol="consumer", log_dir=java_logs
     ).start()
     log = EventLog()
     try:

@@ -1,7 +1,7 @@
 """Group requests with nulls where Kafka's schemas allow none, sent raw through the gateway.
 
 kafka-python (like any hand-rolled client) can put a null string or array (length -1) in any field. Kafka
-4.3.1 cannot parse such a request and closes the connection. The gateway answers INVALID_REQUEST in the
+4.4.0 cannot parse such a request and closes the connection. The gateway answers INVALID_REQUEST in the
 request's own response shape, acts on nothing, and, above all, never passes it on over the connections it
 shares between clients (an OffsetFetch with a null group id sent there once made the broker drop the
 gateway's shared link and failed the commits of every other group in flight on it). Meanwhile a real
@@ -143,7 +143,7 @@ def test_null_fields_get_invalid_request_while_a_group_commits(kafka, module_gat
 
 @pytest.mark.parametrize("what", ["OffsetFetch v7 null group id", "JoinGroup v5 null protocols", "Heartbeat v3 null member id"])
 def test_kafka_itself_drops_the_connection(kafka, what):
-    """What the gateway answers INVALID_REQUEST to, Kafka 4.3.1 cannot parse: it closes the connection
+    """What the gateway answers INVALID_REQUEST to, Kafka 4.4.0 cannot parse: it closes the connection
     without a response (so there is no error code of Kafka's to compare with)."""
     ((_, api_key, version, msg, _),) = [c for c in _cases("null-probe-direct") if c[0] == what]
     assert _raw(kafka.bootstrap, api_key, version, msg) is None

@@ -117,7 +117,7 @@ def test_perf_tool_output_parses() -> None:
 
 def test_old_releases_get_their_own_flags() -> None:
     old = verifiable_producer("2.8.2", "h:1", T, 10).args
-    new = verifiable_producer("4.3.1", "h:1", T, 10).args
+    new = verifiable_producer("4.4.0", "h:1", T, 10).args
     assert "--broker-list" in old and "--bootstrap-server" in new
     assert "--group-protocol" not in verifiable_consumer("2.8.2", "h:1", T, "g").args
     assert "--group-protocol" in verifiable_consumer("3.9.1", "h:1", T, "g").args

@@ -47,6 +47,7 @@ from compat_tests.harness.java import (
     verifiable_consumer,
     verifiable_producer,
 )
+from gateway.ops import kafka_dist
 from gateway.ops.embedded_kafka import java_binary
 
 pytestmark = pytest.mark.kafka
@@ -169,7 +170,7 @@ def _consumed_count(tool: Any) -> int:
 def test_java_verifiable_producer_and_consumer_group(
     module_gateway: Any, make_topic: Any, names: Any, java_logs: Any
 ) -> None:
-    release = "4.3.1"
+    release = "4.4.0"
     topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
     bootstrap = module_gateway.bootstrap
     producer = verifiable_producer(release, bootstrap, topic, RECORDS, log_dir=java_logs).start()
@@ -197,7 +198,7 @@ def test_java_verifiable_producer_and_consumer_group(
     assert_clean_run(produced, log)
 
 
-@pytest.mark.parametrize("release", ["3.9.1", "2.8.2"])
+@pytest.mark.parametrize("release", list(kafka_dist.LEGACY_KAFKA))
 def test_legacy_java_clients(module_gateway: Any, make_topic: Any, names: Any, java_logs: Any, release: str) -> None:
     """Older releases' VerifiableProducer/VerifiableConsumer (classic protocol, older request versions)."""
     topic, group, log = make_topic(PARTITIONS), names("group"), EventLog()
@@ -221,11 +222,11 @@ def test_legacy_java_clients(module_gateway: Any, make_topic: Any, names: Any, j
 def test_java_perf_tools(module_gateway: Any, make_topic: Any, names: Any, java_logs: Any) -> None:
     topic = make_topic(PARTITIONS)
     bootstrap, n = module_gateway.bootstrap, 2000
-    prod = producer_performance("4.3.1", bootstrap, topic, n, log_dir=java_logs).start()
+    prod = producer_performance("4.4.0", bootstrap, topic, n, log_dir=java_logs).start()
     assert prod.wait(90) == 0, prod.tail()
     summary = parse_producer_perf(prod.lines)
     assert summary is not None and summary.records == n, prod.lines[-3:]
-    cons = consumer_performance("4.3.1", bootstrap, topic, n, names("group"), log_dir=java_logs).start()
+    cons = consumer_performance("4.4.0", bootstrap, topic, n, names("group"), log_dir=java_logs).start()
     assert cons.wait(90) == 0, cons.tail()
     result = parse_consumer_perf(cons.lines)
     assert result is not None and int(result["data.consumed.in.nMsg"]) == n, cons.lines
@@ -328,7 +329,7 @@ def _committed_total(bootstrap: str, group: str, topic: str) -> int:
 
 
 def _console_round_trip(bootstrap: str, topic: str, group: str, lines: list[str]) -> dict[str, Any]:
-    tools = tools_classpath("4.3.1")
+    tools = tools_classpath("4.4.0")
     base = [java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-cp", tools]
     produced = subprocess.run(
         [*base, "org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", bootstrap, "--topic", topic],
@@ -352,7 +353,7 @@ def test_console_producer_and_consumer_round_trip_alike_direct_and_through_the_g
     kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any
 ) -> None:
     """kafka-console-producer (stdin lines) then kafka-console-consumer in a group (the gateway
-    coordinating it), both of Kafka 4.3.1."""
+    coordinating it), both of Kafka 4.4.0."""
     lines = [f"console-{i}" for i in range(30)]
     results = {
         t: _console_round_trip(b, make_topic(PARTITIONS), names(f"console-{t}"), lines)
@@ -389,7 +390,7 @@ def test_java_3_9_consumers_with_the_consumer_protocol_alike_direct_and_through_
     kafka: ProcessBackend, module_gateway: Any, make_topic: Any, names: Any, java_logs: Any
 ) -> None:
     """kafka-clients 3.9.1 with ``group.protocol=consumer`` (KIP-848 as 3.9 shipped it, before its 4.0 GA:
-    ConsumerGroupHeartbeat v0) in a group of two, against Kafka 4.3.1 directly and through the gateway."""
+    ConsumerGroupHeartbeat v0) in a group of two, against Kafka 4.4.0 directly and through the gateway."""
     release = "3.9.1"
     targets = _targets(kafka, module_gateway)
 

@@ -94,8 +94,8 @@ def test_report_from_a_recorded_rolling_upgrade(gateway_bootstrap: tuple[str, st
     bootstrap, broker, gateway_log = gateway_bootstrap
     topic = create_topic(broker, unique("rehearsal-topic"), PARTITIONS)
     group = unique("rehearsal-group")
-    before = [MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) for _ in range(FLEET)]
-    after = [MemberSpec("java", "consumer", "4.3.1", "uniform") for _ in range(FLEET)]
+    before = [MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY) for _ in range(FLEET)]
+    after = [MemberSpec("java", "consumer", "4.4.0", "uniform") for _ in range(FLEET)]
     run = RollingUpgrade(bootstrap, topic, group, before, after, partitions=PARTITIONS, log_dir=tmp_path)
     try:
         run.start_fleet()

@@ -120,16 +120,16 @@ JAVA_MATRIX = {
     # with the server-side range assignor.
     "classic-range-2.8+3.9_to_consumer-range": (
         [MemberSpec("java", "classic", "2.8.2" if i % 2 == 0 else "3.9.1", RANGE) for i in range(FLEET)],
-        [MemberSpec("java", "consumer", "4.3.1", "range") for _ in range(FLEET)],
+        [MemberSpec("java", "consumer", "4.4.0", "range") for _ in range(FLEET)],
     ),
     # Cooperative classic fleet to KIP-848 with the uniform assignor.
-    "classic-cooperative-4.3_to_consumer-uniform": (
-        [MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) for _ in range(FLEET)],
-        [MemberSpec("java", "consumer", "4.3.1", "uniform") for _ in range(FLEET)],
+    "classic-cooperative-4.4_to_consumer-uniform": (
+        [MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY) for _ in range(FLEET)],
+        [MemberSpec("java", "consumer", "4.4.0", "uniform") for _ in range(FLEET)],
     ),
 }
 
-# librdkafka's classic cooperative-sticky fleet is not in the matrix: after a rebalance Kafka 4.3.1's own
+# librdkafka's classic cooperative-sticky fleet is not in the matrix: after a rebalance Kafka 4.4.0's own
 # coordinator refuses its online upgrade (its leader copies the sticky userData into every assignment,
 # KAFKA-18134), so --compat-direct could not run it; test_builtin_userdata_upgrade.py runs it against both.
 CONFLUENT_MATRIX = {
@@ -196,7 +196,7 @@ def test_static_members_bouncing_within_their_session_timeout_cause_no_reassignm
 ) -> None:
     classic = [MemberSpec("java", "classic", "3.9.1", RANGE, instance_id=f"static-{i}") for i in range(2)]
     consumer = [
-        MemberSpec("java", "consumer", "4.3.1", "range", instance_id=f"static-{i}") for i in range(2, FLEET)
+        MemberSpec("java", "consumer", "4.4.0", "range", instance_id=f"static-{i}") for i in range(2, FLEET)
     ]
     run = new_run(endpoint, classic, consumer, timeouts=Timeouts(session_ms=STATIC_SESSION_MS))
     run.start_fleet(classic)
@@ -224,7 +224,7 @@ def test_static_members_bouncing_within_their_session_timeout_cause_no_reassignm
 def test_a_killed_consumer_is_fenced_after_its_session_timeout(
     endpoint: Endpoint, new_run: Callable[..., RollingUpgrade]
 ) -> None:
-    consumer = [MemberSpec("java", "consumer", "4.3.1", "uniform") for _ in range(3)]
+    consumer = [MemberSpec("java", "consumer", "4.4.0", "uniform") for _ in range(3)]
     classic = [MemberSpec("java", "classic", "3.9.1", RANGE) for _ in range(2)]
     run = new_run(endpoint, consumer + classic, consumer + classic)
     run.start_fleet(consumer)

@@ -1,12 +1,12 @@
-"""Transactions through the gateway on a Kafka 4.3.1 cluster with its default features
+"""Transactions through the gateway on a Kafka 4.4.0 cluster with its default features
 (transaction.version 2, KIP-890): the gateway offers Produce and Fetch at the cluster's versions (leader
 endpoints rewritten, KIP-951), so clients keep using the implicit partition adds that transaction
 version 2 relies on. Each scenario that plain Kafka can run too runs against the broker directly and
 through the gateway, and both must end the same.
 
 The Java clients are compat_tests/java/TxnRoundtrip.java (kafka-clients alone, compiled once by the
-harness against each release the suite runs: 4.3.1, 3.9.1, 2.8.2) and compat_tests/java/TxnClients.java
-(Kafka Streams 4.3.1 and the restart loop); librdkafka through confluent-kafka; kafka-python and aiokafka
+harness against each release the suite runs: 4.4.0, 3.9.1, 2.8.2) and compat_tests/java/TxnClients.java
+(Kafka Streams 4.4.0 and the restart loop); librdkafka through confluent-kafka; kafka-python and aiokafka
 with their own transactional producers.
 """
 
@@ -91,7 +91,7 @@ def test_the_gateway_offers_the_clusters_produce_fetch_and_transaction_version(k
     seen = {name: _api_versions(address) for name, address in targets.items()}
     ranges = {n: {a.api_key: a.max_version for a in r.api_keys} for n, r in seen.items()}
     features = {n: {f.name: f.max_version_level for f in r.finalized_features} for n, r in seen.items()}
-    assert features["direct"]["transaction.version"] == 2  # Kafka 4.3.1's default
+    assert features["direct"]["transaction.version"] == 2  # Kafka 4.4.0's default
     assert features["gateway"]["transaction.version"] == 2
     for api in (0, 1, 26, 28):  # Produce, Fetch, EndTxn, TxnOffsetCommit
         assert ranges["gateway"][api] == ranges["direct"][api]
@@ -109,7 +109,7 @@ def test_java_transactions_commit_and_abort_alike_direct_and_through_the_gateway
     kafka: Any, module_gateway: Any, make_topic: Callable[..., str], names: Callable[[str], str],
     java_logs: Path, release: str,
 ) -> None:
-    """kafka-clients 4.3.1 uses transaction version 2 (Produce v12's implicit partition adds, KIP-890);
+    """kafka-clients 4.4.0 uses transaction version 2 (Produce v12's implicit partition adds, KIP-890);
     3.9.1 and 2.8.2 add partitions with AddPartitionsToTxn themselves, at their own request versions."""
     targets = _targets(kafka, module_gateway)
     classpath = _roundtrip_classpath(release)
@@ -451,7 +451,7 @@ def test_a_librdkafka_producer_recovers_from_a_gateway_restart_mid_transaction(
 
 
 def _transactions_tool(bootstrap: str, *args: str) -> tuple[int, list[str]]:
-    """Kafka 4.3.1's ``kafka-transactions.sh --bootstrap-server BOOTSTRAP ARGS``: exit code, stdout rows."""
+    """Kafka 4.4.0's ``kafka-transactions.sh --bootstrap-server BOOTSTRAP ARGS``: exit code, stdout rows."""
     cmd = [
         java_binary(), "-Xmx256m", "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
         "-cp", java.tools_classpath(kafka_dist.CURRENT_KAFKA), "org.apache.kafka.tools.TransactionsCommand",

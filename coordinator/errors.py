@@ -50,6 +50,7 @@ class Errors(enum.IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129  # KIP-1102; ApiVersions v5 (KIP-1242) answers it to a client at the wrong node
 
     @classmethod
     def of(cls, code: int) -> Errors | int:

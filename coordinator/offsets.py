@@ -14,6 +14,9 @@ from coordinator.model import ConsumerGroup
 
 # KIP-848 members must commit with OffsetCommit >= 9 (the version that carries member epochs).
 MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_PROTOCOL = 9
+# TxnOffsetCommit from this version answers a consumer member's stale epoch STALE_MEMBER_EPOCH and an
+# unknown group GROUP_ID_NOT_FOUND (KIP-1319); before, both are ILLEGAL_GENERATION.
+TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION = 6
 
 
 def _epoch_error(received: int, member_epoch: int, classic: bool) -> Errors:
@@ -44,8 +47,8 @@ def validate_offset_commit(
       (assigned or pending revocation) since that epoch or earlier; refused otherwise, including
       for partitions of topics the gateway cannot name (``partitions`` None).
     Refusals are STALE_MEMBER_EPOCH for consumer-protocol members and ILLEGAL_GENERATION for
-    classic members; a transactional commit turns STALE_MEMBER_EPOCH into ILLEGAL_GENERATION, which
-    transactional producers know. A missing group accepts epoch < 0 (the gateway creates a simple
+    classic members; a transactional commit below TxnOffsetCommit v6 turns STALE_MEMBER_EPOCH into
+    ILLEGAL_GENERATION, which older transactional producers know (Kafka 4.4, KIP-1319). A missing group accepts epoch < 0 (the gateway creates a simple
     group) and answers ILLEGAL_GENERATION otherwise, as for classic groups.
     """
     if group is None:
@@ -62,7 +65,8 @@ def validate_offset_commit(
         return Errors.UNSUPPORTED_VERSION
     if member_epoch == member.member_epoch:
         return Errors.NONE
-    refused = Errors.ILLEGAL_GENERATION if classic or is_transactional else Errors.STALE_MEMBER_EPOCH
+    stale_as_illegal = is_transactional and api_version < TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION
+    refused = Errors.ILLEGAL_GENERATION if classic or stale_as_illegal else Errors.STALE_MEMBER_EPOCH
     if member_epoch > member.member_epoch:
         return refused  # a future epoch is never valid
     # KIP-1251: assignmentEpoch(partition) <= received epoch < member epoch. A commit sent just before

@@ -1,7 +1,7 @@
 """`groupgate rehearse calibrate`: the rehearsal simulator against real clients, on the same small fleet.
 
-For each client mix and scenario, a fleet of real consumers (Java 4.3.1 or librdkafka) runs through
-``groupgate serve`` in front of an Apache Kafka 4.3.1 broker (compat_tests/upgrade/calibration.py); the
+For each client mix and scenario, a fleet of real consumers (Java 4.4.0 or librdkafka) runs through
+``groupgate serve`` in front of an Apache Kafka 4.4.0 broker (compat_tests/upgrade/calibration.py); the
 run's schedule is replayed by the simulator with the same group timings (rehearsal/calibration.py), and
 both event logs are measured alike. The result is one row per mix and scenario: measured beside predicted
 for each metric (unavailability, rebalances per member, time to stable), their ratio and whether they agree

@@ -114,7 +114,7 @@ def add_commands(sub: Any) -> None:
     )  # fmt: skip
     calibrate.add_argument(
         "--client", choices=("java", "librdkafka"), default="java",
-        help="java: Java 4.3.1 consumers, each its own process; librdkafka: confluent-kafka consumers",
+        help="java: Java 4.4.0 consumers, each its own process; librdkafka: confluent-kafka consumers",
     )  # fmt: skip
     calibrate.add_argument(
         "--mix", default="all", help="all, or some of classic-eager,classic-cooperative,translate,consumer"

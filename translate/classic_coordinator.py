@@ -35,6 +35,7 @@ from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Outcome, R
 # OffsetCommit v9+ answers GROUP_ID_NOT_FOUND for a missing group; older versions expect
 # ILLEGAL_GENERATION.
 OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION = 9
+TXN_OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION = 6  # KIP-1319
 
 
 class ClassicGroupCoordinator:
@@ -213,7 +214,8 @@ class ClassicGroupCoordinator:
                 # generation: a "simple" group exists from then on to hold the offsets.
                 self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
                 return Errors.NONE
-            if api_version >= OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION:
+            if api_version >= (TXN_OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION if is_transactional
+                               else OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION):
                 return Errors.GROUP_ID_NOT_FOUND
             return Errors.ILLEGAL_GENERATION
         if group.is_in(State.DEAD):

@@ -28,7 +28,7 @@ __all__ = [
     "wait_tcp",
 ]
 
-KAFKA_IMAGE = "apache/kafka:4.3.1"
+KAFKA_IMAGE = "apache/kafka:4.4.0"
 
 # The single-node broker of either backend: a LocalKafka.
 ProcessBackend = LocalKafka

@@ -5,7 +5,7 @@ drive them the same way); a reader thread turns each line into an event object a
 can wait for "partitions assigned" or "N records consumed" while the tool keeps running. The perf tools
 print text; their lines are kept as they are.
 
-Releases: ``kafka_dist.clients(release)`` supplies kafka-clients + kafka-tools of 4.3.1, 3.9.1 or 2.8.2;
+Releases: ``kafka_dist.clients(release)`` supplies kafka-clients + kafka-tools of 4.4.0, 4.3.1, 3.9.1 or 2.8.2;
 ``kafka_dist.legacy_admin("2.8.2")`` the Scala broker jar that held 2.8's kafka-consumer-groups.
 2.8.x differs on the command line: the producer's address flag is ``--broker-list`` and the consumer has
 no ``--group-protocol`` (it only speaks the classic protocol).

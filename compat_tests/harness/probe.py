@@ -123,3 +123,33 @@ def describe_cluster_endpoints(address: str, version: int = 0) -> list[Endpoint]
     resp = roundtrip(address, DescribeClusterRequest[version](), DescribeClusterResponse, version)
     assert resp.error_code == 0, f"DescribeCluster v{version} error {resp.error_code}"
     return [Endpoint(f"DescribeCluster v{version}", b.broker_id, b.host, b.port) for b in resp.brokers]
+
+
+def api_versions_v5(
+    address: str, cluster_id: str | None, node_id: int, *, software: str = "compat-probe", timeout_s: float = 10.0
+) -> tuple[int, bytes]:
+    """An ApiVersions v5 request (KIP-1242) naming the cluster id and node id the caller expects, on a fresh
+    connection: (error code, response body as sent). The body is compared as bytes, beyond the code."""
+    from gateway.wire import codec
+    from gateway.wire.api_keys import ApiKey
+
+    cid = next(_correlation)
+    client = b"groupgate-compat-probe"
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 5, cid, len(client)) + client + b"\x00"
+    body = codec.REQUESTS[ApiKey.API_VERSIONS][5](
+        client_software_name=software, client_software_version="1", cluster_id=cluster_id, node_id=node_id
+    ).encode(version=5)
+    frame = header + bytes(body)
+    with socket.create_connection(split_address(address), timeout=timeout_s) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _read_exact(sock, 4))
+        payload = _read_exact(sock, size)
+    (got,) = struct.unpack_from(">i", payload)
+    assert got == cid, f"correlation id {got} != {cid}"
+    (error,) = struct.unpack_from(">h", payload, 4)
+    return error, payload[4:]
+
+
+def cluster_id(address: str) -> str:
+    resp = roundtrip(address, MetadataRequest[12](topics=[], allow_auto_topic_creation=False), MetadataResponse, 12)
+    return str(resp.cluster_id)

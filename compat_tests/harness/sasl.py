@@ -352,7 +352,7 @@ def java_produce(bootstrap: str, props: dict[str, str], topic: str, java_logs: P
     """``n`` records with Kafka's VerifiableProducer (``props``: its client settings); the properties file."""
     path = java_logs / "client.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    producer = verifiable_producer("4.3.1", bootstrap, topic, n, log_dir=java_logs)
+    producer = verifiable_producer("4.4.0", bootstrap, topic, n, log_dir=java_logs)
     producer.args += ["--command-config", str(path)]
     with producer:
         assert producer.wait(60) == 0, producer.tail()
@@ -365,7 +365,7 @@ def java_round_trip(
 ) -> None:
     """``n`` records produced and consumed by Kafka's Java tools, every offset commit successful."""
     path = java_produce(bootstrap, props, topic, java_logs, n)
-    consumer = verifiable_consumer("4.3.1", bootstrap, topic, group, max_messages=n, log_dir=java_logs)
+    consumer = verifiable_consumer("4.4.0", bootstrap, topic, group, max_messages=n, log_dir=java_logs)
     consumer.args += ["--command-config", str(path)]
     with consumer:
         assert consumer.wait(60) == 0, consumer.tail()

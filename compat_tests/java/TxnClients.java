@@ -27,7 +27,7 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Transactional Kafka clients for groupgate's compatibility tests that need Kafka Streams 4.3.1; one JSON
+ * Transactional Kafka clients for groupgate's compatibility tests that need Kafka Streams 4.4.0; one JSON
  * object per stdout line. The helpers (producer, consumer, emit) are TxnRoundtrip's, the clients-only
  * program compiled against every release.
  *

@@ -23,7 +23,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * A transactional producer and read_committed / read_uncommitted consumers using kafka-clients alone
  * (the API of 2.5 and later), so the same program is compiled against each release the compatibility
- * suite runs: 4.3.1, 3.9.1 and 2.8.2. One JSON object per stdout line.
+ * suite runs: 4.4.0, 3.9.1 and 2.8.2. One JSON object per stdout line.
  *
  *   roundtrip BOOTSTRAP TOPIC TXN_ID GROUP TXNS PER_TXN
  *       TXNS transactions of PER_TXN records each, every third one aborted, each also committing an

@@ -57,12 +57,12 @@ def member_spec(mix: ClientMix, client: str, *, upgraded: bool = False) -> Membe
     """The consumer of a mix (translate: cooperative classic clients; the gateway must run translate mode)."""
     java = client == "java"
     if upgraded or mix == "consumer":
-        return MemberSpec("java", "consumer", "4.3.1", "uniform") if java else MemberSpec("confluent", "consumer",
+        return MemberSpec("java", "consumer", "4.4.0", "uniform") if java else MemberSpec("confluent", "consumer",
                                                                                              assignor="uniform")
     if mix == "classic-eager":
-        return MemberSpec("java", "classic", "4.3.1", RANGE) if java else MemberSpec("confluent", "classic",
+        return MemberSpec("java", "classic", "4.4.0", RANGE) if java else MemberSpec("confluent", "classic",
                                                                                       assignor="range")
-    return (MemberSpec("java", "classic", "4.3.1", COOPERATIVE_STICKY) if java
+    return (MemberSpec("java", "classic", "4.4.0", COOPERATIVE_STICKY) if java
             else MemberSpec("confluent", "classic", assignor="cooperative-sticky"))
 
 

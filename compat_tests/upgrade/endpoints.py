@@ -1,6 +1,6 @@
 """The coordinators a rolling upgrade runs against, all with short group timings so a run is quick:
 
-- the anchor: an Apache Kafka 4.3.1 broker whose own coordinator migrates groups natively;
+- the anchor: an Apache Kafka 4.4.0 broker whose own coordinator migrates groups natively;
 - the gateway: ``groupgate serve`` in front of such a broker, coordinating the groups itself, its state
   in local shard logs (``--state-dir``);
 - the cluster gateway: ``groupgate serve`` in front of the 3-broker cluster (compat_tests/harness/cluster.py,

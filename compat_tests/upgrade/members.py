@@ -47,7 +47,7 @@ class MemberSpec:
 
     client: Literal["java", "confluent"]
     protocol: Protocol
-    release: str = "4.3.1"
+    release: str = "4.4.0"
     assignor: str | None = None
     instance_id: str | None = None
     # librdkafka members: a failed commit is retried on the next loop instead of ending the member, as an

@@ -119,7 +119,7 @@ class RollingUpgrade:
             list(pool.map(lambda item: self._start_slot(*item), specs.items()))
         return self.settle(what, started)
 
-    def start_producer(self, release: str = "4.3.1", timeout_s: float = 60.0) -> None:
+    def start_producer(self, release: str = "4.4.0", timeout_s: float = 60.0) -> None:
         """Start the producer and wait for its first acknowledged record, so that it runs throughout."""
         producer = verifiable_producer(
             release, self.bootstrap, self.topic, -1, throughput=self.producer_rate, log_dir=self.log_dir

@@ -67,6 +67,13 @@ class UpstreamLeaver:
         # it triggers must not stop the KIP-848 leave the member's heartbeat asks for later.
         self._seen: collections.OrderedDict[tuple[str, str], set[bool]] = collections.OrderedDict()
 
+    def forget(self, managed: Callable[[str], bool]) -> None:
+        """Forget the leaves sent for the groups now managed: a group adopted again after it was handed back
+        has its members on the cluster's coordinator again (KIP-848 member ids are the clients' own and
+        stay the same), and they must be removed there again."""
+        for key in [k for k in self._seen if managed(k[0])]:
+            del self._seen[key]
+
     def after_classic(self, request: object, body: object) -> None:
         """After a classic group request: an UNKNOWN_MEMBER_ID answer to a named member id."""
         member_id = getattr(request, "member_id", "")

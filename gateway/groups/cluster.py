@@ -40,6 +40,8 @@ log = get_logger("gateway.groups.cluster")
 ROUTED_ONE: dict[int, str | None] = {
     ApiKey.SHARE_GROUP_HEARTBEAT: "share",
     ApiKey.STREAMS_GROUP_HEARTBEAT: "streams",
+    # KIP-1331 (Kafka 4.4): a member pushes its topology's description when the heartbeat asks for it.
+    ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE: None,
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: "share",
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: "share",
 }

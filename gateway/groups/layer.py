@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 log = get_logger("gateway.groups.layer")
 
 GroupsUnloaded = ShardUnloaded  # the name older callers know
+_HANDED_BACK_KEPT = 10_000  # handed-back groups whose KIP-848 members are still to be told (set_managed_groups)
 
 # Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
 # its member epoch, which only the cluster's coordinator can check).
@@ -139,6 +140,10 @@ class GroupLayer:
         self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
         self._match_all = settings.managed_groups == ".*"
         self._managed = re2.compile(settings.managed_groups)
+        # Groups handed back to the cluster's coordinator by a live change of managed_groups
+        # (set_managed_groups): group id -> the KIP-848 member ids the gateway held then, each answered
+        # UNKNOWN_MEMBER_ID once on its next ConsumerGroupHeartbeat.
+        self._handed_back: dict[str, set[str]] = {}
         timeout = lambda: config.upstream_request_timeout_s  # noqa: E731
         self.client = UpstreamClient(directory, timeout)
         self.forward = UpstreamClient(directory, timeout)  # client-driven traffic: links of its own
@@ -294,6 +299,62 @@ class GroupLayer:
     def managed(self, group_id: str) -> bool:
         return self._match_all or self._managed.fullmatch(group_id) is not None
 
+    def set_managed_groups(self, pattern: str) -> tuple[list[str], list[str]]:
+        """Change which groups the gateway coordinates, live (SIGHUP: gateway/ops/reload.py); returns the
+        groups held here that became managed and those handed back to the cluster's coordinator.
+
+        A bad pattern raises ``ValueError`` and changes nothing. A group that becomes managed is adopted as
+        at start (docs/operations.md, "Adopting a live group"): its clients' next requests are answered
+        here, by member ids the gateway does not know. A group that stops being managed is handed back
+        ("Backing out"): its requests pass through to the cluster from now on, which does not know the
+        gateway's member ids either; the gateway's state of it is kept, and its members expire here by
+        their session timers. Only the KIP-848 members' next heartbeat is answered here, UNKNOWN_MEMBER_ID,
+        since the cluster may answer it GROUP_ID_NOT_FOUND, which the clients take as fatal."""
+        try:
+            compiled = re2.compile(pattern)
+        except re2.error as e:
+            raise ValueError(f"managed_groups is not a valid RE2 pattern: {e}") from None
+        old_all, old = self._match_all, self._managed
+
+        def was(g: str) -> bool:
+            return old_all or old.fullmatch(g) is not None
+
+        self._managed, self._match_all = compiled, pattern == ".*"
+        self.settings.managed_groups = pattern
+        held = self.runtime.group_ids()
+        adopted = sorted(g for g in held if self.managed(g) and not was(g))
+        handed_back = sorted(g for g in held if was(g) and not self.managed(g))
+        for g in [g for g in self._handed_back if self.managed(g)]:
+            del self._handed_back[g]
+        # A member adopted before and handed back since is on the cluster's coordinator again: removed again.
+        self.adoption.forget(lambda g: self.managed(g) and not was(g))
+        gone = set(handed_back)
+        for group in self.runtime.consumer_groups():
+            if group.group_id in gone and group.members:
+                self._handed_back[group.group_id] = set(group.members)
+        while len(self._handed_back) > _HANDED_BACK_KEPT:  # members that never came back: oldest forgotten
+            del self._handed_back[next(iter(self._handed_back))]
+        return adopted, handed_back
+
+    def _handed_back_member(self, msg: Any) -> bool:
+        """A ConsumerGroupHeartbeat (epoch > 0) of a member the gateway held when its group was handed back."""
+        members = self._handed_back.get(msg.group_id)
+        return members is not None and msg.member_epoch > 0 and msg.member_id in members
+
+    def _hand_back(self, msg: Any, version: int, corr: int) -> bytes:
+        members = self._handed_back[msg.group_id]
+        members.discard(msg.member_id)
+        if not members:
+            del self._handed_back[msg.group_id]
+        self.counters["handed_back_members"] += 1
+        log.info("told a member of a handed-back group to join the cluster's coordinator",
+                 group_id=msg.group_id, member_id=msg.member_id)
+        return codec.encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, corr, codec.RESPONSES[
+            ApiKey.CONSUMER_GROUP_HEARTBEAT][version](
+            error_code=Errors.UNKNOWN_MEMBER_ID,
+            error_message=f"group {msg.group_id} is coordinated by the cluster again: join it with epoch 0",
+        ))  # fmt: skip
+
     def managed_group_ids(self) -> list[str]:
         return sorted(g for g in self.runtime.group_ids() if self.managed(g))
 
@@ -432,7 +493,7 @@ class GroupLayer:
             return True
         upstream = self.directory.upstream_api.get(api_key)
         if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
-            # The gateway advertises its own (Kafka 4.3.1's) versions of the group APIs; an older
+            # The gateway advertises its own (Kafka 4.4.0's) versions of the group APIs; an older
             # upstream would refuse a newer one for a group it coordinates: the handler speaks the
             # upstream's version for it.
             return True
@@ -442,7 +503,11 @@ class GroupLayer:
             return True
         if codec.null_field(msg, version) is not None:
             return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
-        return Decoded(msg) if any(self.managed(g) for g in group_ids(api_key, version, msg)) else False
+        if any(self.managed(g) for g in group_ids(api_key, version, msg)):
+            return Decoded(msg)
+        if self._handed_back and api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._handed_back_member(msg):
+            return Decoded(msg)  # answered by handle, once per member
+        return False
 
     async def handle(
         self, conn: RequestSource, header: frames.RequestHeader, payload: bytes, decoded: Decoded | None = None
@@ -470,6 +535,11 @@ class GroupLayer:
                 refused = await self.request_authz.whole_request(ctx, msg)
                 if refused is not None:
                     return refused
+            if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and not self.managed(msg.group_id):
+                # Only a member of a handed-back group gets here (claims).
+                if self._handed_back_member(msg):
+                    return self._hand_back(msg, version, corr)
+                return await ctx.send_upstream(msg.group_id, None)
             if api_key in ROUTED_ONE:
                 if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
                     # A streams group's first member may take over an id the gateway holds (KIP-1071

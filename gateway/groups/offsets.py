@@ -10,8 +10,9 @@ upstream never sees the members, they live in the gateway). OffsetFetch is check
 v9+ request names its member (KIP-848 member epoch check) and answered by the upstream
 (gateway/groups/offset_fetch.py).
 
-OffsetCommit and OffsetFetch v10 name topics by id: the gateway resolves them through its topic image
-(a topic id it cannot resolve gets UNKNOWN_TOPIC_ID, as Kafka answers) and answers with ids again.
+OffsetCommit and OffsetFetch v10 and TxnOffsetCommit v6 (KIP-1319) name topics by id: the gateway
+resolves them through its topic image (a topic id it cannot resolve gets UNKNOWN_TOPIC_ID, as Kafka
+answers) and answers with ids again.
 
 An upstream that refuses a simple commit with a membership error has members of its own: clients
 that bypass the gateway. That is logged loudly and counted (ClusterGroups.bypass_suspected).
@@ -53,6 +54,9 @@ _MEMBERSHIP_ERRORS = frozenset(
 )  # fmt: skip
 
 
+# The first version of each commit API that names topics by id (OffsetCommit: KIP-848; TxnOffsetCommit: KIP-1319).
+_BY_ID_FROM = {ApiKey.OFFSET_COMMIT: TOPIC_ID_VERSION, ApiKey.TXN_OFFSET_COMMIT: 6}
+
 # (topic name, topic id or None, [(partition, error code)]) per committed topic.
 CommitResults = list[tuple[str, "uuid.UUID | None", list[tuple[int, int]]]]
 
@@ -81,10 +85,7 @@ def _commit_response(api_key: int, prefix: str, version: int, results: CommitRes
     partition_cls = getattr(topic_cls, f"{prefix}Partition")
     topics = []
     for name, topic_id, parts in results:
-        fields: dict[str, Any] = {"name": name}
-        if api_key == ApiKey.OFFSET_COMMIT:
-            fields["topic_id"] = topic_id
-        topics.append(topic_cls(**fields, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts]))
+        topics.append(topic_cls(name=name, topic_id=topic_id, partitions=[partition_cls(partition_index=p, error_code=e) for p, e in parts]))
     return cls[version](topics=topics)
 
 
@@ -114,22 +115,27 @@ class OffsetBridge(OffsetFetches):
 
     # --- commits ---------------------------------------------------------------------------------------
 
+    async def _named(self, api_key: int, version: int, msg: Any) -> CommitResults:
+        """Name every topic of a commit by id, for the validation and the upstream write; ids nobody knows
+        are dropped from ``msg`` and returned as UNKNOWN_TOPIC_ID, not committed (what Kafka does)."""
+        unknown: CommitResults = []
+        if version < _BY_ID_FROM[api_key]:
+            return unknown
+        names = await self._topic_names({t.topic_id for t in msg.topics})
+        known = []
+        for t in msg.topics:
+            name = names.get(t.topic_id)
+            if name is None:
+                unknown.extend(_partition_errors([t], Errors.UNKNOWN_TOPIC_ID))
+            else:
+                t.name = name
+                known.append(t)
+        msg.topics = known
+        return unknown
+
     async def offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
-        unknown: CommitResults = []
-        if version >= TOPIC_ID_VERSION:
-            # Name every topic for the validation and the upstream write; ids nobody knows are
-            # answered UNKNOWN_TOPIC_ID and not committed (what Kafka does).
-            names = await self._topic_names({t.topic_id for t in msg.topics})
-            known = []
-            for t in msg.topics:
-                name = names.get(t.topic_id)
-                if name is None:
-                    unknown.extend(_partition_errors([t], Errors.UNKNOWN_TOPIC_ID))
-                else:
-                    t.name = name
-                    known.append(t)
-            msg.topics = known
+        unknown = await self._named(ApiKey.OFFSET_COMMIT, version, msg)
         denied = await _unauthorized_commit_topics(ctx, msg)
         check = OffsetCommitCheck(
             group_id=msg.group_id,
@@ -147,18 +153,21 @@ class OffsetBridge(OffsetFetches):
 
     async def txn_offset_commit(self, ctx: RequestContext, msg: Any) -> Any:
         version = ctx.api_version
+        unknown = await self._named(ApiKey.TXN_OFFSET_COMMIT, version, msg)
         denied = await _unauthorized_commit_topics(ctx, msg)
         check = OffsetCommitCheck(
             group_id=msg.group_id,
             member_id=msg.member_id if version >= 3 else "",
-            generation_id=msg.generation_id if version >= 3 else -1,
+            generation_id=msg.generation_id_or_member_epoch if version >= 3 else -1,
             group_instance_id=msg.group_instance_id if version >= 3 else None,
             api_version=version,
             is_transactional=True,
             partitions=_committed(msg),
         )
-        results = await self._commit(check, ApiKey.TXN_OFFSET_COMMIT, version, msg, ctx) if msg.topics or not denied else []
-        return _commit_response(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, denied + results)
+        results = (
+            await self._commit(check, ApiKey.TXN_OFFSET_COMMIT, version, msg, ctx) if msg.topics or not (unknown or denied) else []
+        )
+        return _commit_response(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", version, denied + unknown + results)
 
     async def _commit(
         self, check: OffsetCommitCheck, api_key: int, version: int, msg: Any, ctx: RequestContext | None = None
@@ -196,10 +205,7 @@ class OffsetBridge(OffsetFetches):
         except UpstreamError:
             self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, Errors.COORDINATOR_NOT_AVAILABLE)
-        if api_key == ApiKey.OFFSET_COMMIT:
-            msg.generation_id_or_member_epoch = -1
-        else:
-            msg.generation_id = -1
+        msg.generation_id_or_member_epoch = -1
         msg.member_id = ""
         msg.group_instance_id = None
         try:
@@ -210,7 +216,7 @@ class OffsetBridge(OffsetFetches):
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
-        if v >= TOPIC_ID_VERSION:
+        if v >= _BY_ID_FROM[api_key]:
             names = {t.topic_id: t.name for t in msg.topics}
             out = [
                 (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])

@@ -29,8 +29,8 @@ from typing import Any
 
 from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net import connection_sasl, node_endpoints, rewrite, unreachable
-from gateway.net.contracts import ConnectionHost, LocalHandler, Slot
+from gateway.net import connection_sasl, node_check, node_endpoints, rewrite, unreachable
+from gateway.net.contracts import ConnectionHost, LocalHandler, RequestSource, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
 from gateway.net.upstream_link import UpstreamLink, dial
@@ -106,6 +106,8 @@ class ClientConnection(asyncio.Protocol):
         # answered by the gateway. None on PLAINTEXT/SSL listeners.
         self.sasl: ClientSasl | None = connection_sasl.client_sasl(gateway)
         self.terminating = gateway.sasl_terminator is not None
+        # What the local handlers learn of this connection (net/contracts.py): never the connection itself.
+        self.source = RequestSource(None, node_id, self.sasl)
 
     @property
     def principal(self) -> str | None:
@@ -118,7 +120,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.peer = transport.get_extra_info("peername")
+        self.peer = self.source.peer = transport.get_extra_info("peername")
         if not self.limits.admit(self):
             return  # over max.connections: already closed, no upstream link opened
         set_nodelay(transport)
@@ -361,6 +363,10 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         if not rng[0] <= version <= rng[1]:
+            if api_key == ApiKey.API_VERSIONS and version > rng[1]:
+                # KIP-511 negotiation, not a refusal: the client retries at the version the answer names.
+                self._unsupported(api_key, version, corr, rng[1])
+                return
             self.metrics.errors[api_key] += 1
             self.gw.refusals.note(
                 self.peer, client_id_of(frame), f"unsupported-version:{api_key}",
@@ -369,6 +375,10 @@ class ClientConnection(asyncio.Protocol):
             )
             self._unsupported(api_key, version, corr, rng[1])
             return
+        if api_key == ApiKey.API_VERSIONS and version >= node_check.CHECKED_FROM:
+            frame = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None when answered here
+            if frame is None:
+                return
         handler = self.gw.local_handlers.get(api_key)
         if handler is not None:
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway
@@ -474,9 +484,9 @@ class ClientConnection(asyncio.Protocol):
         async def run() -> None:
             try:
                 if claim is True:
-                    response = await handler(self, header, payload)
+                    response = await handler(self.source, header, payload)
                 else:
-                    response = await handler(self, header, payload, claim)  # type: ignore[call-arg]
+                    response = await handler(self.source, header, payload, claim)  # type: ignore[call-arg]
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # A local handler answers a request itself: (the request's source, parsed header, request payload) ->
 # response payload (response header + body, without the size prefix). The source is the connection's
-# ``RequestSource``: its peer, listener node and principal, never the connection.
+# ``RequestSource`` (below): its peer, listener node and principal, never the connection.
 LocalHandler = Callable[["RequestSource", frames.RequestHeader, bytes], Awaitable[bytes]]
 
 
@@ -54,15 +54,23 @@ class HandlerChain:
     passthrough_authz: PassthroughAuthorizer | None = None
 
 
-class RequestSource(Protocol):
-    """Who sent a request the gateway answers itself: all a local handler learns of the connection."""
+class RequestSource:
+    """Who sent a request the gateway answers itself, and all a local handler learns of the connection:
+    its peer, the listener's node (None: the bootstrap listener) and, on a SASL listener, the principal
+    once the client authenticated. One per connection, made when it opens."""
+
+    __slots__ = ("_sasl", "node_id", "peer")
+
+    def __init__(self, peer: Any, node_id: int | None, sasl: ClientSasl | None) -> None:
+        self.peer = peer
+        self.node_id = node_id
+        self._sasl = sasl
 
     @property
-    def peer(self) -> Any: ...
-    @property
-    def node_id(self) -> int | None: ...
-    @property
-    def principal(self) -> str | None: ...
+    def principal(self) -> str | None:
+        """``User:<name>`` once the client authenticated on a SASL listener; None otherwise."""
+        sasl = self._sasl
+        return sasl.principal if sasl is not None and sasl.authenticated else None
 
 
 class Slot:
@@ -174,6 +182,10 @@ class ConnectionHost(Protocol):
 
     def listed_nodes(self) -> list[Broker]:
         """Nodes of the gateway's own listed beside the brokers in Metadata and DescribeCluster."""
+        ...
+
+    def presented_node_ids(self, node_id: int | None) -> frozenset[int] | None:
+        """The node ids clients were given for listener ``node_id`` (gateway/net/node_check.py)."""
         ...
 
 

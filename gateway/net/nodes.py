@@ -81,6 +81,19 @@ class NodeTable:
             return []
         return [Broker(n, host, port) for n, host, port in self._fleet.coordinator_nodes()]
 
+    def presented_node_ids(self, node_id: int | None) -> frozenset[int] | None:
+        """The node ids clients were given for the listener ``node_id`` (None: the bootstrap listener), which
+        an ApiVersions v5 request arriving there must name (gateway/net/node_check.py): a broker listener is
+        its broker; the bootstrap listener is, in a fleet, this instance's coordinator node, and otherwise no
+        node at all. None while a fleet instance does not know its own coordinator node yet (no table)."""
+        if node_id is not None:
+            return frozenset((node_id,))
+        if self._fleet is None:
+            return frozenset()
+        own = (self.config.client_host(), self.bootstrap_port)
+        ids = frozenset(n for n, host, port in self._fleet.coordinator_nodes() if (host, port) == own)
+        return ids or None
+
     def listener_rule(self) -> ListenerRule | None:
         """How this process numbers its broker listeners, for the other instances of a fleet (None: its
         ports are chosen by the OS one by one, which nobody else can compute)."""

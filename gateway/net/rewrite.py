@@ -47,6 +47,9 @@ VERSION_FLOORS: dict[int, int] = {
 # transaction.version 2 (KIP-890 part 2): Produce v12+ adds partitions to the transaction implicitly,
 # TxnOffsetCommit v5+ does the same for the group's offsets, EndTxn v5+ bumps the epoch per transaction.
 # A feature not listed here is withheld: the gateway cannot tell what it would promise.
+_SHARE_APIS = {
+    ApiKey.SHARE_GROUP_HEARTBEAT: 1, ApiKey.SHARE_GROUP_DESCRIBE: 1, ApiKey.SHARE_FETCH: 1, ApiKey.SHARE_ACKNOWLEDGE: 1,
+}
 FEATURE_NEEDS: dict[str, tuple[int | None, dict[int, dict[int, int]]]] = {
     "metadata.version": (None, {}),
     "kraft.version": (None, {}),
@@ -55,17 +58,9 @@ FEATURE_NEEDS: dict[str, tuple[int | None, dict[int, dict[int, int]]]] = {
     "group.version": (1, {1: {ApiKey.CONSUMER_GROUP_HEARTBEAT: 0}}),
     # KIP-1071 / KIP-932: every client-facing API of the group type (share APIs from v1, see VERSION_FLOORS).
     "streams.version": (1, {1: {ApiKey.STREAMS_GROUP_HEARTBEAT: 0, ApiKey.STREAMS_GROUP_DESCRIBE: 0}}),
-    "share.version": (
-        1,
-        {
-            1: {
-                ApiKey.SHARE_GROUP_HEARTBEAT: 1,
-                ApiKey.SHARE_GROUP_DESCRIBE: 1,
-                ApiKey.SHARE_FETCH: 1,
-                ApiKey.SHARE_ACKNOWLEDGE: 1,
-            }
-        },
-    ),
+    # share.version 2 (Kafka 4.4, KIP-1191): the share groups' dead-letter queue, written by the brokers to a
+    # topic a group config names; it needs no client API beyond level 1's.
+    "share.version": (2, {level: dict(_SHARE_APIS) for level in (1, 2)}),
 }
 
 
@@ -273,7 +268,7 @@ def _decode_api_versions(payload: bytes, version: int) -> tuple[bytes, Any, int]
     version. kafka-python reads every error answer as v0; like Kafka's own clients, read the request's
     version first and fall back to v0.
     """
-    from kafka.protocol.metadata import ApiVersionsResponse
+    ApiVersionsResponse = codec.RESPONSES[ApiKey.API_VERSIONS]  # noqa: N806 - a class
 
     off = frames.response_body_offset(payload, codec.response_header_flexible(ApiKey.API_VERSIONS, version))
     error = _INT16.unpack_from(payload, off)[0] if len(payload) >= off + 2 else 0
@@ -291,17 +286,13 @@ def _decode_api_versions(payload: bytes, version: int) -> tuple[bytes, Any, int]
 
 
 def _api_version(key: int, lo: int, hi: int) -> Any:
-    from kafka.protocol.metadata import ApiVersionsResponse
-
-    return ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+    return codec.RESPONSES[ApiKey.API_VERSIONS].ApiVersion(api_key=key, min_version=lo, max_version=hi)
 
 
 def api_versions_unsupported(correlation_id: int, max_version: int) -> bytes:
     """KIP-511: a client whose ApiVersions version is too new gets a v0 response with
     UNSUPPORTED_VERSION and the ApiVersions range we do support, so it can retry with a version we know."""
-    from kafka.protocol.metadata import ApiVersionsResponse
-
-    msg = ApiVersionsResponse[0](
+    msg = codec.RESPONSES[ApiKey.API_VERSIONS][0](
         error_code=Errors.UNSUPPORTED_VERSION, api_keys=[_api_version(ApiKey.API_VERSIONS, 0, max_version)]
     )
     return codec.encode_response(ApiKey.API_VERSIONS, 0, correlation_id, msg)

@@ -106,6 +106,9 @@ class Gateway:
     def listed_nodes(self) -> list[Broker]:
         return self.nodes.listed_nodes()
 
+    def presented_node_ids(self, node_id: int | None) -> frozenset[int] | None:
+        return self.nodes.presented_node_ids(node_id)
+
     # --- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:

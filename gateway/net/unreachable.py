@@ -30,8 +30,6 @@ import struct
 from collections import OrderedDict
 from typing import Any
 
-from kafka.protocol.metadata import ApiVersionsResponse
-
 from coordinator.errors import Errors
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
@@ -153,10 +151,11 @@ def answer(
             return replies.metadata(frame, version, correlation_id)
         if api_key != ApiKey.API_VERSIONS:
             return None
-        msg = ApiVersionsResponse[version](
+        api_versions = codec.RESPONSES[ApiKey.API_VERSIONS]
+        msg = api_versions[version](
             error_code=0,
             api_keys=[
-                ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                api_versions.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                 for k, (lo, hi) in sorted(api_ranges.items())
             ],
             throttle_time_ms=0,

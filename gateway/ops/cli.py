@@ -121,7 +121,10 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
+async def _serve(
+    config: GatewayConfig, extra_line: str = "", reload: Callable[[], GatewayConfig] | None = None,
+    started: GatewayConfig | None = None,
+) -> int:
     from gateway.net.nodes import NodeTable
     from gateway.net.refusals import RefusalLog
     from gateway.net.server import Gateway
@@ -177,9 +180,11 @@ async def _serve(config: GatewayConfig, extra_line: str = "") -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if layer is not None and layer.events is not None:
-        # Log rotation: after the file was moved away, SIGHUP continues the event log in a new file.
-        loop.add_signal_handler(signal.SIGHUP, layer.events.reopen)
+    from gateway.ops.reload import Reloader
+
+    # SIGHUP: the rebalance event file is reopened (log rotation) and the configuration read again; the
+    # managed groups change live (gateway/ops/reload.py).
+    loop.add_signal_handler(signal.SIGHUP, Reloader(reload, started, layer))
     print(f"bootstrap={gw.bootstrap}{extra_line}", flush=True)
     try:
         await stop.wait()
@@ -229,7 +234,7 @@ def cmd_sasl_credentials(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config, _flags(args))
+        config = started = load_config(args.config, _flags(args))
         check_tls(config)
         credentials.upstream_sasl(config)  # a password file that cannot be read is a configuration error
         Terminator.from_config(config)  # and so is a credentials file of SASL termination
@@ -249,7 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         log.info("event loop", loop=_use_event_loop(config))
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, reload=lambda: load_config(args.config, _flags(args)), started=started))
     except StateLogCorrupt as e:
         # Not a crash to retry: the operator decides (groupgate state verify / repair).
         log.error("group state log is damaged; not starting", error=str(e), file=str(e.path), offset=e.offset)
@@ -317,7 +322,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if not args.listen:
         flags["listen_host"], flags["listen_port"] = "127.0.0.1", 9092
     try:
-        config = load_config(args.config, flags)
+        config = started = load_config(args.config, flags)
         check_tls(config)
     except (ValidationError, ValueError, OSError) as e:
         print(f"groupgate: invalid configuration: {e}", file=sys.stderr)
@@ -345,7 +350,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
         kafka.start()
         config = config.model_copy(update={"upstream": kafka.bootstrap})
         log.info("event loop", loop=_use_event_loop(config))
-        return asyncio.run(_serve(config, extra_line=f" upstream={kafka.bootstrap}"))
+        return asyncio.run(_serve(
+            config, extra_line=f" upstream={kafka.bootstrap}", reload=lambda: load_config(args.config, flags),
+            started=started,
+        ))
     except KeyboardInterrupt:
         return EXIT_OK
     except (StateLogCorrupt, StateStoreMismatch) as e:

@@ -22,9 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Newest 4.x release with kafka_2.13, kafka-tools and kafka-group-coordinator all on Maven Central.
-CURRENT_KAFKA = "4.3.1"
-# Older releases whose clients and tools the compatibility suite runs as legacy consumers.
-LEGACY_KAFKA = ("3.9.1", "2.8.2")
+CURRENT_KAFKA = "4.4.0"
+# Older releases whose clients and tools the compatibility suite runs as legacy consumers (the first one
+# also as an older broker).
+LEGACY_KAFKA = ("4.3.1", "3.9.1", "2.8.2")
+PREVIOUS_KAFKA = LEGACY_KAFKA[0]
+# Kafka Connect's release: the newest whose connect-file artifact (the FileStream connectors the suite
+# runs) is on Maven Central. 4.4.0's is not, and 4.3.1's connectors do not load on a 4.4.0 worker (they
+# call kafka-clients' AppInfoParser, which 4.4 moved to an internal package).
+CONNECT_KAFKA = "4.3.1"
 SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"
 
 
@@ -96,7 +102,7 @@ def streams(version: str = CURRENT_KAFKA) -> Distribution:
     )
 
 
-def connect(version: str = CURRENT_KAFKA) -> Distribution:
+def connect(version: str = CONNECT_KAFKA) -> Distribution:
     """Kafka Connect of one release: the distributed worker (connect-runtime), the JSON converter and
     the file connectors (connect-file), for a Connect cluster whose worker group the gateway coordinates."""
     return Distribution(
@@ -115,7 +121,8 @@ def all_distributions() -> list[Distribution]:
         broker(),
         clients(CURRENT_KAFKA),
         streams(CURRENT_KAFKA),
-        connect(CURRENT_KAFKA),
+        connect(CONNECT_KAFKA),
+        broker(PREVIOUS_KAFKA),
         *(clients(v) for v in LEGACY_KAFKA),
         *(legacy_admin(v) for v in LEGACY_KAFKA if int(v.split(".")[0]) < 3),
     ]

@@ -17,7 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from gateway.wire import frames
 from gateway.wire.api_keys import ApiKey
-from gateway.wire.protocol import messages as _ours  # noqa: F401 - registers api keys 68, 69, 76-79, 88-92
+from gateway.wire.protocol import messages as _ours  # registers api keys 68, 69, 76-79, 88-93; OVERRIDES
 
 # KIP-932 share groups and KIP-1071 streams groups: routed to the cluster's coordinators and leaders.
 
@@ -40,6 +40,8 @@ def _registry() -> tuple[dict[int, Any], dict[int, Any]]:
             continue
         table = requests if c.type == "request" else responses
         table.setdefault(c.API_KEY, c)
+    for key, (request, response) in _ours.OVERRIDES.items():
+        requests[key], responses[key] = request, response
     return requests, responses
 
 

@@ -46,11 +46,14 @@ from translate.group_messages import (
 )
 
 # The versions the gateway's handlers speak (ApiVersions advertises exactly these). The maxima are
-# Kafka 4.3.1's (docs/gateway.md lists them side by side); the minima reach further back where the
+# Kafka 4.4.0's (docs/gateway.md lists them side by side); the minima reach further back where the
 # gateway still speaks versions Kafka 4 dropped (OffsetCommit v0-1, OffsetFetch v0). Newest additions:
 # OffsetCommit / OffsetFetch v10 name topics by id (KIP-848), DescribeGroups v6 answers an unknown
 # group GROUP_ID_NOT_FOUND with a message (KIP-1043), TxnOffsetCommit v5 also adds the offsets to a
-# V2 transaction (KIP-890 part 2), which the upstream does: commits are written through at the client's version.
+# V2 transaction (KIP-890 part 2), which the upstream does: commits are written through at the client's
+# version (the highest the upstream has); TxnOffsetCommit v6 names topics by id and answers a consumer
+# member's stale epoch STALE_MEMBER_EPOCH, an unknown group GROUP_ID_NOT_FOUND (KIP-1319); DeleteGroups
+# v3 adds a per-group ErrorMessage.
 LOCAL_API: dict[int, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.OFFSET_COMMIT: (0, 10),
@@ -61,8 +64,8 @@ LOCAL_API: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
-    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 6),
+    ApiKey.DELETE_GROUPS: (0, 3),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
@@ -403,13 +406,12 @@ def refusal(api_key: int, version: int, m: Any, error: int, message: str | None 
         prefix = "OffsetCommitResponse" if api_key == ApiKey.OFFSET_COMMIT else "TxnOffsetCommitResponse"
         tcls = getattr(cls, f"{prefix}Topic")
         pcls = getattr(tcls, f"{prefix}Partition")
-        # OffsetCommit v10 names topics by id: the answer carries the ids back.
-        ids = (lambda t: {"topic_id": getattr(t, "topic_id", None)}) if api_key == ApiKey.OFFSET_COMMIT else (lambda t: {})
+        # OffsetCommit v10 and TxnOffsetCommit v6 name topics by id: the answer carries the ids back.
         return cls[version](
             topics=[
                 tcls(
                     name=t.name or "",
-                    **ids(t),
+                    topic_id=getattr(t, "topic_id", None),
                     partitions=[pcls(partition_index=p.partition_index, error_code=error) for p in names(t.partitions)],
                 )
                 for t in names(m.topics)

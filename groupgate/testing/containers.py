@@ -30,7 +30,7 @@ from groupgate.testing.base import state_settings, unique_name
 from groupgate.testing.events import Event, parse_events, select
 from groupgate.testing.settings import GatewaySettings
 
-KAFKA_IMAGE = "apache/kafka:4.3.1"
+KAFKA_IMAGE = "apache/kafka:4.4.0"
 DEFAULT_IMAGE = f"groupgate:{groupgate.__version__}"
 START_TIMEOUT_S = 120.0
 DOCKER_PING_TIMEOUT_S = 3

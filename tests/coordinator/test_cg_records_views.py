@@ -127,7 +127,9 @@ def test_offset_commit_validation() -> None:
     d.hb(G, "A", 0)
     assert c.validate_offset_commit(G, "A", 1, 9) == Errors.NONE
     assert c.validate_offset_commit(G, "A", 0, 9) == Errors.STALE_MEMBER_EPOCH
-    assert c.validate_offset_commit(G, "A", 0, 9, is_transactional=True) == Errors.ILLEGAL_GENERATION
+    # TxnOffsetCommit: ILLEGAL_GENERATION up to v5; v6 says STALE_MEMBER_EPOCH (KIP-1319, Kafka 4.4).
+    assert c.validate_offset_commit(G, "A", 0, 5, is_transactional=True) == Errors.ILLEGAL_GENERATION
+    assert c.validate_offset_commit(G, "A", 0, 6, is_transactional=True) == Errors.STALE_MEMBER_EPOCH
     assert c.validate_offset_commit(G, "A", 1, 8) == Errors.UNSUPPORTED_VERSION
     assert c.validate_offset_commit(G, "", -1, 9) == Errors.UNKNOWN_MEMBER_ID  # group has members
     assert c.validate_offset_commit(G, "ghost", 1, 9) == Errors.UNKNOWN_MEMBER_ID

@@ -65,8 +65,9 @@ def test_offset_commit_with_a_stale_epoch_is_stale_member_epoch_for_consumer_mem
     epoch = d.cgroup().members[consumer].member_epoch
     assert commit(d, consumer, epoch) == Errors.NONE
     assert commit(d, consumer, epoch - 1) == Errors.STALE_MEMBER_EPOCH
-    # Transactional commits map it to ILLEGAL_GENERATION.
-    assert commit(d, consumer, epoch - 1, transactional=True) == Errors.ILLEGAL_GENERATION
+    # Transactional commits map it to ILLEGAL_GENERATION up to TxnOffsetCommit v5; v6 keeps it (KIP-1319).
+    assert commit(d, consumer, epoch - 1, version=5, transactional=True) == Errors.ILLEGAL_GENERATION
+    assert commit(d, consumer, epoch - 1, version=6, transactional=True) == Errors.STALE_MEMBER_EPOCH
 
 
 def test_offset_commit_below_v9_from_a_consumer_protocol_member_is_unsupported_version() -> None:

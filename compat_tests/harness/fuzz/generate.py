@@ -138,7 +138,7 @@ class RequestFuzzer:
             return r.choice(["consumer", "range", "uniform", "cooperative-sticky", "classic"])
         if choice < 0.9:
             return "".join(chr(r.randint(0x80, 0x2FFF)) for _ in range(r.randint(1, 6)))
-        # Not up to Kafka's 32767-byte limit: Kafka 4.3.1 decodes invalid UTF-8 to U+FFFD (3 bytes) and
+        # Not up to Kafka's 32767-byte limit: Kafka 4.4.0 decodes invalid UTF-8 to U+FFFD (3 bytes) and
         # then fails to encode the longer name in its answer. An AlterUserScramCredentials naming such a
         # user is never answered, and the broker has exited (FatalExitError in its controller forwarding
         # thread) when that forwarded request was cancelled: the fuzzer must not take the broker down.
