@@ -161,7 +161,7 @@ async def _serve(
     try:
         await gw.start()
         if layer is not None:
-            from gateway.security.rights import check_startup
+            from gateway.ops.rights_check import check_startup
 
             # The rights start-up has not exercised yet (writing the state topic, the instances group).
             await check_startup(config, layer.client)
