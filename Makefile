@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit kafka clean
+.PHONY: run test lint typecheck unit kafka clean loadgen
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,5 +30,9 @@ typecheck: $(STAMP)
 test: $(STAMP) kafka lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
+# The coordinator load generator (bench/coordinator_scale.py runs it): Go, modules from the Go module proxy.
+loadgen:
+	cd bench/loadgen && go build -o bin/loadgen .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info bench/loadgen/bin
