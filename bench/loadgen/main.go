@@ -6,7 +6,7 @@
 // Phases: "join" (every member joins; the time until every group is stable), then stepped rates
 // ("warm-xK" then "step-xK" for each multiplier K of the base heartbeat and commit rates, stopping after
 // the first saturated step), or with -mass-join N: "idle" (the small groups heartbeat and commit) then
-// "mass-join" (a group of N members joins at once; until it is stable). Prints one JSON document.
+// "mass-join" (a group of N members joins at once; until it is stable, and at least as long as "idle"). Prints one JSON document.
 package main
 
 import (
@@ -412,6 +412,10 @@ func (r *Run) drive(result map[string]any, fatal chan<- error) {
 		p.extra["big_stable_s"] = bs
 		r.rec.mu.Unlock()
 		result["big_stable_s"] = bs
+		// The window lasts at least as long as the idle one, so that both p99s count alike.
+		if rest := time.Duration(cfg.idleSeconds*float64(time.Second)) - time.Since(t0); rest > 0 {
+			r.sleep(rest)
+		}
 		r.rec.Begin("after", offered)
 		r.sleep(time.Duration(cfg.warmSeconds * float64(time.Second)))
 		r.rec.End()
