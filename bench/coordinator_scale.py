@@ -11,12 +11,14 @@ broker's own coordinator and each gateway, in the same run, for each group proto
     every group is stable (each member holds its assignment, has heard nothing new since the group's last
     join, and the members own every partition once). Then rates are stepped (multipliers of 1 heartbeat and
     1 commit per second per member, so the first step is commits at 1/s per member) until a step saturates:
-    answered < 90 % of offered, p99 > 50 ms, or > 1 % errors.
+    answered < 90 % of offered, > 1 % errors, or p99 > 1 s. Reported per workload: ``per_s``, the highest
+    answered rate of a step within the goal (answered >= 90 % of offered and p99 <= 50 ms; 0 if none was),
+    and ``peak_per_s``, the highest answered rate of any step.
   - ``massjoin``: 1,000 groups of 5 members heartbeat and commit at 1/s each; after an idle window a group
     of 1,000 members joins at once. Reported: the small groups' p99 idle and during the join (until the big
     group is stable), and the big group's time to stable.
 
-``--scale 0.1`` multiplies the group counts and sizes (at least 1 group and 2 members). The broker is
+``--scale 0.1`` shrinks each case to a tenth of its members (the larger of its two sizes shrinks). The broker is
 pinned to the first core and the gateways to the second (taskset) when the machine has two or more; the
 load generator is not pinned. The last line is ``key=value`` figures and ratios against Kafka.
 
@@ -54,11 +56,19 @@ CASES: dict[str, tuple[int, int]] = {"1000x10": (1000, 10), "10x1000": (10, 1000
 MASS_SMALL = (1000, 5)  # small groups x members beside the mass join
 MASS_BIG = 1000
 MAX_PARTITIONS = 1000  # a topic's partitions: the group size, at most this (members beyond commit a shared one)
-P99_LIMIT_MS = 50.0
+P99_LIMIT_MS = 50.0  # the goal: a rate counts as sustained with p99 at most this
+# Stepping stops later than the goal (answered < 90 % of offered, > 1 % errors, or p99 above this), so that
+# a machine shared with other work, where every coordinator's p99 passes 50 ms now and then, still shows
+# how far each one goes.
+STOP_P99_MS = 1000.0
 
 
-def scaled(n: int, scale: float, least: int) -> int:
-    return max(least, round(n * scale))
+def scaled(groups: int, members: int, scale: float) -> tuple[int, int]:
+    """The case with ``scale`` times as many members: the larger of its two sizes shrinks (1,000 x 10 at 0.1
+    is 100 x 10, 10 x 1,000 is 10 x 100, 1 x 10,000 is 1 x 1,000), so that its shape stays."""
+    if groups >= members:
+        return max(1, round(groups * scale)), members
+    return groups, max(2, round(members * scale))
 
 
 def build_loadgen() -> Path:
@@ -251,11 +261,11 @@ def main() -> int:
 
         for ci, case in enumerate(cases):
             if case == "massjoin":
-                groups, members = scaled(MASS_SMALL[0], args.scale, 1), MASS_SMALL[1]
-                big = scaled(MASS_BIG, args.scale, 2)
+                groups, members = scaled(*MASS_SMALL, args.scale)
+                big = scaled(1, MASS_BIG, args.scale)[1]
                 partitions = members
             else:
-                groups, members = (scaled(CASES[case][0], args.scale, 1), scaled(CASES[case][1], args.scale, 2))
+                groups, members = scaled(*CASES[case], args.scale)
                 partitions = min(members, MAX_PARTITIONS)
             topic = create_topic(bootstrap, f"bench-coord-{case}-{uuid.uuid4().hex[:6]}", partitions)
             for proto in protocols:
@@ -263,7 +273,7 @@ def main() -> int:
                 for name in order:
                     lg = ["-protocol", proto, "-groups", str(groups), "-members", str(members), "-topic", topic,
                           "-partitions", str(partitions), "-join-timeout", str(args.join_timeout),
-                          "-p99-limit-ms", str(P99_LIMIT_MS)]
+                          "-p99-limit-ms", str(STOP_P99_MS)]
                     if case == "massjoin":
                         lg += ["-mass-join", str(big), "-idle-seconds", str(args.idle_seconds), "-steps", "1"]
                         label = f"massjoin {groups}x{members}+{big}"
