@@ -24,7 +24,8 @@ load generator is not pinned. The last line is ``key=value`` figures and ratios 
 
     make loadgen   # once: builds bench/loadgen/bin/loadgen
     .venv/bin/python bench/coordinator_scale.py [--scale 0.1] [--cases 1000x10,massjoin] \\
-        [--protocols consumer,classic] [--targets kafka,topic,file] [--steps 1,2,5,10,20] [--step-seconds 8]
+        [--protocols consumer,classic] [--targets kafka,topic,file] [--steps 1,2,5,10,20] [--step-seconds 8] \\
+        [--out runs.json] [--keep-logs]
 """
 
 from __future__ import annotations
@@ -196,6 +197,7 @@ def main() -> int:
     ap.add_argument("--join-timeout", type=float, default=120.0)
     ap.add_argument("--max-seconds", type=float, default=600.0, help="per load generator run")
     ap.add_argument("--out", type=Path, help="write every run's full JSON here")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the gateways' logs and state (printed at the end)")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
@@ -310,6 +312,10 @@ def main() -> int:
         cluster.cleanup()
         if args.out is not None:
             args.out.write_text(json.dumps(runs, indent=1))
+        if args.keep_logs:
+            print(f"gateway logs and state kept in {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     # Ratios against Kafka's own coordinator, same case and protocol.
     ratios: dict[str, Any] = {}
     for key, value in summary.items():
