@@ -227,6 +227,7 @@ func (r *Run) awaitStable(groups []*group, partitions int, since time.Time, time
 			return round2(time.Since(since).Seconds()), n
 		}
 		if time.Now().After(deadline) || !r.sleep(100*time.Millisecond) {
+			r.whyUnstable(groups, partitions)
 			return -1, n
 		}
 	}
@@ -497,4 +498,36 @@ func (r *Run) leaveAll() {
 		c.Close()
 	}
 	r.connsMu.Unlock()
+}
+
+// whyUnstable records, for a run whose groups did not all become stable, how many members were in each
+// state when it gave up: without an assignment, not heard from since their group's last join, and the
+// groups whose members' partitions were not exactly the topic's.
+func (r *Run) whyUnstable(groups []*group, partitions int) {
+	notStable, notQuiet, badCover := 0, 0, 0
+	for _, g := range groups {
+		lastJoin := time.Unix(0, g.lastJoin.Load())
+		owned := make([][]int32, 0, len(g.members))
+		for _, m := range g.members {
+			m.mu.Lock()
+			if !m.stable {
+				notStable++
+			} else if !m.quietSent.After(lastJoin) {
+				notQuiet++
+			}
+			owned = append(owned, m.owned)
+			m.mu.Unlock()
+		}
+		if !covers(owned, partitions) {
+			badCover++
+		}
+	}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	if n := len(r.rec.phases); n > 0 {
+		r.rec.phases[n-1].extra["unstable"] = map[string]int{
+			"members_reconciling": notStable, "members_not_heard_since_last_join": notQuiet,
+			"groups_partitions_not_owned_once": badCover,
+		}
+	}
 }
