@@ -29,9 +29,9 @@ from compat_tests.upgrade import endpoints, group_probe
 from compat_tests.upgrade.checks import assert_rolling_upgrade
 from compat_tests.upgrade.members import MemberSpec
 from compat_tests.upgrade.scenario import RollingUpgrade
+from coordinator.errors import Errors
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from translate.embedded import decode_assignment, decode_subscription
-from translate.errors import Errors
 
 pytestmark = pytest.mark.kafka
 

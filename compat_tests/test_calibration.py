@@ -17,7 +17,8 @@ from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.upgrade import endpoints
 from compat_tests.upgrade.calibration import HARNESS, gateway_settings
 from rehearsal.calibrate_cli import Row, load_schedule, run_one
-from rehearsal.calibration import TOLERANCE, Timings
+from rehearsal.calibration import TOLERANCE
+from rehearsal.client_timings import Timings
 
 pytestmark = pytest.mark.kafka
 

@@ -31,10 +31,11 @@ from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import ConfluentConsumer, produce_confluent, values
 from compat_tests.harness.events import EventLog
 from compat_tests.harness.gateway_proc import GatewayProcess
-from compat_tests.harness.probe import _read_exact, find_coordinator_endpoints, roundtrip, split_address
+from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip, split_address
 from coordinator.records.codec import decode as decode_consumer_key
 from gateway.state.file_store import shard_dirs
 from gateway.state.log import FileStateLog
+from groupgate.testing.wire import read_exact
 from translate.group_records import decode_key as decode_classic_key
 
 pytestmark = pytest.mark.kafka
@@ -143,8 +144,8 @@ class _Pipe:
                 self.sock.sendall(req.encode(version=version, header=True, framed=True))
                 expected.append((cid, resp_cls, version))
             for cid, resp_cls, version in expected:
-                (size,) = struct.unpack(">i", _read_exact(self.sock, 4))
-                resp = resp_cls[version].decode(_read_exact(self.sock, size), version=version, header=True)
+                (size,) = struct.unpack(">i", read_exact(self.sock, 4))
+                resp = resp_cls[version].decode(read_exact(self.sock, size), version=version, header=True)
                 assert resp.header.correlation_id == cid
                 out.append(resp)
         return out

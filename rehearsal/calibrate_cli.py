@@ -33,13 +33,12 @@ from rehearsal.calibration import (
     Figures,
     Schedule,
     Step,
-    Timings,
-    client_timings,
     figures,
     first_requests,
     formed,
     simulate_schedule,
 )
+from rehearsal.client_timings import Timings, client_timings
 from rehearsal.events import EventWriter, parse_event, read_events
 from rehearsal.fleet import CLIENT_MIXES
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rehearsal.events import EventLogError, validate_logs
-from rehearsal.report import HISTOGRAM_BINS, ReportInput, choose_group, histogram_width, render
+from rehearsal.report import HISTOGRAM_BINS, ReportInput, annotate, choose_group, histogram_width, render
 
 
 def _rows(df: Any) -> list[dict[str, Any]]:
@@ -110,6 +110,12 @@ def report_main(
             return 2
         say("computing ownership intervals and metrics")
         summary = pipeline.summarize(metrics)
+        calibration, sources = find_calibration_sources(local)
+        simulations = find_simulations(local)
+        for sim in simulations:
+            for warning in sim.get("warnings") or []:
+                echo(f"warning: run {sim.get('run')}: not modelled: {warning}")
+        annotate(summary, simulations, calibration, sources)
         say(
             f"{summary['events']} events, {summary['groups']} groups, {summary['partitions']} partitions, "
             f"{summary['double_ownership_violations']} double ownership violations"
@@ -122,7 +128,7 @@ def report_main(
         except ValueError as e:
             echo(f"error: {e}")
             return 2
-        data.calibration = find_calibration(local)
+        data.calibration, data.calibration_sources, data.simulations = calibration, sources, simulations
         if data.calibration:
             say(f"calibration against real clients: {len(data.calibration)} rows")
         report = Path(out, "report.html")
@@ -140,14 +146,45 @@ CALIBRATION_FILE = "_calibration.json"
 def find_calibration(paths: list[str]) -> list[dict[str, Any]]:
     """The rows of ``_calibration.json`` files (`groupgate rehearse calibrate --json`) in the input directories (the
     event reader skips names starting with ``_``)."""
+    return find_calibration_sources(paths)[0]
+
+
+def _beside(paths: list[str], name: str) -> list[Path]:
+    """Files called ``name`` in the input directories, or beside an input ``events`` directory."""
+    found: list[Path] = []
+    for p in paths:
+        if not Path(p).is_dir():
+            continue
+        for candidate in (Path(p, name), Path(p).parent / name if Path(p).name == "events" else None):
+            if candidate is not None and candidate.is_file() and candidate.resolve() not in found:
+                found.append(candidate.resolve())
+    return found
+
+
+def find_calibration_sources(paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The calibration rows and the files they came from."""
     import json
 
     rows: list[dict[str, Any]] = []
-    for p in paths:
-        candidate = Path(p, CALIBRATION_FILE) if Path(p).is_dir() else None
-        if candidate is not None and candidate.is_file():
-            rows += json.loads(candidate.read_text(encoding="utf-8"))
-    return rows
+    files = _beside(paths, CALIBRATION_FILE)
+    for f in files:
+        rows += json.loads(f.read_text(encoding="utf-8"))
+    return rows, [str(f) for f in files]
+
+
+def find_simulations(paths: list[str]) -> list[dict[str, Any]]:
+    """The ``_fleet.json`` manifests of simulated fleets among the inputs (their settings and warnings)."""
+    import json
+
+    from rehearsal.fleet import MANIFEST
+
+    out = []
+    for f in _beside(paths, MANIFEST):
+        try:
+            out.append(json.loads(f.read_text(encoding="utf-8")))
+        except ValueError:
+            continue
+    return out
 
 
 def validate_main(paths: list[str], *, echo: Callable[[str], None] = print) -> int:
@@ -177,6 +214,28 @@ def parse_topics(text: str) -> dict[str, int]:
     return topics
 
 
+def parse_clients(text: str) -> list[dict[str, Any]]:
+    """``java@4.3.1:3,librdkafka:1/range`` -> ClientSpec fields: CLIENT[@VERSION][:SHARE][/STRATEGY]."""
+    out: list[dict[str, Any]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        head, _, strategy = item.partition("/")
+        head, _, share = head.partition(":")
+        client, _, version = head.partition("@")
+        if not client or (share and not share.isdigit()):
+            raise ValueError(f"{item!r} is not CLIENT[@VERSION][:SHARE][/STRATEGY]")
+        entry: dict[str, Any] = {"client": client}
+        if version:
+            entry["version"] = version
+        if share:
+            entry["share"] = int(share)
+        if strategy:
+            entry["strategy"] = strategy
+        out.append(entry)
+    if not out:
+        raise ValueError("no client given")
+    return out
+
+
 def simulate_main(
     groups: int,
     members: int,
@@ -189,17 +248,27 @@ def simulate_main(
     master: str | None = None,
     spec_file: str | None = None,
     topics: str | None = None,
+    config: str | None = None,
+    clients: str | None = None,
     echo: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> int:
     """Simulate a fleet (groups x members, a named scenario, the client mix) into out/events.
 
     ``spark`` or a ``master`` runs the groups in Spark tasks (local[*] unless a master is given).
-    ``spec_file``: a JSON FleetSpec whose fields the other arguments override. Returns 0, or 2 when
+    ``spec_file``: a JSON FleetSpec whose fields the other arguments override. ``config``: a gateway
+    configuration file (the TOML `groupgate serve --config` reads) whose coordinator settings the simulated
+    gateway runs with. ``clients``: the clients of every group (``parse_clients``). Returns 0, or 2 when
     the description is invalid. Groups whose simulation broke an invariant are listed (exit 0: the
     events up to the violation are written and the report shows it)."""
     from pydantic import ValidationError
 
-    from rehearsal.fleet import FleetSpec, simulate_fleet, simulate_fleet_spark
+    from rehearsal.fleet import (
+        FleetSpec,
+        fleet_warnings,
+        simulate_fleet,
+        simulate_fleet_spark,
+        simulation_settings,
+    )
 
     started = time.monotonic()
     fields: dict[str, Any] = {}
@@ -218,12 +287,29 @@ def simulate_main(
         except ValueError as e:
             echo(f"error: --topics: {e}")
             return 2
+    if clients is not None:
+        try:
+            fields["clients"] = parse_clients(clients)
+        except ValueError as e:
+            echo(f"error: --clients: {e}")
+            return 2
+    if config is not None:
+        from rehearsal.fleet_settings import gateway_from_config
+
+        try:
+            fields["gateway"] = gateway_from_config(config).model_dump(mode="json")
+        except (OSError, ValueError) as e:
+            echo(f"error: --config {config}: {e}")
+            return 2
     try:
         spec = FleetSpec.model_validate(fields)
     except ValidationError as e:
         echo(f"error: invalid fleet description: {e}")
         return 2
     where = f"Spark ({master or 'local[*]'})" if spark or master else "this process"
+    echo("settings: " + "; ".join(f"{k} {v}" for k, v in simulation_settings(spec).items()))
+    for warning in fleet_warnings(spec):
+        echo(f"warning: not modelled: {warning}")
     echo(
         f"simulating {spec.groups} groups x {spec.members} members, scenario {spec.scenario}, mix {spec.mix}, "
         f"seed {spec.seed}, run {spec.run_id}, in {where}"

@@ -34,6 +34,7 @@ def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
         simulate_main(
             args.groups, args.members, args.scenario, args.seed, args.out, args.mix,
             spark=args.spark, master=args.master, spec_file=args.spec, topics=args.topics,
+            config=args.config, clients=args.clients,
         )
     )
 
@@ -82,6 +83,14 @@ def add_commands(sub: Any) -> None:
     )
     simulate.add_argument("--topics", help="TOPIC:PARTITIONS[,...] every member subscribes to")
     simulate.add_argument("--spec", help="a JSON fleet description (rehearsal.fleet.FleetSpec) to start from")
+    simulate.add_argument(
+        "--config", help="a gateway configuration file (the TOML `groupgate serve --config` reads): the simulated "
+        "gateway runs with its coordinator settings; what it cannot model is named",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--clients", help="the clients of every group: CLIENT[@VERSION][:SHARE][/STRATEGY],... with CLIENT java "
+        "or librdkafka (e.g. librdkafka:3,java@4.3.1:1); default: generic Java-like models",
+    )  # fmt: skip
     simulate.add_argument("--spark", action="store_true", help="run the groups in Spark tasks (local[*])")
     simulate.add_argument("--master", default=None, help="Spark master for the simulation (implies --spark)")
     simulate.set_defaults(func=cmd_rehearse_simulate)

@@ -40,8 +40,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rehearsal.events import EventWriter
+from rehearsal.fleet_settings import (
+    CALIBRATED_VERSIONS,
+    ClientModel,
+    ClientSpec,
+    GatewaySpec,
+    client_model,
+    client_slots,
+)
 from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR
-from rehearsal.sim_clients import CLASSIC_HEARTBEAT_INTERVAL_MS, ClassicClient, SimClient
+from rehearsal.sim_clients import (
+    CLASSIC_HEARTBEAT_INTERVAL_MS,
+    CLASSIC_SESSION_TIMEOUT_MS,
+    REBALANCE_TIMEOUT_MS,
+    ClassicClient,
+    SimClient,
+)
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from rehearsal.sim_events import EventSink
 from rehearsal.simulate import SimConfig, Simulation, SimulationViolation
@@ -79,7 +93,8 @@ class FleetSpec(BaseModel):
     heartbeat_interval_ms: int = Field(default=1_000, ge=50, le=3_000)
     # Time a member's rebalance callbacks / reconciliation take (uniform in the range), and for the
     # slow ones; below the 15 s rebalance timeout (a longer one is a max.poll.interval.ms problem).
-    processing_ms: tuple[int, int] = (2, 60)
+    # None: each named client's measured callback latencies (``clients``), else 2-60 ms.
+    processing_ms: tuple[int, int] | None = None
     slow_members: int = Field(default=0, ge=0)
     slow_processing_ms: tuple[int, int] = (500, 4_000)
     eager_assignor: Literal["range", "roundrobin"] = "range"
@@ -94,12 +109,19 @@ class FleetSpec(BaseModel):
     static_members: bool = False
     reuse_member_ids: bool = False
     groups_per_file: int = Field(default=50, ge=1)
+    # The clients of every group and their shares of its members (rehearsal/fleet_settings.py); None: the
+    # generic Java-like models (what fleets were simulated with before clients could be named).
+    clients: tuple[ClientSpec, ...] | None = Field(default=None, min_length=1)
+    # The simulated gateway's coordinator settings (``--config``: a gateway's TOML); None: the simulator's own.
+    gateway: GatewaySpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> FleetSpec:
-        for name, (lo, hi) in (("processing_ms", self.processing_ms), ("slow_processing_ms", self.slow_processing_ms)):
-            if not 0 <= lo <= hi <= 10_000:
+        ranges = (("processing_ms", self.processing_ms), ("slow_processing_ms", self.slow_processing_ms))
+        for name, bounds in ranges:
+            if bounds is not None and not 0 <= bounds[0] <= bounds[1] <= 10_000:
                 raise ValueError(f"{name} must be 0 <= low <= high <= 10000 ms")
+        self._check_clients()
         if any(n < 1 for n in self.topics.values()):
             raise ValueError("every topic needs at least one partition")
         if self.static_members and self.scenario == "topic-growth" and self.mix in ("all", "classic-eager", "classic-cooperative"):
@@ -107,6 +129,56 @@ class FleetSpec(BaseModel):
             # nobody rejoins for added partitions: client-side assignment's blind spot (docs/simulation.md).
             raise ValueError("static members with topic-growth need the translate or consumer mix")
         return self
+
+    def _check_clients(self) -> None:
+        g = self.gateway_settings
+        if self.heartbeat_interval_ms >= g.consumer_session_timeout_ms or (
+            g.consumer_heartbeat_interval_ms or 0) >= g.consumer_session_timeout_ms:
+            raise ValueError("the heartbeat interval must be lower than the gateway's consumer session timeout")
+        if not self.clients:
+            return
+        new_protocol = self.scenario in ("rolling-upgrade", "rolling-downgrade") or self.mix == "consumer"
+        for c in self.clients:
+            if new_protocol and not c.speaks_kip848():
+                raise ValueError(f"{c.label} has no generally available KIP-848 consumer protocol, which the "
+                                 f"{self.scenario} scenario of mix {self.mix} needs")
+            if not g.min_session_timeout_ms <= c.session_timeout_ms <= g.max_session_timeout_ms:
+                raise ValueError(f"{c.label}: session_timeout_ms {c.session_timeout_ms} is outside the gateway's "
+                                 f"group.min/max.session.timeout.ms")
+        eager = {c.strategy for c in self.clients if c.strategy in ("range", "roundrobin")}
+        if len(eager) > 1:
+            raise ValueError(f"clients name the eager strategies {sorted(eager)}: a classic group selects one "
+                             "assignor every member supports")
+        mixes = CLIENT_MIXES if self.mix == "all" else (self.mix,)
+        for mix in mixes:
+            if mix == "consumer":
+                continue
+            cooperative = self.cooperative(mix)
+            for c in self.clients:
+                if c.strategy is not None and (c.strategy == COOPERATIVE_ASSIGNOR) != cooperative:
+                    raise ValueError(f"{c.label} runs {c.strategy} but the {mix} groups of this spec run "
+                                     f"{'cooperative-sticky' if cooperative else 'an eager assignor'}: "
+                                     "give a mix that matches the clients' strategy")
+
+    def cooperative(self, mix: str) -> bool:
+        return mix == "classic-cooperative" or (mix == "translate" and self.translate_rebalance == "cooperative")
+
+    def classic_assignor(self, mix: str) -> str:
+        if self.cooperative(mix):
+            return COOPERATIVE_ASSIGNOR
+        named = [c.strategy for c in self.clients or () if c.strategy in ("range", "roundrobin")]
+        return named[0] if named else self.eager_assignor
+
+    @property
+    def gateway_settings(self) -> GatewaySpec:
+        return self.gateway if self.gateway is not None else GatewaySpec()
+
+    def client_models(self) -> list[ClientModel] | None:
+        """Per slot of a group, its client's models; None: the generic models."""
+        if not self.clients:
+            return None
+        models = [client_model(c) for c in self.clients]
+        return [models[i] for i in client_slots(self.clients, self.members)]
 
     @property
     def run_id(self) -> str:
@@ -133,7 +205,7 @@ def sim_config(spec: FleetSpec, index: int) -> SimConfig:
     """The simulator's configuration of group ``index``: the scenario for its variant, no random draws."""
     mix = spec.group_mix(index)
     rolling = spec.scenario in ("rolling-upgrade", "rolling-downgrade")
-    cooperative = mix == "classic-cooperative" or (mix == "translate" and spec.translate_rebalance == "cooperative")
+    cooperative = spec.cooperative(mix)
     if mix == "consumer":
         sim_scenario = "consumer"
     elif rolling:
@@ -151,7 +223,7 @@ def sim_config(spec: FleetSpec, index: int) -> SimConfig:
         members=spec.members,
         topics=dict(spec.topics),
         subscribed=frozenset(spec.topics),
-        classic_assignor=COOPERATIVE_ASSIGNOR if cooperative else spec.eager_assignor,
+        classic_assignor=spec.classic_assignor(mix),
         server_assignor=spec.server_assignor,
         loss_rate=spec.loss_rate,
         crashes=count if spec.scenario == "crashes" else 0,
@@ -165,6 +237,74 @@ def sim_config(spec: FleetSpec, index: int) -> SimConfig:
     )
 
 
+# Callback / reconciliation time of the generic models (FleetSpec.processing_ms None without clients).
+DEFAULT_PROCESSING_MS = (2, 60)
+
+
+def apply_gateway(config: EndpointConfig, g: GatewaySpec, classic_heartbeat_ms: int) -> None:
+    """The simulated gateway's coordinator settings onto the endpoint's configuration."""
+    config.session_timeout_ms = g.consumer_session_timeout_ms
+    config.heartbeat_interval_ms = g.consumer_heartbeat_interval_ms or classic_heartbeat_ms
+    config.initial_rebalance_delay_ms = g.initial_rebalance_delay_ms
+    config.migration_policy = g.migration_policy
+    config.assignment_interval_ms = g.consumer_assignment_interval_ms
+    config.min_assignment_interval_ms = g.consumer_min_assignment_interval_ms
+    config.max_assignment_interval_ms = g.consumer_max_assignment_interval_ms
+    config.assignors = g.consumer_assignors
+    config.consumer_max_size = g.consumer_max_size
+    config.classic_min_session_timeout_ms = g.min_session_timeout_ms
+    config.classic_max_session_timeout_ms = g.max_session_timeout_ms
+    config.classic_max_size = g.max_size
+    config.convert_builtin_sticky_userdata = g.convert_builtin_sticky_userdata
+
+
+def simulation_settings(spec: FleetSpec) -> dict[str, Any]:
+    """Every setting the fleet's simulation uses: the gateway's (by Kafka name) and the clients'."""
+    g = spec.gateway_settings
+    out: dict[str, Any] = {"gateway": g.source, **g.settings(spec.heartbeat_interval_ms)}
+    out["classic heartbeat.interval.ms"] = spec.heartbeat_interval_ms
+    out["rebalance.timeout.ms"] = REBALANCE_TIMEOUT_MS
+    out["network one way ms"] = "1-5"
+    if spec.clients:
+        out["clients"] = ", ".join(
+            f"{c.label} x{c.share} ({c.strategy or 'strategy of the mix'}, session.timeout.ms {c.session_timeout_ms})"
+            for c in spec.clients
+        )
+        out["callback ms"] = ("-".join(map(str, spec.processing_ms)) if spec.processing_ms
+                              else "measured per client (calibration)")
+    else:
+        out["clients"] = "generic Java-like models"
+        out["classic session.timeout.ms"] = CLASSIC_SESSION_TIMEOUT_MS
+        out["callback ms"] = "-".join(map(str, spec.processing_ms or DEFAULT_PROCESSING_MS))
+    out["eager assignor"] = spec.classic_assignor("classic-eager")
+    out["server assignor"] = spec.server_assignor or "the gateway's default"
+    out["loss rate"] = spec.loss_rate
+    return out
+
+
+def fleet_warnings(spec: FleetSpec) -> list[str]:
+    """What the simulation of this fleet cannot model: settings of the gateway's file, client versions it
+    was not calibrated with, mixes the gateway does not run."""
+    g = spec.gateway_settings
+    out = list(g.not_modelled)
+    if g.classic_groups is not None:
+        mixes = CLIENT_MIXES if spec.mix == "all" else (spec.mix,)
+        other = "translate" if g.classic_groups == "native" else "classic-"
+        whatif = [m for m in mixes if m.startswith(other)]
+        if whatif:
+            out.append(f"classic_groups = {g.classic_groups}: the {', '.join(whatif)} groups show what the other "
+                       "mode would do, not this gateway")
+    partitions = sum(spec.topics.values())
+    if g.offload_enable and spec.members * partitions >= g.offload_min_size:
+        out.append("consumer_assignor_offload_enable: this gateway computes these groups' targets on worker "
+                   "threads; the simulation computes them inline")
+    for c in spec.clients or ():
+        if c.effective_version != CALIBRATED_VERSIONS[c.client]:
+            out.append(f"{c.label}: modelled with the behaviour measured on {c.client} "
+                       f"{CALIBRATED_VERSIONS[c.client]}")
+    return out
+
+
 class FleetSimulation(Simulation):
     """The simulator with the fleet's delays, a disturbance event per scenario action, and rolling
     restarts (new-protocol members replaced by new-protocol members) for the consumer variant."""
@@ -173,10 +313,14 @@ class FleetSimulation(Simulation):
         self.spec = spec
         self.rolling_restart = spec.group_mix(index) == "consumer" and spec.scenario.startswith("rolling")
         self.quiet_at = 0
+        self.models = spec.client_models()
         heartbeat = spec.heartbeat_interval_ms
+        gateway = spec.gateway
 
         def endpoint(config: EndpointConfig, seed: int) -> ServiceEndpoint:
             config.heartbeat_interval_ms = heartbeat
+            if gateway is not None:
+                apply_gateway(config, gateway, heartbeat)
             return ServiceEndpoint(config, seed)
 
         super().__init__(
@@ -184,8 +328,26 @@ class FleetSimulation(Simulation):
             group_id=spec.group_name(index), run_id=spec.run_id,
         )
 
+    def model(self, slot: int) -> ClientModel | None:
+        return None if self.models is None else self.models[slot % len(self.models)]
+
+    def new_client(self, protocol: str, slot: int, member_id: str | None = None) -> SimClient:
+        model = self.model(slot)
+        if model is not None:
+            # Each member runs its own client's models (the Host picks the class when it starts one).
+            self.classic_client, self.consumer_client = model.classic, model.consumer
+        return super().new_client(protocol, slot, member_id)
+
     def processing_delay(self, client: SimClient) -> int:
-        lo, hi = self.spec.slow_processing_ms if client.slot in self._slow else self.spec.processing_ms
+        model = self.model(client.slot)
+        if client.slot in self._slow:
+            lo, hi = self.spec.slow_processing_ms
+        elif self.spec.processing_ms is not None or model is None:
+            lo, hi = self.spec.processing_ms or DEFAULT_PROCESSING_MS
+        elif model.straggler_share and self.rng.random() < model.straggler_share:
+            lo, hi = model.straggler_ms
+        else:
+            lo, hi = model.processing_ms
         return self.rng.randint(lo, hi)
 
     def call_later(self, client: SimClient, delay_ms: int, tag: str) -> None:
@@ -212,8 +374,8 @@ class FleetSimulation(Simulation):
             self._restart()
             return
         kind = {"crash": "crash", "scale-out": "scale-up", "scale-in": "scale-down", "add-partitions": "topic-growth"}
-        if action in kind and self.emitter is not None:
-            self.emitter.disturbance(self.now, kind[action])
+        if action in kind:
+            self.disturbance(kind[action])
         super()._act(action, arg)
 
     def _restart(self) -> None:
@@ -221,8 +383,7 @@ class FleetSimulation(Simulation):
         if not alive:
             return
         old = self.rng.choice(alive)
-        if self.emitter is not None:
-            self.emitter.disturbance(self.now, "rolling-restart")
+        self.disturbance("rolling-restart")
         graceful = self.rng.random() < 0.8
         self._stop(old, graceful)
         self._push(self.now + self.rng.randint(10, 1_500), "action", ("start", (old.protocol, old.slot, None)))
@@ -237,7 +398,9 @@ class GroupOutcome:
     events: int = 0
     steps: int = 0
     virtual_ms: int = 0
-    converged_at_ms: int = -1
+    # Convergence: the last ownership change, and its distance from the first disturbance (-1: unknown).
+    settled_ms: int = -1
+    time_to_stable_ms: int = -1
     members_started: int = 0
     # The simulator's invariant that broke (the events up to it are written), or None.
     violation: str | None = None
@@ -253,7 +416,9 @@ def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutco
     except SimulationViolation as violation:
         out.violation = str(violation)
     else:
-        out.converged_at_ms, out.stats = report.converged_at_ms, report.stats
+        out.settled_ms, out.stats = report.settled_at_ms, report.stats
+        start = report.first_disturbance_ms if report.first_disturbance_ms >= 0 else 0
+        out.time_to_stable_ms = max(report.settled_at_ms - start, 0)
     out.events = sim.emitter.count if sim.emitter is not None else 0
     out.steps, out.virtual_ms, out.members_started = sim.step, sim.now, len(sim.clients)
     return out
@@ -313,13 +478,16 @@ class FleetResult:
         return {
             "spec": self.spec.model_dump(mode="json"),
             "run": self.spec.run_id,
+            "settings": simulation_settings(self.spec),
+            "warnings": fleet_warnings(self.spec),
             "groups": len(self.outcomes),
             "events": self.events,
             "simulated_member_seconds": self.member_seconds,
             "client_mixes": by_mix,
             "outcomes": [
                 {"group": o.group, "client_mix": o.client_mix, "seed": o.seed, "events": o.events, "steps": o.steps,
-                 "virtual_ms": o.virtual_ms, "converged_at_ms": o.converged_at_ms, "violation": o.violation}
+                 "virtual_ms": o.virtual_ms, "settled_ms": o.settled_ms, "time_to_stable_ms": o.time_to_stable_ms,
+                 "violation": o.violation}
                 for o in self.outcomes
             ],
         }

@@ -79,6 +79,7 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
     disturbances: list[int] = []
     stables: list[int] = []
     changes: list[int] = []
+    moved: list[int] = []  # when what a member owns changed (convergence is the last of them)
     conversions = timers = 0
 
     def close(member: str, tp: TP, since: int, ts: int, by: str, open_at_end: bool = False, crash: bool = False) -> None:
@@ -105,6 +106,8 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
                     m.gained += 1
                     changed = True
             m.rebalances += changed
+            if changed:
+                moved.append(ev.ts_ms)
         elif isinstance(ev, PartitionsRevoked):
             m = members[ev.member]
             changed = False
@@ -116,9 +119,13 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
                     m.lost += 1
                     changed = True
             m.rebalances += changed
+            if changed:
+                moved.append(ev.ts_ms)
         elif isinstance(ev, MemberLeft | MemberFenced):
             m = members[ev.member]
             crash = isinstance(ev, MemberFenced) or ev.reason in CRASH_REASONS
+            if m.owned:
+                moved.append(ev.ts_ms)
             for tp, since in sorted(m.owned.items()):
                 close(ev.member, tp, since, ev.ts_ms, ev.event, crash=crash)
                 m.lost += 1
@@ -159,12 +166,15 @@ def _replay_group(run: str, group: str, events: list[Event]) -> tuple[list[Row],
     first_disturbance = min(disturbances) if disturbances else start
     after = [t for t in stables if t >= first_disturbance]
     last_stable = max(after) if after else None
+    # Convergence: the last ownership change from the first disturbance on (after it every member held what
+    # it holds at the end); a group that never became stable has none.
+    converged = max((t for t in moved if t >= first_disturbance), default=first_disturbance) if after else None
     facts: Row = {
         "run": run, "group": group, "client_mix": mix, "events": len(events), "start_ms": start, "end_ms": end,
         "duration_ms": end - start, "members": len(members),
         "rebalances": sum(m.rebalances for m in members.values()),
-        "first_disturbance_ms": first_disturbance, "last_stable_ms": last_stable,
-        "time_to_stable_ms": None if last_stable is None else last_stable - first_disturbance,
+        "first_disturbance_ms": first_disturbance, "last_stable_ms": last_stable, "converged_ms": converged,
+        "time_to_stable_ms": None if converged is None else converged - first_disturbance,
         "stable_at_end": last_stable is not None and (not changes or last_stable >= max(changes)),
         "conversions": conversions, "fenced": sum(m.fenced for m in members.values()),
         "timers_expired": timers,

@@ -367,7 +367,8 @@ def _member_rebalances(events: DataFrame, changes: DataFrame, info: DataFrame) -
 
 
 def _group_summary(
-    events: DataFrame, info: DataFrame, unavail: DataFrame, overlaps: DataFrame, members: DataFrame
+    events: DataFrame, info: DataFrame, unavail: DataFrame, overlaps: DataFrame, members: DataFrame,
+    changes: DataFrame,
 ) -> DataFrame:
     facts = events.groupBy(*G).agg(
         F.count("*").alias("events"),
@@ -386,6 +387,14 @@ def _group_summary(
         .groupBy(*G)
         .agg(F.max("ts_ms").alias("last_stable_ms"))
     )
+    # Convergence: the last ownership change (a start or an end) from the first disturbance on.
+    moved = (
+        changes.select(*G, "ts_ms")
+        .join(g.select(*G, "first_disturbance_ms"), G)
+        .filter(F.col("ts_ms") >= F.col("first_disturbance_ms"))
+        .groupBy(*G)
+        .agg(F.max("ts_ms").alias("last_move_ms"))
+    )
     parts = unavail.groupBy(*G).agg(
         F.count("*").alias("partitions"),
         F.sum("unavailable_ms").alias("unavailable_ms"),
@@ -397,6 +406,7 @@ def _group_summary(
     rebalances = members.groupBy(*G).agg(F.sum("rebalances").alias("rebalances"))
     g = (
         g.join(last_stable, G, "left")
+        .join(moved, G, "left")
         .join(parts, G, "left")
         .join(doubles, G, "left")
         .join(rebalances, G, "left")
@@ -411,13 +421,14 @@ def _group_summary(
     duration = F.col("end") - F.col("start")
     capacity = F.col("partitions") * duration
     stable = F.col("last_stable_ms")
+    converged = F.when(stable.isNotNull(), F.coalesce(F.col("last_move_ms"), F.col("first_disturbance_ms")))
     return g.select(
         *G, "client_mix", "events", F.col("start").alias("start_ms"), F.col("end").alias("end_ms"),
         duration.alias("duration_ms"), "members", "partitions", "rebalances", "unavailable_ms",
         "max_partition_unavailable_ms",
         F.when(capacity > 0, F.col("unavailable_ms") / capacity).alias("unavailability_ratio"),
         "double_ownership_violations", "double_ownership_ms", "first_disturbance_ms", "last_stable_ms",
-        (stable - F.col("first_disturbance_ms")).alias("time_to_stable_ms"),
+        converged.alias("converged_ms"), (converged - F.col("first_disturbance_ms")).alias("time_to_stable_ms"),
         (stable.isNotNull() & (F.col("last_change").isNull() | (stable >= F.col("last_change")))).alias(
             "stable_at_end"
         ),
@@ -450,7 +461,7 @@ def compute(events: DataFrame) -> SparkMetrics:
     unavail = _unavailability(_existing_partitions(events), info, intervals).cache()
     overlaps = _double_ownership(intervals).cache()
     members = _member_rebalances(events, changes, info).cache()
-    groups = _group_summary(events, info, unavail, overlaps, members).cache()
+    groups = _group_summary(events, info, unavail, overlaps, members, changes).cache()
     return SparkMetrics(intervals, unavail, overlaps, members, groups, events, [changes], crash_gaps)
 
 

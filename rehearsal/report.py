@@ -49,6 +49,11 @@ class ReportInput:
     # Rows of a calibration against real clients (`groupgate rehearse calibrate --json`), found as _calibration.json
     # beside the events; empty when none exists.
     calibration: Sequence[Row] = field(default_factory=list)
+    # Where the calibration rows came from (the _calibration.json files), for the report to name.
+    calibration_sources: Sequence[str] = field(default_factory=list)
+    # The _fleet.json of simulated runs among the inputs (rehearsal/fleet.py FleetResult.manifest): the
+    # settings each simulation used and what it could not model, shown in the header.
+    simulations: Sequence[Row] = field(default_factory=list)
 
 
 def choose_group(groups: Sequence[Row], wanted: str | None) -> tuple[str, str] | None:
@@ -368,6 +373,109 @@ def _groups_table(groups: Sequence[Row], limit: int = 30) -> str:
     return _table(cols, [[_e(g[c]) for c in cols] for g in top])
 
 
+def _scenario_of(run: str, simulations: Sequence[Row]) -> str | None:
+    for sim in simulations:
+        if sim.get("run") == run:
+            return str(sim.get("spec", {}).get("scenario"))
+    return None
+
+
+# A fleet scenario (and mix) -> the calibration scenario that measured it (rehearsal/calibrate_cli.py).
+def _calibration_scenario(scenario: str | None, mix: str) -> str | None:
+    if scenario == "rolling-upgrade":
+        return "rolling-restart" if mix == "consumer" else "rolling-upgrade"
+    return "crashes" if scenario == "crashes" else None
+
+
+def calibration_backing(rows: Sequence[Row], sources: Sequence[str], scenario: str | None, mix: str,
+                        clients: Sequence[str] = ()) -> str:
+    """Which measured calibration backs the figures of one scenario and mix: the _calibration.json rows of
+    that mix and scenario (of the fleet's clients when it names them), or "uncalibrated"."""
+    wanted = _calibration_scenario(scenario, mix)
+    mine = [r for r in rows if r.get("mix") == mix and r.get("scenario") == wanted]
+    if clients:
+        mine = [r for r in mine if str(r.get("client", "java")) in clients]
+    if not mine:
+        return "uncalibrated"
+    where = ", ".join(sources) if sources else "_calibration.json"
+    parts = []
+    for client in sorted({str(r.get("client", "java")) for r in mine}):
+        cells = [r for r in mine if str(r.get("client", "java")) == client]
+        runs = sum(int(r.get("runs", 1)) for r in cells)
+        ratios = [r["ratios"]["unavailable"] for r in cells if r.get("ratios", {}).get("unavailable") is not None]
+        off = max((abs(x - 1) for x in ratios), default=None)
+        agree = "" if off is None else f", unavailable within {off:.0%}"
+        parts.append(f"{client} {wanted}, {runs} real run{'s' if runs != 1 else ''}{agree}")
+    return f"{where}: " + "; ".join(parts)
+
+
+def _spread_cell(d: Mapping[str, Any], scale: float = 1.0, fmt: str = "{:,.1f}") -> tuple[str, str]:
+    if d.get("mean") is None:
+        return "–", "–"
+    f = lambda v: fmt.format(v / scale)  # noqa: E731
+    return f(d["mean"]), f"{f(d['p10'])} – {f(d['p90'])}"
+
+
+def _spread_table(spread: Sequence[Row], data: ReportInput) -> str:
+    if not spread:
+        return "<p>No groups.</p>"
+    rows = []
+    for r in spread:
+        scenario = _scenario_of(r["run"], data.simulations)
+        sim = next((x for x in data.simulations if x.get("run") == r["run"]), None)
+        clients = sorted({str(c["client"]) for c in (sim or {}).get("spec", {}).get("clients") or []})
+        u_mean, u_range = _spread_cell(r["unavailable_ms"], 1000)
+        s_mean, s_range = _spread_cell(r["unavailability_ratio"], 0.01, "{:.2f} %")
+        t_mean, t_range = _spread_cell(r["time_to_stable_ms"], 1000)
+        rows.append([
+            _e(scenario or r["run"]) + ("" if scenario is None else f' <span class="small">({_e(r["run"])})</span>'),
+            _e(MIX_LABELS.get(r["client_mix"], r["client_mix"])), _num(r["rolls"]),
+            f"<b>{u_mean}</b>", f'<span class="spread">{u_range}</span>', s_mean, f'<span class="spread">{s_range}</span>',
+            t_mean, f'<span class="spread">{t_range}</span>',
+            _e(calibration_backing(data.calibration, data.calibration_sources, scenario, r["client_mix"], clients)),
+        ])  # fmt: skip
+    headers = ["scenario", "client mix", "rolls", "unavailable mean, partition-s", "p10 – p90",
+               "share mean", "p10 – p90", "time to stable mean, s", "p10 – p90", "calibration"]
+    return _table(headers, rows, "spread")
+
+
+def annotate(summary: dict[str, Any], simulations: Sequence[Row], calibration: Sequence[Row],
+             sources: Sequence[str]) -> dict[str, Any]:
+    """summary.json's record of what the figures rest on: per simulated run its settings and what it could not
+    model (``simulations``), and per spread row its scenario and the calibration that backs it."""
+    summary["simulations"] = {
+        str(sim.get("run")): {
+            "scenario": sim.get("spec", {}).get("scenario"), "settings": sim.get("settings") or {},
+            "warnings": list(sim.get("warnings") or []), "clients": sim.get("spec", {}).get("clients"),
+        }
+        for sim in simulations
+    }  # fmt: skip
+    for row in summary.get("spread", []):
+        scenario = _scenario_of(row["run"], simulations)
+        sim = summary["simulations"].get(row["run"]) or {}
+        clients = sorted({str(c["client"]) for c in sim.get("clients") or []})
+        row["scenario"] = scenario
+        row["calibration"] = calibration_backing(calibration, sources, scenario, row["client_mix"], clients)
+    return summary
+
+
+def _simulation_header(simulations: Sequence[Row]) -> str:
+    """The settings every simulated run used, and what its simulation could not model."""
+    if not simulations:
+        return ""
+    out = ['<h2 id="simulation">Simulated with</h2>']
+    for sim in simulations:
+        settings = sim.get("settings") or {}
+        out.append(f"<p><b>run {_e(sim.get('run'))}</b>: scenario {_e(sim.get('spec', {}).get('scenario'))}, "
+                   f"{_e(sim.get('groups'))} groups</p>")
+        out.append(_table(("setting", "value"), [[_e(k), _e(v)] for k, v in settings.items()], "settings"))
+        warnings = sim.get("warnings") or []
+        if warnings:
+            out.append('<p class="warning"><b>Not modelled</b> (the prediction does not include these):</p><ul>'
+                       + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>")
+    return "".join(out)
+
+
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
@@ -379,6 +487,7 @@ svg text{font-size:11px;fill:#333}.small{font-size:9px}.grid{stroke:#eee}
 span.dot.double{border:2px solid #b00;background:none}span.dot.unowned{background:#fbd5d0}
 .hists{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px}
 .verdict-text{font-size:16px}svg.verdict text{font-size:13px}
+.warning{color:#8a4b00}.spread{color:#555}
 .figures{display:grid;grid-template-columns:repeat(4,auto);gap:4px 24px;font-size:14px}
 """
 
@@ -394,8 +503,8 @@ def render(data: ReportInput) -> str:
         ("double ownership ms", s.get("double_ownership_ms")),
     ]  # fmt: skip
     runs = _table(
-        ("run", "groups", "first disturbance ms", "last stable ms", "time to stable ms"),
-        [[_e(r), _e(v["groups"]), _e(v["first_disturbance_ms"]), _e(v["last_stable_ms"]),
+        ("run", "groups", "first disturbance ms", "converged ms", "time to stable ms"),
+        [[_e(r), _e(v["groups"]), _e(v["first_disturbance_ms"]), _e(v.get("converged_ms")),
           _e(v["time_to_stable_ms"] if v["time_to_stable_ms"] is not None else "not stable")]
          for r, v in s.get("runs", {}).items()],
     )  # fmt: skip
@@ -404,6 +513,7 @@ def render(data: ReportInput) -> str:
         "<h1>groupgate rehearsal report</h1>",
         '<div class="figures">' + "".join(f"<div>{_e(k)}</div><div><b>{_num(v)}</b></div>" for k, v in figures)
         + "</div>",
+        _simulation_header(data.simulations),
         '<h2 id="verdict">Partition unavailability: classic eager, classic cooperative, translate, new protocol</h2>',
         "<p>Share of partition time without an owner, per client mix (the whole window of each group).</p>",
         _verdict(mixes),
@@ -417,6 +527,12 @@ def render(data: ReportInput) -> str:
         "<p>Per-partition time without an owner within its group's window (ms), by fleet variant.</p>",
         _mix_table(mixes),
         _bar_chart(mixes),
+        '<h2 id="spread">Single rolls: how wide one roll\'s outcome is</h2>',
+        "<p>Each group is one roll of its scenario under its own seed. Per scenario and client mix: the mean "
+        "over the rolls beside the p10-p90 range of single rolls (partition-seconds without an owner per "
+        "group, its share of partition time, time to stable as convergence: from the first disturbance to "
+        "the last ownership change), and which measured calibration backs the figures.</p>",
+        _spread_table(s.get("spread", []), data),
         '<h2 id="unavailability">Partition unavailability distribution</h2>',
         f"<p>Partitions per bin of {data.bin_width_ms:,.1f} ms without owner.</p>",
         _histograms(data.histogram, data.bin_width_ms),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.config import CoordinatorConfig
+from coordinator.config import CoordinatorConfig, default_assignors
 from coordinator.model import GroupState
 from coordinator.outcome import Outcome
 from coordinator.records import Record as ConsumerGroupRecord
@@ -55,6 +55,17 @@ class EndpointConfig:
     # "translate": groups of classic consumers are consumer groups from their first member.
     classic_mode: str = "native"
     migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    # The rest of a gateway's coordinator settings (rehearsal/fleet_settings.py GatewaySpec); the defaults are
+    # the sans-I/O layers' own.
+    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+    min_assignment_interval_ms: int = 0
+    max_assignment_interval_ms: int = 15_000
+    assignors: tuple[str, ...] | None = None  # group.consumer.assignors; None: Kafka's default list
+    consumer_max_size: int | None = None  # group.consumer.max.size
+    classic_min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    classic_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    classic_max_size: int = 2**31 - 1  # group.max.size
+    convert_builtin_sticky_userdata: bool = True
     # Bumped by each simulated gateway restart so member ids stay unique across incarnations.
     incarnation: int = 0
 
@@ -68,15 +79,28 @@ class ServiceEndpoint:
         self.config = config
         classic_ids = iter(range(1, 1 << 62))
         consumer_ids = iter(range(1, 1 << 62))
+        known = default_assignors()
+        assignors = {name: known[name] for name in config.assignors} if config.assignors else known
         self.service = GroupService(
             GroupServiceConfig(
                 migration_policy=config.migration_policy,
                 classic_groups=config.classic_mode,
-                classic=ClassicGroupConfig(initial_rebalance_delay_ms=config.initial_rebalance_delay_ms),
+                classic=ClassicGroupConfig(
+                    initial_rebalance_delay_ms=config.initial_rebalance_delay_ms,
+                    min_session_timeout_ms=config.classic_min_session_timeout_ms,
+                    max_session_timeout_ms=config.classic_max_session_timeout_ms,
+                    max_size=config.classic_max_size,
+                ),
+                convert_builtin_sticky_userdata=config.convert_builtin_sticky_userdata,
             ),
             coordinator_config=CoordinatorConfig(
+                assignors=assignors,
                 session_timeout_ms=config.session_timeout_ms,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
+                max_group_size=config.consumer_max_size,
+                assignment_interval_ms=config.assignment_interval_ms,
+                min_assignment_interval_ms=config.min_assignment_interval_ms,
+                max_assignment_interval_ms=config.max_assignment_interval_ms,
                 member_id_generator=lambda: f"cg-{seed}-{config.incarnation}-{next(consumer_ids)}",
             ),
             new_member_id=lambda client_id: (

@@ -57,10 +57,17 @@ class SimReport:
     scenario: str
     steps: int
     virtual_ms: int
+    # When the quiet-phase check found the group converged: the simulation's own horizon (no earlier
+    # than the end of its faulty phase), not a result.
     converged_at_ms: int
     records: int
     members_started: int
     events: int = 0
+    # Convergence: the last moment a client's ownership changed (an acknowledged assignment or revocation,
+    # or a crash dropping what it owned), and the first disturbance (-1: none); after ``settled_at_ms``
+    # every member held its final assignment.
+    settled_at_ms: int = 0
+    first_disturbance_ms: int = -1
     # What happened: lost responses, crashes, coordinator timers that fired (by kind), fences, ...
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -112,6 +119,9 @@ class Simulation:
     _answered: set[Any] = field(default_factory=set)
     _incarnation: int = 0
     _names: Any = field(default_factory=itertools.count)
+    # The last ownership change and the first disturbance (see SimReport).
+    settled_at_ms: int = 0
+    first_disturbance_ms: int = -1
     stats: Counter[str] = field(default_factory=Counter)
     # Optional: called with one line per step (what was delivered / fired / done), for debugging a seed.
     trace: Callable[[str], None] | None = None
@@ -151,6 +161,8 @@ class Simulation:
         self.stats[name if name != "member_left" else f"member_left:{fields.get('reason')}"] += 1
         if fields.get("lost"):
             self.stats["partitions_lost"] += 1
+        if name in ("partitions_assigned", "partitions_revoked"):
+            self.settled_at_ms = self.now
         if self.emitter is not None:
             self.emitter.member_event(self.now, name, client, **fields)
 
@@ -221,10 +233,19 @@ class Simulation:
         return {t: (self.topic_ids[t], n) for t, n in self.partitions.items()}
 
     # ---- actions ----------------------------------------------------------------------------------
+    def disturbance(self, kind: str) -> None:
+        """A scenario action: the first one starts the time to stable; a ``disturbance`` event when logging."""
+        if self.first_disturbance_ms < 0:
+            self.first_disturbance_ms = self.now
+        if self.emitter is not None:
+            self.emitter.disturbance(self.now, kind)
+
     def _stop(self, client: SimClient, graceful: bool) -> None:
         if graceful:
             client.leave()
         else:
+            if client.owned:
+                self.settled_at_ms = self.now  # a killed member's partitions are without an owner from here
             client.crash()
             self.event("member_left", client, reason="crash")
 
@@ -261,8 +282,7 @@ class Simulation:
                 return
             old = rng.choice(candidates)
             reuse = old.member_id if self.config.rolling_reuse_ids and old.member_id else None
-            if self.emitter is not None:
-                self.emitter.disturbance(self.now, "rolling-upgrade" if arg == "classic" else "rolling-downgrade")
+            self.disturbance("rolling-upgrade" if arg == "classic" else "rolling-downgrade")
             graceful = rng.random() < 0.8
             self._stop(old, graceful)
             if not graceful:
@@ -468,7 +488,8 @@ class Simulation:
         return SimReport(
             seed=cfg.seed, scenario=cfg.scenario, steps=self.step, virtual_ms=self.now, converged_at_ms=converged_at,
             records=len(self.records), members_started=len(self.clients),
-            events=self.emitter.count if self.emitter is not None else 0, stats=dict(sorted(self.stats.items())),
+            events=self.emitter.count if self.emitter is not None else 0,
+            settled_at_ms=self.settled_at_ms, first_disturbance_ms=self.first_disturbance_ms, stats=dict(sorted(self.stats.items())),
         )
 
 

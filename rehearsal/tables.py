@@ -31,7 +31,7 @@ GROUP_SUMMARY = (
     "run", "group", "client_mix", "events", "start_ms", "end_ms", "duration_ms", "members", "partitions",
     "rebalances", "unavailable_ms", "max_partition_unavailable_ms", "unavailability_ratio",
     "double_ownership_violations", "double_ownership_ms", "first_disturbance_ms", "last_stable_ms",
-    "time_to_stable_ms", "stable_at_end", "conversions", "fenced", "timers_expired",
+    "converged_ms", "time_to_stable_ms", "stable_at_end", "conversions", "fenced", "timers_expired",
 )  # fmt: skip
 
 TABLES: dict[str, tuple[str, ...]] = {
@@ -90,11 +90,13 @@ def fleet_summary(
         # A run is stable once every one of its groups is; until then its time to stable is unknown.
         settled = all(g["time_to_stable_ms"] is not None for g in gs)
         last = max(g["last_stable_ms"] for g in gs) if settled else None
+        converged = max(g["converged_ms"] for g in gs) if settled else None
         run_rows[run] = {
             "groups": len(gs),
             "first_disturbance_ms": first,
             "last_stable_ms": last,
-            "time_to_stable_ms": last - first if last is not None else None,
+            "converged_ms": converged,
+            "time_to_stable_ms": converged - first if converged is not None else None,
         }
     empty = {"partitions": 0, "unavailable_ms": 0, "window_ms": 0, "distribution": distribution([])}
     mixes: dict[str, Any] = {}
@@ -118,6 +120,7 @@ def fleet_summary(
         }
     return {
         "schema_version": 1,
+        "spread": roll_spread(groups),
         "events": sum(g["events"] for g in groups),
         "runs_count": len(run_rows),
         "groups": len(groups),
@@ -129,6 +132,36 @@ def fleet_summary(
         "runs": run_rows,
         "client_mixes": mixes,
     }
+
+
+SPREAD_PERCENTILES: tuple[tuple[str, float], ...] = (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    s = sorted(values)
+    out: dict[str, float | None] = {name: percentile(s, p) for name, p in SPREAD_PERCENTILES}
+    out["mean"] = float(sum(s)) / len(s) if s else None
+    return out
+
+
+def roll_spread(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """How wide one roll's outcome is: per run (a scenario and its seed) and client mix, each group is one
+    roll of its own seed; the mean and the p10 / p50 / p90 over those rolls of the group's unavailable
+    partition-ms, its unavailable share and its time to stable (groups that became stable)."""
+    cells: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for g in groups:
+        cells[(g["run"], g["client_mix"])].append(g)
+    rows = []
+    for (run, mix), gs in sorted(cells.items()):
+        ratios = [g["unavailability_ratio"] for g in gs if g["unavailability_ratio"] is not None]
+        tts = [g["time_to_stable_ms"] for g in gs if g["time_to_stable_ms"] is not None]
+        rows.append({
+            "run": run, "client_mix": mix, "rolls": len(gs),
+            "unavailable_ms": _spread([g["unavailable_ms"] for g in gs]),
+            "unavailability_ratio": _spread(ratios),
+            "time_to_stable_ms": _spread(tts),
+        })  # fmt: skip
+    return rows
 
 
 # member_left reasons that mean the process died without leaving (the simulator's and the calibration's

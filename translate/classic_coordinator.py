@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from coordinator.errors import ApiError, Errors
+from coordinator.outcome import Outcome, RequestKey
+from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupMember, PendingSync
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_join import ClassicJoin, validate_member
@@ -28,9 +31,8 @@ from translate.classic_messages import (
     SyncGroupResponse,
 )
 from translate.classic_rebalance import ClassicGroupConfig, Rebalancer
-from translate.errors import ApiError, Errors
 from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Outcome, RequestKey, TimerKey, timer_key
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, timer_key
 
 # OffsetCommit v9+ answers GROUP_ID_NOT_FOUND for a missing group; older versions expect
 # ILLEGAL_GENERATION.

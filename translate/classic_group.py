@@ -14,8 +14,8 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+from coordinator.outcome import RequestKey
 from translate.classic_messages import JoinGroupRequestProtocol, JoinGroupResponseMember
-from translate.result import RequestKey
 
 
 class ClassicGroupState(enum.Enum):

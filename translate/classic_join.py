@@ -8,7 +8,8 @@ changing the group's protocol.
 
 from __future__ import annotations
 
-from coordinator.outcome import MemberRemoved
+from coordinator.errors import ApiError, Errors
+from coordinator.outcome import MemberRemoved, Outcome, RequestKey
 from translate.classic_group import ClassicGroup, ClassicGroupMember, PendingJoin
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_messages import (
@@ -20,8 +21,7 @@ from translate.classic_messages import (
     SyncGroupResponse,
 )
 from translate.classic_rebalance import Rebalancer
-from translate.errors import ApiError, Errors
-from translate.result import HEARTBEAT_TIMER, Outcome, RequestKey, timer_key
+from translate.result import HEARTBEAT_TIMER, timer_key
 
 
 def join_error(error: Errors, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:

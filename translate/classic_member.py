@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from coordinator.errors import ApiError, Errors
 from coordinator.membership import replace_static_member
 from coordinator.model import (
     Assignment,
@@ -27,7 +28,7 @@ from coordinator.model import (
     ConsumerGroupMember,
     MemberState,
 )
-from coordinator.outcome import StrategyFallback
+from coordinator.outcome import Outcome, RequestKey, StrategyFallback
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.state import Tx
 from coordinator.target import select_assignor
@@ -54,10 +55,9 @@ from translate.embedded import (
     decode_subscription,
     encode_assignment,
 )
-from translate.errors import ApiError, Errors
 from translate.result import Cancel as _cancel
-from translate.result import Outcome, RequestKey, timer_key
 from translate.result import Schedule as _schedule
+from translate.result import timer_key
 
 log = logging.getLogger(__name__)
 _MAX_WARNED = 10_000

@@ -11,26 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.outcome import MemberRemoved, RebalanceStarted
+from coordinator.errors import Errors
+from coordinator.outcome import MemberRemoved, Outcome, RebalanceStarted
+from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
-from translate.errors import Errors
 from translate.group_records import (
     DEFAULT_VALUE_VERSION,
     GroupMetadataMember,
     GroupMetadataRecord,
     GroupMetadataValue,
 )
-from translate.result import (
-    HEARTBEAT_TIMER,
-    JOIN_TIMER,
-    SYNC_TIMER,
-    Cancel,
-    Outcome,
-    Schedule,
-    TimerKey,
-    timer_key,
-)
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Cancel, Schedule, timer_key
 
 State = ClassicGroupState
 

@@ -10,6 +10,7 @@ consumer-protocol member. A LeaveGroup of the last consumer-protocol members dow
 
 from __future__ import annotations
 
+from coordinator.errors import Errors
 from coordinator.model import ConsumerGroup
 from coordinator.outcome import Outcome, RequestKey
 from translate.classic_messages import (
@@ -23,7 +24,6 @@ from translate.classic_messages import (
     SyncGroupRequest,
 )
 from translate.embedded import CONSUMER_PROTOCOL_TYPE
-from translate.errors import Errors
 from translate.group_config import ClassicGroupsMode
 from translate.group_parts import GroupParts, consumer_group, forget_if_unwritten
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from coordinator import records as rec
-from coordinator.errors import ApiError
+from coordinator.errors import ApiError, Errors
 from coordinator.heartbeat import error_response, validate
 from coordinator.membership import refresh_subscriptions
 from coordinator.messages import (
@@ -23,7 +23,6 @@ from coordinator.messages import (
 )
 from coordinator.outcome import Outcome, Reply, RequestKey
 from translate.conversion import classic_target_is_complete
-from translate.errors import Errors
 from translate.group_parts import GroupParts, consumer_group
 
 

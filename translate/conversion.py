@@ -66,6 +66,7 @@ from collections.abc import Collection, Mapping
 
 from coordinator import records as rec
 from coordinator.assignors.api import TopicMetadata
+from coordinator.errors import ApiError, Errors
 from coordinator.model import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -75,7 +76,7 @@ from coordinator.model import (
     MemberState,
     subscribed_topic_names,
 )
-from coordinator.outcome import GroupConverted
+from coordinator.outcome import GroupConverted, Outcome
 from coordinator.records import Record, RecordType
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import rebalance_key, session_key
@@ -95,9 +96,8 @@ from translate.embedded import (
     decode_subscription,
     encode_assignment,
 )
-from translate.errors import ApiError, Errors
 from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, Outcome, timer_key
+from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, timer_key
 
 
 class MigrationPolicy(enum.Enum):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from coordinator.outcome import Outcome, Reply, RequestKey
 from coordinator.records import Record as ConsumerGroupRecord
 from coordinator.records.codec import encode as encode_consumer_record
 from translate.classic_rebalance import ClassicGroupConfig
@@ -82,6 +81,4 @@ def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
     return encode_consumer_record(record)
 
 
-__all__ = [
-    "AnyRecord", "ClassicGroupsMode", "Outcome", "GroupServiceConfig", "Reply", "RequestKey", "encode_any_record",
-]
+__all__ = ["AnyRecord", "ClassicGroupsMode", "GroupServiceConfig", "encode_any_record"]

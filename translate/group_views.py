@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 
 from coordinator.describe import ListedGroup
+from coordinator.errors import Errors
 from coordinator.model import ConsumerGroup, GroupState, subscribed_topic_names
 from translate.classic_group import ClassicGroupState
 from translate.classic_strategies import common_protocol
@@ -30,7 +31,6 @@ from translate.embedded import (
     decode_subscription,
     encode_assignment,
 )
-from translate.errors import Errors
 from translate.group_messages import (
     CLASSIC_GROUP_TYPE,
     DESCRIBE_GROUPS_NOT_FOUND_VERSION,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 
+from coordinator.errors import Errors
 from coordinator.outcome import Outcome
-from translate.errors import Errors
 from translate.group_messages import OffsetCheckResponse, OffsetCommitCheck, OffsetFetchCheck
 from translate.group_parts import GroupParts, consumer_group
 

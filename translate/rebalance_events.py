@@ -61,6 +61,7 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import Assignment, ConsumerGroup, GroupState
+from coordinator.outcome import Outcome, RequestKey
 from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupState
 from translate.classic_messages import (
@@ -77,7 +78,7 @@ from translate.embedded import (
     decode_assignment,
     decode_subscription,
 )
-from translate.group_config import ClassicGroupsMode, Outcome, RequestKey
+from translate.group_config import ClassicGroupsMode
 from translate.group_messages import DeleteGroupsRequest
 from translate.group_service import GroupService
 from translate.rebalance_seen import TP, GroupMemo, MemberMemo, Seen, mix_of_protocol, touched, tps

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.outcome import GroupConverted, MemberRemoved, RebalanceStarted
+from coordinator.outcome import GroupConverted, MemberRemoved, Outcome, RebalanceStarted
 from coordinator.records import Record, RecordType
-from translate.group_config import Outcome
 
 TP = tuple[str, int]
 

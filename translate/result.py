@@ -8,8 +8,7 @@ the same Outcome is released (write-ahead).
 
 from __future__ import annotations
 
-from coordinator.outcome import Outcome, Reply, RequestKey
-from coordinator.timers import CancelTimer, ScheduleTimer, TimerChange, TimerKey
+from coordinator.timers import CancelTimer, ScheduleTimer, TimerKey
 
 
 def timer_key(kind: str, group_id: str, member_id: str = "") -> TimerKey:
@@ -31,7 +30,4 @@ Schedule = ScheduleTimer
 Cancel = CancelTimer
 
 
-__all__ = [
-    "HEARTBEAT_TIMER", "JOIN_TIMER", "SYNC_TIMER", "Cancel", "Outcome", "Reply", "RequestKey", "Schedule",
-    "TimerChange", "TimerKey", "timer_key",
-]
+__all__ = ["HEARTBEAT_TIMER", "JOIN_TIMER", "SYNC_TIMER", "Cancel", "Schedule", "timer_key"]

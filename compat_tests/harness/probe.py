@@ -21,37 +21,15 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
+from groupgate.testing import wire
+from groupgate.testing.wire import read_exact, split_address
+
 _correlation = itertools.count(1)
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 def roundtrip(address: str, request: Any, response_class: Any, version: int, timeout_s: float = 10.0) -> Any:
     """Send one request at ``version`` on a fresh connection and decode the matching response."""
-    cid = next(_correlation)
-    request.with_header(correlation_id=cid, client_id="groupgate-compat-probe")
-    frame = request.encode(version=version, header=True, framed=True)
-    with socket.create_connection(split_address(address), timeout=timeout_s) as sock:
-        sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exact(sock, 4))
-        payload = _read_exact(sock, size)
-    response = response_class[version].decode(payload, version=version, header=True)
-    got = response.header.correlation_id
-    assert got == cid, f"correlation id {got} != {cid}"
-    return response
+    return wire.roundtrip(address, request, response_class, version, timeout_s, client_id="groupgate-compat-probe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +120,8 @@ def api_versions_v5(
     frame = header + bytes(body)
     with socket.create_connection(split_address(address), timeout=timeout_s) as sock:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _read_exact(sock, 4))
-        payload = _read_exact(sock, size)
+        (size,) = struct.unpack(">i", read_exact(sock, 4))
+        payload = read_exact(sock, size)
     (got,) = struct.unpack_from(">i", payload)
     assert got == cid, f"correlation id {got} != {cid}"
     (error,) = struct.unpack_from(">h", payload, 4)

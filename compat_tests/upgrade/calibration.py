@@ -30,7 +30,8 @@ from compat_tests.harness.events import OwnershipEvent, now_ms
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
 from rehearsal import events as ev
-from rehearsal.calibration import Schedule, Step, Timings
+from rehearsal.calibration import Schedule, Step
+from rehearsal.client_timings import Timings
 from rehearsal.fleet import ClientMix
 from rehearsal.recorded import convert
 

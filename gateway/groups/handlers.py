@@ -140,13 +140,13 @@ class GroupHandlers:
             elif fleet is not None:
                 shard = self.runtime.shard_for(k)
                 owner = fleet(shard.index)
-                if owner is None or (shard.owned and shard.unloaded is not None):
+                if owner is None or (shard.state.owned and not shard.state.loaded):
                     answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "the group's shard is being handed over"))
                 else:
                     answers.append((k, owner[0], owner[1], owner[2], 0, None))
             elif addr is None or node is None:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "no broker listener is open yet"))
-            elif self.runtime.shard_for(k).unloaded is not None:
+            elif not self.runtime.shard_for(k).state.loaded:
                 answers.append((k, -1, "", -1, int(Errors.COORDINATOR_NOT_AVAILABLE), "group state is being re-read"))
             else:
                 answers.append((k, node, addr[0], addr[1], 0, None))
@@ -320,7 +320,7 @@ class GroupHandlers:
         return gc.response(ApiKey.LIST_GROUPS, version, error_code=error, groups=listed)
 
     def _held_managed(self, group_id: str) -> bool:
-        return self.managed(group_id) and self.runtime.shard_for(group_id).owned
+        return self.managed(group_id) and self.runtime.shard_for(group_id).state.owned
 
     def _unmanaged(self, group_id: str) -> bool:
         return not self.managed(group_id)

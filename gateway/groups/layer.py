@@ -558,7 +558,7 @@ class GroupLayer:
                 # does not hold its answer up (gateway/groups/handlers.py list_groups).
                 if self.fleet is None or ctx.node_id is None:
                     for shard in self.runtime.shards:
-                        if not shard.fenced and shard.owned:  # another instance lists the groups it owns
+                        if shard.state.will_serve:  # another instance lists the groups it owns
                             shard.check_loaded()
             elif api_key != ApiKey.FIND_COORDINATOR and api_key not in ROUTED_MANY:
                 self.runtime.check_loaded([g for g in ids if self.managed(g)])

@@ -5,7 +5,9 @@ A group belongs to shard ``shard_of(group_id, P)`` (gateway/state/store.py; P is
 ``state.topic.num.partitions``). A shard (gateway/groups/shard.py) is a small world of its own: its
 service, log, ordering, timers, unload and reload. The runtime places groups on shards, loads them,
 fans out work that spans shards, and (with several instances, gateway/fleet/membership.py) acquires and
-releases them.
+releases them. It builds each shard with a ShardContext (gateway/groups/shard_context.py): what a shard
+uses of the runtime is handed in, and a shard never reaches back. A shard's state (ACTIVE, LOADING,
+FAILED, ...: gateway/groups/shard_state.py) is what the runtime asks of it.
 """
 
 from __future__ import annotations
@@ -14,21 +16,22 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway.groups.shard import (  # noqa: F401 - re-exported: the names callers import from here
+from gateway.groups.shard import Shard
+from gateway.groups.shard_context import (  # noqa: F401 - re-exported: the names callers import from here
     DEFAULT_STALL_GRACE_MS,
-    NOT_OWNED,
     GroupCalls,
-    Shard,
-    ShardStalled,
-    ShardUnloaded,
+    ShardContext,
+    ShardSettings,
     TopicImage,
     now_ms,
 )
+from gateway.groups.shard_state import NOT_OWNED, ShardStalled, ShardState, ShardUnloaded  # noqa: F401 - re-exported
 from gateway.groups.stall_check import StallWatch
 from gateway.logging import get_logger
 from gateway.metrics import GroupStats
@@ -79,16 +82,59 @@ class CoordinatorRuntime:
         self.offload_executor = offload_executor
         self.ready = asyncio.Event()
         self.keys = itertools.count(1)
-        self.reload_backoff_s = (0.2, 5.0)  # first and longest wait between attempts to re-read a shard
-        self.stall_grace_ms = DEFAULT_STALL_GRACE_MS
-        # How long an answer may wait for its shard's write before the client is told to retry
-        # (ShardStalled); None: as long as the write takes (a local log's fsync).
-        self.answer_stall_s: float | None = None
+        # Shared by every shard; changed here while running (see the properties below).
+        self.settings = ShardSettings()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.shards = [Shard(self, i) for i in range(shards)]
+        context = ShardContext(
+            now=now,
+            next_key=functools.partial(next, self.keys),
+            until_ready=self.ready.wait,
+            confirm_if_stalled=self.confirm_if_stalled,
+            spawn=self.spawn,
+            open_log=store.open_shard if store is not None else None,
+            new_service=new_service,
+            calls_for=self.calls_for,
+            topics=topics,
+            stats=self.stats,
+            counters=self.counters,
+            settings=self.settings,
+            offload_executor=offload_executor,
+            where=where,
+        )
+        self.shards = [Shard(context, i) for i in range(shards)]
         # Stall checks (stores whose shards fence older writers): see watch_stalls.
         self.stalls: StallWatch | None = None
         self.owner = f"pid {os.getpid()}"
+
+    # --- settings every shard reads (ShardSettings) ---------------------------------------------------------
+
+    @property
+    def reload_backoff_s(self) -> tuple[float, float]:
+        """First and longest wait between attempts to re-read a failed shard."""
+        return self.settings.reload_backoff_s
+
+    @reload_backoff_s.setter
+    def reload_backoff_s(self, value: tuple[float, float]) -> None:
+        self.settings.reload_backoff_s = value
+
+    @property
+    def stall_grace_ms(self) -> int:
+        """A write outstanding longer than this postpones the timers coming due (gateway/groups/shard.py)."""
+        return self.settings.stall_grace_ms
+
+    @stall_grace_ms.setter
+    def stall_grace_ms(self, value: int) -> None:
+        self.settings.stall_grace_ms = value
+
+    @property
+    def answer_stall_s(self) -> float | None:
+        """How long an answer may wait for its shard's write before the client is told to retry
+        (ShardStalled); None: as long as the write takes (a local log's fsync)."""
+        return self.settings.answer_stall_s
+
+    @answer_stall_s.setter
+    def answer_stall_s(self, value: float | None) -> None:
+        self.settings.answer_stall_s = value
 
     # --- placement -------------------------------------------------------------------------------------
 
@@ -122,7 +168,7 @@ class CoordinatorRuntime:
             async with gate:
                 return await shard.load()
 
-        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None and s.owned))
+        counts = await asyncio.gather(*(load(s) for s in self.shards if s.log is None and s.state.owned))
         replayed = sum(counts)
         log.info("group state replayed", state=self.where, shards=self.shard_count, records=replayed)
         return replayed
@@ -148,6 +194,7 @@ class CoordinatorRuntime:
                 except StateLogWriteFailed as e:
                     log.error("group state shard not synced at shutdown", shard=shard.index, error=str(e))
                 shard.drop_memory()
+            shard.close()
         if self.store is not None:
             await self.store.close()
 
@@ -158,12 +205,11 @@ class CoordinatorRuntime:
         shards); the others are answered NOT_COORDINATOR."""
         for shard in self.shards:
             if shard.log is None:
-                shard.owned = False
-                shard.unloaded = NOT_OWNED
+                shard.disown()
 
     def held(self) -> list[int]:
         """The shards this instance owns (served, being loaded, or failed and being re-read)."""
-        return [s.index for s in self.shards if s.owned]
+        return [s.index for s in self.shards if s.state.owned]
 
     async def acquire(self, indices: Sequence[int]) -> None:
         gate = asyncio.Semaphore(_PARALLEL_LOADS)
@@ -214,7 +260,7 @@ class CoordinatorRuntime:
         """A read-only request on the shards holding ``group_ids`` (every served shard for None): the
         response bodies, in shard order, released once what they show is durable."""
         if group_ids is None:
-            targets: list[tuple[Shard, list[str]]] = [(s, []) for s in self.shards if not s.fenced and s.owned]
+            targets: list[tuple[Shard, list[str]]] = [(s, []) for s in self.shards if s.state.will_serve]
         else:
             targets = [(self.shards[n], ids) for n, ids in self.by_shard(group_ids).items()]
         await self.ready.wait()
@@ -233,7 +279,7 @@ class CoordinatorRuntime:
     # --- fan-out ---------------------------------------------------------------------------------------
 
     def loaded(self) -> Iterator[Shard]:
-        return (s for s in self.shards if s.unloaded is None)
+        return (s for s in self.shards if s.state.loaded)
 
     def on_metadata(self, image: TopicImage) -> None:
         now = self.now()
@@ -286,15 +332,15 @@ class CoordinatorRuntime:
     def has_state(self, group_id: str) -> bool:
         """Whether a group of this id is held now (its shard loaded)."""
         shard = self.shard_for(group_id)
-        return shard.unloaded is None and shard.service.group_kind(group_id) is not None
+        return shard.state.loaded and shard.service.group_kind(group_id) is not None
 
     def group_kind(self, group_id: str) -> str | None:
         shard = self.shard_for(group_id)
-        return None if shard.unloaded is not None else shard.service.group_kind(group_id)
+        return shard.service.group_kind(group_id) if shard.state.loaded else None
 
     def subscribed_topics(self, group_id: str) -> frozenset[str]:
         shard = self.shard_for(group_id)
-        return frozenset() if shard.unloaded is not None else shard.service.subscribed_topics(group_id)
+        return shard.service.subscribed_topics(group_id) if shard.state.loaded else frozenset()
 
     def group_ids(self) -> list[str]:
         return [g for service in self.services() for g in service.group_ids()]
@@ -305,10 +351,14 @@ class CoordinatorRuntime:
     def armed_timers(self) -> int:
         return sum(len(s.timers) for s in self.shards)
 
+    def unserved(self) -> Iterator[Shard]:
+        """The shards this instance owns but does not serve now (loading, failed, fenced)."""
+        return (s for s in self.shards if s.state.owned and not s.state.loaded)
+
     @property
     def unloaded(self) -> str | None:
-        """Why the first unloaded shard is (None: every shard is served)."""
-        return next((s.unloaded for s in self.shards if s.unloaded is not None and s.owned), None)
+        """Why the first unloaded shard is (None: every shard this instance owns is served)."""
+        return next((s.reason for s in self.unserved()), None)
 
     def log_totals(self) -> dict[str, int]:
         """Summed over the shards' logs, for /metrics."""
@@ -324,4 +374,6 @@ class CoordinatorRuntime:
         return out
 
 
-__all__ = ["NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardUnloaded", "now_ms"]
+__all__ = [
+    "NOT_OWNED", "CoordinatorRuntime", "GroupCalls", "Shard", "ShardStalled", "ShardState", "ShardUnloaded", "now_ms",
+]

@@ -28,69 +28,40 @@ partition it cannot write: its memory holds changes whose records are not durabl
 (timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
 background with backoff. ``ShardFenced`` (a newer owner took the shard over) unloads it for good: it
 is never re-opened by this process, whose memory of it is stale.
+
+A shard's life (served, draining, owned by another instance, loading, failed, fenced, closed) is one
+transition table (gateway/groups/shard_state.py). All a shard uses of the runtime comes in the
+ShardContext it is built with (gateway/groups/shard_context.py): it never reaches back into the runtime.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+from coordinator.outcome import Outcome
 from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
+from gateway.groups.shard_context import GroupCalls, ShardContext
+from gateway.groups.shard_state import (
+    NOT_OWNED,
+    ShardEvent,
+    ShardLife,
+    ShardStalled,
+    ShardState,
+    ShardUnloaded,
+)
 from gateway.logging import get_logger
 from gateway.state.log import Record, StateLogWriteFailed
 from gateway.state.store import ShardFenced, ShardLog
-from translate.group_config import Outcome, encode_any_record
+from translate.group_config import encode_any_record
 from translate.group_service import GroupService
-
-if TYPE_CHECKING:
-    from gateway.groups.runtime import CoordinatorRuntime
 
 log = get_logger("gateway.groups.runtime")
 
-TopicImage = Mapping[str, Any]
-
-
-# A write outstanding longer than this is a stall: timers coming due meanwhile are postponed (see the
-# module docstring). Far below any session timeout (group.min.session.timeout.ms, Kafka: 6 s), far
-# above a healthy write.
-DEFAULT_STALL_GRACE_MS = 1_000
-# Why a shard is not served while another instance of the fleet owns it (gateway/fleet/membership.py).
-NOT_OWNED = "the shard is served by another instance of the fleet"
-
-
-class ShardUnloaded(Exception):
-    """The shard holding a group is not served from memory (a write failed and it is being re-read, or a
-    newer owner fenced it)."""
-
-
-class ShardStalled(ShardUnloaded):
-    """An answer waited longer than ``answer_stall_s`` for its shard's write (the state partition or the
-    transaction coordinator moving): the client is told to retry (NOT_COORDINATOR), as Kafka's
-    coordinator answers while its partition has no leader, instead of timing the request out itself.
-    The shard stays loaded; the write goes on and is acknowledged to the next requests."""
-
-
-class GroupCalls(Protocol):
-    """What the runtime calls on a shard's groups: the GroupService, or the rebalance event deriver that
-    wraps it (gateway/groups/rebalance_log.py)."""
-
-    def handle(self, request: object, request_key: Any, now_ms: int) -> Outcome: ...
-
-    def on_timer(self, key: TimerKey, now_ms: int) -> Outcome: ...
-
-    def on_metadata(self, topics: Any, now_ms: int) -> Outcome: ...
-
-    def on_loaded(self, now_ms: int) -> Outcome: ...
-
-    def expire_empty_groups(self, now_ms: int) -> Outcome: ...
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+_ACTIVE = ShardState.ACTIVE  # read on every request: a module constant is cheaper than the enum's class attribute
 
 
 def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
@@ -102,26 +73,38 @@ def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
 class Shard:
     """One shard: its service, log, timers, waiting requests and per-group ordering."""
 
-    def __init__(self, runtime: CoordinatorRuntime, index: int) -> None:
-        self.rt = runtime
+    def __init__(self, ctx: ShardContext, index: int) -> None:
+        self.ctx = ctx
         self.index = index
-        self.service: GroupService = runtime.new_service()
-        self.calls: GroupCalls = runtime.calls_for(self.service, index)
+        self.service: GroupService = ctx.new_service()
+        self.calls: GroupCalls = ctx.calls_for(self.service, index)
         self.log: ShardLog | None = None
         self.timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        self.unloaded: str | None = None  # why, while the shard is not served from memory
-        self.fenced = False
-        self.reload_task: asyncio.Task[None] | None = None
+        self._life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
+        self.reload_task: asyncio.Task[None] | None = None  # re-reading it while FAILED
         self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
         self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
-        # False while another instance of the fleet owns the shard (gateway/fleet/membership.py); draining while
-        # it is being handed over: no new request is taken, the ones in flight finish.
-        self.owned = True
-        self.draining = False
         # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
         self.closed_totals = (0, 0, 0)
+
+    @property
+    def state(self) -> ShardState:
+        return self._life.state
+
+    @property
+    def reason(self) -> str | None:
+        """Why the shard is not served now (None while ACTIVE)."""
+        return self._life.reason
+
+    def disown(self) -> None:
+        """Before the first load: another instance of the fleet owns this shard until it is taken over."""
+        self._life.on(ShardEvent.DISOWN)
+
+    def close(self) -> None:
+        """The runtime stopped (the shard's timers and log are closed by then)."""
+        self._life.on(ShardEvent.CLOSE)
 
     # --- load ------------------------------------------------------------------------------------------
 
@@ -129,10 +112,10 @@ class Shard:
         """Open the shard's log and replay it into ``self.service``; the number of group records replayed.
 
         Raises StateLogCorrupt for damage a crash cannot explain."""
-        store = self.rt.store
-        if store is None:
+        open_log = self.ctx.open_log
+        if open_log is None:
             return 0
-        log_ = await store.open_shard(self.index)
+        log_ = await open_log(self.index)
         if hasattr(log_, "bytes_appended"):
             log_.bytes_appended, log_.fsyncs, log_.compactions = self.closed_totals  # type: ignore[attr-defined]
         self.log = log_
@@ -143,27 +126,26 @@ class Shard:
         return replayed
 
     def check_loaded(self) -> None:
-        if self.unloaded is not None:
-            raise ShardUnloaded(self.unloaded)
-        if self.draining:
-            raise ShardUnloaded("the shard is being handed over to another instance of the fleet")
+        """ShardUnloaded, with the reason, unless the shard takes requests now."""
+        if self._life.state is not _ACTIVE:
+            raise ShardUnloaded(self._life.reason)
 
     # --- one request -----------------------------------------------------------------------------------
 
     async def call(self, group_id: str, request: object, prepare: Callable[[], Awaitable[None]] | None) -> Any:
         """Hand one request to the service in its group's arrival order; the response once released."""
-        key = next(self.rt.keys)
+        key = self.ctx.next_key()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[key] = fut
         try:
             async with self.turn(group_id):
-                await self.rt.ready.wait()
-                await self.rt.confirm_if_stalled()
+                await self.ctx.until_ready()
+                await self.ctx.confirm_if_stalled()
                 if prepare is not None:
                     await prepare()
                 self.check_loaded()
                 self.refuse_while_stalled()
-                result = self.calls.handle(request, key, self.rt.now())
+                result = self.calls.handle(request, key, self.ctx.now())
                 self.apply(result)
         except BaseException:
             self.waiting.pop(key, None)
@@ -201,9 +183,9 @@ class Shard:
         if jobs:
             service = self.service
             for job in jobs:
-                self.rt.spawn(self._offload(service, job))
+                self.ctx.spawn(self._offload(service, job))
         if result.records:
-            self.rt.stats.records(result.records)
+            self.ctx.stats.records(result.records)
             if self.log is not None:
                 try:
                     self.log.append(Record(*encode_any_record(r)) for r in result.records)
@@ -213,7 +195,7 @@ class Shard:
         if not result.timers:
             return
         loop = asyncio.get_running_loop()
-        now = self.rt.now()
+        now = self.ctx.now()
         for change in result.timers:
             self.postponed.pop(change.key, None)  # the service decided anew (a heartbeat, a leave)
 
@@ -246,10 +228,10 @@ class Shard:
                     if fut is not None and not fut.done():
                         fut.set_exception(gone)
                 raise gone from e
-        if self.unloaded is not None:
+        if not self._life.state.loaded:
             # Unloaded while this result waited for its sync: a later write failed and cut the log back to
             # what was acknowledged before, which may not include this result's records.
-            raise ShardUnloaded(self.unloaded)
+            raise ShardUnloaded(self._life.reason)
         for reply in result.responses:
             fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
             if fut is not None and not fut.done():
@@ -257,7 +239,7 @@ class Shard:
 
     async def durable(self) -> None:
         """Before a read-only answer: what it shows must not be taken back by a crash."""
-        await self.rt.confirm_if_stalled()
+        await self.ctx.confirm_if_stalled()
         self.check_loaded()
         log_ = self.log
         if log_ is not None:
@@ -271,8 +253,8 @@ class Shard:
     async def sync(self, log_: ShardLog) -> None:
         """``log_.sync()``, timed: while it is outstanding longer than the stall grace, timers coming due
         are postponed (``fire``); once it completes, those it held are re-armed."""
-        token = next(self.rt.keys)
-        self.syncs[token] = self.rt.now()
+        token = self.ctx.next_key()
+        self.syncs[token] = self.ctx.now()
         try:
             await log_.sync()
         finally:
@@ -284,7 +266,7 @@ class Shard:
         """``sync()`` before releasing answers, for at most ``answer_stall_s``: past that the answers are
         not held any longer (ShardStalled) while the write itself goes on; should it fail later, the
         shard unloads then."""
-        limit = self.rt.answer_stall_s
+        limit = self.ctx.settings.answer_stall_s
         if limit is None:
             await self.sync(log_)
             return
@@ -294,7 +276,7 @@ class Shard:
             task.result()
             return
         task.add_done_callback(lambda t: self._stalled_sync_done(t, log_))
-        self.rt.counters["stalled_answers"] += 1
+        self.ctx.counters["stalled_answers"] += 1
         raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
 
     def refuse_while_stalled(self) -> None:
@@ -304,11 +286,11 @@ class Shard:
         NOT_COORDINATOR as well, and a KIP-848 member whose epoch was bumped by two such calls in a row
         would come back two epochs behind, which only a fence answers (one lost answer is tolerated: the
         previous epoch is accepted)."""
-        limit = self.rt.answer_stall_s
+        limit = self.ctx.settings.answer_stall_s
         if limit is None or not self.syncs:
             return
-        if self.rt.now() - min(self.syncs.values()) >= limit * 1000:
-            self.rt.counters["stalled_answers"] += 1
+        if self.ctx.now() - min(self.syncs.values()) >= limit * 1000:
+            self.ctx.counters["stalled_answers"] += 1
             raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
 
     def _stalled_sync_done(self, task: asyncio.Task[None], log_: ShardLog) -> None:
@@ -323,19 +305,19 @@ class Shard:
         if not self.syncs:
             return None
         oldest = min(self.syncs.values())
-        return oldest if self.rt.now() - oldest >= self.rt.stall_grace_ms else None
+        return oldest if self.ctx.now() - oldest >= self.ctx.settings.stall_grace_ms else None
 
     def rearm_postponed(self) -> None:
         """Re-arm the postponed timers whose stall is over, each delayed by as long as its stall lasted
         (a member whose heartbeat answer that stall held back gets at least a full session after it)."""
         oldest = min(self.syncs.values(), default=None)
-        now = self.rt.now()
+        now = self.ctx.now()
         loop = asyncio.get_running_loop()
         for key, since in list(self.postponed.items()):
             if oldest is not None and oldest <= since:
                 continue  # the write that stalled is still outstanding
             del self.postponed[key]
-            if self.unloaded is None and not self.draining and key not in self.timers:
+            if self._life.state is ShardState.ACTIVE and key not in self.timers:
                 self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
 
     # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
@@ -345,11 +327,11 @@ class Shard:
         the group's turn like any other change: its records are appended to the shard's log, and what
         a member is told of the new target comes in a later answer, released after that log's sync.
         The install discards a result computed from a group that changed meanwhile."""
-        counters = self.rt.counters
+        counters = self.ctx.counters
         counters["assignments_offloaded"] += 1
         loop = asyncio.get_running_loop()
         try:
-            assignment = await loop.run_in_executor(self.rt.offload_executor, job.run)
+            assignment = await loop.run_in_executor(self.ctx.offload_executor, job.run)
         except asyncio.CancelledError:
             service.abandon_assignment(job)
             raise
@@ -361,10 +343,10 @@ class Shard:
             return
         try:
             async with self.turn(job.group_id):
-                await self.rt.confirm_if_stalled()
-                if self.unloaded is not None or self.service is not service:
+                await self.ctx.confirm_if_stalled()
+                if not self._life.state.loaded or self.service is not service:
                     return  # the memory it was computed from is gone; the reloaded groups compute anew
-                installed, result = service.install_assignment(job, assignment, self.rt.now())
+                installed, result = service.install_assignment(job, assignment, self.ctx.now())
                 counters["assignments_installed" if installed else "assignments_discarded"] += 1
                 self.apply(result)
             await self.release(result)
@@ -375,7 +357,7 @@ class Shard:
 
     def fire(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
-        if self.unloaded is not None:
+        if not self._life.state.loaded:
             return
         since = self.stalled_since()
         if since is not None:
@@ -384,16 +366,16 @@ class Shard:
             if not self.postponed:
                 _say(
                     log.warning, "group state write stalled: timers coming due are postponed until it completes",
-                    shard=self.index, outstanding_ms=self.rt.now() - since,
+                    shard=self.index, outstanding_ms=self.ctx.now() - since,
                 )
             self.postponed[key] = since
-            self.rt.counters["timers_postponed"] += 1
+            self.ctx.counters["timers_postponed"] += 1
             return
-        stats = self.rt.stats
+        stats = self.ctx.stats
         stats.timers_fired[key[0]] += 1
         before, group_type = self.service.member_count(key[1])
         try:
-            result = self.calls.on_timer(key, self.rt.now())
+            result = self.calls.on_timer(key, self.ctx.now())
         except Exception:
             log.exception("group timer failed", timer=list(key), shard=self.index)
             return
@@ -409,7 +391,7 @@ class Shard:
         except ShardUnloaded:
             return
         if result.responses or result.records:
-            self.rt.spawn(self._release_quietly(result))
+            self.ctx.spawn(self._release_quietly(result))
 
     async def _release_quietly(self, result: Outcome) -> None:
         with contextlib.suppress(ShardUnloaded):
@@ -422,40 +404,52 @@ class Shard:
 
         Like Kafka's coordinator after a failed write to its partition: timers are cancelled, waiting
         requests fail with a retriable error, and the shard is re-read from the store (``reload``) unless
-        a newer owner fenced it."""
+        a newer owner fenced it (or it is being handed over: then it is not ours to re-read)."""
         if failed_log is not None and failed_log is not self.log:
             return  # a sync of a log already replaced by a reload: that failure was handled
-        if self.unloaded is not None:
-            return
-        self.unloaded = f"{type(error).__name__}: {error}"
-        self.fenced = isinstance(error, ShardFenced)
-        counters = self.rt.counters
+        if not self._life.state.loaded:
+            return  # not served from memory anyway
+        self._unload(error)
+
+    def _unload(self, error: BaseException) -> None:
+        """From ACTIVE, DRAINING (a drain cut short) or LOADING (a re-read whose open was fenced)."""
+        fenced = isinstance(error, ShardFenced)
+        draining = self._life.state is ShardState.DRAINING
+        reason = f"{type(error).__name__}: {error}"
+        self._life.on(ShardEvent.FENCED if fenced else ShardEvent.WRITE_FAILED, reason)
+        counters = self.ctx.counters
         counters["state_log_failures"] += 1
         counters["groups_unloaded"] += 1
         waiting = len(self.waiting)
         self.drop_memory()
-        gone = ShardUnloaded(self.unloaded)
+        gone = ShardUnloaded(reason)
         for fut in self.waiting.values():
             if not fut.done():
                 fut.set_exception(gone)
                 fut.exception()  # retrieved here: its caller may already be gone
         self.waiting.clear()
-        if self.fenced:
+        if fenced:
             counters["shards_fenced"] += 1
             _say(
                 log.error,
                 "group state shard fenced by a newer owner: its groups are no longer served by this process "
                 "(answered NOT_COORDINATOR) and the shard is not re-read",
-                shard=self.index, error=self.unloaded, waiting_requests=waiting,
+                shard=self.index, error=reason, waiting_requests=waiting,
+            )
+            return
+        if draining:
+            _say(
+                log.error, "group state log write failed while the shard was handed over: what it held is dropped",
+                shard=self.index, error=reason, waiting_requests=waiting, state_dir=self.ctx.where,
             )
             return
         if self.reload_task is None or self.reload_task.done():  # else: failed while reloading
-            self.reload_task = self.rt.spawn(self._reload_forever())
+            self.reload_task = self.ctx.spawn(self._reload_forever())
         _say(
             log.error,
             "group state log write failed: the shard's groups are unloaded (answered NOT_COORDINATOR) until "
             "its log is re-read",
-            shard=self.index, error=self.unloaded, waiting_requests=waiting, state_dir=self.rt.where,
+            shard=self.index, error=reason, waiting_requests=waiting, state_dir=self.ctx.where,
         )
 
     def drop_memory(self) -> None:
@@ -472,22 +466,28 @@ class Shard:
             self.log = None
 
     async def _reload_forever(self) -> None:
-        delay, longest = self.rt.reload_backoff_s
+        """While FAILED: re-read the shard with backoff until it is served again (or fenced)."""
+        delay, longest = self.ctx.settings.reload_backoff_s
         attempt = 0
         while True:
             await asyncio.sleep(delay)
+            if self._life.state is not ShardState.FAILED:
+                return  # fenced meanwhile: never re-opened by this process
             attempt += 1
+            self._life.on(ShardEvent.RELOAD)
             try:
                 await self.reload()
             except asyncio.CancelledError:
                 raise
             except ShardFenced as e:
-                self.unloaded = None
-                self.unload(e)  # fenced while re-opening: stays unloaded for good
+                if self._life.state is ShardState.LOADING:
+                    self._unload(e)  # fenced while re-opening: stays unloaded for good
                 return
             except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
                 # Reading works on a full disk; the probe write or the first append decides.
                 self.drop_memory()
+                if self._life.state is ShardState.LOADING:
+                    self._life.on(ShardEvent.LOAD_FAILED)
                 delay = min(delay * 2, longest)
                 _say(
                     log.warning, "group state shard not reloaded yet",
@@ -501,21 +501,22 @@ class Shard:
             return
 
     async def reload(self) -> None:
-        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded."""
-        self.service = self.rt.new_service()
-        self.calls = self.rt.calls_for(self.service, self.index)
+        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded
+        (from LOADING: a takeover, or a re-read of a failed shard)."""
+        self.service = self.ctx.new_service()
+        self.calls = self.ctx.calls_for(self.service, self.index)
         await self.load()
         probe = getattr(self.log, "probe_write", None)
         if probe is not None:
             probe()
         # Served again from here: requests arriving meanwhile share the sync below, so none of their
         # answers is released unless that write works.
-        self.unloaded = None
+        self._life.on(ShardEvent.LOADED)
         try:
-            topics = self.rt.topics()
+            topics = self.ctx.topics()
             if topics is not None:
-                self.apply(self.calls.on_metadata(topics, self.rt.now()))
-            self.apply(self.calls.on_loaded(self.rt.now()))
+                self.apply(self.calls.on_metadata(topics, self.ctx.now()))
+            self.apply(self.calls.on_loaded(self.ctx.now()))
             if self.log is not None:
                 await self.sync(self.log)
         except ShardUnloaded:
@@ -533,7 +534,7 @@ class Shard:
         A load that fails is retried in the background with backoff, as after a failed write."""
         if self.reload_task is not None and not self.reload_task.done():
             self.reload_task.cancel()
-        self.owned, self.fenced, self.draining = True, False, False
+        self._life.on(ShardEvent.TAKE_OVER)
         try:
             await self.reload()
         except ShardUnloaded:
@@ -542,23 +543,25 @@ class Shard:
             # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
             # the assignment is the cluster's word, so open it again (a second fence ends the retries).
             self.drop_memory()
-            self.unloaded = f"{type(e).__name__}: {e}"
-            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=self.unloaded)
-            self.reload_task = self.rt.spawn(self._reload_forever())
+            reason = f"{type(e).__name__}: {e}"
+            if self._life.state is not ShardState.FAILED:  # else: unloaded once served, and being re-read
+                self._life.on(ShardEvent.LOAD_FAILED, reason)
+            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=reason)
+            if self.reload_task is None or self.reload_task.done():
+                self.reload_task = self.ctx.spawn(self._reload_forever())
 
     async def hand_over(self, timeout_s: float) -> None:
         """Hand the shard over: take no new request, let the ones in flight finish and flush what they
         appended, answer parked requests NOT_COORDINATOR (their members rejoin at the new owner), then drop
         the memory. Returns once nothing of the shard is served or written by this instance any more;
         what was not durable within ``timeout_s`` is dropped (never acknowledged, so never relied on)."""
-        self.owned = False
         if self.reload_task is not None and not self.reload_task.done():
             self.reload_task.cancel()
-        if self.unloaded is not None:  # not served anyway (never loaded, failed, fenced)
+        if not self._life.state.loaded:  # not served anyway (never loaded, failed, fenced)
             self.drop_memory()
-            self.unloaded, self.fenced = NOT_OWNED, False
+            self._life.on(ShardEvent.HAND_OVER)
             return
-        self.draining = True
+        self._life.on(ShardEvent.HAND_OVER)  # DRAINING: new requests are turned away at once
         for h in self.timers.values():  # the new owner re-arms them from the records
             h.cancel()
         self.timers.clear()
@@ -584,9 +587,7 @@ class Shard:
                 fut.set_exception(gone)
                 fut.exception()
         self.waiting.clear()
-        self.unloaded = NOT_OWNED
-        self.draining = False
+        self._life.on(ShardEvent.HANDED_OVER)
         self.drop_memory()
-        self.service = self.rt.new_service()  # the old one's memory goes now, not at the next load
-        self.calls = self.rt.calls_for(self.service, self.index)
-
+        self.service = self.ctx.new_service()  # the old one's memory goes now, not at the next load
+        self.calls = self.ctx.calls_for(self.service, self.index)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
+from gateway.groups.shard_state import ShardState
 from gateway.logging import get_logger
 from gateway.state.store import ShardLog, owner_marker
 
@@ -23,12 +24,12 @@ log = get_logger("gateway.groups.runtime")
 
 
 class HeldShard(Protocol):
-    """What the check needs of a shard (gateway/groups/runtime.py ``Shard``)."""
+    """What the check needs of a shard (gateway/groups/shard.py ``Shard``)."""
 
     @property
     def log(self) -> ShardLog | None: ...
     @property
-    def unloaded(self) -> str | None: ...
+    def state(self) -> ShardState: ...
 
     def unload(self, error: BaseException, failed_log: ShardLog | None = None) -> None: ...
 
@@ -74,7 +75,7 @@ class StallWatch:
     async def _confirm_ownership(self) -> None:
         gap = time.monotonic() - self.last_tick
         try:
-            held = [s for s in self._shards() if s.log is not None and s.unloaded is None]
+            held = [s for s in self._shards() if s.log is not None and s.state.loaded]
             log.warning("event loop stalled: proving ownership of the shards held", stalled_s=round(gap, 1), shards=len(held))
             gate = asyncio.Semaphore(self._parallel)
 

@@ -343,10 +343,10 @@ class Health:
         out.gauge(
             "state_shards_unloaded",
             "Shards whose groups are not served now: being re-read after a failed write, or fenced",
-            sum(1 for s in shards if s.unloaded is not None and s.owned),
+            sum(1 for _ in layer.runtime.unserved()),
         )
         # Several instances (instances_group): the shards this one owns; every shard otherwise.
-        out.gauge("state_shards_owned", "Shards of the group state this instance owns", sum(1 for s in shards if s.owned))
+        out.gauge("state_shards_owned", "Shards of the group state this instance owns", sum(1 for s in shards if s.state.owned))
 
 
 _GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]

@@ -16,7 +16,7 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def read_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -36,8 +36,8 @@ def roundtrip(
     frame = request.encode(version=version, header=True, framed=True)
     with socket.create_connection(split_address(address), timeout=timeout_s) as sock:
         sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exact(sock, 4))
-        payload = _read_exact(sock, size)
+        (size,) = struct.unpack(">i", read_exact(sock, 4))
+        payload = read_exact(sock, size)
     response = response_class[version].decode(payload, version=version, header=True)
     got = response.header.correlation_id
     if got != cid:

@@ -13,9 +13,9 @@ from coordinator.messages import (
     TopicPartitions,
 )
 from coordinator.model import ConsumerGroup
+from coordinator.outcome import Outcome
 from coordinator.records import Record
 from coordinator.service import ConsumerGroupCoordinator
-from coordinator.state import Outcome
 
 
 class StickyTestAssignor:

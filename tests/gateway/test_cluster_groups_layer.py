@@ -422,10 +422,9 @@ async def test_in_a_fleet_each_node_lists_the_groups_it_coordinates() -> None:
             r = await call(layer, ApiKey.LIST_GROUPS, 5, request, StubConnection(node))
             assert [g.group_id for g in r.groups] == [plain]
         # A shard this instance does not hold: its managed ids are another instance's to list.
-        layer.runtime.shards[0].owned = False
+        await layer.runtime.release([0], timeout_s=1.0)
         mine = await call(layer, ApiKey.LIST_GROUPS, 5, request, StubConnection(None))
         assert [g.group_id for g in mine.groups] == []
     finally:
-        layer.runtime.shards[0].owned = True
         layer.fleet = layer.handlers.fleet = None
         await layer.stop()

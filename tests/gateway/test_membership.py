@@ -15,6 +15,7 @@ from gateway.config.coordinator import CoordinatorSettings
 from gateway.fleet.assignor import FleetAssignment, MemberClaim
 from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor
 from gateway.groups.runtime import CoordinatorRuntime
+from gateway.groups.shard_state import ShardState
 from gateway.wire.api_keys import ApiKey
 
 from ._groups_support import call
@@ -70,7 +71,7 @@ async def test_an_assignment_takes_over_new_shards_and_hands_over_missing_ones_t
         fleet.table = _table(["member-1"] * 4, 1)
         await fleet.assigned([TopicPartition(TOPIC, n) for n in range(4)])
         await _settle(fleet)
-        assert rt.held() == [0, 1, 2, 3] and all(s.unloaded is None for s in rt.shards)
+        assert rt.held() == [0, 1, 2, 3] and all(s.state is ShardState.ACTIVE for s in rt.shards)
         assert len(consumer.paused) == 4  # never fetched
         assert consumer._coordinator.rejoins == 0
         # The metadata of the next join claims what is held, with the epoch it was got in.
@@ -96,7 +97,7 @@ async def test_a_rebalance_keeps_the_shards_served_unless_the_membership_was_los
         await fleet.assigned([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])
         await _settle(fleet)
         await fleet.before_join()  # an ordinary rebalance: eager revocation is not acted on
-        assert rt.held() == [0, 1] and all(s.unloaded is None for s in rt.shards)
+        assert rt.held() == [0, 1] and all(s.state is ShardState.ACTIVE for s in rt.shards)
         consumer._coordinator.member_id = ""  # expired by the cluster: the others may take the shards
         await fleet.before_join()
         assert rt.held() == [] and fleet.epoch == 0

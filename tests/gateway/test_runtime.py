@@ -17,6 +17,7 @@ from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.records.codec import group_of_key
 from gateway.groups.layer import GroupLayer
 from gateway.groups.runtime import CoordinatorRuntime, ShardUnloaded
+from gateway.groups.shard_state import ShardState
 from gateway.state.file_store import FileStateStore, shard_dir
 from gateway.state.log import FileStateLog, Record
 from gateway.state.store import ShardFenced, shard_of
@@ -124,8 +125,8 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
         ))
         assert calls, "the failure was injected"
         assert NOT_COORDINATOR in (j.error_code, s.error_code)
-        assert bad.unloaded is not None
-        assert [sh.index for sh in layer.runtime.shards if sh.unloaded is not None] == [bad.index]
+        assert bad.state in (ShardState.FAILED, ShardState.LOADING)  # re-read in the background
+        assert [sh.index for sh in layer.runtime.shards if sh.state is not ShardState.ACTIVE] == [bad.index]
         # The failing shard's group is told to go away and come back ...
         h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
         assert h.error_code == NOT_COORDINATOR
@@ -142,10 +143,10 @@ async def test_a_failing_shard_log_unloads_only_its_shard(tmp_path: Path, monkey
 
         monkeypatch.undo()  # the disk works again: the shard is re-read by itself
         for _ in range(100):
-            if bad.unloaded is None:
+            if bad.state is ShardState.ACTIVE:
                 break
             await asyncio.sleep(0.05)
-        assert bad.unloaded is None
+        assert bad.state is ShardState.ACTIVE
         h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=failing, generation_id=lost_gen, member_id=lost))
         assert h.error_code in (0, 27)  # acknowledged membership survived (27: a rebalance restarted on load)
     finally:
@@ -213,9 +214,9 @@ async def test_a_fenced_shard_stays_unloaded_and_the_others_serve() -> None:
         store.logs[victim.index].fenced = True
         with pytest.raises(ShardUnloaded):
             await runtime.call(fenced_group, _join(fenced_group, "m1"))
-        assert victim.fenced and victim.unloaded is not None
+        assert victim.state is ShardState.FENCED
         await asyncio.sleep(0.1)
-        assert victim.unloaded is not None and store.opened.count(victim.index) == 1  # never re-opened
+        assert victim.state is ShardState.FENCED and store.opened.count(victim.index) == 1  # never re-opened
         with pytest.raises(ShardUnloaded):
             await runtime.call(fenced_group, _join(fenced_group, "m2"))
         reply = await runtime.call(other, _join(other, "m3"))  # another shard serves on
@@ -256,7 +257,7 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
         runtime.stalls.last_tick -= 10.0  # the process stood still for 10 s (SIGSTOP)
         with pytest.raises(ShardUnloaded):
             await runtime.call(taken, _heartbeat(taken, "m1", 1))
-        assert runtime.shard_for(taken).fenced
+        assert runtime.shard_for(taken).state is ShardState.FENCED
         assert (await runtime.call(kept, _heartbeat(kept, "m1", 1))).error_code == 0
         assert store.logs[runtime.shard_of(kept)].records[-1].key == OWNER_MARKER_KEY
         assert runtime.counters["stall_checks"] == 1 and runtime.counters["shards_fenced"] == 1
@@ -395,7 +396,7 @@ async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() ->
         assert asyncio.get_running_loop().time() - started < 2.0
         with pytest.raises(ShardStalled):  # a heartbeat that writes nothing waits for the same write
             await asyncio.wait_for(runtime.call("g", _heartbeat("g", "m1", first.member_epoch)), 5)
-        assert shard.unloaded is None and runtime.counters["stalled_answers"] == 2
+        assert shard.state is ShardState.ACTIVE and runtime.counters["stalled_answers"] == 2
         # While the write stays stalled, a request is refused as it arrives and changes nothing: the
         # join of m3 is answered at once and m3 is not in the group.
         started = asyncio.get_running_loop().time()

@@ -12,6 +12,7 @@ from kafka.protocol.consumer.group import HeartbeatRequest
 
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from gateway.groups.runtime import NOT_OWNED, CoordinatorRuntime, ShardUnloaded
+from gateway.groups.shard_state import ShardState
 from gateway.state.log import Record
 from gateway.wire.api_keys import ApiKey
 from translate.group_parts import consumer_group
@@ -140,7 +141,8 @@ async def test_a_shard_released_drains_its_in_flight_call_and_flushes_before_the
         await release
         reply = await in_flight
         assert reply.error_code == 0  # answered: its records were flushed before the handover
-        assert log.closed and a.held() == [] and a.shard_for(group).unloaded == NOT_OWNED
+        assert log.closed and a.held() == [] and a.shard_for(group).state is ShardState.UNOWNED
+        assert a.shard_for(group).reason == NOT_OWNED
         assert a.shard_for(group).service.group_count() == 0  # the memory is gone
         with pytest.raises(ShardUnloaded):
             await a.call(group, _join(group, "m4"))
@@ -163,7 +165,7 @@ async def test_a_request_parked_at_release_is_answered_not_coordinator() -> None
         (group,) = groups_in_distinct_shards(layer.runtime.shard_count, 1)
         member_id, generation = await member(layer, group)
         n = layer.runtime.shard_of(group)
-        layer.runtime.shard_for(group).owned = True
+        assert layer.runtime.shard_for(group).state is ShardState.ACTIVE
         await layer.runtime.release([n], timeout_s=1.0)
         h = await call(layer, ApiKey.HEARTBEAT, 2, HeartbeatRequest[2](group_id=group, generation_id=generation, member_id=member_id))
         assert h.error_code == NOT_COORDINATOR

@@ -8,6 +8,17 @@ from typing import Any
 from rehearsal.tables import TABLES
 
 
+def as_reported(summary: dict[str, Any], paths: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A summary as `rehearse report` writes it for these inputs: with what the simulations beside them used and
+    the calibration behind each spread row (rehearsal.report.annotate), which the analysis itself does not
+    compute."""
+    from rehearsal.cli import find_calibration_sources, find_simulations
+    from rehearsal.report import annotate
+
+    rows, sources = find_calibration_sources(list(paths))
+    return annotate(summary, find_simulations(list(paths)), rows, sources)
+
+
 def _key(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in cols)
 

@@ -78,7 +78,7 @@ def test_metrics_of_the_recording() -> None:
     assert by_tp[1]["unavailable_ms"] == 12 + 100 and by_tp[1]["longest_gap_ms"] == 100
     assert m.summary["double_ownership_violations"] == 0
     (group,) = m.group_summary
-    assert group["first_disturbance_ms"] == int(T0) + 990 and group["time_to_stable_ms"] == 2_200 - 990
+    assert group["first_disturbance_ms"] == int(T0) + 990 and group["time_to_stable_ms"] == 2_100 - 990
     assert group["stable_at_end"]
 
 

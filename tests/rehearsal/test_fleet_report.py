@@ -29,6 +29,7 @@ def simulate(out: Path, scenario: str = "rolling-upgrade", **kw: object) -> list
     code = simulate_main(
         a["groups"], a["members"], scenario, a["seed"], str(out), "all",  # type: ignore[arg-type]
         topics=a["topics"], spark=bool(a.get("spark")), echo=said.append,  # type: ignore[arg-type]
+        config=a.get("config"), clients=a.get("clients"),  # type: ignore[arg-type]
     )
     assert code == 0, said
     return said
@@ -50,7 +51,17 @@ def test_rolling_upgrade_fleet_report_compares_the_four_mixes(tmp_path: Path) ->
     # The same figures as the plain-Python oracle reading the same files.
     expected = oracle.compute(E.read_events([tmp_path / "sim"])).summary
     assert same(summary["client_mixes"], expected["client_mixes"]) == []
+    # The spread of single rolls, per run and mix, from the pipeline's groups as from the oracle's.
+    spread = {(r["run"], r["client_mix"]): r for r in summary["spread"]}
+    for row in expected["spread"]:
+        got = spread[(row["run"], row["client_mix"])]
+        assert got["calibration"] == "uncalibrated" and got["scenario"] == "rolling-upgrade"
+        assert same({k: got[k] for k in row}, row) == [], row
+    # Time to stable is convergence: the simulation's horizon (its last group_stable) is not reported.
+    assert summary["runs"]["rolling-upgrade-21"]["converged_ms"] <= summary["runs"]["rolling-upgrade-21"]["last_stable_ms"]
+    assert summary["simulations"]["rolling-upgrade-21"]["settings"]["gateway"] == "simulator"
     html = (tmp_path / "report" / "report.html").read_text()
+    assert 'id="spread"' in html and 'id="simulation"' in html
     assert 'id="client-mixes"' in html
     table = html.split('id="client-mixes"', 1)[1].split('id="unavailability"', 1)[0]
     for mix in CLIENT_MIXES:
@@ -76,3 +87,16 @@ def test_spark_parallel_simulation_writes_the_serial_files(tmp_path: Path) -> No
         assert filecmp.cmp(tmp_path / "serial" / "events" / name, tmp_path / "spark" / "events" / name, shallow=False)
     a, b = (json.loads((tmp_path / d / MANIFEST).read_text()) for d in ("serial", "spark"))
     assert a["outcomes"] == b["outcomes"] and a["events"] == b["events"] > 0
+
+
+def test_spark_simulation_of_named_clients_and_a_gateway_config_writes_the_serial_files(tmp_path: Path) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text('[gateway]\nupstream = "127.0.0.1:9093"\n[coordinator]\nephemeral_state = true\n')
+    kw = {"groups": 4, "clients": "librdkafka:1,java:1", "config": str(config)}
+    simulate(tmp_path / "serial", "rolling-upgrade", **kw)
+    simulate(tmp_path / "spark", "rolling-upgrade", spark=True, **kw)
+    for part in (tmp_path / "serial" / "events").iterdir():
+        assert filecmp.cmp(part, tmp_path / "spark" / "events" / part.name, shallow=False)
+    a, b = (json.loads((tmp_path / d / MANIFEST).read_text()) for d in ("serial", "spark"))
+    assert a["outcomes"] == b["outcomes"] and a["settings"] == b["settings"]
+    assert a["settings"]["group.consumer.session.timeout.ms"] == 45_000

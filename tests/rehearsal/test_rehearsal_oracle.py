@@ -38,10 +38,13 @@ def test_clean_handover_has_no_gap_and_no_double_ownership() -> None:
     assert members[("b",)]["rebalances"] == 1
     assert members[("a",)]["assignments_received"] == 2
     (g,) = m.group_summary
-    # From the disturbance at 10 to the last group_stable at 200.
-    assert (g["first_disturbance_ms"], g["last_stable_ms"], g["time_to_stable_ms"]) == (10, 200, 190)
+    # Convergence: from the disturbance at 10 to the last ownership change at 100 (the group_stable at 200
+    # is when it was declared, not when it converged).
+    assert (g["first_disturbance_ms"], g["last_stable_ms"], g["converged_ms"], g["time_to_stable_ms"]) == (
+        10, 200, 100, 90)
     assert g["stable_at_end"] is True
-    assert m.summary["runs"]["handover"]["time_to_stable_ms"] == 190
+    assert m.summary["runs"]["handover"]["time_to_stable_ms"] == 90
+    assert m.summary["runs"]["handover"]["converged_ms"] == 100
 
 
 def test_gap_and_declared_partition_that_was_never_owned() -> None:
@@ -69,8 +72,9 @@ def test_double_ownership_is_counted_with_its_duration() -> None:
     assert m.summary["double_ownership_violations"] == 1
     assert m.summary["double_ownership_ms"] == 40
     (g,) = m.group_summary
-    # Stable at 60, but b left at 100 after it: the group is not stable at the end of the log.
-    assert g["time_to_stable_ms"] == 60
+    # Stable at 60, but b left at 100 after it: the group is not stable at the end of the log, and its
+    # ownership last changed when b left.
+    assert g["time_to_stable_ms"] == 100
     assert g["stable_at_end"] is False
 
 
@@ -84,13 +88,14 @@ def test_fenced_member_loses_everything_it_held() -> None:
     assert members[("a",)]["partitions_lost"] == 2
     assert members[("a",)]["rebalances"] == 1  # being fenced is not an acknowledged change
     (g,) = m.group_summary
-    assert (g["fenced"], g["timers_expired"], g["time_to_stable_ms"]) == (1, 1, 70)
+    # From the disturbance at 20 to b taking both partitions at 70.
+    assert (g["fenced"], g["timers_expired"], g["time_to_stable_ms"]) == (1, 1, 50)
 
 
 def test_several_groups_and_mixes_in_one_run() -> None:
     m = oracle.compute([ev for g in S.multi() for ev in g.events])
     groups = by(m.group_summary, "group")
-    assert groups[("ga",)]["time_to_stable_ms"] == 45
+    assert groups[("ga",)]["time_to_stable_ms"] == 5  # disturbed at 5, both partitions owned at 10
     assert groups[("gb",)]["rebalances"] == 4
     # gc has no partitions and never becomes stable.
     assert groups[("gc",)]["partitions"] == 0

@@ -9,7 +9,8 @@ from typing import Any
 
 from virtual_timers import fire_due
 
-from coordinator.timers import apply_timer_changes, deadline
+from coordinator.outcome import Outcome
+from coordinator.timers import TimerKey, apply_timer_changes, deadline
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_messages import (
     HeartbeatRequest,
@@ -27,7 +28,6 @@ from translate.classic_messages import (
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.embedded import ConsumerProtocolSubscription, encode_subscription
 from translate.group_records import GroupMetadataRecord
-from translate.result import Outcome, TimerKey
 
 SESSION = 10_000
 REBALANCE = 30_000

@@ -7,7 +7,9 @@ import itertools
 import uuid
 
 from coordinator.config import CoordinatorConfig
+from coordinator.errors import Errors
 from coordinator.messages import ConsumerGroupHeartbeatRequest
+from coordinator.outcome import Outcome
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.timers import session_key
 from translate.classic_member import (
@@ -27,8 +29,7 @@ from translate.embedded import (
     decode_assignment,
     encode_subscription,
 )
-from translate.errors import Errors
-from translate.result import Outcome, Schedule, timer_key
+from translate.result import Schedule, timer_key
 
 TOPIC = "orders"
 TOPIC_ID = uuid.UUID(int=1)

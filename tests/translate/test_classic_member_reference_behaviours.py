@@ -15,10 +15,10 @@ from migration_harness import (
     partitions_of,
 )
 
+from coordinator.errors import Errors
 from coordinator.model import MemberState
 from coordinator.timers import session_key
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol, SyncGroupRequest
-from translate.errors import Errors
 from translate.result import timer_key
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from migration_harness import SESSION, Driver
 
-from translate.errors import Errors
+from coordinator.errors import Errors
 from translate.group_messages import OffsetCommitCheck
 
 

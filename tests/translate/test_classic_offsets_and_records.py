@@ -8,11 +8,11 @@ import struct
 import pytest
 from classic_harness import SESSION, Harness, identity, protocols
 
+from coordinator.errors import Errors
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_messages import HeartbeatRequest
-from translate.errors import Errors
 from translate.group_records import (
     GroupMetadataMember,
     GroupMetadataRecord,

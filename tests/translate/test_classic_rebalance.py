@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from classic_harness import REBALANCE, SESSION, Harness, identity, protocols, subscription
 
+from coordinator.errors import Errors
 from translate.classic_group import ClassicGroupState as State
 from translate.classic_messages import JoinGroupRequestProtocol
 from translate.classic_rebalance import ClassicGroupConfig
-from translate.errors import Errors
 
 DELAY = 3000
 

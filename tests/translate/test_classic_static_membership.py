@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from classic_harness import REBALANCE, SESSION, Harness, identity, protocols
 
+from coordinator.errors import Errors
 from translate.classic_group import ClassicGroupState as State
-from translate.errors import Errors
 
 DELAY = 3000
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 import pytest
 from migration_harness import TOPIC, Driver, assignment_bytes, partitions_of
 
+from coordinator.errors import Errors
 from gateway.config.coordinator import CoordinatorSettings
 from translate.assignor_userdata import decode_sticky_userdata
 from translate.classic_group import ClassicGroupState
 from translate.embedded import ConsumerProtocolSubscription, encode_subscription
 from translate.embedded import TopicPartitions as NamedPartitions
-from translate.errors import Errors
 from translate.group_config import GroupServiceConfig
 from translate.group_service import GroupService
 

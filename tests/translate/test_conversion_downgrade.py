@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from migration_harness import SESSION, TOPIC, TOPIC_ID, Driver, identity, partitions_of
 
+from coordinator.errors import Errors
 from coordinator.records import Record, RecordType
 from coordinator.timers import rebalance_key, session_key
 from translate.classic_group import ClassicGroupState
-from translate.errors import Errors
 from translate.group_records import GroupMetadataRecord
 from translate.group_service import GroupService
 from translate.result import timer_key

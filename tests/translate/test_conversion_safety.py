@@ -12,9 +12,9 @@ from __future__ import annotations
 from migration_harness import TOPIC, TOPIC_ID, Driver, assignment_bytes, identity, partitions_of
 from test_conversion_downgrade import mixed_group
 
+from coordinator.errors import Errors
 from coordinator.records import Record, RecordType
 from translate.classic_group import ClassicGroupState
-from translate.errors import Errors
 from translate.group_service import GroupService
 
 ALL = frozenset(range(6))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from migration_harness import SESSION, TOPIC, TOPIC_ID, Driver, assignment_bytes
 
+from coordinator.errors import Errors
 from coordinator.model import MemberState
 from coordinator.records import Record, RecordType
 from coordinator.timers import session_key
 from translate.classic_group import ClassicGroupState
 from translate.classic_messages import JoinGroupResponse, SyncGroupResponse
 from translate.conversion import MigrationPolicy
-from translate.errors import Errors
 from translate.group_messages import OffsetCommitCheck
 from translate.group_records import GroupMetadataRecord
 from translate.group_service import GroupService

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from migration_harness import TOPIC_ID, Driver, partitions_of
 
+from coordinator.errors import Errors
 from coordinator.records import Record, RecordType
 from translate.classic_group import ClassicGroupState
-from translate.errors import Errors
 from translate.group_config import GroupServiceConfig, encode_any_record
 from translate.group_messages import (
     ConsumerGroupDescribeRequest,

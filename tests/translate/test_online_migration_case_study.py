@@ -20,8 +20,8 @@ from migration_harness import (
     partitions_of,
 )
 
+from coordinator.errors import Errors
 from coordinator.model import MemberState
-from translate.errors import Errors
 from translate.group_records import GroupMetadataMember, GroupMetadataRecord, GroupMetadataValue
 
 A, B, C = "A", "B", "C"

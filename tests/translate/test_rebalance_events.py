@@ -13,10 +13,10 @@ import pytest
 import test_online_migration_case_study as case_study
 from migration_harness import SESSION, TOPIC, Driver, assignment_bytes, identity
 
+from coordinator.errors import Errors
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from rehearsal import oracle
 from rehearsal.events import Event, parse_event
-from translate.errors import Errors
 from translate.group_messages import OffsetCommitCheck
 from translate.group_service import GroupService
 from translate.rebalance_events import RebalanceEventDeriver, mix_of_protocol

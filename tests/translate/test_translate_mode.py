@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from migration_harness import TOPIC, Driver, partitions_of
 
-from translate.errors import Errors
+from coordinator.errors import Errors
 from translate.group_config import ClassicGroupsMode, GroupServiceConfig
 from translate.group_service import GroupService
 

@@ -10,11 +10,11 @@ import uuid
 import pytest
 from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, metadata, partitions_of
 
+from coordinator.errors import Errors
 from coordinator.target import select_assignor
 from translate.classic_member import CLASSIC_MEMBER_GATHER_TIMER
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol, MemberIdentity
 from translate.embedded import subscribed_topics
-from translate.errors import Errors
 from translate.result import timer_key
 
 DELAY = 3_000

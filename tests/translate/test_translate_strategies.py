@@ -11,6 +11,7 @@ import uuid
 import pytest
 from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, partitions_of
 
+from coordinator.errors import Errors
 from coordinator.outcome import StrategyFallback
 from coordinator.target import select_assignor
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol
@@ -23,7 +24,6 @@ from translate.classic_strategies import (
     strategy_assignor,
 )
 from translate.embedded import ConsumerProtocolSubscription, TopicPartitions, encode_subscription
-from translate.errors import Errors
 
 OTHER, OTHER_ID = "bar", uuid.UUID(int=0xBA2)
 
