@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit kafka image clean
+.PHONY: run test lint typecheck unit kafka image clean loadgen
 
 # The package version: the gateway image's tag, the one groupgate.testing.containers defaults to.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -38,5 +38,9 @@ test: $(STAMP) kafka lint typecheck
 image:
 	docker build -f docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
+# The coordinator load generator (bench/coordinator_scale.py runs it): Go, modules from the Go module proxy.
+loadgen:
+	cd bench/loadgen && go build -o bin/loadgen .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info bench/loadgen/bin

@@ -55,6 +55,7 @@ from compat_tests.harness.sasl import (
 )
 from compat_tests.harness.tls_certs import Pki, make_pki, openssl_missing_reason
 from gateway.ops.embedded_kafka import EmbeddedKafka
+from gateway.security.sasl_server import add_user
 from gateway.wire import codec
 from translate import authorizer as az
 
@@ -262,6 +263,56 @@ def test_requests_before_authentication_close_the_connection_alike(targets: dict
             with socket.create_connection((host, int(port)), timeout=10) as s:
                 s.sendall(request)
                 assert closed(s), name
+
+
+def _during_authentication(bootstrap: str, request: bytes) -> tuple[bytes | None, bool]:
+    """After a SaslHandshake (PLAIN), ``request`` instead of SaslAuthenticate: the answer's bytes (None:
+    none) and whether the connection closed afterwards."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1))
+        assert codec.decode_response(17, 1, read_response(s) or b"")[1].error_code == 0
+        s.sendall(request)
+        try:
+            answer = read_response(s)
+        except (ConnectionResetError, TimeoutError):
+            answer = None
+        return answer, answer is None or closed(s)
+
+
+def test_request_during_authentication_is_answered_illegal_sasl_state_alike(
+    sasl_kafka: EmbeddedKafka, targets: dict[str, str], tmp_path: Path
+) -> None:
+    """Kafka's SaslServerAuthenticator answers a request other than SaslAuthenticate after a SaslHandshake
+    with that request's error response, ILLEGAL_SASL_STATE (34), then closes: passthrough and termination
+    answer the same bytes."""
+    mcls = codec.REQUESTS[3]
+    requests = {
+        # Metadata naming a topic: the error on that topic (no top-level error code in the response).
+        "metadata": (3, 12, frame(mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name="t")],
+                                           allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False), 12, 2)),
+        # JoinGroup, which the gateway answers itself for its groups: the top-level error code.
+        "join_group": (11, 5, frame(codec.REQUESTS[11][5](
+            group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            group_instance_id=None, protocol_type="consumer", protocols=[]), 5, 2)),
+    }
+    creds = tmp_path / "users.json"
+    add_user(creds, *ALICE)
+    terminate = {"listener_sasl_mode": "terminate", "listener_sasl_credentials_file": str(creds),
+                 "super.users": "User:admin"}
+    with sasl.sasl_gateway(sasl_kafka, tmp_path, terminate, extra_args=("--ephemeral-state",)) as term:
+        where = {**targets, "terminate": term.bootstrap}
+        seen = {(name, what): _during_authentication(b, req) for name, b in where.items()
+                for what, (_k, _v, req) in requests.items()}
+    for what, (api_key, version, _req) in requests.items():
+        answer, was_closed = seen["direct", what]
+        assert answer is not None and was_closed, what
+        body = codec.decode_response(api_key, version, answer)[1]
+        codes = {t.error_code for t in body.topics} if api_key == 3 else {body.error_code}
+        assert codes == {34}, (what, body)  # ILLEGAL_SASL_STATE
+        assert seen["gateway", what] == seen["direct", what], what
+        assert seen["terminate", what] == seen["direct", what], what
 
 
 def test_topic_without_read_is_refused_alike(

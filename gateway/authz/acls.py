@@ -17,6 +17,7 @@ from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
+from gateway.security.rights import warn_missing
 from gateway.wire import codec
 from gateway.wire.api_keys import ApiKey
 from translate.authorizer import AclBinding, AclSnapshot, Operation, PatternType, Permission, ResourceType
@@ -114,7 +115,7 @@ class AclCache:
 
     def __init__(
         self, client: UpstreamClient, super_users: frozenset[str] = frozenset(), allow_everyone: bool = False,
-        nodes: Any = None,
+        nodes: Any = None, principal: str | None = None,
     ) -> None:
         self.client = client
         self.super_users = super_users
@@ -126,6 +127,8 @@ class AclCache:
         # The brokers' authorizer.class.name once read ("" while unknown; None: none configured).
         self.authorizer_class: str | None = ""
         self.nodes = nodes  # () -> node ids of the brokers, for reading authorizer.class.name
+        self.principal = principal  # the gateway's User:<name>, for the warnings naming a right
+        self.last_code: int | None = None  # the error code of the last failed DescribeAcls
         self.reads = 0
         self._task: asyncio.Future[None] | None = None
         self._task_started = 0.0
@@ -141,12 +144,22 @@ class AclCache:
                         "approximated from DescribeAcls (authorization=strict refuses instead)",
                         authorizer=self.authorizer_class,
                     )
-            except (AclReadError, UpstreamError) as e:
+            except AclReadError as e:
+                if e.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED:
+                    warn_missing(
+                        self.principal, "DESCRIBE_CONFIGS", "the cluster",
+                        "the brokers' authorizer (authorizer.class.name) cannot be identified; decisions assume "
+                        "Kafka's StandardAuthorizer (authorization=strict refuses every request meanwhile)",
+                    )
+                else:
+                    log.info("cannot read the brokers' authorizer.class.name", error=str(e))
+            except UpstreamError as e:
                 log.info("cannot read the brokers' authorizer.class.name", error=str(e))
         try:
             snap = await read_snapshot(self.client, self.super_users, self.allow_everyone)
         except AclReadError as e:
             if e.error_code != Errors.SECURITY_DISABLED:
+                self.last_code = e.error_code
                 raise
             # No authorizer on the cluster: it authorizes nothing, neither does the gateway.
             if not self.open:
@@ -155,6 +168,7 @@ class AclCache:
             self.reads += 1
             return None
         self.snapshot, self.read_at, self.last_error, self.open = snap, time.monotonic(), "", False
+        self.last_code = None
         self.reads += 1
         return snap
 

@@ -26,6 +26,7 @@ from gateway.groups.requests import error_payload, response_error
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import COORDINATOR_MOVED, CoordinatorMoved, UpstreamClient
+from gateway.security.rights import warn_missing
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
 from gateway.wire.api_keys import ApiKey
@@ -66,7 +67,9 @@ class ClusterGroups:
         has_state: Callable[[str], bool],
         counters: collections.Counter[str],
         spawn: Callable[[Any], Any],
+        principal: str | None = None,
     ) -> None:
+        self.principal = principal  # the gateway's User:<name>, for the warning naming a right it lacks
         # ``client``: the gateway's own link (its commits, metadata, checks). ``forward``: what clients
         # decide goes upstream, on links of its own, so that nothing a client sends waits in front of, or
         # breaks (a broker closes a connection on a request it cannot read), the gateway's own traffic.
@@ -336,6 +339,12 @@ class ClusterGroups:
             req = codec.REQUESTS[ApiKey.LIST_GROUPS][v](types_filter=list(FOREIGN_TYPES))
             r = await self.forward.to_coordinator(group_id, ApiKey.LIST_GROUPS, v, req, lambda r: r.error_code)
         except UpstreamError as e:
+            if getattr(e, "error_code", None) == Errors.GROUP_AUTHORIZATION_FAILED:
+                warn_missing(
+                    self.principal, "DESCRIBE",
+                    f"group {group_id}", "the gateway cannot tell whether the cluster has a share or streams "
+                    "group of a managed group's id", group_id=group_id,
+                )
             log.info("upstream group type lookup failed", group_id=group_id, error=str(e))
             return None
         found = None

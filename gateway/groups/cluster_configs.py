@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeConfigsRequest
 
 from coordinator.config import CONSUMER_ASSIGNOR_OFFLOAD_ENABLE, GROUP_CONFIG_NAMES, group_config_error
+from coordinator.errors import Errors
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
+from gateway.security.rights import principal_of_config, warn_missing
 from gateway.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -171,6 +173,15 @@ class ClusterGroupConfigs:
                 self._refusal("unreachable", f"DescribeConfigs failed: {e}")
                 return
             for result in r.results:
+                if result.error_code == Errors.GROUP_AUTHORIZATION_FAILED:
+                    # Loud, once: every group then runs on the gateway's own defaults.
+                    warn_missing(
+                        principal_of_config(self.layer.config), "DESCRIBE_CONFIGS", f"group {result.resource_name}",
+                        "the cluster's per-group configs (kafka-configs --entity-type groups) cannot be read; the "
+                        "gateway's configured values and defaults apply to the groups it cannot read",
+                        group_id=result.resource_name,
+                    )
+                    continue
                 if result.error_code != 0:
                     # INVALID_REQUEST / UNSUPPORTED_VERSION: a cluster without GROUP config resources.
                     self._refusal(f"error {result.error_code}", result.error_message or "")

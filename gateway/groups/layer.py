@@ -61,6 +61,7 @@ from gateway.metrics import GroupStats
 from gateway.net.contracts import HandlerChain
 from gateway.net.upstream import UpstreamError
 from gateway.net.upstream_client import UpstreamClient
+from gateway.security.rights import MissingRight, principal_of_config
 from gateway.state.file_store import FileStateStore
 from gateway.state.store import StateStore
 from gateway.wire import codec, frames
@@ -187,6 +188,7 @@ class GroupLayer:
         self.cluster = ClusterGroups(
             self.client, self.forward, addr_of=nodes.addr_of, managed=self.managed,
             has_state=self.runtime.has_state, counters=self.counters, spawn=self.runtime.spawn,
+            principal=principal_of_config(config),
         )
         self.adoption = UpstreamLeaver(
             self.client, enabled=settings.leave_abandoned_upstream_members, spawn=self.runtime.spawn,
@@ -213,7 +215,7 @@ class GroupLayer:
         if config.authorizes():
             self.acls = AclCache(
                 self.client, frozenset(config.super_users), config.allow_everyone_if_no_acl_found,
-                nodes=lambda: sorted(directory.brokers),
+                nodes=lambda: sorted(directory.brokers), principal=principal_of_config(config),
             )
             self.authorizer = GroupAuthorizer(
                 self.acls, strict=config.authorization == "strict",
@@ -395,6 +397,10 @@ class GroupLayer:
             # Read before serving, so that the first requests are decided; a failure is logged and the
             # gateway serves on, refusing what needs authorization until a read succeeds.
             await self.acls.fresh()
+            if self.acls.snapshot is None and not self.acls.open and self.acls.last_code == Errors.CLUSTER_AUTHORIZATION_FAILED:
+                # Every request needing authorization would be refused until an operator grants it.
+                raise MissingRight(principal_of_config(self.config), "DESCRIBE", "the cluster",
+                                   "read the cluster's ACLs: authorization is on")
             if self.acls.snapshot is None and not self.acls.open:
                 log.error(
                     "authorization is on but the cluster's ACLs cannot be read: every group request is refused "

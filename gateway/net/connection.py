@@ -78,6 +78,9 @@ class ClientConnection(asyncio.Protocol):
         self._local = 0  # local answers in progress (_MAX_LOCAL)
         self.upstream: UpstreamLink | None = None
         self.closed = False
+        # Set when the connection is to close once what is pending was written (a SASL refusal the
+        # broker answers before closing); no further request is read.
+        self.close_after_flush = False
         self.peer: Any = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self._paused: set[str] = set()
@@ -581,5 +584,8 @@ class ClientConnection(asyncio.Protocol):
             transport.write(data)
             sent += len(data)
         self.metrics.bytes_sent += sent
+        if self.close_after_flush and not pending:
+            self.close()  # asyncio writes what the transport buffered before closing the socket
+            return
         if len(pending) < _LOW_PENDING:
             self.resume("pending")

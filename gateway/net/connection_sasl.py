@@ -20,7 +20,8 @@ from gateway.net.contracts import ClientSide, ConnectionHost, LinkOf, Slot
 from gateway.net.refusals import client_id_of
 from gateway.security.sasl import ClientSasl
 from gateway.security.sasl_server import TerminatingSasl
-from gateway.wire import frames
+from gateway.wire import codec, frames
+from gateway.wire import group_codec as gc
 from gateway.wire.api_keys import ApiKey
 
 log = get_logger("gateway.net.connection")
@@ -38,18 +39,60 @@ def client_sasl(gateway: ConnectionHost) -> ClientSasl | None:
 
 
 def sasl_admits(conn: ClientSide, frame: bytes, api_key: int, version: int) -> bool:
-    """Kafka's server-side SASL states: a request the connection may not send now closes it."""
+    """Kafka's server-side SASL states: a request the connection may not send now closes it (answered
+    first with the broker's error response where the broker answers one)."""
     assert conn.sasl is not None
+    if conn.close_after_flush:
+        return False  # refused already: the broker reads nothing more from the connection either
     verdict = conn.sasl.on_request(api_key, version, frame[4:], int(time.monotonic() * 1000))
     if verdict.ok:
         return True
+    answer = None if verdict.answer_error is None else error_answer(api_key, version, frame, verdict.answer_error)
     conn.gw.refusals.note(
         conn.peer, client_id_of(frame), "sasl-state",
-        f"{verdict.reason}; connection closed as Kafka does", api_key=api_key, api_version=version,
+        f"{verdict.reason}; connection closed as Kafka does"
+        + (f" (after answering error {verdict.answer_error})" if answer is not None else ""),
+        api_key=api_key, api_version=version,
     )
     conn.metrics.errors[api_key] += 1
-    conn.close()
+    if answer is None:
+        conn.close()
+        return False
+    # Written after whatever is still owed to the client (a SaslHandshake answer), then the close.
+    conn.pending.append(Slot(frames.frame(answer)))
+    conn.close_after_flush = True
+    conn.flush()
     return False
+
+
+def error_answer(api_key: int, version: int, frame: bytes, error: int) -> bytes | None:
+    """The response payload a Kafka 4.3 broker builds with ``AbstractRequest.getErrorResponse`` for
+    ``error``: the top-level error code, or the error on every group, topic or partition the request
+    names (Metadata: each named topic, without partitions). None where the gateway cannot build it (an
+    undecodable request, an API without such a response here): the connection then closes unanswered."""
+    try:
+        header, msg = codec.decode_request(api_key, version, frame[4:])
+    except Exception:  # noqa: BLE001 - Kafka could not parse it either (it closes without an answer)
+        return None
+    corr = header.correlation_id
+    top = codec.error_response(api_key, version, corr, error)
+    if top is not None:
+        return top
+    if api_key == ApiKey.METADATA:
+        cls = codec.RESPONSES[ApiKey.METADATA]
+        tcls = cls.MetadataResponseTopic
+        topics = []
+        for t in msg.topics or ():
+            fields = {"name": t.name or "", "error_code": error, "is_internal": False, "partitions": []}
+            if version >= 10:
+                fields["topic_id"] = t.topic_id
+            topics.append(tcls(**fields))
+        return codec.encode_response(api_key, version, corr, cls[version](topics=topics))
+    try:
+        body = gc.refusal(api_key, version, msg, error)
+    except Exception:  # noqa: BLE001 - no response to build: closed unanswered
+        return None
+    return None if body is None else codec.encode_response(api_key, version, corr, body)
 
 
 def follow_response(conn: ClientSide, api_key: int, version: int, frame: bytes) -> None:
@@ -156,4 +199,7 @@ def answer_sasl(conn: ClientSide, frame: bytes, api_key: int, version: int) -> N
     conn.spawn(run())
 
 
-__all__ = ["answer_sasl", "authorize", "client_sasl", "follow_response", "retire", "retired_link_lost", "sasl_admits"]
+__all__ = [
+    "answer_sasl", "authorize", "client_sasl", "error_answer", "follow_response", "retire", "retired_link_lost",
+    "sasl_admits",
+]

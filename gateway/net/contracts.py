@@ -136,6 +136,7 @@ class ClientSide(Protocol):
     upstream: Any
     sasl: ClientSasl | None
     terminating: bool
+    close_after_flush: bool  # answer what is pending, then close (nothing more is read)
     # the limits' marks (gateway/net/limits.py)
     reserved: int
     active: bool

@@ -23,6 +23,7 @@ from gateway.logging import get_logger, setup_logging
 from gateway.net.upstream import UpstreamAuthError
 from gateway.ops.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STATE_CORRUPT, EXIT_USAGE
 from gateway.security import credentials
+from gateway.security.rights import MissingRight
 from gateway.security.sasl_server import Terminator, add_user
 from gateway.security.tls import check as check_tls
 from gateway.state.log import StateLogCorrupt
@@ -160,6 +161,10 @@ async def _serve(
     try:
         await gw.start()
         if layer is not None:
+            from gateway.ops.rights_check import check_startup
+
+            # The rights start-up has not exercised yet (writing the state topic, the instances group).
+            await check_startup(config, layer.client)
             await layer.start()
             from gateway.groups.cluster_configs import ClusterGroupConfigs
 
@@ -259,6 +264,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.error("group state store does not match the configuration; not starting", error=str(e))
         print(f"groupgate: {e}", file=sys.stderr, flush=True)
         return EXIT_STATE_CORRUPT
+    except MissingRight as e:
+        # A right the gateway's principal lacks (docs/gateway.md "The rights of the gateway's principal").
+        log.error("the cluster refuses the gateway's principal a right it needs; not starting", error=str(e))
+        print(f"groupgate: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     except UpstreamAuthError as e:
         # Wrong or missing upstream credentials: a configuration error, not a crash to retry.
         log.error("upstream authentication failed; not starting", error=str(e))

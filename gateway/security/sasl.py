@@ -207,6 +207,9 @@ def principal_of(mechanism: str | None, first_message: bytes, sub_claim: str = "
 class Verdict:
     ok: bool
     reason: str = ""
+    # An error code the broker answers the refused request with (in that API's response) before it closes
+    # the connection; None: it closes without an answer.
+    answer_error: int | None = None
 
 
 _OK = Verdict(True)
@@ -257,7 +260,9 @@ class ClientSasl:
             return Verdict(False, f"api key {api_key} before SASL authentication")
         # authenticate
         if api_key != ApiKey.SASL_AUTHENTICATE:
-            return Verdict(False, f"api key {api_key} during SASL authentication")
+            # Kafka's SaslServerAuthenticator parses it and answers with the request's error response
+            # (IllegalSaslStateException: ILLEGAL_SASL_STATE), then closes.
+            return Verdict(False, f"api key {api_key} during SASL authentication", Errors.ILLEGAL_SASL_STATE)
         try:
             _, msg = codec.decode_request(ApiKey.SASL_AUTHENTICATE, version, payload)
         except Exception:  # noqa: BLE001 - an unreadable token: the connection closes, as the broker's would

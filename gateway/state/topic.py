@@ -46,6 +46,7 @@ from gateway.config.coordinator import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSA
 from gateway.logging import get_logger
 from gateway.security import credentials
 from gateway.security.oauth import AiokafkaTokenProvider, TokenSource
+from gateway.security.rights import MissingRight, principal_of
 from gateway.security.sasl import Credentials
 from gateway.state.log import Record, StateLogWriteFailed
 from gateway.state.store import DEFAULT_SHARDS, ShardFenced
@@ -345,7 +346,7 @@ class KafkaStateStore:
             log.warning("state topic", topic=self.topic, warning=w)
 
     def _topic_admin(self, admin: AIOKafkaAdminClient) -> StateTopicAdmin:
-        return StateTopicAdmin(admin, self.topic, self.load_timeout_ms)
+        return StateTopicAdmin(admin, self.topic, self.load_timeout_ms, principal_of(self.sasl))
 
     async def partitions(self) -> int | None:
         """The state topic's partition count as it is now (None: no such topic), creating nothing: for the
@@ -381,8 +382,19 @@ class KafkaStateStore:
             async with asyncio.timeout(self.load_timeout_ms / 1000):
                 # InitProducerId: bumps the epoch of the shard's transactional id (fencing every older
                 # producer of it) and completes whatever transaction an older owner left open.
-                await producer.start()
-                records = await self._read(shard)
+                try:
+                    await producer.start()
+                except kafka_errors.TransactionalIdAuthorizationFailed as e:
+                    raise MissingRight(
+                        principal_of(self.sasl), "WRITE", f"transactional id {self.transactional_id(shard)}",
+                        f"write the group state (one id per shard: a PREFIXED ACL on {self.transactional_id_prefix})",
+                    ) from e
+                try:
+                    records = await self._read(shard)
+                except kafka_errors.TopicAuthorizationFailedError as e:
+                    raise MissingRight(
+                        principal_of(self.sasl), "READ", f"topic {self.topic}", "read the group state"
+                    ) from e
         except BaseException as exc:
             await producer.stop()
             if isinstance(exc, TimeoutError):

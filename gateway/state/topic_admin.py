@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from gateway.logging import get_logger
+from gateway.security.rights import MissingRight
 from gateway.state.store import StateStoreMismatch
 
 log = get_logger("gateway.state.topic")
@@ -52,10 +53,14 @@ class TopicCheck:
 class StateTopicAdmin:
     """The admin calls on one state topic, through an admin client the caller started and closes."""
 
-    def __init__(self, admin: AIOKafkaAdminClient, topic: str, load_timeout_ms: int) -> None:
+    def __init__(self, admin: AIOKafkaAdminClient, topic: str, load_timeout_ms: int, principal: str | None = None) -> None:
         self.admin = admin
         self.topic = topic
         self.load_timeout_ms = load_timeout_ms
+        self.principal = principal  # User:<name> of the gateway, for the refusals that name a right
+
+    def _missing(self, operation: str, purpose: str) -> MissingRight:
+        return MissingRight(self.principal, operation, f"topic {self.topic}", purpose)
 
     async def ensure(self, shards: int, replication_factor: int | None, min_insync_replicas: int | None) -> TopicCheck:
         """Create the topic if missing (compacted, one partition per shard); verify it when present."""
@@ -90,12 +95,21 @@ class StateTopicAdmin:
                 err = kafka_errors.for_code(code)
                 if err is kafka_errors.NoError:
                     created = True
+                elif err in (kafka_errors.TopicAuthorizationFailedError, kafka_errors.ClusterAuthorizationFailedError):
+                    # Kafka hides a topic the principal may not DESCRIBE, so a refused creation may also be
+                    # of a topic that exists: both rights are named.
+                    raise self._missing(
+                        "CREATE", f"create the state topic with {shards} partitions, or DESCRIBE to use it if it exists"
+                    )
                 elif err is not kafka_errors.TopicAlreadyExistsError:  # created meanwhile: verify below
                     message = rest[0] if rest and isinstance(rest[0], str) else ""
                     raise StateTopicError(f"creating state topic {name} failed: {err.__name__} {message}".rstrip())
             if created:
                 log.info("state topic created", topic=self.topic, partitions=shards, replication_factor=rf,
                          min_insync_replicas=mir)
+            if not created and self.topic not in await self.admin.list_topics():
+                # It exists (TOPIC_ALREADY_EXISTS) but the listing hides it: no DESCRIBE.
+                raise self._missing("DESCRIBE", "use the state topic")
             described = await self.wait_described()
         partitions = described["partitions"]
         if len(partitions) != shards:
@@ -132,6 +146,8 @@ class StateTopicAdmin:
             err = kafka_errors.for_code(t["error_code"])
             if err is kafka_errors.UnknownTopicOrPartitionError:
                 return None
+            if err is kafka_errors.TopicAuthorizationFailedError:
+                raise self._missing("DESCRIBE", "use the state topic")
             if err is not kafka_errors.NoError:
                 raise StateTopicError(f"describing state topic {self.topic} failed: {err.__name__}")
             return t  # type: ignore[no-any-return]
@@ -160,6 +176,8 @@ class StateTopicAdmin:
                     err = kafka_errors.for_code(code)
                     if err is kafka_errors.UnknownTopicOrPartitionError and time.monotonic() < deadline:
                         unknown = True
+                    elif err is kafka_errors.TopicAuthorizationFailedError:
+                        raise self._missing("DESCRIBE_CONFIGS", "check the state topic's configuration")
                     elif err is not kafka_errors.NoError:
                         raise StateTopicError(
                             f"describing the configs of {self.topic} failed: {err.__name__} {message or ''}".rstrip()

@@ -44,8 +44,9 @@ async def started(*acls: AclBinding, read: bool = True, **config: Any) -> GroupL
     gw.config = gw.config.model_copy(update={"authorization": "on", "super_users": ["User:admin"], **config})
     settings = CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0})
     layer = layer_on(gw, settings)
-    # The cluster refuses to list its ACLs (CLUSTER_AUTHORIZATION_FAILED): every read fails, quickly.
-    layer.acls.client = _StubAcls(error_code=31)  # type: ignore[assignment]
+    # The cluster fails to list its ACLs (UNKNOWN_SERVER_ERROR): every read fails, quickly. (A refusal,
+    # CLUSTER_AUTHORIZATION_FAILED, stops the start: test_a_principal_without_describe_on_the_cluster_does_not_start.)
+    layer.acls.client = _StubAcls(error_code=-1)  # type: ignore[assignment]
     await layer.start()
     if read:
         layer.acls.snapshot = AclSnapshot.of(acls, super_users={"User:admin"})
@@ -77,6 +78,21 @@ async def test_without_a_snapshot_everything_is_refused() -> None:
             f = await call(layer, ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest[3](key="g", key_type=0), conn)
             assert f.error_code == GROUP_AUTHORIZATION_FAILED and f.node_id == -1
         assert layer.acls.reads == 0 and layer.acls.last_error
+    finally:
+        await layer.stop()
+
+
+async def test_a_principal_without_describe_on_the_cluster_does_not_start() -> None:
+    """DescribeAcls refused (CLUSTER_AUTHORIZATION_FAILED) at start: serve exits 2 naming the right."""
+    from gateway.security.rights import MissingRight
+
+    gw = StubGateway()
+    gw.config = gw.config.model_copy(update={"authorization": "on"})
+    layer = layer_on(gw, CoordinatorSettings.model_validate({"initial_rebalance_delay_ms": 0, "upstream_check_s": 0}))
+    layer.acls.client = _StubAcls(error_code=31)  # type: ignore[assignment]
+    try:
+        with pytest.raises(MissingRight, match="lacks DESCRIBE on the cluster"):
+            await layer.start()
     finally:
         await layer.stop()
 

@@ -69,6 +69,33 @@ def test_only_api_versions_and_handshake_before_authentication() -> None:
     assert not ClientSasl().on_request(JOIN_GROUP, 9, b"", 0).ok
 
 
+def test_a_request_during_authentication_is_answered_illegal_sasl_state() -> None:
+    """Before authentication the broker closes without an answer; after a SaslHandshake it answers the
+    request's error response with ILLEGAL_SASL_STATE, then closes (gateway/net/connection_sasl.py)."""
+    from coordinator.errors import Errors
+    from gateway.net.connection_sasl import error_answer
+
+    assert ClientSasl().on_request(METADATA, 12, b"", 0).answer_error is None
+    s = ClientSasl()
+    assert handshake(s, "PLAIN")
+    verdict = s.on_request(JOIN_GROUP, 5, b"", 0)
+    assert not verdict.ok and verdict.answer_error == Errors.ILLEGAL_SASL_STATE
+    jg = codec.REQUESTS[JOIN_GROUP][5](group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                       member_id="", group_instance_id=None, protocol_type="consumer", protocols=[])
+    jg.with_header(correlation_id=9, client_id="t")
+    frame = bytes(jg.encode(version=5, header=True, framed=True))
+    body = codec.decode_response(JOIN_GROUP, 5, error_answer(JOIN_GROUP, 5, frame, 34) or b"")[1]
+    assert body.error_code == 34
+    mcls = codec.REQUESTS[METADATA]
+    md = mcls[12](topics=[mcls.MetadataRequestTopic(topic_id=None, name="t")], allow_auto_topic_creation=False,
+                  include_topic_authorized_operations=False)
+    md.with_header(correlation_id=9, client_id="t")
+    frame = bytes(md.encode(version=12, header=True, framed=True))
+    body = codec.decode_response(METADATA, 12, error_answer(METADATA, 12, frame, 34) or b"")[1]
+    assert [(t.name, t.error_code, t.partitions) for t in body.topics] == [("t", 34, [])]
+    assert error_answer(METADATA, 12, frame[:10], 34) is None  # undecodable: closed unanswered
+
+
 def test_plain_exchange_authenticates_and_records_the_principal() -> None:
     s = ClientSasl()
     handshake_ok(s, "PLAIN")
