@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from gateway.ops.embedded_kafka import READY_TIMEOUT_S, EmbeddedKafka, free_port, new_cluster_id
+from gateway.ops.embedded_kafka import READY_TIMEOUT_S, EmbeddedKafka, free_ports, new_cluster_id
 
 NODES = 3
 HEAP = "384m"
@@ -70,14 +70,17 @@ class KafkaCluster:
         self.base_dir = Path(tempfile.mkdtemp(prefix="groupgate-kafka3-"))
         cluster_id = new_cluster_id()
         ids = list(range(1, self.nodes + 1))
-        controller_ports = {n: free_port() for n in ids}
+        # Every node's client and controller ports, distinct (a node refuses two listeners on one port).
+        ports = free_ports(2 * len(ids))
+        controller_ports = {n: ports[2 * i] for i, n in enumerate(ids)}
+        client_ports = {n: ports[2 * i + 1] for i, n in enumerate(ids)}
         voters = ",".join(f"{n}@127.0.0.1:{controller_ports[n]}" for n in ids)
         for n in ids:
             cfg = dict(CLUSTER_CONFIG)
             cfg.update(self.overrides)
             cfg.update({"node.id": str(n), "controller.quorum.voters": voters})
             self.brokers[n] = EmbeddedKafka(
-                port=free_port(),
+                port=client_ports[n],
                 controller_port=controller_ports[n],
                 data_dir=self.base_dir / f"node-{n}",
                 overrides=cfg,

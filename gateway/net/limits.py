@@ -22,12 +22,30 @@ sweep and on the rare transitions of the budget.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import resource
 import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.logging import get_logger
+
+# A connection closed with this much of a request frame unread gives the memory back to the OS (glibc's
+# malloc_trim), a moment after the close so that a burst of closes trims once.
+TRIM_FROM_BYTES = 1 << 20
+TRIM_DELAY_S = 0.5
+
+
+def _libc_malloc_trim() -> Any:
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(None)
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 
 if TYPE_CHECKING:
     from gateway.config.settings import GatewayConfig
@@ -95,6 +113,7 @@ class ConnectionLimits:
         budget = config.queued_max_request_bytes
         self.budget: int | None = budget if budget > 0 else None
         self.reserved = 0  # bytes reserved by request frames being read, all connections together
+        self._trim_pending = False
         self.exhausted = False
         self.muted: set[ClientSide] = set()
         idle = config.connections_max_idle_ms
@@ -166,11 +185,34 @@ class ConnectionLimits:
             self._mute()
 
     def release(self, conn: ClientSide) -> None:
-        """At close: give back the connection's reservation and forget it."""
+        """At close: give back the connection's reservation and forget it. A large request abandoned half
+        read also gives its memory back to the OS, not only to the allocator (``_trim_soon``)."""
         self.muted.discard(conn)
         if conn.reserved:
+            if conn.reserved >= TRIM_FROM_BYTES:
+                self._trim_soon()
             delta, conn.reserved = -conn.reserved, 0
             self.reserve(conn, delta)
+
+    def _trim_soon(self) -> None:
+        """Return the allocator's free memory to the OS a moment from now, once for every close in between.
+        glibc raises its mmap threshold to the size of large buffers it has freed, so later large frames
+        come from the heap; freed, they stay in the process (RSS) until malloc_trim hands the free pages
+        back. A frame read in full is freed and reused as usual; only abandoned ones trigger this."""
+        if self._trim_pending or _malloc_trim is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._trim_pending = True
+
+        def trim() -> None:
+            self._trim_pending = False
+            assert _malloc_trim is not None
+            _malloc_trim(0)
+
+        loop.call_later(TRIM_DELAY_S, trim)
 
     def _mute(self) -> None:
         self.exhausted = True

@@ -26,9 +26,20 @@ READY_TIMEOUT_S = 90.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports free right now: all bound at once, so the OS cannot hand one out twice (ports
+    taken one at a time, each released before the next is asked for, can repeat)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def java_binary() -> str:
@@ -218,14 +229,19 @@ class EmbeddedKafka:
             self.data_dir = Path(tempfile.mkdtemp(prefix="groupgate-kafka-"))
             self._own_dir = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port(self.host)
-        self.controller_port = self.controller_port or free_port(self.host)
+        # The ports not given, taken together so that no two listeners are handed the same one.
+        wanted = ["port", "controller_port"]
         if self.tls is not None:
-            self.ssl_port = self.ssl_port or free_port(self.host)
+            wanted.append("ssl_port")
         if self.sasl is not None:
-            self.sasl_port = self.sasl_port or free_port(self.host)
+            wanted.append("sasl_port")
             if self.tls is not None:
-                self.sasl_ssl_port = self.sasl_ssl_port or free_port(self.host)
+                wanted.append("sasl_ssl_port")
+        missing = [name for name in wanted if not getattr(self, name)]
+        taken = {getattr(self, name) for name in wanted} - {0}
+        fresh = [p for p in free_ports(len(missing) + len(taken), self.host) if p not in taken]
+        for name, port in zip(missing, fresh, strict=False):
+            setattr(self, name, port)
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self._config().items()))
         java = java_binary()
