@@ -17,15 +17,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 import pytest
 
 from compat_tests.harness.admin import create_topic
-from compat_tests.harness.brokers import ProcessBackend, free_port_block
-from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.gateway_proc import GatewayProcess, configured_gateway
 
 pytestmark = pytest.mark.kafka
 
@@ -44,20 +43,8 @@ TP = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def translate_gateway(kafka: ProcessBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("gw-translate")
-    config = root / "gateway.toml"
-    config.write_text("[coordinator]\n" + CONFIG)
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=root,
-        extra_args=["--config", str(config), "--state-dir", str(Path(root) / "state")],
-    )
-    gw.start()
-    try:
+    with configured_gateway(kafka.bootstrap, tmp_path_factory.mktemp("gw-translate"), "[coordinator]\n" + CONFIG) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @dataclass

@@ -28,8 +28,8 @@ import confluent_kafka
 import pytest
 
 from compat_tests.harness.admin import admin, create_topic, delete_topic, wait_for_leaders
-from compat_tests.harness.brokers import ProcessBackend, free_port_block
-from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.brokers import ProcessBackend
+from compat_tests.harness.gateway_proc import GatewayProcess, configured_gateway
 from compat_tests.harness.java import PartitionsAssigned, PartitionsRevoked, verifiable_consumer
 
 pytestmark = pytest.mark.kafka
@@ -47,20 +47,8 @@ TP = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def strategies_gateway(kafka: ProcessBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("gw-strategies")
-    config = root / "gateway.toml"
-    config.write_text("[coordinator]\n" + CONFIG)
-    gw = GatewayProcess(
-        upstream=kafka.bootstrap,
-        listen_port=free_port_block(3),
-        log_dir=root,
-        extra_args=["--config", str(config), "--state-dir", str(Path(root) / "state")],
-    )
-    gw.start()
-    try:
+    with configured_gateway(kafka.bootstrap, tmp_path_factory.mktemp("gw-strategies"), "[coordinator]\n" + CONFIG) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @dataclass
