@@ -21,6 +21,9 @@ from gateway.state.store import StateStoreMismatch
 
 log = get_logger("gateway.state.topic")
 
+# How long a state topic another instance just created may stay out of this broker's listing.
+LISTING_WAIT_S = 5.0
+
 
 class StateTopicError(Exception):
     """The state topic cannot be used as configured (missing rights, creation refused, ...)."""
@@ -107,8 +110,8 @@ class StateTopicAdmin:
             if created:
                 log.info("state topic created", topic=self.topic, partitions=shards, replication_factor=rf,
                          min_insync_replicas=mir)
-            if not created and self.topic not in await self.admin.list_topics():
-                # It exists (TOPIC_ALREADY_EXISTS) but the listing hides it: no DESCRIBE.
+            if not created and not await self._listed_soon():
+                # It exists (TOPIC_ALREADY_EXISTS) but the listing keeps hiding it: no DESCRIBE.
                 raise self._missing("DESCRIBE", "use the state topic")
             described = await self.wait_described()
         partitions = described["partitions"]
@@ -136,6 +139,18 @@ class StateTopicAdmin:
         if (configs.get("unclean.leader.election.enable") or "").lower() == "true":
             warnings.append("unclean.leader.election.enable=true: a lagging replica made leader loses acknowledged state")
         return TopicCheck(created, len(partitions), actual_rf, policy, actual_mir, tuple(warnings))
+
+    async def _listed_soon(self) -> bool:
+        """Whether the topic shows in the cluster's listing within a few seconds. Another instance may have
+        created it a moment ago (TOPIC_ALREADY_EXISTS here) before the broker asked has its metadata; a
+        topic the principal may not DESCRIBE never shows."""
+        deadline = time.monotonic() + LISTING_WAIT_S
+        while True:
+            if self.topic in await self.admin.list_topics():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
 
     async def describe(self) -> dict[str, Any] | None:
         # Metadata for a named topic may create it when the cluster has auto.create.topics.enable (with
