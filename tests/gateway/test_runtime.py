@@ -413,3 +413,25 @@ async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() ->
     finally:
         flowing.set()
         await runtime.stop()
+
+
+@pytest.mark.timeout(60)  # before the fix the join never settled: fail in a minute, not the suite's five
+def test_a_group_is_served_on_uvloop_where_timers_are_rearmed_and_cancelled(tmp_path: Path) -> None:
+    """uvloop's timer handles are not asyncio's class: a join, a sync and heartbeats re-arm and cancel the
+    member's timers on them (a JoinGroup once answered UNKNOWN_SERVER_ERROR on uvloop)."""
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed")
+
+    async def scenario() -> None:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        layer = await started(state_dir=str(tmp_path / "state"))
+        try:
+            member_id, generation = await member(layer, "g-uv")
+            for _ in range(3):
+                h = await call(layer, ApiKey.HEARTBEAT, 1, HeartbeatRequest[1](
+                    group_id="g-uv", generation_id=generation, member_id=member_id))
+                assert h.error_code == 0
+        finally:
+            await layer.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
