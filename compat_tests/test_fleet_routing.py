@@ -103,7 +103,10 @@ class Fleet:
         self.brokers = sorted(cluster.brokers)
         self.gateways = [
             GatewayProcess(
-                upstream=cluster.bootstrap, extra_args=["--config", str(config), "--state-store", "kafka"],
+                upstream=cluster.bootstrap,
+                # Each instance's rebalance events beside its log: a failed wait shows what the groups did.
+                extra_args=["--config", str(config), "--state-store", "kafka",
+                            "--rebalance-events", str(work / f"gw{i}" / "rebalances.jsonl")],
                 listen_port=port, log_dir=work / f"gw{i}",
             )
             for i, port in enumerate(_spread_ports(self.brokers))
@@ -124,16 +127,24 @@ class Fleet:
             list(pool.map(lambda gw: gw.stop(), self.gateways))
 
     def tails(self) -> str:
-        return "\n".join(f"--- {gw.log_path}\n{gw.tail(30)}" for gw in self.gateways)
+        parts = []
+        for gw in self.gateways:
+            parts.append(f"--- {gw.log_path}\n{gw.tail(30)}")
+            events = gw.log_path.parent / "rebalances.jsonl"
+            if events.exists():
+                parts.append(f"--- {events}\n" + "\n".join(events.read_text(errors="replace").splitlines()[-20:]))
+        return "\n".join(parts)
 
 
-def _wait(what: str, predicate: Callable[[], bool], timeout_s: float, fleet: Fleet) -> None:
+def _wait(what: str, predicate: Callable[[], bool], timeout_s: float, fleet: Fleet,
+          detail: Callable[[], str] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s}s: {what}\n{fleet.tails()}")
+    seen = f"\n{detail()}" if detail is not None else ""
+    raise AssertionError(f"not within {timeout_s}s: {what}{seen}\n{fleet.tails()}")
 
 
 def _table(address: str) -> dict[int, str]:
@@ -179,6 +190,20 @@ def test_every_instance_answers_one_node_table_spread_by_the_routing(fleet: Flee
     assert [_table(b) for b in fleet.bootstraps] == tables
 
 
+def _leaders(address: str, topic: str) -> dict[int, int]:
+    """The leader of each of ``topic``'s partitions (a partition without a leader yet is left out)."""
+    return {p.partition_index: p.leader_id for t in _topic_metadata(address, topic) for p in t.partitions
+            if p.leader_id >= 0}
+
+
+def _clients(log: EventLog, java: JavaTool | None) -> str:
+    """What the clients reported: their last ownership events and the Java consumer's output."""
+    lines = [f"ownership events (last 12 of {len(log.ownership)}):", *map(str, log.ownership[-12:])]
+    if java is not None:
+        lines += ["--- java consumer", java.tail()]
+    return "\n".join(lines)
+
+
 def _consumed(log: EventLog) -> set[bytes]:
     return {r.value for r in log.records}
 
@@ -197,7 +222,10 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
 
     with RoundRobinProxy(fleet.bootstraps) as lb:
         # The partitions' leaders are brokers carried by different instances: the data is spread.
-        leaders = {p.leader_id for t in _topic_metadata(lb.address, topic) for p in t.partitions}
+        # (A topic created a moment ago may not be in every broker's metadata yet: asked until it is.)
+        _wait("the new topic's three partitions led in the metadata",
+              lambda: len(_leaders(lb.address, topic)) == 3, 30, fleet)
+        leaders = set(_leaders(lb.address, topic).values())
         carriers = {routes(fleet.brokers, fleet.bootstraps)[n] for n in leaders}
         assert len(carriers) > 1, (leaders, carriers)
         # One group of three client families (the classic protocol's range assignor is common to all),
@@ -212,7 +240,10 @@ def test_consumers_behind_a_round_robin_balancer_and_with_a_bootstrap_list_consu
                                        log_dir=tmp_path).start()
             for c in consumers:
                 c.start()
-            _wait("the three members hold a partition each", lambda: seen().settled(topic, 3, names), 60, fleet)
+            # Three client families joining one classic group one after another: each join is a rebalance
+            # the others must rejoin, so a loaded machine needs more than a minute at times.
+            _wait("the three members hold a partition each", lambda: seen().settled(topic, 3, names), 120, fleet,
+                  detail=lambda: _clients(seen(), java))
             produced = produce_confluent(lb.address, topic, values("lb", 60))
             _wait("the group behind the balancer consumed every record", lambda: seen().covers(produced), 60, fleet)
             assert java.alive(), java.tail()
