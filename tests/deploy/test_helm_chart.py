@@ -212,6 +212,10 @@ def test_whole_numbers_stay_integers_and_fractions_floats(tmp_path: Path) -> Non
         (["security.listener.protocol=SSL"], "needs security.listener.tls.secretName"),
         (["config.gateway.upstream=elsewhere:9092"], "config.gateway.upstream is set by the chart from upstream"),
         (["config.coordinator.state_dir=/x"], "config.coordinator.state_dir is set by the chart from stateStore"),
+        # values.schema.json: a misspelt or misplaced value is an error, not ignored.
+        (["replicas=3"], "additional properties 'replicas' not allowed"),
+        (["listener.maxBrokers=0"], "/listener/maxBrokers"),
+        (["security.upstream.sasl.mechanism=GSSAPI"], "/security/upstream/sasl/mechanism"),
     ],
 )
 def test_combinations_the_gateway_would_refuse_fail_at_render_time(settings: list[str], message: str) -> None:
