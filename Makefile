@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit kafka image clean loadgen
+.PHONY: run test lint typecheck unit kafka image clean loadgen chart-tools chart-check
 
 # The package version: the gateway image's tag, the one groupgate.testing.containers defaults to.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -31,16 +31,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy coordinator translate
 
-test: $(STAMP) kafka lint typecheck
+test: $(STAMP) kafka chart-tools lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 # The gateway image of this version (docker/Dockerfile), tagged groupgate:$(VERSION) and groupgate:latest.
 image:
 	docker build -f docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
+# What validates the Helm chart (deploy/helm/groupgate), into .tools/ (git-ignored): helm and kubeconform
+# built from the Go module proxy, the Kubernetes JSON schemas from PyPI (kubernetes-validate), the
+# ServiceMonitor/PodMonitor schemas from prometheus-operator's Go module (deploy/chart_check.py).
+# tests/deploy runs them; chart-check alone lints, renders every variant and validates it, offline.
+chart-tools: $(STAMP)
+	$(BIN)/python deploy/chart_check.py tools
+
+chart-check: chart-tools
+	$(BIN)/python deploy/chart_check.py check
+
 # The coordinator load generator (bench/coordinator_scale.py runs it): Go, modules from the Go module proxy.
 loadgen:
 	cd bench/loadgen && go build -o bin/loadgen .
 
 clean:
-	rm -rf $(VENV) build *.egg-info bench/loadgen/bin
+	rm -rf $(VENV) build *.egg-info bench/loadgen/bin .tools
