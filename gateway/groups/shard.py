@@ -207,7 +207,7 @@ class Shard:
         def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
             return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
 
-        apply_timer_changes(self.timers, result.timers, arm, asyncio.TimerHandle.cancel)
+        apply_timer_changes(self.timers, result.timers, arm, _cancel)
 
     async def release(self, result: Outcome) -> None:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
@@ -598,3 +598,8 @@ class Shard:
         self.drop_memory()
         self.service = self.ctx.new_service()  # the old one's memory goes now, not at the next load
         self.calls = self.ctx.calls_for(self.service, self.index)
+
+
+def _cancel(handle: asyncio.TimerHandle) -> None:
+    """``handle.cancel()``: uvloop's handles are not asyncio.TimerHandle, so never its unbound method."""
+    handle.cancel()
