@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,6 +32,7 @@ LATEST = -1  # ListOffsets timestamp: the log end offset
 # Groups named in one OffsetFetch (v8+ batches groups that share a coordinator).
 _GROUPS_PER_FETCH = 200
 _TOPICS_PER_METADATA = 1000
+_NO_ID = uuid.UUID(int=0)  # Metadata v10+: topics asked for by name
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,7 +201,8 @@ class LagWatch:
         for i in range(0, len(topics), _TOPICS_PER_METADATA):
             names = topics[i:i + _TOPICS_PER_METADATA]
             req = req_cls[version](
-                topics=[req_cls.MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=False
+                topics=[req_cls.MetadataRequestTopic(topic_id=_NO_ID, name=n) for n in names],
+                allow_auto_topic_creation=False,
             )
             r: Any = await client.send_any(ApiKey.METADATA, version, req)
             for t in r.topics:
