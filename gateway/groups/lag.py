@@ -17,7 +17,7 @@ import dataclasses
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from gateway.logging import get_logger
@@ -68,11 +68,15 @@ class LagWatch:
         self.snapshot = EMPTY
         self.refreshes = 0
         self.failures = 0
+        # Told of each new snapshot (gateway/ops/health.py writes its families out then, off the scrape).
+        self.on_snapshot: Callable[[LagSnapshot], Awaitable[None]] | None = None
 
     async def run_forever(self) -> None:
         while True:
             try:
-                await self.refresh()
+                snapshot = await self.refresh()
+                if self.on_snapshot is not None:
+                    await self.on_snapshot(snapshot)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the next round tries again; the old snapshot stays

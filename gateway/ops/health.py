@@ -10,9 +10,10 @@ waits on the cluster. ``generate_latest`` writes the text format.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -123,10 +124,17 @@ class LagView(Protocol):
     @property
     def failures(self) -> int: ...
 
+    on_snapshot: Callable[[LagSnapshot], Awaitable[None]] | None  # told of every new snapshot
+
 
 class Health:
     """Liveness, readiness and the metrics of one gateway process (and its group layer, if any), read
-    through the narrow views above: nothing here changes the gateway or the groups."""
+    through the narrow views above: nothing here changes the gateway or the groups.
+
+    A scrape is ``generate_latest`` of the live registry, followed by the text of the lag families as
+    ``generate_latest`` wrote it for the watch's latest snapshot. That text changes only when the snapshot
+    does, so it is written once per snapshot (on a worker thread, as soon as the watch hands a new one
+    over: ``on_lag_snapshot``), not once per scrape: with 10,000 groups it is most of a scrape's samples."""
 
     def __init__(self, gw: GatewayView, layer: GroupsView | None = None) -> None:
         self.gw = gw
@@ -134,10 +142,15 @@ class Health:
         self.started_at = time.time()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(GatewayCollector(self))
+        self._scan: GroupScan | None = None
+        self._lag: LagView | None = None
+        self._lag_text: tuple[object, bytes] | None = None  # (snapshot, its families' text)
         if layer is not None:
-            self.registry.register(GroupsCollector(layer))
-            lag = getattr(layer, "lag", None)
-            self.registry.register(LagCollector(layer, lag))
+            self.registry.register(GroupsCollector(self, layer))
+            self._lag = getattr(layer, "lag", None)
+            self.registry.register(MembersCollector(self, self._lag))
+            if self._lag is not None:
+                self._lag.on_snapshot = self.on_lag_snapshot
 
     def not_ready(self) -> list[str]:
         """Why the gateway does not serve yet (empty: ready)."""
@@ -155,13 +168,53 @@ class Health:
                 reasons.append("topic metadata not fetched yet")
         return reasons
 
+    def group_scan(self) -> GroupScan:
+        """The managed groups, scanned once per scrape (every collector of one scrape shares it)."""
+        if self._scan is None:
+            assert self.layer is not None
+            self._scan = GroupScan(self.layer)
+        return self._scan
+
     def render(self) -> bytes:
         """One scrape, in the Prometheus text format."""
-        return generate_latest(self.registry)
+        self._scan = None
+        try:
+            return generate_latest(self.registry) + self.lag_text()
+        finally:
+            self._scan = None
+
+    def lag_text(self) -> bytes:
+        """The lag families of the watch's latest snapshot that has been written out (written here when
+        none has been yet)."""
+        if self.layer is None:
+            return b""
+        cached = self._lag_text
+        if cached is None:
+            snapshot = self._lag.snapshot if self._lag is not None else None
+            cached = self._lag_text = (snapshot, _render_lag(snapshot))
+        return cached[1]
+
+    async def on_lag_snapshot(self, snapshot: LagSnapshot) -> None:
+        """A new lag snapshot: write its families out on a worker thread; scrapes meanwhile serve the
+        previous one's (with its timestamp)."""
+        text = await asyncio.to_thread(_render_lag, snapshot)
+        self._lag_text = (snapshot, text)
 
     def families(self) -> list[Metric]:
-        """Every family this registry exports now (for checks of what dashboards reference)."""
-        return list(self.registry.collect())
+        """Every family a scrape exports now (for checks of what dashboards reference)."""
+        self._scan = None
+        try:
+            live = list(self.registry.collect())
+        finally:
+            self._scan = None
+        snapshot = self._lag.snapshot if self._lag is not None else None
+        return live + (list(LagCollector(snapshot).collect()) if self.layer is not None else [])
+
+
+def _render_lag(snapshot: LagSnapshot | None) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LagCollector(snapshot))
+    return generate_latest(registry)
 
 
 class GatewayCollector(Collector):
@@ -312,14 +365,15 @@ class GroupsCollector(Collector):
     """The group layer: groups, members, rebalances, conversions, the state log, shards; and Kafka's
     group-coordinator metrics under their own names (docs/operations.md, "Kafka's metric names")."""
 
-    def __init__(self, layer: GroupsView) -> None:
+    def __init__(self, health: Health, layer: GroupsView) -> None:
+        self.health = health
         self.layer = layer
 
     def collect(self) -> Iterator[Metric]:
         p = PREFIX
         layer = self.layer
         stats = layer.stats
-        scan = GroupScan(layer)
+        scan = self.health.group_scan()
         yield gauge(
             p + "groups", "Managed groups by type (classic, consumer) and state", labels=("type", "state"),
             samples=sorted(
@@ -450,12 +504,12 @@ class GroupsCollector(Collector):
         )
 
 
-class LagCollector(Collector):
-    """kafka_exporter's consumer group families (names and labels), right for KIP-848 groups: members are
-    the gateway's own count, lag the background watch's last snapshot (gateway/groups/lag.py)."""
+class MembersCollector(Collector):
+    """kafka_exporter's member count per group, right for KIP-848 groups (the gateway's own count, live),
+    and the lag watch's failures."""
 
-    def __init__(self, layer: GroupsView, lag: LagView | None) -> None:
-        self.layer = layer
+    def __init__(self, health: Health, lag: LagView | None) -> None:
+        self.health = health
         self.lag = lag
 
     def collect(self) -> Iterator[Metric]:
@@ -463,9 +517,23 @@ class LagCollector(Collector):
             "kafka_consumergroup_members", "Members of a managed consumer group (classic or consumer protocol)",
             labels=["consumergroup"],
         )
-        for gid, n in sorted(GroupScan(self.layer).members_of.items()):
+        for gid, n in sorted(self.health.group_scan().members_of.items()):
             members.add_metric([gid], n)
         yield members
+        yield counter(
+            PREFIX + "lag_refresh_failures_total", "Consumer lag refreshes that failed (the previous values stay)",
+            self.lag.failures if self.lag is not None else 0,
+        )
+
+
+class LagCollector(Collector):
+    """kafka_exporter's lag and offset families (names and labels) of one lag snapshot
+    (gateway/groups/lag.py), and when it was taken."""
+
+    def __init__(self, snapshot: LagSnapshot | None) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
         current = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", "Committed offset of a managed group on a partition",
             labels=["consumergroup", "topic", "partition"],
@@ -481,8 +549,7 @@ class LagCollector(Collector):
         lag_sum = GaugeMetricFamily(
             "kafka_consumergroup_lag_sum", "Lag of a managed group, summed per topic", labels=["consumergroup", "topic"],
         )
-        watch = self.lag
-        snapshot = watch.snapshot if watch is not None else None
+        snapshot = self.snapshot
         if snapshot is not None:
             for gid, rows in snapshot.groups.items():
                 offsets: dict[str, int] = {}
@@ -506,12 +573,8 @@ class LagCollector(Collector):
             snapshot.taken_at if snapshot is not None else 0,
         )
         yield gauge(
-            PREFIX + "lag_refresh_duration_seconds", "How long the last consumer lag refresh took",
+            PREFIX + "lag_refresh_duration_seconds", "How long the refresh of the consumer lag above took",
             snapshot.took_s if snapshot is not None else 0,
-        )
-        yield counter(
-            PREFIX + "lag_refresh_failures_total", "Consumer lag refreshes that failed (the previous values stay)",
-            watch.failures if watch is not None else 0,
         )
 
 
