@@ -22,9 +22,11 @@ import confluent_kafka
 import pytest
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
+from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import ProcessBackend, free_port_block
 from compat_tests.harness.clients import produce_confluent, values
 from compat_tests.harness.gateway_proc import GatewayProcess
+from compat_tests.harness.names import unique
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
 from gateway.wire.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from tests.gateway import _exposition
@@ -248,3 +250,38 @@ def test_every_family_against_a_running_gateway(
     # Members leave: the count follows at once; the committed offsets (and so the lag) stay.
     after = _wait(gw, "the members gone", lambda m: _samples(m["kafka_consumergroup_members"]).get((kip848,)) == 0)
     assert after["kafka_consumergroup_lag"].value(consumergroup=kip848, topic=topic, partition="0") == ends[0] - COMMITTED
+
+
+def test_per_instance_families_of_two_instances_sharing_the_shards(kafka: ProcessBackend, tmp_path: Path) -> None:
+    """Two instances split the shards: each reports the shards it owns and the same instances group
+    generation; a group's members are reported by the instance that serves it only; when one instance
+    leaves, the other's generation moves on and it owns every shard."""
+    from compat_tests.test_fleet_membership import SHARDS, Fleet, _group_on, _split
+    from compat_tests.test_fleet_membership import _wait as fleet_wait
+
+    fleet = Fleet(kafka, tmp_path)
+    try:
+        a, b = _split(fleet)
+        topic = create_topic(kafka.bootstrap, unique("metrics-fleet"), PARTITIONS)
+        group = _group_on(fleet.owned(a), "metrics-fleet")
+        (coordinator,) = find_coordinator_endpoints(a.bootstrap, group, 3)
+        hb = roundtrip(coordinator.address, ConsumerGroupHeartbeatRequest[1](
+            group_id=group, member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[topic], server_assignor=None, topic_partitions=[],
+        ), ConsumerGroupHeartbeatResponse, 1)
+        assert hb.error_code == 0, hb
+
+        ma, mb = _scrape(a), _scrape(b)
+        generation = ma["groupgate_instances_group_generation"].value()
+        assert generation >= 1 and mb["groupgate_instances_group_generation"].value() == generation
+        assert ma["groupgate_state_shards_owned"].value() == len(fleet.owned(a)) == SHARDS // 2
+        assert mb["groupgate_state_shards_owned"].value() == len(fleet.owned(b)) == SHARDS // 2
+        assert _samples(ma["kafka_consumergroup_members"]).get((group,)) == 1
+        assert (group,) not in _samples(mb["kafka_consumergroup_members"])
+
+        b.stop()
+        fleet_wait("the remaining instance serves every shard", lambda: len(fleet.owned(a)) == SHARDS, 60, fleet)
+        after = _wait(a, "a new generation", lambda m: m["groupgate_instances_group_generation"].value() > generation)
+        assert after["groupgate_state_shards_owned"].value() == SHARDS
+    finally:
+        fleet.stop()
