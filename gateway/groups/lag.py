@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
-from gateway.net.upstream_client import UpstreamClient
+from gateway.net.upstream_client import COORDINATOR_MOVED, UpstreamClient
 from gateway.wire import codec
 from gateway.wire.api_keys import ApiKey
 
@@ -152,8 +152,8 @@ class LagWatch:
                 for g in r.groups:
                     if g.error_code == 0:
                         out[g.group_id] = _offsets(g.topics)
-                    else:
-                        client.forget_coordinator(g.group_id)  # moved: looked up again next round
+                    elif g.error_code in COORDINATOR_MOVED:
+                        client.forget_coordinator(g.group_id)  # looked up again next round
         return out
 
     # --- log end offsets -------------------------------------------------------------------------------
