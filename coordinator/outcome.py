@@ -71,6 +71,18 @@ class GroupConverted:
 
 
 @dataclass(frozen=True, slots=True)
+class ConversionRefused:
+    """A group with members could not change type: nothing changed, the joining member was answered with
+    an error. ``reason`` is a short stable word (policy, protocol_type, group_max_size, member_metadata,
+    assignment_userdata) for counting; the client's error message says more."""
+
+    group_id: str
+    from_type: str
+    to_type: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class StrategyFallback:
     """A translated classic group's common protocol is a strategy the server cannot compute (a custom
     client-side assignor): the server assignor ``assignor`` assigns it instead, for ``reason``."""
@@ -81,7 +93,7 @@ class StrategyFallback:
     reason: str
 
 
-Change = MemberRemoved | RebalanceStarted | GroupConverted | StrategyFallback
+Change = MemberRemoved | RebalanceStarted | GroupConverted | ConversionRefused | StrategyFallback
 
 
 @dataclass(slots=True)
@@ -111,6 +123,6 @@ class Outcome(Generic[R]):
 
 
 __all__ = [
-    "Change", "GroupConverted", "MemberRemoved", "Outcome", "RebalanceStarted", "Reply", "RequestKey",
+    "Change", "ConversionRefused", "GroupConverted", "MemberRemoved", "Outcome", "RebalanceStarted", "Reply", "RequestKey",
     "StrategyFallback",
 ]

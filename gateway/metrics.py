@@ -1,5 +1,5 @@
-"""The gateway's counters, bumped on the request paths; gateway/ops/health.py renders them, with the
-gauges it computes at scrape time, as the Prometheus text that ``GET /metrics`` serves.
+"""The gateway's counters, bumped on the request paths; gateway/ops/health.py's collectors read them, with
+the gauges they compute at scrape time, into the prometheus_client registry that ``GET /metrics`` serves.
 
 The request paths only increment: a plain int attribute or ``dict[int, int]`` keyed by api key, no
 locks (one event loop), no label strings. Names, labels and escaping are produced when a scrape renders
@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from coordinator.outcome import ConversionRefused, GroupConverted
 from coordinator.records import Record as ConsumerRecord
 from coordinator.records import RecordType
 from gateway.wire import codec
@@ -25,6 +26,12 @@ PREFIX = "groupgate_"
 LATENCY_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0
 )
+# One request handled by a shard's group service (Kafka's event-processing-time): microseconds to a
+# large group's assignment.
+EVENT_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# One write of a shard's appended records made durable (Kafka's batch-flush-time): an fsync of a local
+# log, or a transactional commit on the state topic.
+FLUSH_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 Labels = tuple[tuple[str, str], ...]
 API_SLOTS = max(codec.REQUESTS) + 1
@@ -106,10 +113,18 @@ class GatewayMetrics:
 class GroupStats:
     """What the group layer counts from its results: rebalances, members expired by timers."""
 
-    __slots__ = ("_classic_generation", "_consumer_epoch", "expired", "rebalances", "timers_fired")
+    __slots__ = (
+        "_classic_generation", "_consumer_epoch", "conversions", "conversions_refused", "event_time", "expired",
+        "flush_time", "rebalances", "timers_fired",
+    )
 
     def __init__(self) -> None:
         self.rebalances = {"classic": 0, "consumer": 0}
+        # Online conversions of groups with members, by (from type, to type); refused ones by (from, to, reason).
+        self.conversions = {("classic", "consumer"): 0, ("consumer", "classic"): 0}
+        self.conversions_refused: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self.event_time = Histogram(EVENT_BUCKETS_S)  # a request through a shard's group service
+        self.flush_time = Histogram(FLUSH_BUCKETS_S)  # a shard's appended records made durable
         self.expired = {"classic": 0, "consumer": 0}  # members removed by a timer, by group type
         self.timers_fired: defaultdict[str, int] = defaultdict(int)  # timer kind -> fired
         self._classic_generation: dict[str, int] = {}
@@ -132,3 +147,12 @@ class GroupStats:
                 elif r.value.generation > 0 and self._classic_generation.get(r.group_id) != r.value.generation:
                     self._classic_generation[r.group_id] = r.value.generation
                     self.rebalances["classic"] += 1
+
+    def changes(self, changes: Iterable[Any]) -> None:
+        """Count conversions and refused conversions in a result's changes."""
+        for c in changes:
+            if isinstance(c, GroupConverted):
+                key = (c.from_type, c.to_type)
+                self.conversions[key] = self.conversions.get(key, 0) + 1
+            elif isinstance(c, ConversionRefused):
+                self.conversions_refused[c.from_type, c.to_type, c.reason] += 1

@@ -21,7 +21,7 @@ from coordinator.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.outcome import Outcome, Reply, RequestKey
+from coordinator.outcome import ConversionRefused, Outcome, Reply, RequestKey
 from translate.conversion import classic_target_is_complete
 from translate.group_parts import GroupParts, consumer_group
 
@@ -60,11 +60,13 @@ def _before_join(
             svc.converter.delete_empty_classic_group(classic, now_ms, result)
         else:
             replaces = request.instance_id is not None and classic.static_member_id(request.instance_id) is not None
-            refusal = svc.converter.upgrade_refusal(classic, replaces)
+            refusal = svc.converter.upgrade_refusal_of(classic, replaces)
             if refusal is not None:
-                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid}: {refusal}.")
+                out.changes.append(ConversionRefused(gid, "classic", "consumer", refusal[0]))
+                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid}: {refusal[1]}.")
             limit = svc.coordinator.state.config.max_group_size
             if not replaces and limit is not None and len(classic.members) >= limit:
+                out.changes.append(ConversionRefused(gid, "classic", "consumer", "group_max_size"))
                 raise ApiError(
                     Errors.GROUP_MAX_SIZE_REACHED,
                     f"The consumer group has reached its maximum capacity of {limit} members.",

@@ -206,19 +206,24 @@ class GroupConverter:
 
     def upgrade_refusal(self, group: ClassicGroup, joiner_replaces: bool = False) -> str | None:
         """Why a non-empty classic group may not be converted, or None."""
+        refusal = self.upgrade_refusal_of(group, joiner_replaces)
+        return None if refusal is None else refusal[1]
+
+    def upgrade_refusal_of(self, group: ClassicGroup, joiner_replaces: bool = False) -> tuple[str, str] | None:
+        """(reason word, message) of a refused upgrade, or None; the word is one of ConversionRefused's."""
         if not self.policy.upgrade_enabled:
-            return f"the migration policy {self.policy.value} does not allow upgrades"
+            return "policy", f"the migration policy {self.policy.value} does not allow upgrades"
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return f"its protocol type is {group.protocol_type!r}, not {CONSUMER_PROTOCOL_TYPE!r}"
+            return "protocol_type", f"its protocol type is {group.protocol_type!r}, not {CONSUMER_PROTOCOL_TYPE!r}"
         limit = self.coordinator.state.config.max_group_size
         if limit is not None and len(group.members) > limit:
-            return f"its {len(group.members)} members exceed the consumer group max size {limit}"
+            return "group_max_size", f"its {len(group.members)} members exceed the consumer group max size {limit}"
         try:
             self._converted_members(group, joiner_replaces)
         except ApiError as exc:
             if exc.error is not Errors.GROUP_ID_NOT_FOUND:
                 raise  # not a refusal: the conversion may succeed once the classic group settles
-            return exc.message
+            return getattr(exc, "reason", "member_metadata"), exc.message or ""
         return None
 
     def _converted_members(
@@ -251,11 +256,13 @@ class GroupConverter:
                     else "conversion of built-in assignors' userData is off"
                 )
                 if refusal is not None:
-                    raise ApiError(
+                    error = ApiError(
                         Errors.GROUP_ID_NOT_FOUND,
                         f"member {m.member_id}'s assignment carries userData a custom assignor may need "
                         f"({refusal})",
                     )
+                    error.reason = "assignment_userdata"  # type: ignore[attr-defined]
+                    raise error
             # The target is Kafka's: the member's classic assignment (reset to nothing while the
             # group rebalances). The CURRENT assignment differs from Kafka on purpose: it is
             # everything the member may still hold - its last synced assignment (an eager member

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.outcome import GroupConverted, MemberRemoved, Outcome, RebalanceStarted
+from coordinator.outcome import ConversionRefused, GroupConverted, MemberRemoved, Outcome, RebalanceStarted
 from coordinator.records import Record, RecordType
 
 TP = tuple[str, int]
@@ -60,6 +60,8 @@ class Seen:
             elif isinstance(record, Record) and record.type is RecordType.PARTITION_METADATA:
                 self.metadata.add(record.group_id)
         for change in result.changes:
+            if isinstance(change, ConversionRefused):
+                continue  # nothing changed
             self.groups[change.group_id] = None
             if isinstance(change, MemberRemoved):
                 self.removed.setdefault(change.group_id, set()).add(change.member_id)

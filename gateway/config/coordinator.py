@@ -102,6 +102,9 @@ class CoordinatorSettings(BaseModel):
     instances_rebalance_timeout_ms: int = Field(default=30_000, ge=1)
     # How often the topic image is refreshed from the upstream (also refreshed on demand).
     metadata_refresh_s: float = Field(default=5.0, gt=0)
+    # How often the consumer lag of the managed groups is computed in the background for /metrics
+    # (committed offsets against log end offsets, gateway/groups/lag.py); 0: never.
+    lag_refresh_s: float = Field(default=15.0, ge=0)
     # How often managed groups are checked for members on the upstream coordinator (clients that bypass
     # the gateway); 0 disables the periodic check (a commit error still triggers one).
     upstream_check_s: float = Field(default=30.0, ge=0)

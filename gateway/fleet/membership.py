@@ -176,6 +176,12 @@ class FleetMembership:
                 log.warning("leaving the instances group failed", error=repr(e))
         log.info("left the instances group", group=self.group)
 
+    @property
+    def generation(self) -> int:
+        """The instances group's generation this instance last joined (-1: not joined), for /metrics."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        return int(getattr(coordinator, "generation", -1) or -1) if coordinator is not None else -1
+
     # --- rebalance callbacks ---------------------------------------------------------------------------
 
     def _member_id(self) -> str:

@@ -43,6 +43,7 @@ from gateway.groups.adoption import UpstreamLeaver
 from gateway.groups.cluster import ROUTED_MANY, ROUTED_ONE, ClusterGroups
 from gateway.groups.fleet import Fleet, JoinFleet
 from gateway.groups.handlers import GroupHandlers, Handler
+from gateway.groups.lag import LagWatch
 from gateway.groups.metadata_watch import MetadataWatch, TopicImage
 from gateway.groups.offsets import OffsetBridge
 from gateway.groups.rebalance_log import RebalanceEventLog
@@ -148,6 +149,8 @@ class GroupLayer:
         self.client = UpstreamClient(directory, timeout)
         self.forward = UpstreamClient(directory, timeout)  # client-driven traffic: links of its own
         self.watch = MetadataWatch(self.client, self._on_topics, settings.metadata_refresh_s)
+        # Consumer lag for /metrics, on links of its own so that it never queues behind group traffic.
+        self.lag = LagWatch(UpstreamClient(directory, timeout), self._lag_group_ids, settings.lag_refresh_s)
         self.events: RebalanceEventLog | None = None
         store: StateStore | None = None
         where: str | None = settings.state_dir
@@ -443,6 +446,8 @@ class GroupLayer:
         if self.settings.upstream_check_s > 0:
             spawn(self.cluster.check_forever(self.settings.upstream_check_s, self.managed_group_ids))
         spawn(self.runtime.expire_forever(self.settings.offsets_retention_check_interval_ms / 1000))
+        if self.settings.lag_refresh_s > 0:
+            spawn(self.lag.run_forever())
         log.info(
             "group coordinator ready",
             managed_groups=self.settings.managed_groups,
@@ -473,8 +478,13 @@ class GroupLayer:
         self.assignors.shutdown(wait=False, cancel_futures=True)
         self.client.close()
         self.forward.close()
+        self.lag.client.close()
         if self.events is not None:
             self.events.close()
+
+    def _lag_group_ids(self) -> list[str]:
+        """The managed groups whose shards this instance serves (each instance of a fleet reports its own)."""
+        return [g for g in self.runtime.group_ids() if self.managed(g)]
 
     def _on_topics(self, image: TopicImage) -> None:
         self.runtime.on_metadata(image)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -145,8 +146,10 @@ class Shard:
                     await prepare()
                 self.check_loaded()
                 self.refuse_while_stalled()
+                began = time.perf_counter()
                 result = self.calls.handle(request, key, self.ctx.now())
                 self.apply(result)
+                self.ctx.stats.event_time.observe(time.perf_counter() - began)
         except BaseException:
             self.waiting.pop(key, None)
             raise
@@ -184,6 +187,8 @@ class Shard:
             service = self.service
             for job in jobs:
                 self.ctx.spawn(self._offload(service, job))
+        if result.changes:
+            self.ctx.stats.changes(result.changes)
         if result.records:
             self.ctx.stats.records(result.records)
             if self.log is not None:
@@ -202,7 +207,6 @@ class Shard:
         def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
             return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
 
-        # The handle's own cancel, not asyncio.TimerHandle.cancel: under uvloop the handles are uvloop's.
         apply_timer_changes(self.timers, result.timers, arm, _cancel)
 
     async def release(self, result: Outcome) -> None:
@@ -256,8 +260,10 @@ class Shard:
         are postponed (``fire``); once it completes, those it held are re-armed."""
         token = self.ctx.next_key()
         self.syncs[token] = self.ctx.now()
+        began = time.perf_counter()
         try:
             await log_.sync()
+            self.ctx.stats.flush_time.observe(time.perf_counter() - began)
         finally:
             del self.syncs[token]
             if self.postponed:
@@ -595,4 +601,5 @@ class Shard:
 
 
 def _cancel(handle: asyncio.TimerHandle) -> None:
+    """``handle.cancel()``: uvloop's handles are not asyncio.TimerHandle, so never its unbound method."""
     handle.cancel()

@@ -55,6 +55,18 @@ class ShardStats(Protocol):
 
     def records(self, records: Sequence[Any]) -> None: ...
 
+    def changes(self, changes: Sequence[Any]) -> None: ...  # conversions and refused conversions
+
+    @property
+    def event_time(self) -> Observer: ...  # a request handled by the shard's groups (seconds)
+
+    @property
+    def flush_time(self) -> Observer: ...  # a write of appended records made durable (seconds)
+
+
+class Observer(Protocol):
+    def observe(self, value: float) -> None: ...
+
 
 @dataclasses.dataclass(slots=True)
 class ShardSettings:
@@ -89,5 +101,5 @@ class ShardContext:
 
 
 __all__ = [
-    "DEFAULT_STALL_GRACE_MS", "GroupCalls", "ShardContext", "ShardSettings", "ShardStats", "TopicImage", "now_ms",
+    "DEFAULT_STALL_GRACE_MS", "GroupCalls", "Observer", "ShardContext", "ShardSettings", "ShardStats", "TopicImage", "now_ms",
 ]

@@ -1,92 +1,71 @@
-"""Liveness, readiness and the Prometheus text exposition of one gateway process (``GET /metrics``,
-``/healthz``, ``/readyz`` on the admin listener, gateway/ops/admin_http.py).
+"""Liveness, readiness and the metrics of one gateway process (``GET /metrics``, ``/healthz``, ``/readyz`` on
+the admin listener, gateway/ops/admin_http.py).
 
-It reads the gateway and the group layer through read-only views (``GatewayView``, ``GroupsView``):
-the request paths only bump the counters of gateway/metrics.py, and everything here is computed when a
-scrape or a probe asks.
+The metrics are a prometheus_client ``CollectorRegistry`` of custom collectors that compute every family
+when a scrape asks, reading the gateway and the group layer through read-only views (``GatewayView``,
+``GroupsView``): the request paths only bump the counters of gateway/metrics.py, and the consumer lag is
+the last snapshot the group layer's background watch took (gateway/groups/lag.py), so a scrape never
+waits on the cluster. ``generate_latest`` writes the text format.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from coordinator.model import GroupState
-from gateway.metrics import PREFIX, GatewayMetrics, GroupStats, Histogram, Labels, api_name
+from gateway.metrics import PREFIX, GatewayMetrics, GroupStats, Histogram, api_name
 from translate.classic_group import ClassicGroupState
 
 if TYPE_CHECKING:
     import collections
 
     from gateway.config.settings import GatewayConfig
+    from gateway.groups.lag import LagSnapshot
     from gateway.groups.runtime import CoordinatorRuntime
     from gateway.net.limits import ConnectionLimits
     from gateway.net.upstream import BrokerDirectory
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+Labels = tuple[str, ...]
 
 
-# --- exposition ---------------------------------------------------------------------------------------
+# --- families -----------------------------------------------------------------------------------------
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def gauge(name: str, help_text: str, value: float | None = None, labels: Iterable[str] = (),
+          samples: Iterable[tuple[Labels, float]] = ()) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, help_text, value=value, labels=None if value is not None else list(labels))
+    for ls, v in samples:
+        g.add_metric(list(ls), v)
+    return g
 
 
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    return repr(float(value))
+def counter(name: str, help_text: str, value: float | None = None, labels: Iterable[str] = (),
+            samples: Iterable[tuple[Labels, float]] = ()) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, help_text, value=value, labels=None if value is not None else list(labels))
+    for ls, v in samples:
+        c.add_metric(list(ls), v)
+    return c
 
 
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
-
-
-class Exposition:
-    """Builds the text of one scrape: each family's HELP and TYPE, then its samples."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-
-    def _head(self, name: str, kind: str, help_text: str) -> str:
-        full = PREFIX + name
-        self._lines.append(f"# HELP {full} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}")
-        self._lines.append(f"# TYPE {full} {kind}")
-        return full
-
-    def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> None:
-        full = self._head(name, kind, help_text)
-        for labels, value in samples:
-            self._lines.append(f"{full}{_labels(labels)} {_number(value)}")
-
-    def gauge(self, name: str, help_text: str, value: float) -> None:
-        self.family(name, "gauge", help_text, [((), value)])
-
-    def counter(self, name: str, help_text: str, value: float) -> None:
-        self.family(name, "counter", help_text, [((), value)])
-
-    def histogram(self, name: str, help_text: str, series: Iterable[tuple[Labels, Histogram]]) -> None:
-        full = self._head(name, "histogram", help_text)
-        for labels, h in series:
-            cumulative = 0
-            for bound, n in zip((*h.bounds, math.inf), h.counts, strict=True):
-                cumulative += n
-                le = (*labels, ("le", _number(bound)))
-                self._lines.append(f"{full}_bucket{_labels(le)} {cumulative}")
-            self._lines.append(f"{full}_sum{_labels(labels)} {_number(h.sum)}")
-            self._lines.append(f"{full}_count{_labels(labels)} {h.count}")
-
-    def text(self) -> str:
-        return "\n".join(self._lines) + "\n"
+def histogram(name: str, help_text: str, labels: Iterable[str], series: Iterable[tuple[Labels, Histogram]]) -> HistogramMetricFamily:
+    f = HistogramMetricFamily(name, help_text, labels=list(labels))
+    for ls, h in series:
+        cumulative = 0
+        buckets = []
+        for bound, n in zip((*h.bounds, math.inf), h.counts, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), cumulative))
+        f.add_metric(list(ls), buckets, h.sum)
+    return f
 
 
 # --- what a scrape reports ----------------------------------------------------------------------------
@@ -135,14 +114,43 @@ class GroupsView(Protocol):
     def armed_timers(self) -> int: ...
 
 
+class LagView(Protocol):
+    """The group layer's background lag watch (gateway/groups/lag.py ``LagWatch``): read-only."""
+
+    @property
+    def snapshot(self) -> LagSnapshot: ...
+    @property
+    def interval_s(self) -> float: ...
+    @property
+    def failures(self) -> int: ...
+
+    on_snapshot: Callable[[LagSnapshot], Awaitable[None]] | None  # told of every new snapshot
+
+
 class Health:
     """Liveness, readiness and the metrics of one gateway process (and its group layer, if any), read
-    through the narrow views above: nothing here changes the gateway or the groups."""
+    through the narrow views above: nothing here changes the gateway or the groups.
+
+    A scrape is ``generate_latest`` of the live registry, followed by the text of the lag families as
+    ``generate_latest`` wrote it for the watch's latest snapshot. That text changes only when the snapshot
+    does, so it is written once per snapshot (on a worker thread, as soon as the watch hands a new one
+    over: ``on_lag_snapshot``), not once per scrape: with 10,000 groups it is most of a scrape's samples."""
 
     def __init__(self, gw: GatewayView, layer: GroupsView | None = None) -> None:
         self.gw = gw
         self.layer = layer
         self.started_at = time.time()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(GatewayCollector(self))
+        self._scan: GroupScan | None = None
+        self._lag: LagView | None = None
+        self._lag_text: tuple[object, bytes] | None = None  # (snapshot, its families' text)
+        if layer is not None:
+            self.registry.register(GroupsCollector(self, layer))
+            self._lag = getattr(layer, "lag", None)
+            self.registry.register(MembersCollector(self, self._lag))
+            if self._lag is not None:
+                self._lag.on_snapshot = self.on_lag_snapshot
 
     def not_ready(self) -> list[str]:
         """Why the gateway does not serve yet (empty: ready)."""
@@ -160,196 +168,416 @@ class Health:
                 reasons.append("topic metadata not fetched yet")
         return reasons
 
-    def render(self) -> str:
-        out = Exposition()
-        self._gateway(out)
-        if self.layer is not None:
-            self._groups(out, self.layer)
-        return out.text()
+    def group_scan(self) -> GroupScan:
+        """The managed groups, scanned once per scrape (every collector of one scrape shares it)."""
+        if self._scan is None:
+            assert self.layer is not None
+            self._scan = GroupScan(self.layer)
+        return self._scan
 
-    def _gateway(self, out: Exposition) -> None:
-        gw, m = self.gw, self.gw.metrics
-        out.gauge("ready", "1 when /readyz answers 200 (serving), else 0", 0 if self.not_ready() else 1)
-        out.gauge("start_time_seconds", "Process start time, seconds since the epoch", self.started_at)
-        out.gauge("client_connections", "Client connections open now", len(gw.connections))
-        out.counter("client_connections_total", "Client connections accepted", m.connections_total)
+    def render(self) -> bytes:
+        """One scrape, in the Prometheus text format."""
+        self._scan = None
+        try:
+            return generate_latest(self.registry) + self.lag_text()
+        finally:
+            self._scan = None
+
+    def lag_text(self) -> bytes:
+        """The lag families of the watch's latest snapshot that has been written out (written here when
+        none has been yet)."""
+        if self.layer is None:
+            return b""
+        cached = self._lag_text
+        if cached is None:
+            snapshot = self._lag.snapshot if self._lag is not None else None
+            cached = self._lag_text = (snapshot, _render_lag(snapshot))
+        return cached[1]
+
+    async def on_lag_snapshot(self, snapshot: LagSnapshot) -> None:
+        """A new lag snapshot: write its families out on a worker thread; scrapes meanwhile serve the
+        previous one's (with its timestamp)."""
+        text = await asyncio.to_thread(_render_lag, snapshot)
+        self._lag_text = (snapshot, text)
+
+    def families(self) -> list[Metric]:
+        """Every family a scrape exports now (for checks of what dashboards reference)."""
+        self._scan = None
+        try:
+            live = list(self.registry.collect())
+        finally:
+            self._scan = None
+        snapshot = self._lag.snapshot if self._lag is not None else None
+        return live + (list(LagCollector(snapshot).collect()) if self.layer is not None else [])
+
+
+def _render_lag(snapshot: LagSnapshot | None) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LagCollector(snapshot))
+    return generate_latest(registry)
+
+
+class GatewayCollector(Collector):
+    """The passthrough: connections, limits, requests, bytes, the upstream."""
+
+    def __init__(self, health: Health) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        p = PREFIX
+        health = self.health
+        gw, m = health.gw, health.gw.metrics
+        yield gauge(p + "ready", "1 when /readyz answers 200 (serving), else 0", 0 if health.not_ready() else 1)
+        yield gauge(p + "start_time_seconds", "Process start time, seconds since the epoch", health.started_at)
+        yield gauge(p + "client_connections", "Client connections open now", len(gw.connections))
+        yield counter(p + "client_connections_total", "Client connections accepted", m.connections_total)
         limits = gw.limits
-        out.gauge(
-            "client_connections_max",
+        yield gauge(
+            p + "client_connections_max",
             "Client connections allowed at once: max.connections, lowered to what RLIMIT_NOFILE serves",
             limits.max_connections,
         )
-        out.counter(
-            "client_connections_refused_total",
+        yield counter(
+            p + "client_connections_refused_total",
             "Client connections closed at once because max.connections was reached",
             m.connections_refused,
         )
-        out.counter(
-            "client_accept_errors_total",
+        yield counter(
+            p + "client_accept_errors_total",
             "Accepts that failed for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)",
             m.accept_errors,
         )
-        out.family(
-            "client_connections_closed_total",
-            "counter",
+        yield counter(
+            p + "client_connections_closed_total",
             "Client connections closed by the gateway's timeouts: idle (connections.max.idle.ms), "
             "partial_request (a request frame incomplete for partial_request_timeout_ms)",
-            [
-                ((("reason", "idle"),), m.connections_closed_idle),
-                ((("reason", "partial_request"),), m.connections_closed_partial),
-            ],
+            labels=("reason",),
+            samples=[(("idle",), m.connections_closed_idle), (("partial_request",), m.connections_closed_partial)],
         )
-        out.gauge(
-            "queued_request_bytes",
+        yield gauge(
+            p + "queued_request_bytes",
             "Bytes reserved by request frames being read (declared sizes), all client connections together",
             limits.reserved,
         )
-        out.gauge(
-            "queued_request_bytes_max",
-            "queued.max.request.bytes (-1: unbounded)",
+        yield gauge(
+            p + "queued_request_bytes_max", "queued.max.request.bytes (-1: unbounded)",
             -1 if limits.budget is None else limits.budget,
         )
-        out.gauge("client_connections_muted", "Client connections not read while the budget is full", len(limits.muted))
-        out.counter(
-            "request_memory_exhausted_total",
+        yield gauge(p + "client_connections_muted", "Client connections not read while the budget is full", len(limits.muted))
+        yield counter(
+            p + "request_memory_exhausted_total",
             "Times the request memory budget filled and connections without a request in progress were muted",
             m.request_memory_exhausted,
         )
-        out.counter("client_received_bytes_total", "Bytes received from clients", m.bytes_received)
-        out.counter("client_sent_bytes_total", "Bytes sent to clients", m.bytes_sent)
+        yield counter(p + "client_received_bytes_total", "Bytes received from clients", m.bytes_received)
+        yield counter(p + "client_sent_bytes_total", "Bytes sent to clients", m.bytes_sent)
         if gw.tls_handshake_failures is not None:
-            out.counter(
-                "client_tls_handshake_failures_total",
+            yield counter(
+                p + "client_tls_handshake_failures_total",
                 "Client connections closed because their TLS handshake failed or timed out",
                 gw.tls_handshake_failures,
             )
-        out.family(
-            "requests_total",
-            "counter",
+        yield counter(
+            p + "requests_total",
             "Client requests by api and outcome: forwarded upstream, answered locally, or error",
-            _requests(m),
+            labels=("api", "outcome"),
+            samples=_requests(m),
         )
-        out.gauge("upstream_brokers", "Upstream brokers known from metadata", len(gw.directory.brokers))
-        out.gauge(
-            "upstream_reachable",
-            "0 while every recent attempt to reach the upstream failed, else 1",
+        yield gauge(p + "upstream_brokers", "Upstream brokers known from metadata", len(gw.directory.brokers))
+        yield gauge(
+            p + "upstream_reachable", "0 while every recent attempt to reach the upstream failed, else 1",
             0 if gw.directory.unreachable_for() is not None else 1,
         )
-        out.counter(
-            "upstream_connect_failures_total",
-            "Failed attempts to open a client's upstream connection",
+        yield counter(
+            p + "upstream_connect_failures_total", "Failed attempts to open a client's upstream connection",
             m.upstream_connect_failures,
         )
-        out.counter(
-            "upstream_unavailable_answers_total",
+        yield counter(
+            p + "upstream_unavailable_answers_total",
             "Client requests for the cluster answered with a retriable error because no upstream link could be opened",
             m.upstream_unavailable_answers,
         )
-        out.counter(
-            "upstream_metadata_failures_total",
-            "Upstream metadata refreshes that reached no broker",
+        yield counter(
+            p + "upstream_metadata_failures_total", "Upstream metadata refreshes that reached no broker",
             gw.directory.refresh_failures,
         )
-        out.histogram(
-            "local_request_duration_seconds",
+        yield histogram(
+            p + "local_request_duration_seconds",
             "Time from a locally answered (group) request's arrival to its response release",
-            [((("api", api_name(k)),), h) for k, h in sorted(m.local_latency.items())]
+            ("api",),
+            [((api_name(k),), h) for k, h in sorted(m.local_latency.items())],
         )
 
-    def _groups(self, out: Exposition, layer: GroupsView) -> None:
-        stats = layer.stats
-        # Every series from the first scrape on, at 0 until something counts.
-        groups = dict.fromkeys(_GROUP_SERIES, 0)
+
+# Kafka's state tags on consumer-group-count and classic-group-count.
+_KAFKA_CONSUMER_STATE = {s: s.value.lower() for s in GroupState}
+_KAFKA_CLASSIC_STATE = {
+    ClassicGroupState.EMPTY: "empty",
+    ClassicGroupState.PREPARING_REBALANCE: "preparing_rebalance",
+    ClassicGroupState.COMPLETING_REBALANCE: "completing_rebalance",
+    ClassicGroupState.STABLE: "stable",
+    ClassicGroupState.DEAD: "dead",
+}
+KAFKA = PREFIX + "group_coordinator_"
+# Refused conversions, by reason (coordinator/outcome.py ConversionRefused): every series from the start.
+REFUSAL_REASONS = ("policy", "protocol_type", "group_max_size", "member_metadata", "assignment_userdata")
+
+
+class GroupScan:
+    """One pass over the managed groups this instance serves, shared by the families a scrape builds."""
+
+    __slots__ = ("classic_state", "consumer_state", "members", "members_of")
+
+    def __init__(self, layer: GroupsView) -> None:
+        classic_state = dict.fromkeys(ClassicGroupState, 0)
+        consumer_state = dict.fromkeys(GroupState, 0)
         members = dict.fromkeys((("classic", "classic"), ("consumer", "classic"), ("consumer", "consumer")), 0)
+        members_of: dict[str, int] = {}
         runtime = layer.runtime
+        managed = layer.managed
         for cg in runtime.classic_groups():
-            if layer.managed(cg.group_id):
-                groups["classic", cg.state.value] += 1
-                members["classic", "classic"] += len(cg.members)
+            gid = cg.group_id
+            if managed(gid):
+                classic_state[cg.state] += 1
+                n = len(cg.members)
+                members["classic", "classic"] += n
+                members_of[gid] = n
         for g in runtime.consumer_groups():
-            if not layer.managed(g.group_id):
+            gid = g.group_id
+            if not managed(gid):
                 continue
-            groups["consumer", g.state().value] += 1
-            classic = sum(1 for mm in g.members.values() if mm.classic_metadata is not None)
+            consumer_state[g.state()] += 1
+            classic = 0
+            for mm in g.members.values():
+                if mm.classic_metadata is not None:
+                    classic += 1
+            n = len(g.members)
             members["consumer", "classic"] += classic
-            members["consumer", "consumer"] += len(g.members) - classic
-        out.family(
-            "groups",
-            "gauge",
-            "Managed groups by type (classic, consumer) and state",
-            [((("type", t), ("state", s)), n) for (t, s), n in sorted(groups.items())]
+            members["consumer", "consumer"] += n - classic
+            members_of[gid] = n
+        self.classic_state = classic_state
+        self.consumer_state = consumer_state
+        self.members = members
+        self.members_of = members_of
+
+
+class GroupsCollector(Collector):
+    """The group layer: groups, members, rebalances, conversions, the state log, shards; and Kafka's
+    group-coordinator metrics under their own names (docs/operations.md, "Kafka's metric names")."""
+
+    def __init__(self, health: Health, layer: GroupsView) -> None:
+        self.health = health
+        self.layer = layer
+
+    def collect(self) -> Iterator[Metric]:
+        p = PREFIX
+        layer = self.layer
+        stats = layer.stats
+        scan = self.health.group_scan()
+        yield gauge(
+            p + "groups", "Managed groups by type (classic, consumer) and state", labels=("type", "state"),
+            samples=sorted(
+                [(("classic", s.value), n) for s, n in scan.classic_state.items()]
+                + [(("consumer", s.value), n) for s, n in scan.consumer_state.items()]
+            ),
         )
-        out.family(
-            "group_members",
-            "gauge",
-            "Members of managed groups by group type and the protocol the member speaks",
-            [((("group_type", t), ("protocol", p)), n) for (t, p), n in sorted(members.items())]
+        yield gauge(
+            p + "group_members",
+            "Members of managed groups by group type and the protocol the member speaks (classic members of a "
+            "consumer group are translated)",
+            labels=("group_type", "protocol"),
+            samples=[((t, pr), n) for (t, pr), n in sorted(scan.members.items())],
         )
-        out.family(
-            "group_rebalances_total",
-            "counter",
-            "Rebalances started: consumer group epoch bumps, classic group generations",
-            [((("type", t),), n) for t, n in sorted(stats.rebalances.items())]
+        yield counter(
+            p + "group_rebalances_total", "Rebalances started: consumer group epoch bumps, classic group generations",
+            labels=("type",), samples=[((t,), n) for t, n in sorted(stats.rebalances.items())],
         )
-        out.family(
-            "group_members_expired_total",
-            "counter",
+        yield counter(
+            p + "group_conversions_total",
+            "Groups with members converted online between the classic and the consumer protocol, by direction",
+            labels=("from_type", "to_type"),
+            samples=[((f, t), n) for (f, t), n in sorted(stats.conversions.items())],
+        )
+        refused = dict.fromkeys((("classic", "consumer", r) for r in REFUSAL_REASONS), 0)
+        refused.update(stats.conversions_refused)
+        yield counter(
+            p + "group_conversions_refused_total",
+            "Conversions of a group with members refused (the joining member got an error), by direction and reason",
+            labels=("from_type", "to_type", "reason"),
+            samples=[(k, n) for k, n in sorted(refused.items())],
+        )
+        yield counter(
+            p + "group_members_expired_total",
             "Members removed by a timer (session expiry, rebalance or join/sync deadline), by group type",
-            [((("type", t),), n) for t, n in sorted(stats.expired.items())]
+            labels=("type",), samples=[((t,), n) for t, n in sorted(stats.expired.items())],
         )
-        out.family(
-            "group_timers_fired_total",
-            "counter",
-            "Group coordinator timers fired, by kind",
-            [((("kind", k),), n) for k, n in sorted(stats.timers_fired.items())]
+        yield counter(
+            p + "group_timers_fired_total", "Group coordinator timers fired, by kind",
+            labels=("kind",), samples=[((k,), n) for k, n in sorted(stats.timers_fired.items())],
         )
-        out.gauge("group_timers", "Group coordinator timers armed now", layer.armed_timers())
+        yield gauge(p + "group_timers", "Group coordinator timers armed now", layer.armed_timers())
         c = layer.counters
-        out.family(
-            "offset_commits_total",
-            "counter",
+        yield counter(
+            p + "offset_commits_total",
             "Offset commits of managed groups: accepted (written upstream), rejected (fenced by the group "
             "state), failed (the upstream could not take it)",
-            [
-                ((("outcome", "accepted"),), c["commits"]),
-                ((("outcome", "rejected"),), c["commits_fenced"]),
-                ((("outcome", "failed"),), c["commits_failed"]),
-            ],
+            labels=("outcome",),
+            samples=[(("accepted",), c["commits"]), (("rejected",), c["commits_fenced"]), (("failed",), c["commits_failed"])],
         )
-        out.family(
-            "group_layer_events_total",
-            "counter",
+        yield counter(
+            p + "group_layer_events_total",
             "Group layer events: invalid or failed requests, state log failures, clients bypassing the gateway, "
             "members of adopted groups removed upstream, requests refused by authorization",
-            _events(c),
+            labels=("event",), samples=[((name,), c[name]) for name in _EVENTS],
         )
         authorizer = getattr(layer, "authorizer", None)
         if authorizer is not None:
             # Decisions are as old as this (docs/gateway.md, "Authorization of what the gateway answers itself").
             age = authorizer.cache.age_s()
-            out.gauge(
-                "acl_snapshot_age_seconds",
+            yield gauge(
+                p + "acl_snapshot_age_seconds",
                 "Seconds since the cluster's ACLs were last read (-1: never; every request needing authorization is refused)",
                 -1 if age is None else round(age, 3),
             )
-        totals = layer.runtime.log_totals()
-        out.counter("state_log_appends_total", "Records appended to the group state log", totals["entries_appended"])
-        out.counter("state_log_appended_bytes_total", "Bytes appended to the group state log", totals["bytes_appended"])
-        out.counter("state_log_fsyncs_total", "fsync calls of the group state log", totals["fsyncs"])
-        out.counter("state_log_compactions_total", "Compactions of the group state log", totals["compactions"])
-        out.gauge("state_log_bytes", "Size of the group state log's segments", totals["file_bytes"])
-        shards = layer.runtime.shards
-        out.gauge("state_shards", "Shards of the group state (state.topic.num.partitions)", len(shards))
-        out.gauge(
-            "state_shards_unloaded",
+        runtime = layer.runtime
+        totals = runtime.log_totals()
+        yield counter(p + "state_log_appends_total", "Records appended to the group state log", totals["entries_appended"])
+        yield counter(p + "state_log_appended_bytes_total", "Bytes appended to the group state log", totals["bytes_appended"])
+        yield counter(p + "state_log_fsyncs_total", "fsync calls of the group state log", totals["fsyncs"])
+        yield counter(p + "state_log_compactions_total", "Compactions of the group state log", totals["compactions"])
+        yield gauge(p + "state_log_bytes", "Size of the group state log's segments", totals["file_bytes"])
+        shards = runtime.shards
+        yield gauge(p + "state_shards", "Shards of the group state (state.topic.num.partitions)", len(shards))
+        yield gauge(
+            p + "state_shards_unloaded",
             "Shards whose groups are not served now: being re-read after a failed write, or fenced",
-            sum(1 for _ in layer.runtime.unserved()),
+            sum(1 for _ in runtime.unserved()),
         )
         # Several instances (instances_group): the shards this one owns; every shard otherwise.
-        out.gauge("state_shards_owned", "Shards of the group state this instance owns", sum(1 for s in shards if s.state.owned))
+        yield gauge(p + "state_shards_owned", "Shards of the group state this instance owns", sum(1 for s in shards if s.state.owned))
+        fleet = getattr(layer, "fleet", None)
+        yield gauge(
+            p + "instances_group_generation",
+            "Generation of the instances group this instance last joined (-1: not joined; 0 without instances_group)",
+            int(getattr(fleet, "generation", -1)) if fleet is not None else 0,
+        )
+        yield from self._kafka(scan, stats, runtime)
+
+    def _kafka(self, scan: GroupScan, stats: GroupStats, runtime: CoordinatorRuntime) -> Iterator[Metric]:
+        """Kafka's group-coordinator-metrics, one to one (docs/operations.md has the mapping table)."""
+        yield gauge(
+            KAFKA + "group_count", "Kafka group-count: managed groups by protocol", labels=("protocol",),
+            samples=[(("classic",), sum(scan.classic_state.values())), (("consumer",), sum(scan.consumer_state.values()))],
+        )
+        yield gauge(
+            KAFKA + "consumer_group_count", "Kafka consumer-group-count: consumer groups by state", labels=("state",),
+            samples=[((_KAFKA_CONSUMER_STATE[s],), n) for s, n in scan.consumer_state.items()],
+        )
+        yield gauge(
+            KAFKA + "classic_group_count", "Kafka classic-group-count: classic groups by state", labels=("state",),
+            samples=[((_KAFKA_CLASSIC_STATE[s],), n) for s, n in scan.classic_state.items()],
+        )
+        yield counter(
+            KAFKA + "consumer_group_rebalances_total",
+            "Kafka consumer-group-rebalance-count (its -rate is rate() of this): consumer group epoch bumps",
+            stats.rebalances["consumer"],
+        )
+        yield counter(
+            KAFKA + "classic_group_completed_rebalances_total",
+            "Kafka classic-group-completed-rebalance-count: classic generations completed",
+            stats.rebalances["classic"],
+        )
+        yield histogram(
+            KAFKA + "event_processing_time_seconds",
+            "Kafka event-processing-time: one request handled by a shard's group service, its records appended",
+            (), [((), stats.event_time)],
+        )
+        yield histogram(
+            KAFKA + "batch_flush_time_seconds",
+            "Kafka batch-flush-time: a shard's appended records made durable",
+            (), [((), stats.flush_time)],
+        )
+        yield gauge(
+            KAFKA + "event_queue_size",
+            "Kafka event-queue-size: group requests handed to the shards and not answered yet",
+            sum(len(s.waiting) for s in runtime.shards),
+        )
 
 
-_GROUP_SERIES = [("classic", s.value) for s in ClassicGroupState] + [("consumer", s.value) for s in GroupState]
+class MembersCollector(Collector):
+    """kafka_exporter's member count per group, right for KIP-848 groups (the gateway's own count, live),
+    and the lag watch's failures."""
+
+    def __init__(self, health: Health, lag: LagView | None) -> None:
+        self.health = health
+        self.lag = lag
+
+    def collect(self) -> Iterator[Metric]:
+        members = GaugeMetricFamily(
+            "kafka_consumergroup_members", "Members of a managed consumer group (classic or consumer protocol)",
+            labels=["consumergroup"],
+        )
+        for gid, n in sorted(self.health.group_scan().members_of.items()):
+            members.add_metric([gid], n)
+        yield members
+        yield counter(
+            PREFIX + "lag_refresh_failures_total", "Consumer lag refreshes that failed (the previous values stay)",
+            self.lag.failures if self.lag is not None else 0,
+        )
+
+
+class LagCollector(Collector):
+    """kafka_exporter's lag and offset families (names and labels) of one lag snapshot
+    (gateway/groups/lag.py), and when it was taken."""
+
+    def __init__(self, snapshot: LagSnapshot | None) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset", "Committed offset of a managed group on a partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        current_sum = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset_sum", "Committed offsets of a managed group, summed per topic",
+            labels=["consumergroup", "topic"],
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag", "Log end offset minus committed offset of a managed group on a partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        lag_sum = GaugeMetricFamily(
+            "kafka_consumergroup_lag_sum", "Lag of a managed group, summed per topic", labels=["consumergroup", "topic"],
+        )
+        snapshot = self.snapshot
+        if snapshot is not None:
+            for gid, rows in snapshot.groups.items():
+                offsets: dict[str, int] = {}
+                lags: dict[str, int] = {}
+                for r in rows:
+                    part = str(r.partition)
+                    current.add_metric([gid, r.topic, part], r.committed)
+                    lag.add_metric([gid, r.topic, part], r.lag)
+                    offsets[r.topic] = offsets.get(r.topic, 0) + r.committed
+                    lags[r.topic] = lags.get(r.topic, 0) + r.lag
+                for topic, n in offsets.items():
+                    current_sum.add_metric([gid, topic], n)
+                    lag_sum.add_metric([gid, topic], lags[topic])
+        yield current
+        yield current_sum
+        yield lag
+        yield lag_sum
+        yield gauge(
+            PREFIX + "lag_snapshot_timestamp_seconds",
+            "When the consumer lag above was computed, seconds since the epoch (0: not yet)",
+            snapshot.taken_at if snapshot is not None else 0,
+        )
+        yield gauge(
+            PREFIX + "lag_refresh_duration_seconds", "How long the refresh of the consumer lag above took",
+            snapshot.took_s if snapshot is not None else 0,
+        )
+
+
 _EVENTS = (
     "invalid_requests", "failed_requests", "state_log_failures", "bypass_suspected", "bypass_detected",
     "upstream_members_removed", "commits_unknown_group", "fetches_unknown_member",
@@ -359,16 +587,10 @@ _EVENTS = (
 )
 
 
-def _events(counters: Any) -> Iterator[tuple[Labels, float]]:
-    for name in _EVENTS:
-        yield (("event", name),), counters[name]
-
-
 def _requests(m: GatewayMetrics) -> Iterator[tuple[Labels, float]]:
     for outcome, table in (("forwarded", m.forwarded), ("local", m.local)):
         for key, n in enumerate(table):
             if n:
-                yield (("api", api_name(key)), ("outcome", outcome)), n
+                yield (api_name(key), outcome), n
     for key in sorted(m.errors):
-        yield (("api", "unknown" if key < 0 else api_name(key)), ("outcome", "error")), m.errors[key]
-
+        yield ("unknown" if key < 0 else api_name(key), "error"), m.errors[key]

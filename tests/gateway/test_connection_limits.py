@@ -164,7 +164,7 @@ async def test_idle_admin_connections_do_not_starve_the_probes() -> None:
         await asyncio.sleep(0.1)
         for path, expected in (("/healthz", b"ok\n"), ("/readyz", b"ready\n"), ("/healthz", b"ok\n")):
             reader, writer = await asyncio.open_connection(host, port)
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
             data = await asyncio.wait_for(reader.read(), 2)
             writer.close()
             assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(expected), data

@@ -278,7 +278,7 @@ async def test_metrics_show_refusals_and_the_age_of_the_acls() -> None:
     layer = await started(read=False)
     try:
         await call(layer, ApiKey.JOIN_GROUP, 5, join("g"), BOB)
-        text = Health(layer.nodes, layer).render()
+        text = Health(layer.nodes, layer).render().decode()
         assert 'groupgate_group_layer_events_total{event="authorization_refusals"} 1' in text
         assert "groupgate_acl_snapshot_age_seconds -1" in text
     finally:

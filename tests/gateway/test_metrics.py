@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from gateway.net.contracts import HandlerChain
 from gateway.net.rewrite import Broker
 from gateway.net.server import Gateway
 from gateway.net.upstream import UpstreamError
+from gateway.ops import admin_http
 from gateway.ops.admin_http import MAX_HEAD_BYTES, AdminServer
 from gateway.ops.health import Health
 from gateway.wire.api_keys import ApiKey
@@ -28,7 +30,7 @@ from .test_groups_layer import _join_consumer_member, settings, started
 
 
 async def http(addr: tuple[str, int], raw: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``raw`` and read until the server closes: (status, headers, body)."""
+    """Send ``raw`` (asking the server to close after it) and read until it closes: (status, headers, body)."""
     reader, writer = await asyncio.open_connection(*addr)
     try:
         writer.write(raw)
@@ -42,17 +44,16 @@ async def http(addr: tuple[str, int], raw: bytes) -> tuple[int, dict[str, str], 
     assert version == "HTTP/1.1"
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
     assert int(headers["content-length"]) == len(body)
-    assert headers["connection"] == "close"
     return int(status), headers, body
 
 
 async def get(addr: tuple[str, int], path: str) -> tuple[int, dict[str, str], bytes]:
-    return await http(addr, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return await http(addr, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
 
 
 async def scrape(addr: tuple[str, int]) -> dict[str, _exposition.Family]:
     status, headers, body = await get(addr, "/metrics")
-    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=")
     return _exposition.parse(body.decode("utf-8"))
 
 
@@ -67,7 +68,7 @@ async def test_exposition_parses_and_group_counters_follow_the_requests(tmp_path
     layer, admin, addr = await layer_with_endpoint(state_dir=str(tmp_path / "state"))
     try:
         before = await scrape(addr)
-        assert all(name.startswith("groupgate_") for name in before)
+        assert all(name.startswith(("groupgate_", "kafka_consumergroup_")) for name in before)
         assert before["groupgate_groups"].samples and all(v == 0 for _, _, v in before["groupgate_groups"].samples)
         assert before["groupgate_group_rebalances_total"].value(type="consumer") == 0
         appends_before = before["groupgate_state_log_appends_total"].value()
@@ -186,7 +187,7 @@ async def test_requests_bytes_and_local_latency_are_counted_on_the_connection() 
     conn.data_received(struct.pack(">ihhih", 10, 9999, 0, 7, -1))  # unknown api key: closed
     assert client.closed
 
-    m = _exposition.parse(Health(gw).render())
+    m = _exposition.parse(Health(gw).render().decode())
     requests = m["groupgate_requests_total"]
     assert requests.value(api="ListOffsets", outcome="forwarded") == 1
     assert requests.value(api="ConsumerGroupDescribe", outcome="local") == 1
@@ -263,13 +264,16 @@ async def test_readyz_waits_for_the_group_layer_and_topic_metadata() -> None:
 @pytest.mark.parametrize(
     ("raw", "status"),
     [
-        (b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", 405),
-        (b"HEAD /healthz HTTP/1.1\r\n\r\n", 405),
-        (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
-        (b"GET /metrics\r\n\r\n", 400),
+        (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 405),
+        (b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+        (b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        (b"GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n", 400),
+        (b"GET metrics HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
-        (b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * (4 * MAX_HEAD_BYTES) + b"\r\n\r\n", 431),
-        (b"GET /metrics HTTP/1.1\r\nHost: x\r\n", 400),  # the client stops sending (half-closed below)
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (4 * MAX_HEAD_BYTES) + b"\r\n\r\n", 400),
+        (b"GET /" + b"a" * (4 * MAX_HEAD_BYTES) + b" HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     ],
 )
 async def test_bad_requests_get_a_4xx_and_the_endpoint_keeps_serving(raw: bytes, status: int) -> None:
@@ -278,10 +282,9 @@ async def test_bad_requests_get_a_4xx_and_the_endpoint_keeps_serving(raw: bytes,
         reader, writer = await asyncio.open_connection(*addr)
         writer.write(raw)
         await writer.drain()
-        writer.write_eof()
-        data = await asyncio.wait_for(reader.read(), 10)
+        data = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         writer.close()
-        assert data.startswith(f"HTTP/1.1 {status} ".encode()), data[:80]
+        assert re.match(rb"HTTP/1\.[01] %d " % status, data), data[:80]
         if status == 405:
             assert b"\r\nAllow: GET\r\n" in data
         # a client that connects and vanishes mid-request
@@ -291,6 +294,23 @@ async def test_bad_requests_get_a_4xx_and_the_endpoint_keeps_serving(raw: bytes,
         assert (await get(addr, "/healthz"))[0] == 200
         assert (await scrape(addr))["groupgate_groups"].type == "gauge"
         assert layer.nodes.metrics.connections_total == 0  # nothing reached the Kafka side
+    finally:
+        await admin.stop()
+        await layer.stop()
+
+
+async def test_a_request_head_that_stops_arriving_is_closed_after_the_head_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admin_http, "HEAD_TIMEOUT_S", 0.5)
+    layer, admin, addr = await layer_with_endpoint()
+    try:
+        reader, writer = await asyncio.open_connection(*addr)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server, unanswered
+        writer.close()
+        assert (await get(addr, "/readyz"))[0] in (200, 503)
     finally:
         await admin.stop()
         await layer.stop()

@@ -79,6 +79,7 @@ class Driver:
     records: list[Any] = field(default_factory=list)
     timers: dict[TimerKey, int] = field(default_factory=dict)
     responses: dict[Any, Any] = field(default_factory=dict)
+    changes: list[Any] = field(default_factory=list)  # Outcome.changes, in order
 
     def __post_init__(self) -> None:
         ids = itertools.count(1)
@@ -105,6 +106,7 @@ class Driver:
             assert reply.request_key not in self.responses, "a request was answered twice"
             self.responses[reply.request_key] = reply.body
         self.records.extend(result.records)
+        self.changes.extend(result.changes)
         apply_timer_changes(self.timers, result.timers, deadline)
         return result
 
