@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit kafka image clean loadgen chart-tools chart-check
+.PHONY: run test lint typecheck unit kafka image clean loadgen chart-tools chart-check browser
 
 # The package version: the gateway image's tag, the one groupgate.testing.containers defaults to.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -31,8 +31,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy coordinator translate
 
-test: $(STAMP) kafka chart-tools lint typecheck
+test: $(STAMP) kafka chart-tools browser lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+# Headless Chromium for the live groups page's test (compat_tests/test_groups_page_browser.py): Debian's
+# package, installed once (as root, or through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 # The gateway image of this version (docker/Dockerfile), tagged groupgate:$(VERSION) and groupgate:latest.
 image:

@@ -94,6 +94,12 @@ class GatewayConfig(SaslSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # HOST:PORT of the operators' HTTP endpoint (/metrics, /healthz, /readyz); None = off, port 0 = ephemeral.
     metrics_listen: str | None = None
+    # Who may open the live groups page there (/groups, docs/operations.md): HTTP Basic credentials checked
+    # against this file (the form of listener_sasl_credentials_file, `groupgate sasl-credentials` writes
+    # both); when unset and the listeners terminate SASL, against listener_sasl_credentials_file.
+    # admin_users, when set, narrows who of that file's users may look. /metrics and the probes stay open.
+    admin_credentials_file: str | None = None
+    admin_users: list[str] | None = None
     # TLS on every client listener (docs/gateway.md, "TLS"): PEM certificate chain and private key. A CA
     # bundle in listener_tls_client_ca makes client certificates mandatory (mutual TLS).
     listener_tls_cert: str | None = None

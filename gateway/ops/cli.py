@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scramp
 from pydantic import ValidationError
@@ -28,6 +28,11 @@ from gateway.security.sasl_server import Terminator, add_user
 from gateway.security.tls import check as check_tls
 from gateway.state.log import StateLogCorrupt
 from gateway.state.store import StateStoreMismatch
+
+if TYPE_CHECKING:
+    from gateway.groups.layer import GroupLayer
+    from gateway.ops.admin_http import AdminServer
+    from gateway.ops.groups_page import GroupsPage
 
 log = get_logger("gateway.ops.cli")
 
@@ -150,12 +155,15 @@ async def _serve(
         config, layer.chain() if layer is not None else None, directory=directory, nodes=nodes, refusals=refusals
     )
     admin = None
+    page, page_task = None, None
     if config.metrics_listen is not None:
         from gateway.ops.admin_http import AdminServer
         from gateway.ops.health import Health
 
         # Up before the gateway starts: /readyz answers 503 until start-up completes.
         admin = AdminServer(Health(gw, layer))
+        if layer is not None:
+            page, page_task = _groups_page(config, layer, admin)
         host, port = await admin.start(*parse_host_port(config.metrics_listen))
         log.info("metrics endpoint listening", metrics_listen=f"{host}:{port}")
     try:
@@ -173,6 +181,7 @@ async def _serve(
             group_configs.install()
     except BaseException:
         await gw.stop()
+        _close_page(page, page_task)
         if admin is not None:
             await admin.stop()
         raise
@@ -197,9 +206,33 @@ async def _serve(
             await layer.stop()
         if group_configs is not None:
             group_configs.close()
+        _close_page(page, page_task)
         if admin is not None:
             await admin.stop()
     return EXIT_OK
+
+
+def _groups_page(
+    config: GatewayConfig, layer: GroupLayer, admin: AdminServer
+) -> tuple[GroupsPage, asyncio.Task[None]]:
+    """The live groups page on the admin listener (gateway/ops/groups_page.py), its lag read from the
+    layer's lag watch (what kafka_consumergroup_lag exports)."""
+    from gateway.ops.groups_page import GroupsPage, page_credentials
+
+    def lag(group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(p.topic, p.partition): (p.committed, p.log_end) for p in layer.lag.snapshot.groups.get(group_id, ())}
+
+    check, users = page_credentials(config)
+    page = GroupsPage(layer, lag=lag, check_password=check, users=users)
+    admin.app.add_routes(page.routes())
+    return page, asyncio.get_running_loop().create_task(page.run(), name="groups-page")
+
+
+def _close_page(page: GroupsPage | None, task: asyncio.Task[None] | None) -> None:
+    if page is not None:
+        page.close()
+    if task is not None:
+        task.cancel()
 
 
 def _use_event_loop(config: GatewayConfig) -> str:
