@@ -85,21 +85,37 @@ class LagWatch:
             await asyncio.sleep(self.interval_s)
 
     async def refresh(self) -> LagSnapshot:
+        """A new snapshot. What could not be read this time (a group's committed offsets, a partition's
+        log end offset) keeps its values of the previous snapshot; when nothing at all could be read,
+        UpstreamError (the previous snapshot stays whole)."""
         began = time.monotonic()
         gids = sorted(set(self.group_ids()))
         committed = await self._committed(gids)
+        if gids and not committed:
+            raise UpstreamError("no group's committed offsets could be read")
         wanted: dict[str, set[int]] = defaultdict(set)
         for parts in committed.values():
             for topic, partition, _ in parts:
                 wanted[topic].add(partition)
         ends = await self._log_ends(wanted)
+        if wanted and not ends:
+            raise UpstreamError("no log end offset could be read")
+        previous = self.snapshot.groups
         groups: dict[str, tuple[PartitionLag, ...]] = {}
         for gid in gids:
-            rows = [
-                PartitionLag(t, p, off, ends[t, p])
-                for t, p, off in committed.get(gid, ())
-                if (t, p) in ends
-            ]
+            read = committed.get(gid)
+            if read is None:
+                if gid in previous:
+                    groups[gid] = previous[gid]
+                continue
+            before = {(r.topic, r.partition): r for r in previous.get(gid, ())}
+            rows = []
+            for t, p, off in read:
+                end = ends.get((t, p))
+                if end is not None:
+                    rows.append(PartitionLag(t, p, off, end))
+                elif (t, p) in before:  # the last log end offset known, against the new commit
+                    rows.append(PartitionLag(t, p, off, max(before[t, p].log_end, off)))
             groups[gid] = tuple(sorted(rows, key=lambda r: (r.topic, r.partition)))
         self.snapshot = LagSnapshot(groups, time.time(), time.monotonic() - began)
         self.refreshes += 1
