@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coordinator.connect.codec import decode, encode
 from coordinator.connect.messages import (
     AssignorSpec,
     ConnectGroupHeartbeatRequest,
@@ -105,5 +106,11 @@ class Driver:
         w = self.group().workers[member]
         return w.member_epoch, names(w.assigned | w.pending_revocation)
 
-    def assert_replays(self) -> None:
+    def assert_replays(self, through_bytes: bool = True) -> None:
+        """The records replay to the same state, as values and (unless told not to) through their bytes."""
         assert {k: v.snapshot() for k, v in replay(self.records).items()} == self.coord.snapshot()
+        if not through_bytes:
+            return
+        decoded = [decode(*encode(r)) for r in self.records]
+        assert decoded == self.records
+        assert {k: v.snapshot() for k, v in replay(decoded).items()} == self.coord.snapshot()
