@@ -16,43 +16,43 @@ from coordinator.connect.model import ClientAssignor, ConnectAssignment, WorkerS
 _SCHEMAS = "coordinator.connect.schemas"
 
 
-class ConnectGroupMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupMemberMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupMemberMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupMemberMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupMemberMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupTargetAssignmentMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupTargetAssignmentMetadataKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupTargetAssignmentMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupTargetAssignmentMetadataValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupTargetAssignmentMemberKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupTargetAssignmentMemberKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupTargetAssignmentMemberValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupTargetAssignmentMemberValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupCurrentMemberAssignmentKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupCurrentMemberAssignmentKey(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupCurrentMemberAssignmentValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupCurrentMemberAssignmentValue(ApiData, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 

@@ -14,11 +14,11 @@ _SCHEMAS = "gateway.wire.protocol.schemas"
 CONNECT_GROUP_HEARTBEAT = 10000
 
 
-class ConnectGroupHeartbeatRequest(ApiMessage, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupHeartbeatRequest(ApiMessage, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
-class ConnectGroupHeartbeatResponse(ApiMessage, load_json=_SCHEMAS):  # type: ignore[call-arg]
+class ConnectGroupHeartbeatResponse(ApiMessage, load_json=_SCHEMAS):  # type: ignore[call-arg,misc]
     pass
 
 
