@@ -53,6 +53,7 @@ class Sim:
         self.d = Driver()
         self.workers: dict[str, Worker] = {}
         self.n = 0
+        self.answers = 0  # heartbeat answers that carried an assignment
 
     def heartbeat(self, w: Worker) -> None:
         d = self.d
@@ -69,9 +70,15 @@ class Sim:
             w.runs, w.epoch = ConnectAssignment(), 0  # abandon everything, rejoin
             return
         assert r.error_code in (0, Errors.COMPUTE_ASSIGNMENT), r.error_message
+        previous_epoch = w.epoch
         w.epoch = r.member_epoch
         if r.assignment is not None:
-            w.runs = r.assignment.assigned.assignment()
+            new = r.assignment.assigned.assignment()
+            if previous_epoch > 0:
+                # An answer revokes or assigns, never both (the draft's "Response Handling").
+                assert not (w.runs - new) or not (new - w.runs), (w.runs, new)
+            w.runs = new
+            self.answers += 1
         w.compute = w.compute or r.error_code == Errors.COMPUTE_ASSIGNMENT
 
     def compute(self, w: Worker) -> None:
@@ -140,3 +147,4 @@ def test_random_traffic_never_runs_a_unit_twice_and_settles(seed: int) -> None:
         running = running | w.runs
     assert running == UNITS
     sim.d.assert_replays()  # and through the records' bytes
+    assert sim.answers > 10  # the traffic did move assignments around
