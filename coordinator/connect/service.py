@@ -27,11 +27,18 @@ The rebalance, in the draft's terms:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from coordinator.connect import assignors as sel
 from coordinator.connect import records as rec
+from coordinator.connect.describe import (
+    DescribedConnectGroup,
+    ListedConnectGroup,
+    describe_group,
+    list_groups,
+)
 from coordinator.connect.messages import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -278,6 +285,12 @@ class ConnectGroupCoordinator:
 
     def replay(self, record: ConnectRecord) -> None:
         apply(self.state.groups, record)
+
+    def describe(self, group_ids: Iterable[str]) -> list[DescribedConnectGroup]:
+        return [describe_group(self.state.groups, g) for g in group_ids]
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedConnectGroup]:
+        return list_groups(self.state.groups, states, types)
 
     def group(self, group_id: str) -> ConnectGroup | None:
         return self.state.groups.get(group_id)
