@@ -183,9 +183,9 @@ for _key, _cls in _KAFKA_PYTHON_RESPONSES.items():
     if _cls is not None:
         ResponseClassRegistry._response_class_registry[_key] = _cls
 
-# Api keys whose schemas exist (connect_messages.py) but that the gateway does not answer yet: the codec
+# Api keys whose schemas exist (connect_messages.py: the connect group APIs) but that the gateway does not answer yet: the codec
 # leaves them out, so they are neither decoded nor advertised.
-NOT_WIRED = frozenset({10000})
+NOT_WIRED = frozenset({10000, 10001, 10002})
 
 # Api key -> (request class, response class) that replace kafka-python's in the gateway's codec.
 OVERRIDES = {
