@@ -52,3 +52,4 @@ def test_a_compacted_log_replays_to_the_same_state() -> None:
     kept = [decode(k, v) for k, v in last.values() if v is not None]
     random.Random(7).shuffle(kept)
     assert {g: x.snapshot() for g, x in replay(kept).items()} == d.coord.snapshot()
+
