@@ -51,6 +51,10 @@ class Errors(enum.IntEnum):
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
     REBOOTSTRAP_REQUIRED = 129  # KIP-1102; ApiVersions v5 (KIP-1242) answers it to a client at the wrong node
+    # groupgate's own codes for the connect group type (docs/connect.md): Kafka has no such group type,
+    # so they sit far above Kafka's codes.
+    COMPUTE_ASSIGNMENT = 1000
+    INVALID_ASSIGNMENT = 1001
 
     @classmethod
     def of(cls, code: int) -> Errors | int:

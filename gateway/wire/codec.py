@@ -38,6 +38,8 @@ def _registry() -> tuple[dict[int, Any], dict[int, Any]]:
     for c in _walk(ApiMessage):
         if getattr(c, "_class_version", 1) is not None or getattr(c, "_json", None) is None:
             continue
+        if c.API_KEY in _ours.NOT_WIRED:
+            continue
         table = requests if c.type == "request" else responses
         table.setdefault(c.API_KEY, c)
     for key, (request, response) in _ours.OVERRIDES.items():

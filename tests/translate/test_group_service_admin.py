@@ -245,3 +245,13 @@ def test_translate_mode_describes_its_consumer_groups_with_the_classic_view_by_d
     group = d.responses[key].groups[0]
     assert group.error_code == 0 and group.protocol_type == "consumer"
     assert [m.member_id for m in group.members] == [first.member_id]
+
+
+def test_replay_bytes_skips_connect_group_records_until_the_service_holds_connect_groups() -> None:
+    from coordinator.connect import records as connect_records
+    from coordinator.connect.codec import encode as encode_connect_record
+
+    svc = GroupService()
+    key, value = encode_connect_record(connect_records.group_epoch("grp", 1))
+    assert svc.replay_bytes(key, value) is False
+    assert svc.coordinator.group("grp") is None and svc.classic_groups.group("grp") is None
