@@ -123,6 +123,10 @@ class ClientConnection(asyncio.Protocol):
         self.peer = self.source.peer = transport.get_extra_info("peername")
         if not self.limits.admit(self):
             return  # over max.connections: already closed, no upstream link opened
+        if self._paused:
+            # Admitted muted (the request memory budget is reached): uvloop starts reading once
+            # connection_made returns, whatever was paused in it, so pause again on the next turn.
+            asyncio.get_running_loop().call_soon(self._pause_again)
         set_nodelay(transport)
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
@@ -284,6 +288,10 @@ class ClientConnection(asyncio.Protocol):
         if not self._paused and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self._paused.add(reason)
+
+    def _pause_again(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
 
     def resume(self, reason: str) -> None:
         if reason not in self._paused:

@@ -10,7 +10,11 @@
   reading until the frame is complete; while the reservations reach the budget, every connection that
   holds no reservation is muted (reading paused) and all are unmuted once the reservations fall below
   it. Holders keep reading, so the budget always drains; a reservation is released when its frame
-  completes or its connection closes.
+  completes or its connection closes. A connection whose next frame begins while the budget is reached
+  (several connections' first chunks can arrive in one turn of the event loop, uvloop's especially) is
+  paused with its size read but not reserved: it waits, holding one read chunk, and is admitted as room
+  appears, in arrival order, while the reservations stay under the budget (the last admitted one may
+  overshoot it, as Kafka's pool lets its last allocation do).
 - ``connections.max.idle.ms`` and ``partial_request_timeout_ms``: a periodic sweep closes connections
   with no traffic and nothing outstanding for that long, and connections whose current request frame has
   been incomplete for that long (a slowloris client trickling bytes is active, never idle).
@@ -116,6 +120,9 @@ class ConnectionLimits:
         self._trim_pending = False
         self.exhausted = False
         self.muted: set[ClientSide] = set()
+        # Connections whose frame began while the budget was reached: paused, their size not reserved yet
+        # (dicts keep arrival order: the first to wait is the first admitted).
+        self.waiting: dict[ClientSide, None] = {}
         idle = config.connections_max_idle_ms
         partial = config.partial_request_timeout_ms
         self.idle_s: float | None = idle / 1000 if idle > 0 else None
@@ -165,15 +172,22 @@ class ConnectionLimits:
 
     def reserve(self, conn: ClientSide, delta: int) -> None:
         """``conn``'s reservation changed by ``delta`` (its new value is already in ``conn.reserved``)."""
-        self.reserved += delta
         budget = self.budget
+        if conn in self.waiting:
+            # Not counted while it waits (see the module's docstring); a frame that completed within the
+            # chunk already read leaves nothing to wait for but it stays muted until the budget frees.
+            if conn.reserved == 0:
+                del self.waiting[conn]
+            return
+        if budget is not None and delta > 0 and conn.reserved == delta and self.reserved >= budget:
+            # A new frame while the budget is reached: it waits for room, reading paused.
+            self.waiting[conn] = None
+            conn.pause("memory")
+            self.muted.add(conn)
+            return
+        self.reserved += delta
         if budget is None:
             return
-        if conn.reserved and conn in self.muted:
-            # Read one more chunk after it was muted (the loop had it already) and now holds a frame in
-            # progress: like every holder it must be read to the end, or the budget might never drain.
-            self.muted.discard(conn)
-            conn.resume("memory")
         if self.exhausted:
             if self.reserved < budget:
                 self._unmute()
@@ -191,6 +205,10 @@ class ConnectionLimits:
         if conn.reserved:
             if conn.reserved >= TRIM_FROM_BYTES:
                 self._trim_soon()
+            if conn in self.waiting:
+                del self.waiting[conn]
+                conn.reserved = 0  # it waited: nothing of it was counted
+                return
             delta, conn.reserved = -conn.reserved, 0
             self.reserve(conn, delta)
 
@@ -230,6 +248,20 @@ class ConnectionLimits:
 
     def _unmute(self) -> None:
         self.exhausted = False
+        budget = self.budget
+        # The waiting frames first, in arrival order, while there is room; the rest keep waiting.
+        for c in list(self.waiting):
+            if budget is not None and self.reserved >= budget:
+                break
+            del self.waiting[c]
+            if c.closed:
+                continue
+            self.reserved += c.reserved
+            self.muted.discard(c)
+            c.resume("memory")
+        if budget is not None and self.reserved >= budget:
+            self.exhausted = True
+            return
         muted, self.muted = self.muted, set()
         for c in muted:
             c.resume("memory")

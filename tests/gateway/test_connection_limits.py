@@ -206,3 +206,55 @@ async def test_failed_accepts_are_counted_instead_of_reported_one_by_one() -> No
     loop.call_exception_handler({"message": "something else", "exception": ValueError("x")})
     assert gw.metrics.accept_errors == 100
     assert [c["message"] for c in passed_on] == ["something else"]
+
+
+class _Reader:
+    """What the budget sees of a client connection: its reservation and its pause reasons."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.reserved, self.closed, self.paused = name, 0, False, set[str]()
+
+    def pause(self, reason: str) -> None:
+        self.paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        self.paused.discard(reason)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_frames_begun_while_the_budget_is_reached_wait_uncounted_and_get_their_turn_in_order() -> None:
+    from gateway.config.settings import GatewayConfig
+    from gateway.metrics import GatewayMetrics
+    from gateway.net.limits import ConnectionLimits
+
+    conns: set[Any] = set()
+    limits = ConnectionLimits(GatewayConfig(**{"queued.max.request.bytes": 250}), GatewayMetrics(), conns)
+    a, b, c, d, e = (_Reader(n) for n in "abcde")
+    conns.update((a, b, c, d, e))
+
+    def start(conn: _Reader, size: int) -> None:  # a frame of ``size`` bytes has its size read
+        conn.reserved = size
+        limits.reserve(conn, size)  # type: ignore[arg-type]
+
+    def finish(conn: _Reader) -> None:
+        delta, conn.reserved = -conn.reserved, 0
+        limits.reserve(conn, delta)  # type: ignore[arg-type]
+
+    start(a, 100)
+    start(b, 100)
+    start(c, 100)  # 300 >= 250: the budget is reached; the others are muted
+    assert limits.reserved == 300 and limits.exhausted and d.paused == e.paused == {"memory"}
+    # A chunk the loop had already read for d and e begins their frames: they wait, counted nowhere.
+    start(d, 100)
+    start(e, 100)
+    assert limits.reserved == 300 and list(limits.waiting) == [d, e] and d.paused == {"memory"}
+    finish(a)  # 200 < 250: d, the first to wait, is admitted (overshooting, as the last admitted may)
+    assert limits.reserved == 300 and not d.paused and list(limits.waiting) == [e] and e.paused == {"memory"}
+    limits.release(e)  # e closes while waiting: nothing of it was counted
+    assert limits.reserved == 300 and not limits.waiting
+    for conn in (b, c, d):
+        finish(conn)
+    assert limits.reserved == 0 and not limits.exhausted and not limits.muted
+    assert not any(conn.paused for conn in (a, b, c, d))
