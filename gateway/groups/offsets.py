@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
 from gateway.authz.groups import READ
+from gateway.groups.commit_batch import CommitWrites
 from gateway.groups.offset_fetch import CLUSTER_UNREACHABLE, TOPIC_ID_VERSION, OffsetFetches, _refused
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
@@ -112,6 +113,13 @@ class OffsetBridge(OffsetFetches):
         self.bypass_suspected = bypass_suspected
         self.counters = counters
         self.leave_abandoned = leave_abandoned  # coordinator.leave_abandoned_upstream_members
+        self.writes = CommitWrites(self._send_commit, spawn=lambda coro: self.groups.spawn(coro))
+
+    async def _send_commit(self, gid: str, version: int, msg: Any, lane: int) -> Any:
+        """One (merged) simple commit to the group's upstream coordinator, at most once."""
+        return await self.client.to_coordinator(
+            gid, ApiKey.OFFSET_COMMIT, version, msg, _first_partition_error, idempotent=False, lane=lane
+        )
 
     # --- commits ---------------------------------------------------------------------------------------
 
@@ -211,22 +219,20 @@ class OffsetBridge(OffsetFetches):
         try:
             # At most once: a commit lost in flight is answered CLUSTER_UNREACHABLE (retriable; never
             # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
-            r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+            if api_key == ApiKey.OFFSET_COMMIT:
+                # Merged with the group's other commits waiting at the same time (gateway/groups/commit_batch.py).
+                out = await self.writes.commit(gid, v, msg)
+            else:
+                r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+                out = _answer_of(r, msg, v >= _BY_ID_FROM[api_key])
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
-        if v >= _BY_ID_FROM[api_key]:
-            names = {t.topic_id: t.name for t in msg.topics}
-            out = [
-                (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
-                for t in r.topics
-            ]
-        else:
+        if v < _BY_ID_FROM[api_key]:
+            # The upstream named topics only: their ids, for a client that speaks ids.
             ids = self._topic_ids()
-            out = [
-                (t.name, ids.get(t.name), [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics
-            ]
+            out = [(name, ids.get(name), parts) for name, _, parts in out]
         errors = {e for _, _, parts in out for _, e in parts}
         if errors & _MEMBERSHIP_ERRORS:
             log.warning(
@@ -389,6 +395,18 @@ def _refusal_reason(check: OffsetCommitCheck, error: int, classic_group: bool) -
     if error == Errors.UNSUPPORTED_VERSION:
         return f"{who}: consumer-protocol members commit with OffsetCommit v9 or later (this was v{check.api_version})"
     return f"{who}: {_error_name(error)}"
+
+
+def _answer_of(r: Any, msg: Any, by_id: bool) -> CommitResults:
+    """A commit response as (topic name, topic id, [(partition, error)]); names from the request when the
+    response names topics by id only."""
+    if by_id:
+        names = {t.topic_id: t.name for t in msg.topics}
+        return [
+            (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in r.topics
+        ]
+    return [(t.name, None, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
 
 
 def _first_partition_error(r: Any) -> int:
