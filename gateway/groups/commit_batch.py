@@ -36,8 +36,13 @@ from gateway.wire.api_keys import ApiKey
 
 # Connections per upstream broker for commit write-throughs (each group uses one of them at a time).
 WRITE_LANES = 4
-# A merged request carries at most this many partitions; the rest wait for the next request.
+# A merged request carries at most this many partitions, and offset records of about this many bytes (the
+# cluster writes a commit's records as one batch to __consumer_offsets, which refuses a batch over its
+# max.message.bytes, 1 MiB by default, as a whole); the rest wait for the next request.
 MAX_BATCH_PARTITIONS = 5000
+MAX_BATCH_BYTES = 256 * 1024
+# An offset record's bytes besides the group id, topic name and metadata (key and value fields, headers).
+_RECORD_OVERHEAD = 80
 # The first OffsetCommit version that names topics by id (KIP-848's v10).
 _BY_ID_FROM = 10
 
@@ -62,27 +67,35 @@ class Pending:
     keys: frozenset[PartitionKey] = field(init=False)
     solo: bool = field(init=False)  # names a partition twice: sent alone, answered as the cluster answers it
     merge_key: tuple[int, Any] = field(init=False)
+    size: int = field(init=False)  # about the bytes of its offset records in __consumer_offsets
 
     def __post_init__(self) -> None:
         keys = [(topic_key(t, self.version), p.partition_index) for t in self.msg.topics for p in t.partitions]
         self.keys = frozenset(keys)
+        per_record = _RECORD_OVERHEAD + len(self.msg.group_id or "")
+        self.size = sum(
+            per_record + len(t.name or "") + len(p.committed_metadata or "") for t in self.msg.topics for p in t.partitions
+        )
         self.solo = len(self.keys) != len(keys)
         retention = getattr(self.msg, "retention_time_ms", None) if 2 <= self.version <= 4 else None
         self.merge_key = (self.version, retention)
 
 
-def take_batch(waiting: deque[Pending], max_partitions: int = MAX_BATCH_PARTITIONS) -> list[Pending]:
+def take_batch(
+    waiting: deque[Pending], max_partitions: int = MAX_BATCH_PARTITIONS, max_bytes: int = MAX_BATCH_BYTES
+) -> list[Pending]:
     """Remove from ``waiting`` the commits that leave together in the next request, in their order.
 
     The first waiting commit always leaves. A later one joins when it merges with the first (same version
     and retention, neither solo), names no partition already in the request, and names no partition of an
     earlier commit that stays behind (that one must reach the cluster first); the request stays within
-    ``max_partitions`` unless the first commit alone is larger."""
+    ``max_partitions`` and ``max_bytes`` of offset records unless the first commit alone is larger."""
     first = waiting.popleft()
     batch = [first]
     if first.solo:
         return batch
     taken = set(first.keys)
+    size = first.size
     blocked: set[PartitionKey] = set()
     kept: list[Pending] = []
     while waiting:
@@ -91,6 +104,7 @@ def take_batch(waiting: deque[Pending], max_partitions: int = MAX_BATCH_PARTITIO
             e.solo
             or e.merge_key != first.merge_key
             or len(taken) + len(e.keys) > max_partitions
+            or size + e.size > max_bytes
             or not taken.isdisjoint(e.keys)
             or not blocked.isdisjoint(e.keys)
         ):
@@ -99,6 +113,7 @@ def take_batch(waiting: deque[Pending], max_partitions: int = MAX_BATCH_PARTITIO
             continue
         batch.append(e)
         taken.update(e.keys)
+        size += e.size
     waiting.extend(kept)
     return batch
 

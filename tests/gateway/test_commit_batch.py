@@ -159,6 +159,18 @@ def test_the_request_stays_within_the_partition_cap_unless_one_commit_is_larger(
     assert take_batch(deque([pend({"a": list(range(10))})]), max_partitions=2)  # the first always leaves
 
 
+def test_the_request_stays_within_the_record_bytes_cap() -> None:
+    """Long metadata fills the request by bytes before the partition cap: the cluster would refuse a
+    too-large batch of offset records as a whole, where the commits alone would each succeed."""
+    long = [pend({"a": [i]}, metadata="m" * 4000) for i in range(4)]
+    assert long[0].size > 4000
+    waiting = deque(long)
+    assert take_batch(waiting, max_bytes=3 * long[0].size) == long[:3]
+    assert take_batch(waiting, max_bytes=3 * long[0].size) == long[3:]
+    short = [pend({"a": [i]}) for i in range(4)]
+    assert take_batch(deque(short), max_bytes=3 * long[0].size) == short
+
+
 # --- the merged request and the answers ------------------------------------------------------------------
 
 
