@@ -116,9 +116,11 @@ class OffsetBridge(OffsetFetches):
         self.writes = CommitWrites(self._send_commit, spawn=lambda coro: self.groups.spawn(coro))
 
     async def _send_commit(self, gid: str, version: int, msg: Any, lane: int) -> Any:
-        """One (merged) simple commit to the group's upstream coordinator, at most once."""
+        """One (merged) simple commit to the group's upstream coordinator, at most once. Its parts are
+        clients' requests the group layer checked for nulls when it decoded them (GroupLayer.handle), and
+        the fields set here (member id "", no instance id) are not null where the schema forbids it."""
         return await self.client.to_coordinator(
-            gid, ApiKey.OFFSET_COMMIT, version, msg, _first_partition_error, idempotent=False, lane=lane
+            gid, ApiKey.OFFSET_COMMIT, version, msg, _first_partition_error, idempotent=False, lane=lane, checked=True
         )
 
     # --- commits ---------------------------------------------------------------------------------------

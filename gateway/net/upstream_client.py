@@ -88,12 +88,12 @@ class _Link:
         finally:
             self.close(error)
 
-    def send(self, api_key: int, version: int, msg: Any) -> asyncio.Future[Any]:
+    def send(self, api_key: int, version: int, msg: Any, checked: bool = False) -> asyncio.Future[Any]:
         if self.closed:
             raise UpstreamError("upstream connection closed")
         # The link is shared by every group's requests: one the broker cannot parse makes it close the
         # connection under all of them. Such a request fails alone, before it is written.
-        null = codec.null_field(msg, version)
+        null = None if checked else codec.null_field(msg, version)
         if null is not None:
             raise RefusedRequest(f"api {api_key} v{version}: {null} is null")
         corr = next(self.corr)
@@ -192,7 +192,14 @@ class UpstreamClient:
             self._connecting.pop(key, None)
 
     async def send(
-        self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True, lane: int = 0
+        self,
+        addr: tuple[str, int],
+        api_key: int,
+        version: int,
+        msg: Any,
+        idempotent: bool = True,
+        lane: int = 0,
+        checked: bool = False,
     ) -> Any:
         """One request and its response. A read that was on a link that broke under it (another
         request's timeout, the broker closing it) is sent once more on a fresh link; a write (a commit)
@@ -201,7 +208,7 @@ class UpstreamClient:
         for attempt in (0, 1):
             link = await self._link(addr, lane)
             try:
-                return await asyncio.wait_for(link.send(api_key, version, msg), self.timeout_s())
+                return await asyncio.wait_for(link.send(api_key, version, msg, checked), self.timeout_s())
             except TimeoutError as e:
                 link.close(LostInFlight("request timed out"))
                 raise LostInFlight(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
@@ -267,6 +274,7 @@ class UpstreamClient:
         attempts: int = 5,
         idempotent: bool = True,
         lane: int = 0,
+        checked: bool = False,
     ) -> Any:
         """Send to the group's upstream coordinator, looking it up again while it moves.
 
@@ -274,7 +282,8 @@ class UpstreamClient:
         they are (the answer is then the response payload, still under this link's correlation id).
         ``idempotent=False`` (commits, forwarded client requests): sent at most once: a request lost in
         flight is not sent again (a later request of the same group may already have overtaken it).
-        ``lane``: which of the connections to that broker carries it (0 unless a caller spreads its load)."""
+        ``lane``: which of the connections to that broker carries it (0 unless a caller spreads its load).
+        ``checked``: the caller built ``msg`` only from requests that passed ``codec.null_field`` already."""
         last: Exception | None = None
         for attempt in range(attempts):
             try:
@@ -282,7 +291,7 @@ class UpstreamClient:
                 if isinstance(msg, bytes):
                     r = await self.send_raw(addr, msg)
                 else:
-                    r = await self.send(addr, api_key, version, msg, idempotent=idempotent, lane=lane)
+                    r = await self.send(addr, api_key, version, msg, idempotent=idempotent, lane=lane, checked=checked)
             except CoordinatorMoved as e:
                 last = e
             except RefusedRequest:
