@@ -30,6 +30,7 @@ from gateway.groups.commit_batch import CommitWrites
 from gateway.groups.offset_fetch import CLUSTER_UNREACHABLE, TOPIC_ID_VERSION, OffsetFetches, _refused
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
+from gateway.net.upstream_client import COORDINATOR_MOVED
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
 from gateway.wire.api_keys import ApiKey
@@ -120,7 +121,7 @@ class OffsetBridge(OffsetFetches):
         clients' requests the group layer checked for nulls when it decoded them (GroupLayer.handle), and
         the fields set here (member id "", no instance id) are not null where the schema forbids it."""
         return await self.client.to_coordinator(
-            gid, ApiKey.OFFSET_COMMIT, version, msg, _first_partition_error, idempotent=False, lane=lane, checked=True
+            gid, ApiKey.OFFSET_COMMIT, version, msg, _moved_error, idempotent=False, lane=lane, checked=True
         )
 
     # --- commits ---------------------------------------------------------------------------------------
@@ -409,6 +410,20 @@ def _answer_of(r: Any, msg: Any, by_id: bool) -> CommitResults:
             for t in r.topics
         ]
     return [(t.name, None, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
+
+
+def _moved_error(r: Any) -> int:
+    """A merged commit's error for the retry decision: the coordinator's own (NOT_COORDINATOR and the like)
+    wherever it shows, since the partitions ahead of it may carry one client's topic error (a topic the
+    cluster does not have is answered before the coordinator is asked)."""
+    first = None
+    for t in r.topics:
+        for p in t.partitions:
+            if p.error_code in COORDINATOR_MOVED:
+                return int(p.error_code)
+            if first is None:
+                first = int(p.error_code)
+    return first or 0
 
 
 def _first_partition_error(r: Any) -> int:

@@ -300,3 +300,19 @@ async def test_random_concurrent_commits_end_as_sequential_ones_would(seed: int)
     assert [flat(a) for a in got] == [flat(a) for a in want]
     assert cluster.offsets == model.offsets
     assert writes.requests <= len(sequence)
+
+
+def test_a_coordinator_error_anywhere_in_a_merged_answer_makes_it_retried() -> None:
+    """The merged request's retry decision (OffsetBridge._send_commit): one client's missing topic ahead
+    of the others must not hide the coordinator's NOT_COORDINATOR on theirs."""
+    from gateway.groups.offsets import _moved_error
+
+    def response(*errors: int) -> Any:
+        part = RESP.OffsetCommitResponseTopic.OffsetCommitResponsePartition
+        return RESP[9](topics=[RESP.OffsetCommitResponseTopic(
+            name="a", partitions=[part(partition_index=i, error_code=e) for i, e in enumerate(errors)])])
+
+    assert _moved_error(response(3, Errors.NOT_COORDINATOR, Errors.NOT_COORDINATOR)) == Errors.NOT_COORDINATOR
+    assert _moved_error(response(3, 0)) == 3
+    assert _moved_error(response(0, 0)) == 0
+    assert _moved_error(RESP[9](topics=[])) == 0
