@@ -8,8 +8,9 @@ and a client without a certificate against a mutual-TLS listener are turned away
 Upstream side: the embedded broker gets an extra SSL listener (PEM key material, client certificates
 required) and the gateway reaches it with upstream_tls.
 
-The gateway runs as ``groupgate serve`` (uvloop when it is installed) and, for the client side, also on
-asyncio's own loop, since the TLS handshake goes through ``loop.start_tls`` on either.
+The gateway runs as ``groupgate serve`` on its default loop (uvloop, a dependency of the package) and, for
+the client side, also on asyncio's own loop, since the TLS handshake goes through ``loop.start_tls`` on
+either; its log says which loop it runs.
 """
 
 from __future__ import annotations
@@ -186,6 +187,11 @@ def _wait_for_log(gw: GatewayProcess, text: str, timeout_s: float = 10.0) -> str
 
 
 # --- client side --------------------------------------------------------------------------------------
+
+
+def test_gateway_runs_the_event_loop_the_setting_names(tls_gateway: GatewayProcess) -> None:
+    expected = "asyncio" if "asyncio" in tls_gateway.extra_args else "uvloop"
+    assert f"loop={expected}" in _wait_for_log(tls_gateway, "event loop")
 
 
 def test_kafka_python_produces_and_consumes_in_a_group_over_tls(

@@ -88,7 +88,7 @@ class GatewayConfig(SaslSettings):
     metadata_refresh_s: float = Field(default=30.0, gt=0)
     # A broker missing from metadata keeps its listener this long (rolling restarts drop it briefly).
     broker_absent_grace_s: float = Field(default=120.0, ge=0)
-    # auto: uvloop when it is installed (the optional "fast" extra), else asyncio's own loop.
+    # auto: uvloop (a dependency of the package) when it can be imported, else asyncio's own loop.
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -100,10 +100,11 @@ _TRANSLATED_FOR_ANY_GROUP = frozenset(
 class Decoded:
     """What ``claims`` read of a frame, handed to ``handle`` so that the request is decoded once."""
 
-    __slots__ = ("msg",)
+    __slots__ = ("msg", "null_free")
 
-    def __init__(self, msg: Any) -> None:
+    def __init__(self, msg: Any, null_free: bool = False) -> None:
         self.msg = msg
+        self.null_free = null_free  # claims found no null where the schema forbids one (codec.null_field)
 
     def __bool__(self) -> bool:
         return True
@@ -514,9 +515,9 @@ class GroupLayer:
         if codec.null_field(msg, version) is not None:
             return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
         if any(self.managed(g) for g in group_ids(api_key, version, msg)):
-            return Decoded(msg)
+            return Decoded(msg, null_free=True)
         if self._handed_back and api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._handed_back_member(msg):
-            return Decoded(msg)  # answered by handle, once per member
+            return Decoded(msg, null_free=True)  # answered by handle, once per member
         return False
 
     async def handle(
@@ -532,7 +533,7 @@ class GroupLayer:
                 self.counters["invalid_requests"] += 1
                 self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
                 return error_payload(api_key, version, corr, Errors.INVALID_REQUEST)
-        null = codec.null_field(msg, version)
+        null = None if decoded is not None and decoded.null_free else codec.null_field(msg, version)
         if null is not None:
             # A null where the schema allows none (e.g. JoinGroup protocols, an OffsetFetch group id):
             # Kafka cannot parse it either. Answered here, never acted on or sent upstream.

@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import Errors
 from gateway.authz.groups import READ
+from gateway.groups.commit_batch import CommitWrites
 from gateway.groups.offset_fetch import CLUSTER_UNREACHABLE, TOPIC_ID_VERSION, OffsetFetches, _refused
 from gateway.logging import get_logger
 from gateway.net.upstream import UpstreamError
+from gateway.net.upstream_client import COORDINATOR_MOVED
 from gateway.wire import codec
 from gateway.wire import group_codec as gc
 from gateway.wire.api_keys import ApiKey
@@ -112,6 +114,15 @@ class OffsetBridge(OffsetFetches):
         self.bypass_suspected = bypass_suspected
         self.counters = counters
         self.leave_abandoned = leave_abandoned  # coordinator.leave_abandoned_upstream_members
+        self.writes = CommitWrites(self._send_commit, spawn=lambda coro: self.groups.spawn(coro))
+
+    async def _send_commit(self, gid: str, version: int, msg: Any, lane: int) -> Any:
+        """One (merged) simple commit to the group's upstream coordinator, at most once. Its parts are
+        clients' requests the group layer checked for nulls when it decoded them (GroupLayer.handle), and
+        the fields set here (member id "", no instance id) are not null where the schema forbids it."""
+        return await self.client.to_coordinator(
+            gid, ApiKey.OFFSET_COMMIT, version, msg, _moved_error, idempotent=False, lane=lane, checked=True
+        )
 
     # --- commits ---------------------------------------------------------------------------------------
 
@@ -211,22 +222,20 @@ class OffsetBridge(OffsetFetches):
         try:
             # At most once: a commit lost in flight is answered CLUSTER_UNREACHABLE (retriable; never
             # acknowledged unless the cluster wrote it) and the client sends it again in its own order.
-            r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+            if api_key == ApiKey.OFFSET_COMMIT:
+                # Merged with the group's other commits waiting at the same time (gateway/groups/commit_batch.py).
+                out = await self.writes.commit(gid, v, msg)
+            else:
+                r = await self.client.to_coordinator(gid, api_key, v, msg, _first_partition_error, idempotent=False)
+                out = _answer_of(r, msg, v >= _BY_ID_FROM[api_key])
         except UpstreamError as e:
             log.warning("offset commit could not reach the upstream coordinator", group_id=gid, error=str(e))
             self.counters["commits_failed"] += 1
             return _partition_errors(msg.topics, CLUSTER_UNREACHABLE)
-        if v >= _BY_ID_FROM[api_key]:
-            names = {t.topic_id: t.name for t in msg.topics}
-            out = [
-                (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
-                for t in r.topics
-            ]
-        else:
+        if v < _BY_ID_FROM[api_key]:
+            # The upstream named topics only: their ids, for a client that speaks ids.
             ids = self._topic_ids()
-            out = [
-                (t.name, ids.get(t.name), [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics
-            ]
+            out = [(name, ids.get(name), parts) for name, _, parts in out]
         errors = {e for _, _, parts in out for _, e in parts}
         if errors & _MEMBERSHIP_ERRORS:
             log.warning(
@@ -389,6 +398,32 @@ def _refusal_reason(check: OffsetCommitCheck, error: int, classic_group: bool) -
     if error == Errors.UNSUPPORTED_VERSION:
         return f"{who}: consumer-protocol members commit with OffsetCommit v9 or later (this was v{check.api_version})"
     return f"{who}: {_error_name(error)}"
+
+
+def _answer_of(r: Any, msg: Any, by_id: bool) -> CommitResults:
+    """A commit response as (topic name, topic id, [(partition, error)]); names from the request when the
+    response names topics by id only."""
+    if by_id:
+        names = {t.topic_id: t.name for t in msg.topics}
+        return [
+            (names.get(t.topic_id, ""), t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in r.topics
+        ]
+    return [(t.name, None, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
+
+
+def _moved_error(r: Any) -> int:
+    """A merged commit's error for the retry decision: the coordinator's own (NOT_COORDINATOR and the like)
+    wherever it shows, since the partitions ahead of it may carry one client's topic error (a topic the
+    cluster does not have is answered before the coordinator is asked)."""
+    first = None
+    for t in r.topics:
+        for p in t.partitions:
+            if p.error_code in COORDINATOR_MOVED:
+                return int(p.error_code)
+            if first is None:
+                first = int(p.error_code)
+    return first or 0
 
 
 def _first_partition_error(r: Any) -> int:

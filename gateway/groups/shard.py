@@ -65,6 +65,10 @@ log = get_logger("gateway.groups.runtime")
 _ACTIVE = ShardState.ACTIVE  # read on every request: a module constant is cheaper than the enum's class attribute
 
 
+def _cancel(handle: asyncio.TimerHandle) -> None:
+    handle.cancel()
+
+
 def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
     """Log on the unload/reload path, where the log's own file may sit on the full disk."""
     with contextlib.suppress(OSError):
@@ -207,6 +211,7 @@ class Shard:
         def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
             return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
 
+        # The handle's own cancel: uvloop's timer handles are not asyncio.TimerHandle instances.
         apply_timer_changes(self.timers, result.timers, arm, _cancel)
 
     async def release(self, result: Outcome) -> None:

@@ -88,12 +88,12 @@ class _Link:
         finally:
             self.close(error)
 
-    def send(self, api_key: int, version: int, msg: Any) -> asyncio.Future[Any]:
+    def send(self, api_key: int, version: int, msg: Any, checked: bool = False) -> asyncio.Future[Any]:
         if self.closed:
             raise UpstreamError("upstream connection closed")
         # The link is shared by every group's requests: one the broker cannot parse makes it close the
         # connection under all of them. Such a request fails alone, before it is written.
-        null = codec.null_field(msg, version)
+        null = None if checked else codec.null_field(msg, version)
         if null is not None:
             raise RefusedRequest(f"api {api_key} v{version}: {null} is null")
         corr = next(self.corr)
@@ -130,8 +130,10 @@ class UpstreamClient:
     def __init__(self, directory: BrokerDirectory, timeout_s: Callable[[], float]) -> None:
         self.directory = directory
         self.timeout_s = timeout_s
-        self._links: dict[tuple[str, int], _Link] = {}
-        self._connecting: dict[tuple[str, int], asyncio.Future[_Link]] = {}
+        # (host, port, lane) -> link: lane 0 carries every request but commit write-throughs, which are spread
+        # over lanes of their own (gateway/groups/commit_batch.py) since a broker serves a connection serially.
+        self._links: dict[tuple[str, int, int], _Link] = {}
+        self._connecting: dict[tuple[str, int, int], asyncio.Future[_Link]] = {}
         self._coordinators: dict[str, tuple[str, int]] = {}
 
     def version(self, api_key: int, wanted: int) -> int:
@@ -146,22 +148,23 @@ class UpstreamClient:
     def supports(self, api_key: int) -> bool:
         return api_key in self.directory.upstream_api
 
-    async def _link(self, addr: tuple[str, int]) -> _Link:
-        link = self._links.get(addr)
+    async def _link(self, addr: tuple[str, int], lane: int = 0) -> _Link:
+        key = (addr[0], addr[1], lane)
+        link = self._links.get(key)
         if link is not None and not link.closed:
             if link.renew_at is None or asyncio.get_running_loop().time() < link.renew_at:
                 return link
             # Its SASL session nears its end: new requests go to a fresh link; this one closes once the
             # answers it still owes are in.
-            del self._links[addr]
+            del self._links[key]
             link.retired = True
             if not link.waiting:
                 link.close()
-        pending = self._connecting.get(addr)
+        pending = self._connecting.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
         fut: asyncio.Future[_Link] = asyncio.get_running_loop().create_future()
-        self._connecting[addr] = fut
+        self._connecting[key] = fut
         try:
             tls = self.directory.tls
             # SASL-authenticated when the gateway has upstream credentials (docs/gateway.md, "SASL").
@@ -171,7 +174,7 @@ class UpstreamClient:
             )
             set_nodelay(writer.transport)
             link = _Link(reader, writer, lifetime_ms)
-            self._links[addr] = link
+            self._links[key] = link
             fut.set_result(link)
             return link
         except UpstreamAuthError as e:
@@ -186,17 +189,26 @@ class UpstreamClient:
             fut.exception()  # retrieved: nobody else may be waiting
             raise err from e
         finally:
-            self._connecting.pop(addr, None)
+            self._connecting.pop(key, None)
 
-    async def send(self, addr: tuple[str, int], api_key: int, version: int, msg: Any, idempotent: bool = True) -> Any:
+    async def send(
+        self,
+        addr: tuple[str, int],
+        api_key: int,
+        version: int,
+        msg: Any,
+        idempotent: bool = True,
+        lane: int = 0,
+        checked: bool = False,
+    ) -> Any:
         """One request and its response. A read that was on a link that broke under it (another
         request's timeout, the broker closing it) is sent once more on a fresh link; a write (a commit)
         is not, since it may have been applied: its caller answers its client with a retriable error
         (LostInFlight) and the client commits again, in its own order."""
         for attempt in (0, 1):
-            link = await self._link(addr)
+            link = await self._link(addr, lane)
             try:
-                return await asyncio.wait_for(link.send(api_key, version, msg), self.timeout_s())
+                return await asyncio.wait_for(link.send(api_key, version, msg, checked), self.timeout_s())
             except TimeoutError as e:
                 link.close(LostInFlight("request timed out"))
                 raise LostInFlight(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
@@ -261,13 +273,17 @@ class UpstreamClient:
         error_of: Callable[[Any], int],
         attempts: int = 5,
         idempotent: bool = True,
+        lane: int = 0,
+        checked: bool = False,
     ) -> Any:
         """Send to the group's upstream coordinator, looking it up again while it moves.
 
         ``msg`` is a message object, or the bytes of a client's request (header + body) to forward as
         they are (the answer is then the response payload, still under this link's correlation id).
         ``idempotent=False`` (commits, forwarded client requests): sent at most once: a request lost in
-        flight is not sent again (a later request of the same group may already have overtaken it)."""
+        flight is not sent again (a later request of the same group may already have overtaken it).
+        ``lane``: which of the connections to that broker carries it (0 unless a caller spreads its load).
+        ``checked``: the caller built ``msg`` only from requests that passed ``codec.null_field`` already."""
         last: Exception | None = None
         for attempt in range(attempts):
             try:
@@ -275,7 +291,7 @@ class UpstreamClient:
                 if isinstance(msg, bytes):
                     r = await self.send_raw(addr, msg)
                 else:
-                    r = await self.send(addr, api_key, version, msg, idempotent=idempotent)
+                    r = await self.send(addr, api_key, version, msg, idempotent=idempotent, lane=lane, checked=checked)
             except CoordinatorMoved as e:
                 last = e
             except RefusedRequest:

@@ -244,7 +244,7 @@ def _use_event_loop(config: GatewayConfig) -> str:
     except ImportError:
         if config.event_loop == "uvloop":
             raise RuntimeError(
-                "event_loop=uvloop but uvloop is not installed (pip install 'groupgate[fast]')"
+                "event_loop=uvloop but uvloop is not installed (pip install 'uvloop>=0.19')"
             ) from None
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -12,6 +12,7 @@ topic of the upstream cluster, one partition per shard, written by one transacti
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
@@ -29,6 +30,8 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+# Every group request looks its shard up; the hash walks the id in Python, so the answers are kept.
+@functools.lru_cache(maxsize=1 << 16)
 def shard_of(group_id: str, shards: int) -> int:
     """The shard (state-topic partition) of ``group_id``: as Kafka places a group on ``__consumer_offsets``
     (``Utils.abs(hashCode) % partitions``, where the absolute value of Integer.MIN_VALUE is taken as 0)."""

@@ -62,7 +62,7 @@ async def test_a_null_group_id_is_refused_before_it_reaches_the_shared_link(kafk
             await client.to_coordinator(group, ApiKey.OFFSET_FETCH, 7, _fetch(None), lambda r: r.error_code)  # type: ignore[arg-type]
         assert (await ok).error_code == 0
         # The same link still serves: the broker never saw the bad request.
-        assert not link.closed and client._links[addr] is link
+        assert not link.closed and client._links[(*addr, 0)] is link
         assert (await client.send(addr, ApiKey.OFFSET_FETCH, 7, _fetch(group))).error_code == 0
     finally:
         client.close()
@@ -84,6 +84,54 @@ async def test_a_broken_link_resends_reads_but_not_commits(kafka_broker) -> None
         assert (await read).error_code == 0  # sent again on a fresh link
         with pytest.raises(LostInFlight):
             await commit  # may have been written: not sent again, its client is told to retry
-        assert client._links[addr] is not link
+        assert client._links[(*addr, 0)] is not link
+    finally:
+        client.close()
+
+
+async def test_merged_commits_of_one_group_on_a_lane_of_their_own_store_each_partitions_last_offset(kafka_broker) -> None:
+    """CommitWrites (gateway/groups/commit_batch.py) over this client against the real broker: commits of
+    one group sent together, several naming the same partitions, on a lane apart from lane 0."""
+    from compat_tests.harness.admin import create_topic
+    from gateway.groups.commit_batch import CommitWrites
+
+    topic = create_topic(kafka_broker.bootstrap, f"uc-merge-{uuid.uuid4().hex[:6]}", 4)
+    client = await _client(kafka_broker)
+    try:
+        group = f"uc-{uuid.uuid4().hex[:8]}"
+        addr = await _coordinator(client, group)
+
+        async def send(gid: str, version: int, msg: object, lane: int) -> object:
+            return await client.to_coordinator(gid, ApiKey.OFFSET_COMMIT, version, msg, lambda r: 0, idempotent=False, lane=lane)
+
+        writes = CommitWrites(send, lanes=3)
+        P = OC.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+
+        def commit(partitions: list[int], offset: int, topic_name: str = topic) -> object:
+            return OC[8](group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                         topics=[OC.OffsetCommitRequestTopic(name=topic_name, partitions=[
+                             P(partition_index=p, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")
+                             for p in partitions])])  # fmt: skip
+
+        last: dict[int, int] = {}
+        sent = []
+        for n in range(40):
+            parts = [n % 4] if n % 3 else [n % 4, (n + 1) % 4]
+            sent.append(commit(parts, 10 + n))
+            for p in parts:
+                last[p] = 10 + n
+        # A topic the cluster does not have: its partitions answered UNKNOWN_TOPIC_OR_PARTITION, the others not.
+        missing = commit([0], 7, topic_name=f"uc-missing-{uuid.uuid4().hex[:6]}")
+        results = await asyncio.gather(*(writes.commit(group, 8, m) for m in [*sent[:20], missing, *sent[20:]]))
+        assert writes.requests < writes.commits == 41  # merged
+        assert results[20][0][2] == [(0, 3)]  # UNKNOWN_TOPIC_OR_PARTITION
+        for got in results[:20] + results[21:]:
+            assert all(err == 0 for _, _, parts in got for _, err in parts), got
+        assert (*addr, writes.lane_of(group)) in client._links
+        fetched = await client.send(addr, ApiKey.OFFSET_FETCH, 7, OF[7](
+            group_id=group, topics=[OF.OffsetFetchRequestTopic(name=topic, partition_indexes=[0, 1, 2, 3])],
+            require_stable=False))  # fmt: skip
+        stored = {p.partition_index: p.committed_offset for t in fetched.topics for p in t.partitions}
+        assert stored == last
     finally:
         client.close()
