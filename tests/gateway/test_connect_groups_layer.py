@@ -127,19 +127,26 @@ async def test_a_worker_joins_installs_an_assignment_heartbeats_to_it_and_a_rest
         await again.stop()
 
 
-async def test_a_silent_worker_is_removed_by_its_session_timer() -> None:
-    layer = await started()
+async def test_a_silent_worker_is_removed_by_its_session_timer_and_the_removal_is_written(tmp_path: Path) -> None:
+    layer = await started(state_dir=str(tmp_path / "state"))
     try:
         await call(layer, HB, 0, join("w1"))
         shard = layer.runtime.shard_for(G)
         shard.service.connect.state.config.session_timeout_ms = 50
         await call(layer, HB, 0, join("w1"))  # re-arms the session timer at the shorter timeout
         deadline = time.monotonic() + 5
-        while shard.service.connect.group(G).workers and time.monotonic() < deadline:  # type: ignore[union-attr]
+        while layer.stats.expired["connect"] == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        assert not shard.service.connect.group(G).workers  # type: ignore[union-attr]
+        assert layer.stats.expired["connect"] == 1
+        assert layer.stats.rebalances["connect"] == 2  # the join, the removal
     finally:
         await layer.stop()
+    again = await started(state_dir=str(tmp_path / "state"))
+    try:
+        group = again.runtime.shard_for(G).service.connect.group(G)
+        assert group is not None and not group.workers and group.group_epoch == 2
+    finally:
+        await again.stop()
 
 
 async def test_the_keys_are_advertised_only_where_the_gateway_coordinates() -> None:
