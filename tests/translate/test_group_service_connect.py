@@ -19,9 +19,17 @@ from coordinator.connect.service import CONNECT_SESSION
 from coordinator.errors import Errors
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.timers import ScheduleTimer
-from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol
+from translate.classic_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    LeaveGroupRequest,
+    MemberIdentity,
+    SyncGroupRequest,
+)
 from translate.group_config import encode_any_record
 from translate.group_messages import (
+    ConsumerGroupDescribeRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
@@ -107,7 +115,15 @@ def test_a_group_id_belongs_to_one_group_type() -> None:
     assert join.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
     consumer = s.send(ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"]))
     assert consumer.error_code == Errors.GROUP_ID_NOT_FOUND and "not a consumer group" in (consumer.error_message or "")
+    sync = s.send(SyncGroupRequest(G, 1, "w1"))
+    beat = s.send(HeartbeatRequest(G, 1, "w1"))
+    leave = s.send(LeaveGroupRequest(G, [MemberIdentity("w1")]))
+    assert sync.error_code == beat.error_code == Errors.UNKNOWN_MEMBER_ID
+    assert leave.error_code == Errors.UNKNOWN_MEMBER_ID
+    described = s.send(ConsumerGroupDescribeRequest([G])).groups[0]
+    assert described.error_code == Errors.GROUP_ID_NOT_FOUND and described.error_message == f"Group {G} is not a consumer group."
     assert s.svc.classic_groups.group(G) is None and s.svc.coordinator.group(G) is None
+    assert s.svc.connect.group(G).workers.keys() == {"w1"}  # type: ignore[union-attr]
 
     s.send(ConsumerGroupHeartbeatRequest("cg", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], topic_partitions=[]))
     assert s.svc.group_kind("cg") == "consumer"
