@@ -157,6 +157,15 @@ async def test_the_keys_are_advertised_only_where_the_gateway_coordinates() -> N
     assert all(coordinating[k] == (0, 0) for k in (HB, PREP, INST))
     passthrough = BrokerDirectory(gw.config)  # no group layer: nothing local
     assert not {HB, PREP, INST} & set(rewrite.gateway_api_ranges(upstream, passthrough.local_api))
+    # The ApiVersions answer a client gets, rewritten from the cluster's as the connection does.
+    from .test_rewrite import _api_versions_payload
+
+    for version in (0, 3):
+        for local, offered in ((gw.directory.local_api, True), (passthrough.local_api, False)):
+            out = rewrite.rewrite_api_versions(_api_versions_payload(version, upstream), version, local)
+            _, msg = codec.decode_response(ApiKey.API_VERSIONS, version, out.payload)
+            got = {a.api_key: (a.min_version, a.max_version) for a in msg.api_keys}
+            assert all((got.get(k) == (0, 0)) is offered for k in (HB, PREP, INST)), (version, got)
 
 
 async def test_a_group_the_gateway_does_not_manage_is_refused_not_passed_through() -> None:
@@ -214,3 +223,14 @@ async def test_the_apis_need_read_on_the_group_when_authorization_is_on() -> Non
 def test_the_codec_knows_the_three_keys() -> None:
     for key in (HB, PREP, INST):
         assert codec.known(key) and codec.codec_max_version(key) == 0
+
+
+async def test_a_share_group_of_the_cluster_keeps_its_id() -> None:
+    layer = await started()
+    try:
+        layer.cluster.foreign["shared"] = "share"
+        r = await call(layer, HB, 0, join("w1", group="shared"))
+        assert (r.error_code, r.error_message) == (Errors.GROUP_ID_NOT_FOUND, "Group shared is not a connect group.")
+        assert layer.runtime.group_kind("shared") is None
+    finally:
+        await layer.stop()
