@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from coordinator.connect.records import ConnectRecord, ConnectRecordType
 from coordinator.outcome import ConversionRefused, GroupConverted
 from coordinator.records import Record as ConsumerRecord
 from coordinator.records import RecordType
@@ -114,26 +115,35 @@ class GroupStats:
     """What the group layer counts from its results: rebalances, members expired by timers."""
 
     __slots__ = (
-        "_classic_generation", "_consumer_epoch", "conversions", "conversions_refused", "event_time", "expired",
+        "_classic_generation", "_connect_epoch", "_consumer_epoch", "conversions", "conversions_refused", "event_time", "expired",
         "flush_time", "rebalances", "timers_fired",
     )
 
     def __init__(self) -> None:
-        self.rebalances = {"classic": 0, "consumer": 0}
+        self.rebalances = {"classic": 0, "consumer": 0, "connect": 0}
         # Online conversions of groups with members, by (from type, to type); refused ones by (from, to, reason).
         self.conversions = {("classic", "consumer"): 0, ("consumer", "classic"): 0}
         self.conversions_refused: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.event_time = Histogram(EVENT_BUCKETS_S)  # a request through a shard's group service
         self.flush_time = Histogram(FLUSH_BUCKETS_S)  # a shard's appended records made durable
-        self.expired = {"classic": 0, "consumer": 0}  # members removed by a timer, by group type
+        self.expired = {"classic": 0, "consumer": 0, "connect": 0}  # members removed by a timer, by group type
         self.timers_fired: defaultdict[str, int] = defaultdict(int)  # timer kind -> fired
         self._classic_generation: dict[str, int] = {}
         self._consumer_epoch: dict[str, int] = {}
+        self._connect_epoch: dict[str, int] = {}
 
     def records(self, records: Iterable[Any]) -> None:
         """Count rebalances in a result's records: a new group epoch, a new classic generation."""
         for r in records:
-            if isinstance(r, ConsumerRecord):
+            if isinstance(r, ConnectRecord):
+                if r.type is not ConnectRecordType.GROUP_METADATA:
+                    continue
+                if r.value is None:
+                    self._connect_epoch.pop(r.group_id, None)
+                elif self._connect_epoch.get(r.group_id) != r.value.epoch:  # type: ignore[union-attr]
+                    self._connect_epoch[r.group_id] = r.value.epoch  # type: ignore[union-attr]
+                    self.rebalances["connect"] += 1
+            elif isinstance(r, ConsumerRecord):
                 if r.type is not RecordType.GROUP_METADATA:
                     continue
                 if r.value is None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from coordinator.connect.codec import encode as encode_connect_record
+from coordinator.connect.records import ConnectRecord
 from coordinator.records import Record as ConsumerGroupRecord
 from coordinator.records.codec import encode as encode_consumer_record
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.conversion import MigrationPolicy
 from translate.group_records import GroupMetadataRecord, encode_record
 
-AnyRecord = GroupMetadataRecord | ConsumerGroupRecord
+AnyRecord = GroupMetadataRecord | ConsumerGroupRecord | ConnectRecord
 
 
 class ClassicGroupsMode(enum.Enum):
@@ -78,6 +80,8 @@ class GroupServiceConfig:
 def encode_any_record(record: AnyRecord) -> tuple[bytes, bytes | None]:
     if isinstance(record, GroupMetadataRecord):
         return encode_record(record)
+    if isinstance(record, ConnectRecord):
+        return encode_connect_record(record)
     return encode_consumer_record(record)
 
 

@@ -1,7 +1,7 @@
 """What the group service is made of, as the modules that answer its requests see it.
 
-``GroupService`` (translate/group_service.py) holds both group types side by side: the consumer groups'
-coordinator (coordinator/), the classic groups, the translator of classic members inside consumer groups
+``GroupService`` (translate/group_service.py) holds the group types side by side: the consumer groups'
+coordinator (coordinator/), the connect groups' (coordinator/connect/), the classic groups, the translator of classic members inside consumer groups
 and the converter between the two types. The request modules (classic_routing, consumer_heartbeat,
 group_timers, offset_checks, group_deletion, group_views, group_replay) take these parts through
 ``GroupParts`` rather than the service itself, so none of them imports the entry point that calls them.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from coordinator.connect.service import ConnectGroupCoordinator
 from coordinator.model import ConsumerGroup
 from coordinator.outcome import Outcome
 from coordinator.service import ConsumerGroupCoordinator
@@ -24,6 +25,7 @@ from translate.group_config import GroupServiceConfig
 class GroupParts(Protocol):
     config: GroupServiceConfig
     coordinator: ConsumerGroupCoordinator
+    connect: ConnectGroupCoordinator
     classic_groups: ClassicGroupCoordinator
     classic_members: ClassicMemberTranslator
     converter: GroupConverter

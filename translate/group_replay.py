@@ -1,11 +1,15 @@
-"""Both group types rebuilt from their stored records, then resumed: the classic groups from their
+"""Every group type rebuilt from its stored records, then resumed: the classic groups from their
 GroupMetadata records (translate/group_records.py), the consumer groups from theirs
-(coordinator/records/), told apart by the key's version; after the load, the timers are armed again.
+(coordinator/records/), the connect groups from theirs (coordinator/connect/records.py), told apart by
+the key's version; after the load, the timers are armed again.
 """
 
 from __future__ import annotations
 
 from coordinator import records as rec
+from coordinator.connect.codec import KEY_VERSIONS as CONNECT_KEY_VERSIONS
+from coordinator.connect.codec import decode as decode_connect_record
+from coordinator.connect.records import ConnectRecord
 from coordinator.outcome import Outcome
 from coordinator.records.codec import decode as decode_consumer_record
 from translate.classic_group import ClassicGroupState
@@ -14,13 +18,16 @@ from translate.group_config import AnyRecord
 from translate.group_parts import GroupParts
 from translate.group_records import GroupMetadataRecord, decode_record
 
-# The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16.
+# The first int16 of a GroupMetadata key (classic groups); consumer group records use 3..16, connect
+# group records 1000..1004.
 _GROUP_METADATA_KEY_VERSION = 2
 
 
 def replay(svc: GroupParts, record: AnyRecord) -> None:
     if isinstance(record, GroupMetadataRecord):
         svc.classic_groups.replay(record)
+    elif isinstance(record, ConnectRecord):
+        svc.connect.replay(record)
     else:
         svc.coordinator.replay(record)
 
@@ -35,6 +42,9 @@ def replay_bytes(svc: GroupParts, key: bytes, value: bytes | None) -> bool:
         return True
     if version in {int(t) for t in rec.RecordType}:
         svc.coordinator.replay(decode_consumer_record(key, value))
+        return True
+    if version in CONNECT_KEY_VERSIONS:
+        svc.connect.replay(decode_connect_record(key, value))
         return True
     return False
 
@@ -52,4 +62,5 @@ def on_loaded(svc: GroupParts, now_ms: int) -> Outcome:
             svc.classic_groups.rebalancer.prepare_rebalance(result, group, now_ms)
     out.take(result)
     out.take(svc.coordinator.on_loaded(now_ms))
+    out.take(svc.connect.on_loaded(now_ms))
     return out

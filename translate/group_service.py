@@ -1,9 +1,11 @@
 """The group service: the ONE sans-I/O entry point the gateway calls for every group API.
 
-It owns both group types - classic groups (translate/classic_*.py) and consumer groups
-(coordinator/) - routes each request to the right one, converts groups between them (KIP-848
-"Supporting Online Consumer Group Upgrade", translate/conversion.py) and rebuilds both from their
-records.
+It owns the group types - classic groups (translate/classic_*.py), consumer groups (coordinator/)
+and connect groups (coordinator/connect/, translate/connect_routing.py) - routes each request to the
+right one, converts groups between them (KIP-848
+"Supporting Online Consumer Group Upgrade", translate/conversion.py) and rebuilds them from their
+records. A group id names a group of one type: translate/connect_routing.py says how the others are
+refused.
 
 API (stable; every request is a decoded dataclass, ``request_key`` is an opaque hashable the
 caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
@@ -19,13 +21,15 @@ caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
 
 ``handle`` takes JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest
 (translate.classic_messages), ConsumerGroupHeartbeatRequest (coordinator.messages),
+ConnectGroupHeartbeatRequest, ConnectGroupPrepareAssignmentRequest, ConnectGroupInstallAssignmentRequest
+(coordinator.connect.messages),
 ConsumerGroupDescribeRequest, DescribeGroupsRequest, ListGroupsRequest, DeleteGroupsRequest,
 OffsetCommitCheck, OffsetFetchCheck (translate.group_messages). It returns a ``Outcome``:
 ``responses`` (each ``Reply(request_key, body)``; a JoinGroup / SyncGroup may be parked and
 answered by a later call, and one call may answer several requests), ``records`` to make durable
 BEFORE releasing any response of the same result (``GroupMetadataRecord`` for classic groups,
-``coordinator.records.Record`` for consumer groups; ``encode_record`` turns either into key/value
-bytes), and ``timers`` (``ScheduleTimer`` replaces the timer with the same key, ``CancelTimer``
+``coordinator.records.Record`` for consumer groups, ``coordinator.connect.records.ConnectRecord`` for
+connect groups; ``translate.group_config.encode_any_record`` turns each into key/value bytes), and ``timers`` (``ScheduleTimer`` replaces the timer with the same key, ``CancelTimer``
 disarms it; keys are ``(kind, group id, member id)``).
 
 Modes (``classic_groups``): ``native`` (default) keeps Kafka's semantics - a group joined with
@@ -37,7 +41,8 @@ Groups of other protocol types (e.g. Connect) stay classic; consumer groups neve
 
 DescribeGroups answers consumer groups as Kafka does (GROUP_ID_NOT_FOUND from v6, Dead before)
 unless ``describe_consumer_groups_as_classic`` (default: on in ``translate`` mode) asks for a
-classic view of them; ListGroups lists both types ("classic" / "consumer").
+classic view of them; connect groups get Kafka's answer for a group of another type. ListGroups lists
+every type ("classic" / "consumer" / "connect").
 
 Where each part lives: the classic protocol's requests in translate/classic_routing.py,
 ConsumerGroupHeartbeat and the conversions it triggers in translate/consumer_heartbeat.py, timers in
@@ -57,13 +62,23 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from coordinator.config import CoordinatorConfig
+from coordinator.connect.describe import DescribedConnectGroup
+from coordinator.connect.service import ConnectConfig, ConnectGroupCoordinator
 from coordinator.messages import ConsumerGroupHeartbeatRequest
 from coordinator.model import Assignment, MemberState
 from coordinator.outcome import Outcome, Reply, RequestKey
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.target import AssignmentJob
 from coordinator.timers import TimerKey
-from translate import classic_routing, group_deletion, group_replay, group_timers, group_views, offset_checks
+from translate import (
+    classic_routing,
+    connect_routing,
+    group_deletion,
+    group_replay,
+    group_timers,
+    group_views,
+    offset_checks,
+)
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_member import ClassicMemberTranslator
 from translate.classic_messages import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
@@ -96,6 +111,7 @@ class GroupService:
         config: GroupServiceConfig | None = None,
         coordinator_config: CoordinatorConfig | None = None,
         new_member_id: Callable[[str], str] | None = None,
+        connect_config: ConnectConfig | None = None,
     ) -> None:
         self.config = config or GroupServiceConfig()
         ids = new_member_id or _counting_member_ids()
@@ -105,6 +121,7 @@ class GroupService:
                 coordinator_config or CoordinatorConfig(), group_assignor=strategy_assignor
             )
         self.coordinator = ConsumerGroupCoordinator(coordinator_config)
+        self.connect = ConnectGroupCoordinator(connect_config)
         self.classic_groups = ClassicGroupCoordinator(ids, self.config.classic)
         self.classic_members = ClassicMemberTranslator(
             self.coordinator, ids, self.config.classic, translate=self.config.mode is ClassicGroupsMode.TRANSLATE
@@ -136,6 +153,11 @@ class GroupService:
 
     # ---- dispatch ----------------------------------------------------------------------------
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
+        if isinstance(request, connect_routing.CONNECT_REQUESTS):
+            return connect_routing.handle(self, self.connect, request, request_key, now_ms)
+        refused = connect_routing.refusal_of_other_type(self.connect, request, request_key)
+        if refused is not None:
+            return refused
         if isinstance(request, JoinGroupRequest):
             return classic_routing.join_group(self, request, request_key, now_ms)
         if isinstance(request, SyncGroupRequest):
@@ -175,6 +197,10 @@ class GroupService:
         return group_deletion.expire_empty_groups(self, now_ms)
 
     # ---- reads (what the gateway may know of a group without reaching into the state) ----------
+    def describe_connect_groups(self, group_ids: list[str]) -> list[DescribedConnectGroup]:
+        """The connect groups' own view (epochs, assignor, workers); GROUP_ID_NOT_FOUND for other ids."""
+        return self.connect.describe(group_ids)
+
     def group_kind(self, group_id: str) -> str | None:
         return group_views.group_kind(self, group_id)
 

@@ -1,5 +1,5 @@
 """A timer the service armed has fired: routed by its kind to the classic groups, to the classic
-members inside consumer groups, or to the consumer groups' coordinator.
+members inside consumer groups, to the connect groups' coordinator or to the consumer groups'.
 
 Timer keys are ``(kind, group id, member id)`` for all three (translate/result.py,
 translate/classic_member.py, coordinator/timers.py). A consumer-protocol member whose session or
@@ -9,6 +9,7 @@ classic group (translate/conversion.py) instead of fencing the member.
 
 from __future__ import annotations
 
+from coordinator.connect.service import TIMER_KINDS as CONNECT_TIMER_KINDS
 from coordinator.model import MemberState
 from coordinator.outcome import Outcome
 from coordinator.timers import REBALANCE, SESSION, TimerKey
@@ -29,6 +30,9 @@ def on_timer(svc: GroupParts, key: TimerKey, now_ms: int) -> Outcome:
     kind, gid, member_id = key
     if kind in _CLASSIC_GROUP_TIMERS:
         out.take(svc.classic_groups.on_timer(key, now_ms))
+        return out
+    if kind in CONNECT_TIMER_KINDS:
+        out.take(svc.connect.on_timer(key, now_ms))
         return out
     if kind in _CLASSIC_MEMBER_TIMERS:
         out.take(svc.classic_members.on_timer(key, now_ms))

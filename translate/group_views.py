@@ -1,5 +1,5 @@
-"""Read-only views across both group types: DescribeGroups (the classic API), ListGroups (v5,
-with group types "classic" and "consumer"), ConsumerGroupDescribe's word on a classic group, and what
+"""Read-only views across the group types: DescribeGroups (the classic API), ListGroups (v5,
+with group types "classic", "consumer" and "connect"), ConsumerGroupDescribe's word on a classic group, and what
 the gateway may know of a group without reaching into the state (its type, member count, subscribed
 topics).
 
@@ -58,6 +58,7 @@ def describe_groups(svc: GroupParts, request: DescribeGroupsRequest) -> list[Des
     for gid in request.group_ids:
         classic = svc.classic_groups.group(gid)
         consumer = svc.coordinator.group(gid) if classic is None else None
+        connect = svc.connect.group(gid) is not None
         if classic is not None and not classic.is_in(ClassicGroupState.DEAD):
             stable = classic.is_in(ClassicGroupState.STABLE) and classic.protocol_name is not None
             described = DescribedClassicGroup(
@@ -78,7 +79,8 @@ def describe_groups(svc: GroupParts, request: DescribeGroupsRequest) -> list[Des
             out.append(_consumer_group_as_classic(svc, consumer))
         elif request.api_version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
             # Kafka 4.3's texts: a consumer group exists, but not for DescribeGroups.
-            message = f"Group {gid} is not a classic group." if consumer is not None else f"Group {gid} not found."
+            held = consumer is not None or connect
+            message = f"Group {gid} is not a classic group." if held else f"Group {gid} not found."
             out.append(DescribedClassicGroup(gid, int(Errors.GROUP_ID_NOT_FOUND), message, group_state=_DEAD))
         else:
             out.append(DescribedClassicGroup(gid, group_state=_DEAD))
@@ -116,7 +118,7 @@ def _consumer_group_as_classic(svc: GroupParts, group: ConsumerGroup) -> Describ
 
 
 def list_groups(svc: GroupParts, request: ListGroupsRequest) -> list[ListedGroup]:
-    """Both group types; filters are case-insensitive and empty filters match everything."""
+    """Every group type; filters are case-insensitive and empty filters match everything."""
     states = {s.lower() for s in request.states_filter}
     types = {t.lower() for t in request.types_filter}
     out: list[ListedGroup] = []
@@ -128,6 +130,10 @@ def list_groups(svc: GroupParts, request: ListGroupsRequest) -> list[ListedGroup
                 continue
             out.append(ListedGroup(gid, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE))
     out.extend(svc.coordinator.list_groups(request.states_filter, request.types_filter))
+    out.extend(
+        ListedGroup(g.group_id, g.protocol_type, g.group_state, g.group_type)
+        for g in svc.connect.list_groups(request.states_filter, request.types_filter)
+    )
     return out
 
 
@@ -135,7 +141,8 @@ def describe_consumer_groups(svc: GroupParts, request: ConsumerGroupDescribeRequ
     described = svc.coordinator.describe(request.group_ids)
     for d in described:
         classic = svc.classic_groups.group(d.group_id)
-        if d.error_code == Errors.GROUP_ID_NOT_FOUND and classic is not None and not classic.is_in(ClassicGroupState.DEAD):
+        other = (classic is not None and not classic.is_in(ClassicGroupState.DEAD)) or svc.connect.group(d.group_id) is not None
+        if d.error_code == Errors.GROUP_ID_NOT_FOUND and other:
             d.error_message = f"Group {d.group_id} is not a consumer group."  # Kafka 4.3's text
     return ConsumerGroupDescribeResponse(described)
 
@@ -144,31 +151,37 @@ def describe_consumer_groups(svc: GroupParts, request: ConsumerGroupDescribeRequ
 
 
 def group_kind(svc: GroupParts, group_id: str) -> str | None:
-    """"classic" or "consumer" (a consumer group, converted ones too) while the group exists, else None."""
+    """"classic", "consumer" (a consumer group, converted ones too) or "connect" while the group exists,
+    else None."""
     if svc.classic_groups.group(group_id) is not None:
         return "classic"
     if group_id in svc.coordinator.state.groups:
         return "consumer"
+    if group_id in svc.connect.state.groups:
+        return "connect"
     return None
 
 
 def group_ids(svc: GroupParts) -> list[str]:
-    """Every group held (classic and consumer)."""
-    return [*svc.classic_groups.groups, *svc.coordinator.state.groups]
+    """Every group held (classic, consumer and connect)."""
+    return [*svc.classic_groups.groups, *svc.coordinator.state.groups, *svc.connect.state.groups]
 
 
 def group_count(svc: GroupParts) -> int:
-    return len(svc.classic_groups.groups) + len(svc.coordinator.state.groups)
+    return len(svc.classic_groups.groups) + len(svc.coordinator.state.groups) + len(svc.connect.state.groups)
 
 
 def member_count(svc: GroupParts, group_id: str) -> tuple[int, str]:
-    """(members, "classic" | "consumer") of a group; (0, "consumer") when there is none."""
+    """(members, "classic" | "consumer" | "connect") of a group; (0, "consumer") when there is none."""
     classic = svc.classic_groups.groups.get(group_id)
     if classic is not None:
         return len(classic.members), "classic"
     consumer = svc.coordinator.state.groups.get(group_id)
     if consumer is not None:
         return len(consumer.members), "consumer"
+    connect = svc.connect.state.groups.get(group_id)
+    if connect is not None:
+        return len(connect.workers), "connect"
     return 0, "consumer"
 
 

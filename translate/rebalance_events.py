@@ -52,6 +52,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from coordinator.connect.service import TIMER_KINDS as CONNECT_TIMER_KINDS
 from coordinator.errors import Errors
 from coordinator.messages import (
     JOIN_GROUP_MEMBER_EPOCH,
@@ -139,6 +140,8 @@ class RebalanceEventDeriver:
         return result
 
     def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
+        if key[0] in CONNECT_TIMER_KINDS:
+            return self.service.on_timer(key, now_ms)  # connect groups have no rebalance events yet
         result = self.service.on_timer(key, now_ms)
         self._begin(now_ms)
         if result.records or result.responses or result.changes:  # else a stale timer: nothing happened

@@ -54,6 +54,10 @@ GROUP_OPERATION: dict[int, Operation] = {
     ApiKey.HEARTBEAT: READ,
     ApiKey.LEAVE_GROUP: READ,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: READ,
+    # The connect group type's APIs, authorized as ConsumerGroupHeartbeat is: READ on the group.
+    ApiKey.CONNECT_GROUP_HEARTBEAT: READ,
+    ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT: READ,
+    ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT: READ,
     ApiKey.OFFSET_COMMIT: READ,
     ApiKey.TXN_OFFSET_COMMIT: READ,
     ApiKey.OFFSET_DELETE: DELETE,

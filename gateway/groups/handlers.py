@@ -21,6 +21,7 @@ from gateway.groups.offsets import OffsetBridge
 from gateway.groups.requests import RequestContext
 from gateway.groups.runtime import CoordinatorRuntime
 from gateway.wire import codec
+from gateway.wire import connect_codec as cc
 from gateway.wire import group_codec as gc
 from gateway.wire.api_keys import ApiKey
 from translate.classic_messages import JoinGroupRequest
@@ -79,6 +80,9 @@ class GroupHandlers:
             ApiKey.LEAVE_GROUP: self.leave_group,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
+            ApiKey.CONNECT_GROUP_HEARTBEAT: self.connect_group_heartbeat,
+            ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT: self.connect_group_prepare_assignment,
+            ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT: self.connect_group_install_assignment,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
@@ -219,6 +223,26 @@ class GroupHandlers:
         regex = bool(request.subscribed_topic_regex)
         body = self.adoption.after_consumer(request, await self.call(request.group_id, request, topics, regex))
         return gc.consumer_group_heartbeat_response(body, version)
+
+    # --- the connect group type (docs/connect.md): groupgate's own APIs --------------------------------
+
+    async def connect_group_heartbeat(self, ctx: RequestContext, msg: Any) -> Any:
+        if msg.member_epoch == 0 and await self.cluster.join_refused(msg.group_id):
+            # The id is a share or streams group's in the cluster: as between the gateway's own types.
+            return codec.RESPONSES[ApiKey.CONNECT_GROUP_HEARTBEAT][ctx.api_version](
+                error_code=Errors.GROUP_ID_NOT_FOUND, error_message=f"Group {msg.group_id} is not a connect group.",
+                member_epoch=-1,
+            )
+        request = cc.heartbeat_request(msg, ctx.client_id, ctx.client_host)
+        return cc.heartbeat_response(await self.call(request.group_id, request))
+
+    async def connect_group_prepare_assignment(self, ctx: RequestContext, msg: Any) -> Any:
+        request = cc.prepare_request(msg)
+        return cc.prepare_response(await self.call(request.group_id, request))
+
+    async def connect_group_install_assignment(self, ctx: RequestContext, msg: Any) -> Any:
+        request = cc.install_request(msg)
+        return cc.install_response(await self.call(request.group_id, request))
 
     # --- describe, list, delete: the gateway's groups merged with the cluster's ------------------------
 

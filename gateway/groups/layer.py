@@ -97,6 +97,13 @@ _TRANSLATED_FOR_ANY_GROUP = frozenset(
 )  # fmt: skip
 
 
+# The connect group type's APIs (groupgate's own, docs/connect.md): the cluster has none, so they are
+# never passed through; a group the gateway does not coordinate is refused here.
+_CONNECT_APIS = frozenset(
+    {ApiKey.CONNECT_GROUP_HEARTBEAT, ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT, ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT}
+)
+
+
 class Decoded:
     """What ``claims`` read of a frame, handed to ``handle`` so that the request is decoded once."""
 
@@ -514,7 +521,7 @@ class GroupLayer:
             return True
         if codec.null_field(msg, version) is not None:
             return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
-        if any(self.managed(g) for g in group_ids(api_key, version, msg)):
+        if any(self.managed(g) for g in group_ids(api_key, version, msg)) or api_key in _CONNECT_APIS:
             return Decoded(msg, null_free=True)
         if self._handed_back and api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._handed_back_member(msg):
             return Decoded(msg, null_free=True)  # answered by handle, once per member
@@ -546,6 +553,12 @@ class GroupLayer:
                 refused = await self.request_authz.whole_request(ctx, msg)
                 if refused is not None:
                     return refused
+            if api_key in _CONNECT_APIS and not self.managed(msg.group_id):
+                ctx.refuse(f"unmanaged-connect-group:{api_key}", f"group {msg.group_id} is not managed by the gateway")
+                return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
+                    error_code=Errors.UNSUPPORTED_VERSION,
+                    error_message=f"The gateway does not coordinate group {msg.group_id}; the cluster has no connect groups.",
+                ))  # fmt: skip
             if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and not self.managed(msg.group_id):
                 # Only a member of a handed-back group gets here (claims).
                 if self._handed_back_member(msg):

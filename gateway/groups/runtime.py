@@ -41,6 +41,7 @@ from translate.group_service import GroupService
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
+    from coordinator.connect.model import ConnectGroup
     from coordinator.model import ConsumerGroup
     from translate.classic_group import ClassicGroup
 
@@ -322,6 +323,10 @@ class CoordinatorRuntime:
     def consumer_groups(self) -> Iterator[ConsumerGroup]:
         """The consumer groups of the shards served now (read-only: for /metrics and config refreshes)."""
         return (g for service in self.services() for g in service.coordinator.state.groups.values())
+
+    def connect_groups(self) -> Iterator[ConnectGroup]:
+        """The connect groups of the shards served now (read-only: for the groups page)."""
+        return (g for service in self.services() for g in service.connect.state.groups.values())
 
     def group_config(self, group_id: str) -> CoordinatorConfig:
         """The coordinator settings the group's shard runs with now (a shard re-read from its log gets a

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from coordinator.connect.model import ConnectGroup
 from coordinator.model import ConsumerGroup
 from gateway.logging import get_logger
 from gateway.security.sasl_server import CredentialStore
@@ -60,9 +61,39 @@ PasswordCheck = Callable[[str, str], bool]
 class Sample:
     at: float
     groups: dict[str, int]  # group type -> groups
-    members: dict[str, int]  # classic | translated | consumer -> members
+    members: dict[str, int]  # classic | translated | consumer | connect (workers) -> members
     conversions: dict[str, int]  # to_consumer | to_classic: so far
-    rebalances: int  # so far, both types
+    rebalances: int  # so far, every type
+
+
+def _units(a: Any) -> list[str]:
+    """A connect assignment as names: connectors, then tasks as connector-number."""
+    return [*sorted(a.connectors), *(f"{c}-{n}" for c, n in sorted(a.tasks))]
+
+
+def _connect_row(g: ConnectGroup, detail: bool) -> dict[str, Any]:
+    """A connect group (docs/connect.md): its workers in the members column, their URLs in the detail."""
+    workers = list(g.workers.values())
+    row: dict[str, Any] = {
+        "group_id": g.group_id, "type": "connect", "state": g.state().name, "epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch, "members": len(workers),
+        "protocols": {"classic": 0, "translated": 0, "consumer": 0, "connect": len(workers)},
+        "reconciled": sum(1 for w in workers if w.member_epoch == g.assignment_epoch and w.state.name == "STABLE"),
+        "assignor": g.assignor,
+        "computing": g.computing.member_id if g.computing is not None else None,
+    }
+    if detail:
+        row["member_list"] = [
+            {
+                "member_id": w.member_id, "protocol": "connect", "client_id": w.client_id, "client_host": w.client_host,
+                "instance_id": w.instance_id, "url": w.url, "member_epoch": w.member_epoch, "state": w.state.name,
+                "assigned": len(_units(w.assigned)), "pending_revocation": len(_units(w.pending_revocation)),
+                "target": len(_units(g.target[w.member_id].assignment)) if w.member_id in g.target else 0,
+                "assignment": {"connectors and tasks": _units(w.assigned)},
+            }
+            for w in workers
+        ]
+    return row
 
 
 def _protocol(member: Any) -> str:
@@ -91,10 +122,11 @@ class GroupsPage:
 
     # --- what the page shows -------------------------------------------------------------------------
 
-    def _groups(self) -> Iterator[ConsumerGroup | ClassicGroup]:
+    def _groups(self) -> Iterator[ConsumerGroup | ClassicGroup | ConnectGroup]:
         runtime = self.layer.runtime
         yield from runtime.consumer_groups()
         yield from runtime.classic_groups()
+        yield from runtime.connect_groups()
 
     def _lag(self, group_id: str) -> dict[str, Any]:
         if self.lag is None:
@@ -107,14 +139,17 @@ class GroupsPage:
             rows.append({"topic": topic, "partition": partition, "committed": committed, "end": end, "lag": lag})
         return {"total": total if rows else None, "partitions": rows}
 
-    def _row(self, g: ConsumerGroup | ClassicGroup, detail: bool) -> dict[str, Any]:
-        if isinstance(g, ConsumerGroup):
+    def _row(self, g: ConsumerGroup | ClassicGroup | ConnectGroup, detail: bool) -> dict[str, Any]:
+        row: dict[str, Any]
+        if isinstance(g, ConnectGroup):
+            row = _connect_row(g, detail)
+        elif isinstance(g, ConsumerGroup):
             members = list(g.members.values())
             protocols = {"classic": 0, "translated": 0, "consumer": 0}
             for m in members:
                 protocols["consumer" if m.classic_metadata is None else "translated"] += 1
             names = {t.topic_id: t.name for t in g.subscription_metadata.values()}
-            row: dict[str, Any] = {
+            row = {
                 "group_id": g.group_id, "type": "consumer", "state": g.state().name,
                 "epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch, "members": len(members),
                 "protocols": protocols,
@@ -169,8 +204,8 @@ class GroupsPage:
         return None
 
     def _fleet(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        groups = {"classic": 0, "consumer": 0}
-        members = {"classic": 0, "translated": 0, "consumer": 0}
+        groups = {"classic": 0, "consumer": 0, "connect": 0}
+        members = {"classic": 0, "translated": 0, "consumer": 0, "connect": 0}
         for r in rows:
             groups[r["type"]] += 1
             for p, n in r["protocols"].items():
@@ -198,10 +233,13 @@ class GroupsPage:
 
     def sample(self) -> Sample:
         """Record the fleet now (the history the page's chart draws)."""
-        groups = {"classic": 0, "consumer": 0}
-        members = {"classic": 0, "translated": 0, "consumer": 0}
+        groups = {"classic": 0, "consumer": 0, "connect": 0}
+        members = {"classic": 0, "translated": 0, "consumer": 0, "connect": 0}
         for g in self._groups():
-            if isinstance(g, ConsumerGroup):
+            if isinstance(g, ConnectGroup):
+                groups["connect"] += 1
+                members["connect"] += len(g.workers)
+            elif isinstance(g, ConsumerGroup):
                 groups["consumer"] += 1
                 for m in g.members.values():
                     members["consumer" if m.classic_metadata is None else "translated"] += 1
@@ -341,6 +379,7 @@ function overview(d) {
       tile("classic groups", f.groups.classic, "classic"), tile("consumer groups", f.groups.consumer, "consumer"),
       tile("classic members", f.members.classic, "classic"), tile("translated members", f.members.translated, "translated"),
       tile("consumer members", f.members.consumer, "consumer"),
+      tile("connect groups", f.groups.connect), tile("connect workers", f.members.connect),
       tile("conversions to consumer", f.conversions.to_consumer), tile("conversions to classic", f.conversions.to_classic),
       tile("conversions refused", f.conversions_refused),
       tile("rebalances per minute", f.rebalances_per_minute)),
@@ -356,12 +395,12 @@ function group(d) {
   const kids = [
     el("p", {}, el("a", {href: "/groups"}, "all groups")),
     el("h2", {"data-group": d.group_id}, d.group_id + ": " + d.type + " group, " + d.state),
-    el("div", {class: "tiles"}, tile(d.type === "consumer" ? "group epoch" : "generation", d.epoch),
+    el("div", {class: "tiles"}, tile(d.type === "classic" ? "generation" : "group epoch", d.epoch),
       tile("assignment epoch", d.assignment_epoch), tile("members", d.members), tile("lag", d.lag)),
     el("h2", {}, "Members"),
-    table(["member", "protocol", "client", "host", "instance", "epoch", "state", "assigned", "target", "revoking"],
+    table(["member", "protocol", "client", "host", "instance", "url", "epoch", "state", "assigned", "target", "revoking"],
       d.member_list.map(m => [m.member_id, el("span", {class: m.protocol.split(" ")[0]}, m.protocol), m.client_id,
-        m.client_host, m.instance_id, m.member_epoch, m.state, m.assigned, m.target, m.pending_revocation]))];
+        m.client_host, m.instance_id, m.url || "", m.member_epoch, m.state, m.assigned, m.target, m.pending_revocation]))];
   if (d.lag_partitions.length) kids.push(el("h2", {}, "Lag"),
     table(["topic", "partition", "committed", "log end", "lag"],
       d.lag_partitions.map(p => [p.topic, p.partition, p.committed, p.end, p.lag])));

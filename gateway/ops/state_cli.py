@@ -35,6 +35,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from coordinator.connect.codec import KEY_VERSIONS as _CONNECT_KEY_VERSIONS
 from gateway.ops.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STATE_CORRUPT, EXIT_USAGE
 from gateway.state.check import (
     Problem,
@@ -86,6 +87,14 @@ def describe_record(record: Record) -> dict[str, Any]:
 
             classic = decode_record(record.key, record.value)
             out.update(type="CLASSIC_GROUP_METADATA", group_id=classic.group_id, value=_jsonable(classic.value))
+        elif len(record.key) >= 2 and int.from_bytes(record.key[:2], "big", signed=True) in _CONNECT_KEY_VERSIONS:
+            from coordinator.connect.codec import decode as decode_connect
+
+            conn = decode_connect(record.key, record.value)
+            out.update(type=f"CONNECT_{conn.type.name}", group_id=conn.group_id)
+            if conn.sub_key is not None:
+                out["sub_key"] = conn.sub_key
+            out["value"] = _jsonable(conn.value)
         else:
             from coordinator.records.codec import decode
 

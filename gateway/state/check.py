@@ -179,6 +179,8 @@ async def topic_problems(store: KafkaStateStore, expected_shards: int) -> list[P
 
 def record_problem(record: Record, shard: int, shards: int) -> str | None:
     """Why ``record`` could not be loaded from ``shard`` of ``shards`` (None: it can)."""
+    from coordinator.connect.codec import KEY_VERSIONS as CONNECT_KEY_VERSIONS
+    from coordinator.connect.codec import decode as decode_connect
     from coordinator.records import RecordType
     from coordinator.records.codec import decode
     from translate.group_records import GROUP_METADATA_KEY_VERSION, decode_key, decode_record
@@ -201,6 +203,9 @@ def record_problem(record: Record, shard: int, shards: int) -> str | None:
         elif version in {int(t) for t in RecordType}:
             decoded_key = decode(record.key, None)
             group, kind = decoded_key.group_id, decoded_key.type.name
+        elif version in CONNECT_KEY_VERSIONS:
+            connect_key = decode_connect(record.key, None)
+            group, kind = connect_key.group_id, f"CONNECT_{connect_key.type.name}"
         else:
             return f"a key of record type {version}, which the gateway never writes (the load skips it)"
     except Exception as exc:  # noqa: BLE001 - the message is the finding
@@ -209,6 +214,8 @@ def record_problem(record: Record, shard: int, shards: int) -> str | None:
         try:
             if kind == "CLASSIC_GROUP_METADATA":
                 decode_record(record.key, record.value)
+            elif kind.startswith("CONNECT_"):
+                decode_connect(record.key, record.value)
             else:
                 decode(record.key, record.value)
         except Exception as exc:  # noqa: BLE001

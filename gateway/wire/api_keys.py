@@ -48,3 +48,7 @@ class ApiKey(enum.IntEnum):
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
     STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93  # KIP-1331 (Kafka 4.4), routed like the streams heartbeat
+    # groupgate's own: the connect group type (docs/connect.md), answered where the gateway coordinates.
+    CONNECT_GROUP_HEARTBEAT = 10000
+    CONNECT_GROUP_PREPARE_ASSIGNMENT = 10001
+    CONNECT_GROUP_INSTALL_ASSIGNMENT = 10002

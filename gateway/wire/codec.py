@@ -17,6 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from gateway.wire import frames
 from gateway.wire.api_keys import ApiKey
+from gateway.wire.protocol import connect_messages as _connect  # noqa: F401 - registers api keys 10000-10002
 from gateway.wire.protocol import messages as _ours  # registers api keys 68, 69, 76-79, 88-93; OVERRIDES
 
 # KIP-932 share groups and KIP-1071 streams groups: routed to the cluster's coordinators and leaders.
@@ -37,8 +38,6 @@ def _registry() -> tuple[dict[int, Any], dict[int, Any]]:
     responses: dict[int, Any] = {}
     for c in _walk(ApiMessage):
         if getattr(c, "_class_version", 1) is not None or getattr(c, "_json", None) is None:
-            continue
-        if c.API_KEY in _ours.NOT_WIRED:
             continue
         table = requests if c.type == "request" else responses
         table.setdefault(c.API_KEY, c)

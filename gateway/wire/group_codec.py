@@ -19,6 +19,7 @@ from coordinator.messages import (
 )
 from gateway.wire import codec
 from gateway.wire.api_keys import ApiKey
+from gateway.wire.connect_codec import CONNECT_API
 from translate.classic_messages import (
     BATCH_LEAVE_VERSION,
     HeartbeatRequest,
@@ -69,6 +70,8 @@ LOCAL_API: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # The connect group type (docs/connect.md): groupgate's own keys, 10000-10002, version 0.
+    **CONNECT_API,
 }
 
 # FindCoordinator KeyType (KIP-98): 0 = group, 1 = transaction.

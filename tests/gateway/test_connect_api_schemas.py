@@ -1,5 +1,5 @@
 """The connect group APIs' JSON schemas (docs/connect.md): encoded and decoded back, nulls kept apart from
-empty values, and left out of the gateway's codec until the gateway answers them."""
+empty values, and registered in the gateway's codec."""
 
 from gateway.wire import codec
 from gateway.wire.protocol.connect_messages import (
@@ -86,13 +86,11 @@ def test_response_round_trip_with_and_without_assignment() -> None:
     assert Resp[0].decode(bare.encode(version=0)).assignment is None
 
 
-def test_not_in_the_gateways_codec_yet() -> None:
+def test_in_the_gateways_codec() -> None:
     assert Req.API_KEY == Resp.API_KEY == CONNECT_GROUP_HEARTBEAT
-    assert not codec.known(CONNECT_GROUP_HEARTBEAT)
-    # Even a registry built after the classes exist leaves the key out.
-    requests, responses = codec._registry()
-    assert CONNECT_GROUP_HEARTBEAT not in requests and CONNECT_GROUP_HEARTBEAT not in responses
-    assert requests[68].__name__ == "ConsumerGroupHeartbeatRequest"
+    assert codec.known(CONNECT_GROUP_HEARTBEAT)
+    assert codec.REQUESTS[CONNECT_GROUP_HEARTBEAT] is Req and codec.RESPONSES[CONNECT_GROUP_HEARTBEAT] is Resp
+    assert codec.REQUESTS[68].__name__ == "ConsumerGroupHeartbeatRequest"
 
 
 def test_prepare_assignment_round_trip() -> None:
@@ -144,9 +142,8 @@ def test_install_assignment_round_trip() -> None:
     assert (back.error_code, back.error_message) == (1001, "twice")
 
 
-def test_the_assignment_apis_are_not_in_the_codec_either() -> None:
+def test_the_assignment_apis_are_in_the_codec_too() -> None:
     assert PrepReq.API_KEY == PrepResp.API_KEY == CONNECT_GROUP_PREPARE_ASSIGNMENT
     assert InstReq.API_KEY == InstResp.API_KEY == CONNECT_GROUP_INSTALL_ASSIGNMENT
-    requests, responses = codec._registry()
-    for key in (CONNECT_GROUP_PREPARE_ASSIGNMENT, CONNECT_GROUP_INSTALL_ASSIGNMENT):
-        assert not codec.known(key) and key not in requests and key not in responses
+    assert codec.REQUESTS[CONNECT_GROUP_PREPARE_ASSIGNMENT] is PrepReq and codec.RESPONSES[CONNECT_GROUP_PREPARE_ASSIGNMENT] is PrepResp
+    assert codec.REQUESTS[CONNECT_GROUP_INSTALL_ASSIGNMENT] is InstReq and codec.RESPONSES[CONNECT_GROUP_INSTALL_ASSIGNMENT] is InstResp

@@ -91,8 +91,8 @@ async def test_every_group_with_its_type_state_epoch_and_members_by_protocol(lay
         assert rows["classic-1"]["protocols"] == {"classic": 1, "translated": 0, "consumer": 0}
         assert (rows["new-1"]["type"], rows["new-1"]["epoch"]) == ("consumer", r.member_epoch)
         assert rows["new-1"]["protocols"] == {"classic": 0, "translated": 0, "consumer": 1}
-        assert overview["fleet"]["groups"] == {"classic": 1, "consumer": 1}
-        assert overview["fleet"]["members"] == {"classic": 1, "translated": 0, "consumer": 1}
+        assert overview["fleet"]["groups"] == {"classic": 1, "consumer": 1, "connect": 0}
+        assert overview["fleet"]["members"] == {"classic": 1, "translated": 0, "consumer": 1, "connect": 0}
         one = await (await client.get("/api/groups/new-1")).json()
         assert [(m["member_id"], m["protocol"], m["member_epoch"]) for m in one["member_list"]] == [
             ("m-1", "consumer", r.member_epoch)]
@@ -111,8 +111,8 @@ async def test_a_classic_group_taken_over_by_a_consumer_member_counts_as_a_conve
     assert r.error_code == 0
     s = page.sample()
     assert s.conversions == {"to_consumer": 1, "to_classic": 0}
-    assert s.groups == {"classic": 0, "consumer": 1}
-    assert s.members == {"classic": 0, "translated": 1, "consumer": 1}  # the classic member, translated
+    assert s.groups == {"classic": 0, "consumer": 1, "connect": 0}
+    assert s.members == {"classic": 0, "translated": 1, "consumer": 1, "connect": 0}  # the classic member, translated
     row = page.group("moving")
     assert row is not None
     assert {m["member_id"]: m["protocol"] for m in row["member_list"]} == {
@@ -206,3 +206,29 @@ def test_the_pages_script_parses(tmp_path: Path) -> None:
     script.write_text(PAGE.split("<script>", 1)[1].split("</script>", 1)[0])
     done = subprocess.run([node, "--check", str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+async def test_a_connect_group_shows_its_type_epochs_and_workers(layer: Any) -> None:
+    from .test_connect_groups_layer import _assigned
+
+    got = await _assigned(layer)
+    assert got.member_epoch == 1
+    page = GroupsPage(layer)
+    client = await client_for(page)
+    try:
+        overview = await (await client.get("/api/groups")).json()
+        (row,) = overview["groups"]
+        assert (row["group_id"], row["type"], row["state"], row["epoch"], row["assignment_epoch"]) == (
+            "connect-cluster", "connect", "STABLE", 1, 1,
+        )
+        assert (row["members"], row["reconciled"], row["assignor"]) == (1, 1, "sessioned")
+        assert overview["fleet"]["groups"]["connect"] == 1 and overview["fleet"]["members"]["connect"] == 1
+        one = await (await client.get("/api/groups/connect-cluster")).json()
+        (w,) = one["member_list"]
+        assert (w["member_id"], w["protocol"], w["url"], w["member_epoch"], w["state"]) == (
+            "w1", "connect", "http://w1:8083", 1, "STABLE",
+        )
+        assert w["assignment"] == {"connectors and tasks": ["A", "A-0"]} and (w["assigned"], w["target"]) == (2, 2)
+        assert page.sample().groups["connect"] == 1
+    finally:
+        await client.close()

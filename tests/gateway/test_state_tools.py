@@ -256,3 +256,19 @@ def test_record_problem_accepts_what_the_gateway_writes() -> None:
         assert record_problem(r, shard_of("g", 7), 7) is None
     assert record_problem(Record(b"\x00", b"x"), 0, 1) == "a key of 1 byte(s): no record type"
     assert "does not decode" in (record_problem(Record(_classic("g", 1).key, b"\x00\x09?"), 0, 1) or "")
+
+
+def test_connect_group_records_are_shown_and_accepted_by_verify() -> None:
+    from coordinator.connect import records as connect_records
+    from coordinator.connect.codec import encode as encode_connect
+    from gateway.state.check import record_problem
+
+    key, value = encode_connect(connect_records.group_epoch("workers", 3))
+    d = describe_record(Record(key, value))
+    assert (d["type"], d["group_id"], d["value"], d["tombstone"]) == ("CONNECT_GROUP_METADATA", "workers", {"epoch": 3}, False)
+    json.dumps(d)
+    assert describe_record(Record(key, None))["tombstone"] is True
+    assert record_problem(Record(key, value), shard_of("workers", 7), 7) is None
+    wrong = (shard_of("workers", 7) + 1) % 7
+    assert "belongs in shard" in (record_problem(Record(key, value), wrong, 7) or "")
+    assert "does not decode" in (record_problem(Record(key, b"\x00\x09?"), shard_of("workers", 7), 7) or "")

@@ -247,11 +247,12 @@ def test_translate_mode_describes_its_consumer_groups_with_the_classic_view_by_d
     assert [m.member_id for m in group.members] == [first.member_id]
 
 
-def test_replay_bytes_skips_connect_group_records_until_the_service_holds_connect_groups() -> None:
+def test_replay_bytes_takes_connect_group_records_into_the_connect_groups() -> None:
     from coordinator.connect import records as connect_records
     from coordinator.connect.codec import encode as encode_connect_record
 
     svc = GroupService()
     key, value = encode_connect_record(connect_records.group_epoch("grp", 1))
-    assert svc.replay_bytes(key, value) is False
+    assert svc.replay_bytes(key, value) is True
     assert svc.coordinator.group("grp") is None and svc.classic_groups.group("grp") is None
+    assert svc.group_kind("grp") == "connect" and svc.connect.group("grp").group_epoch == 1  # type: ignore[union-attr]

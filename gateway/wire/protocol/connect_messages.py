@@ -2,8 +2,9 @@
 schemas beside Kafka's: ConnectGroupHeartbeat (10000), ConnectGroupPrepareAssignment (10001) and
 ConnectGroupInstallAssignment (10002).
 
-Not on the wire yet: the gateway answers none of them, and the codec leaves their keys out
-(``messages.NOT_WIRED``) even where this module was imported, so they are never decoded or advertised.
+The gateway's codec registers them (gateway/wire/codec.py); the group layer answers them for the groups
+it coordinates (gateway/groups/handlers.py, mapped by gateway/wire/connect_codec.py) and ApiVersions
+advertises them only where the gateway coordinates groups.
 """
 
 from __future__ import annotations

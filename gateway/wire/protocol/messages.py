@@ -183,10 +183,6 @@ for _key, _cls in _KAFKA_PYTHON_RESPONSES.items():
     if _cls is not None:
         ResponseClassRegistry._response_class_registry[_key] = _cls
 
-# Api keys whose schemas exist (connect_messages.py: the connect group APIs) but that the gateway does not answer yet: the codec
-# leaves them out, so they are neither decoded nor advertised.
-NOT_WIRED = frozenset({10000, 10001, 10002})
-
 # Api key -> (request class, response class) that replace kafka-python's in the gateway's codec.
 OVERRIDES = {
     18: (ApiVersionsRequest, ApiVersionsResponse),
@@ -195,7 +191,6 @@ OVERRIDES = {
 }
 
 __all__ = [
-    "NOT_WIRED",
     "OVERRIDES",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
