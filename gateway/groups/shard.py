@@ -65,10 +65,6 @@ log = get_logger("gateway.groups.runtime")
 _ACTIVE = ShardState.ACTIVE  # read on every request: a module constant is cheaper than the enum's class attribute
 
 
-def _cancel(handle: asyncio.TimerHandle) -> None:
-    handle.cancel()
-
-
 def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
     """Log on the unload/reload path, where the log's own file may sit on the full disk."""
     with contextlib.suppress(OSError):
