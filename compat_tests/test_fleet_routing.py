@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,6 +137,31 @@ class Fleet:
         return "\n".join(parts)
 
 
+def _ints(text: str) -> list[int]:
+    return [int(n) for n in text.replace(" ", "").split(",") if n]
+
+
+def _shards_held(fleet: Fleet) -> list[int] | None:
+    """The shards each instance was last assigned, sorted (repeats kept), once every instance has taken
+    over the shards that assignment gave it; None while one is still taking some over."""
+    held: list[int] = []
+    for gw in fleet.gateways:
+        text = gw.log_path.read_text(errors="replace") if gw.log_path.exists() else ""
+        at = text.rfind("instances group assignment received")
+        if at < 0:
+            return None
+        line, _, after = text[at:].partition("\n")
+        assigned = re.search(r" shards=\[([0-9, ]*)\]", line)
+        taking = re.search(r"taking_over=\[([0-9, ]*)\]", line)
+        if assigned is None or taking is None:
+            return None
+        taken = {n for m in re.finditer(r"shards taken over .*? shards=\[([0-9, ]*)\]", after) for n in _ints(m.group(1))}
+        if not set(_ints(taking.group(1))) <= taken:
+            return None
+        held += _ints(assigned.group(1))
+    return sorted(held)
+
+
 def _wait(what: str, predicate: Callable[[], bool], timeout_s: float, fleet: Fleet,
           detail: Callable[[], str] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
@@ -161,6 +187,9 @@ def fleet(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
         _wait("every instance lists the three coordinator nodes",
               lambda: all(sum(n >= COORDINATOR_NODE_BASE for n in _table(b)) == INSTANCES for b in f.bootstraps),
               60, f)
+        # And every shard taken over by its instance: a group joining while its shard changes hands is
+        # refused NOT_COORDINATOR, which one client family (kafka-python) did not recover from in time.
+        _wait("every shard held by one instance", lambda: _shards_held(f) == list(range(SHARDS)), 60, f)
         print(f"three instances serving one node table {time.monotonic() - began:.1f}s after the start")
         yield f
     finally:

@@ -13,6 +13,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from coordinator.errors import Errors
 from gateway.wire import codec
+from gateway.wire.connect_codec import CONNECT_API
 from gateway.wire.group_codec import LOCAL_API
 
 from .harness.probe import roundtrip, split_address
@@ -30,7 +31,10 @@ def _ranges(bootstrap: str) -> dict[int, tuple[int, int]]:
 
 def test_group_apis_are_offered_up_to_the_versions_of_the_broker(kafka, gateway) -> None:
     broker, ours = _ranges(kafka.bootstrap), _ranges(gateway.bootstrap)
-    for api_key in LOCAL_API:
+    for api_key, versions in CONNECT_API.items():
+        # The connect group type's APIs are the gateway's own (docs/connect.md): no Kafka has them.
+        assert api_key not in broker and ours[api_key] == versions, (api_key, ours.get(api_key))
+    for api_key in LOCAL_API.keys() - CONNECT_API.keys():
         assert api_key in broker, f"api key {api_key} is not one of Kafka 4.4.0's"
         lo, hi = broker[api_key]
         # The same newest version as the broker; the oldest may reach further back, never less far.
