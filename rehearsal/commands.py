@@ -5,6 +5,7 @@ imports none of it); and the jars ``groupgate kafka fetch`` fetches for it (Spar
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,12 @@ def cmd_rehearse_calibrate(args: argparse.Namespace) -> int:
     from rehearsal.calibrate_cli import calibrate
 
     return int(calibrate(args, _real_runs()))
+
+
+def cmd_rehearse_calibrate_fleet(args: argparse.Namespace) -> int:
+    from rehearsal.fleet_calibration import calibrate_fleet
+
+    return int(calibrate_fleet(args, _real_runs(), echo=functools.partial(print, flush=True)))
 
 
 def _real_runs() -> Any:
@@ -147,6 +154,14 @@ def add_commands(sub: Any) -> None:
         help="no real clients: re-simulate and measure the runs saved under DIR (repeatable; runs pooled)",
     )  # fmt: skip
     calibrate.set_defaults(func=cmd_rehearse_calibrate)
+    from rehearsal.fleet_calibration import add_arguments
+
+    fleet_cal = rsub.add_parser(
+        "calibrate-fleet", help="`rehearse simulate` of a fleet beside real rolls of the same fleet through a gateway "
+        "of the same configuration",
+    )  # fmt: skip
+    add_arguments(fleet_cal)
+    fleet_cal.set_defaults(func=cmd_rehearse_calibrate_fleet)
 
 
 def fetch(quiet: bool) -> list[tuple[str, Path]]:

@@ -56,6 +56,7 @@ from rehearsal.sim_clients import (
     ClassicClient,
     SimClient,
 )
+from rehearsal.sim_config import GRACEFUL_SHARE, ROLL_FIRST_MS, ROLL_GAP_MS, ROLL_RESTART_MS
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from rehearsal.sim_events import EventSink
 from rehearsal.simulate import SimConfig, Simulation, SimulationViolation
@@ -108,6 +109,10 @@ class FleetSpec(BaseModel):
     disturbances: int | None = Field(default=None, ge=0)
     static_members: bool = False
     reuse_member_ids: bool = False
+    # Of a roll's steps (rolling-upgrade, -downgrade, the consumer mix's rolling restart), the share that stop
+    # their member cleanly (a LeaveGroup); the others kill it, and its session timeout fences it. 1.0: a roll
+    # that only ever sends SIGTERM, as an orchestrator's rolling deployment does.
+    graceful_share: float = Field(default=GRACEFUL_SHARE, ge=0.0, le=1.0)
     groups_per_file: int = Field(default=50, ge=1)
     # The clients of every group and their shares of its members (rehearsal/fleet_settings.py); None: the
     # generic Java-like models (what fleets were simulated with before clients could be named).
@@ -234,6 +239,7 @@ def sim_config(spec: FleetSpec, index: int) -> SimConfig:
         static_members=spec.static_members,
         scale_outs=count if spec.scenario == "scale-up" else 0,
         scale_ins=min(count, spec.members - 1) if spec.scenario == "scale-down" else 0,
+        graceful_share=spec.graceful_share,
     )
 
 
@@ -267,8 +273,9 @@ def simulation_settings(spec: FleetSpec) -> dict[str, Any]:
     out["network one way ms"] = "1-5"
     if spec.clients:
         out["clients"] = ", ".join(
-            f"{c.label} x{c.share} ({c.strategy or 'strategy of the mix'}, session.timeout.ms {c.session_timeout_ms})"
-            for c in spec.clients
+            f"{c.label} x{c.share} ({c.strategy or 'strategy of the mix'}, session.timeout.ms {c.session_timeout_ms}, "
+            f"first request {m.start_ms} ms after its start)"
+            for c, m in ((c, client_model(c)) for c in spec.clients)
         )
         out["callback ms"] = ("-".join(map(str, spec.processing_ms)) if spec.processing_ms
                               else "measured per client (calibration)")
@@ -279,6 +286,8 @@ def simulation_settings(spec: FleetSpec) -> dict[str, Any]:
     out["eager assignor"] = spec.classic_assignor("classic-eager")
     out["server assignor"] = spec.server_assignor or "the gateway's default"
     out["loss rate"] = spec.loss_rate
+    out["roll"] = (f"a step every {ROLL_GAP_MS[0]}-{ROLL_GAP_MS[1]} ms, successor {ROLL_RESTART_MS[0]}-"
+                   f"{ROLL_RESTART_MS[1]} ms after the stop, {spec.graceful_share:.0%} clean stops")
     return out
 
 
@@ -360,14 +369,22 @@ class FleetSimulation(Simulation):
         super()._plan()
         if self.rolling_restart:
             # The same pacing as the simulator's rolling upgrade, restarting each member on its protocol.
-            t = 2_000
+            t = ROLL_FIRST_MS
             for _ in range(self.config.members):
-                t += self.rng.randint(1_500, 4_000)
+                t += self.rng.randint(*ROLL_GAP_MS)
                 self._push(t, "action", ("restart", None))
             self.quiet_at = max(self.config.active_ms, t + 2_000)
             self._push(self.quiet_at, "action", ("quiet", None))
 
     def _act(self, action: str, arg: Any) -> None:
+        if action == "start":
+            model = self.model(arg[1])
+            if model is not None and model.start_ms > 0:
+                # The member's process starts now; the group hears from it once the client is up.
+                self._push(self.now + model.start_ms, "action", ("started", arg))
+                return
+        elif action == "started":
+            action = "start"
         if action == "quiet" and self.now < self.quiet_at:
             return  # the simulator's own end of the faulty phase, before the rolling restart is done
         if action == "restart":
@@ -384,9 +401,9 @@ class FleetSimulation(Simulation):
             return
         old = self.rng.choice(alive)
         self.disturbance("rolling-restart")
-        graceful = self.rng.random() < 0.8
+        graceful = self.rng.random() < self.config.graceful_share
         self._stop(old, graceful)
-        self._push(self.now + self.rng.randint(10, 1_500), "action", ("start", (old.protocol, old.slot, None)))
+        self._push(self.now + self.rng.randint(*ROLL_RESTART_MS), "action", ("start", (old.protocol, old.slot, None)))
 
 
 @dataclass(slots=True)

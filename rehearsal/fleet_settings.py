@@ -61,6 +61,10 @@ class ClientSpec(BaseModel):
     strategy: Literal["range", "roundrobin", "cooperative-sticky"] | None = None
     # The classic clients' session.timeout.ms (the new protocol's is the gateway's).
     session_timeout_ms: int = Field(default=CLIENT_SESSION_TIMEOUT_MS, ge=1_000, le=1_800_000)
+    # From a member's start (its process, or a restart's) to its first group request. None: what the
+    # calibration measured of the client once it is running (librdkafka 40 ms from its creation; Java 170 ms
+    # from the consumer's startup, its JVM's own boot not included: a fleet of JVMs gives it here).
+    start_ms: int | None = Field(default=None, ge=0, le=600_000)
 
     @model_validator(mode="after")
     def _check(self) -> ClientSpec:
@@ -105,6 +109,7 @@ class ClientModel:
     straggler_share: float
     straggler_ms: tuple[int, int]
     calibration: str  # which calibration's measurements the model uses
+    start_ms: int = 0  # from a member's start to its first group request
 
 
 def client_model(spec: ClientSpec) -> ClientModel:
@@ -119,7 +124,8 @@ def client_model(spec: ClientSpec) -> ClientModel:
         "callback_long_wait_ms": t.callback_long_wait_ms,
     })  # fmt: skip
     return ClientModel(spec, classic, consumer, t.processing_ms, t.straggler_share, t.straggler_ms,
-                       f"{spec.client} {CALIBRATED_VERSIONS[spec.client]}")
+                       f"{spec.client} {CALIBRATED_VERSIONS[spec.client]}",
+                       t.start_latency_ms if spec.start_ms is None else spec.start_ms)
 
 
 class GatewaySpec(BaseModel):

@@ -16,6 +16,17 @@ from typing import Any
 from rehearsal.sim_assignors import COOPERATIVE_ASSIGNOR, EAGER_ASSIGNORS
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 
+# How a roll is paced (the simulator's rolling upgrades and restarts, and the real rolls a fleet calibration
+# plays against them: compat_tests/upgrade/fleet_roll.py): members start within START_SPREAD_MS of the group's
+# start; the first step comes ROLL_FIRST_MS plus a gap after it, each next one a gap later; a stopped member's
+# successor starts ROLL_RESTART_MS after the stop; GRACEFUL_SHARE of the steps stop their member cleanly (a
+# LeaveGroup), the others kill it (its session timeout fences it).
+START_SPREAD_MS = 400
+ROLL_FIRST_MS = 2_000
+ROLL_GAP_MS = (1_500, 4_000)
+ROLL_RESTART_MS = (10, 1_500)
+GRACEFUL_SHARE = 0.8
+
 # Scenarios; the seed picks one (seed modulo the list), so any 1,000 consecutive seeds cover all.
 SCENARIOS: tuple[str, ...] = (
     "classic-eager",
@@ -54,6 +65,7 @@ class SimConfig:
     checkpoint_every: int = 100
     quiet_limit_ms: int = 120_000
     max_steps: int = 60_000
+    graceful_share: float = GRACEFUL_SHARE
 
 
 def scenario_config(seed: int, scenario: str | None = None, scenarios: tuple[str, ...] | None = None) -> SimConfig:

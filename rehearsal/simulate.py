@@ -38,7 +38,16 @@ from rehearsal.sim_clients import (
     SimClient,
     make_topic_ids,
 )
-from rehearsal.sim_config import SCENARIOS, SimConfig, available_scenarios, scenario_config
+from rehearsal.sim_config import (
+    ROLL_FIRST_MS,
+    ROLL_GAP_MS,
+    ROLL_RESTART_MS,
+    SCENARIOS,
+    START_SPREAD_MS,
+    SimConfig,
+    available_scenarios,
+    scenario_config,
+)
 from rehearsal.sim_consumer_client import ConsumerClient
 from rehearsal.sim_endpoint import AnyRecord, EndpointConfig, ServiceEndpoint, classic_group_settled
 from rehearsal.sim_events import EventSink, SimEventEmitter
@@ -206,7 +215,7 @@ class Simulation:
         self._apply(self.endpoint.on_metadata(self._image(), 0))
         for slot in range(cfg.members):
             protocol = initial if initial != "mixed" else ("consumer" if slot % 2 == 0 else "classic")
-            self._push(rng.randint(0, 400), "action", ("start", (protocol, slot, None)))
+            self._push(rng.randint(0, START_SPREAD_MS), "action", ("start", (protocol, slot, None)))
         self._slots = cfg.members
         self._slow = set(rng.sample(range(cfg.members), min(cfg.slow_members, cfg.members)))
         for _ in range(cfg.crashes):
@@ -222,9 +231,9 @@ class Simulation:
         end = cfg.active_ms
         if cfg.scenario.startswith(("upgrade", "downgrade")):
             old = "classic" if cfg.scenario.startswith("upgrade") else "consumer"
-            t = 2_000
+            t = ROLL_FIRST_MS
             for _ in range(cfg.members):
-                t += rng.randint(1_500, 4_000)
+                t += rng.randint(*ROLL_GAP_MS)
                 self._push(t, "action", ("roll", old))
             end = max(end, t + 2_000)
         self._push(end, "action", ("quiet", None))
@@ -283,12 +292,12 @@ class Simulation:
             old = rng.choice(candidates)
             reuse = old.member_id if self.config.rolling_reuse_ids and old.member_id else None
             self.disturbance("rolling-upgrade" if arg == "classic" else "rolling-downgrade")
-            graceful = rng.random() < 0.8
+            graceful = rng.random() < self.config.graceful_share
             self._stop(old, graceful)
             if not graceful:
                 reuse = None  # the old member still holds its id until its session expires
             new_protocol = "consumer" if arg == "classic" else "classic"
-            self._push(self.now + rng.randint(10, 1_500), "action", ("start", (new_protocol, old.slot, reuse)))
+            self._push(self.now + rng.randint(*ROLL_RESTART_MS), "action", ("start", (new_protocol, old.slot, reuse)))
         elif action == "failover":
             self._failover()
         elif action == "quiet":

@@ -23,16 +23,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from compat_tests.harness.admin import create_topic
 from compat_tests.harness.brokers import ProcessBackend
 from compat_tests.harness.events import OwnershipEvent, now_ms
 from compat_tests.harness.gateway_proc import GatewayProcess
 from compat_tests.harness.names import unique
+from groupgate.testing._net import free_port_block
 from rehearsal import events as ev
 from rehearsal.calibration import Schedule, Step
 from rehearsal.client_timings import Timings
-from rehearsal.fleet import ClientMix
+from rehearsal.fleet import ClientMix, FleetSpec
 from rehearsal.recorded import convert
 
 from . import endpoints
@@ -226,6 +228,18 @@ class HarnessRuns:
         gw = endpoints.gateway(upstream, work_dir, extra=gateway_settings(timings))
         gw.extra_args += list(extra_args)
         return gw
+
+    def fleet_gateway(self, upstream: str, work_dir: Path, config: Path, extra_args: Sequence[str]) -> GatewayProcess:
+        """A gateway reading ``config`` and nothing else of the harness's (its default state store included)."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return GatewayProcess(upstream=upstream, listen_port=free_port_block(3), log_dir=work_dir,
+                              extra_args=["--config", str(config), *extra_args])
+
+    def fleet_roll(self, bootstrap: str, broker: str, spec: FleetSpec, index: int, *, quiet_s: float,
+                   log_dir: Path) -> Any:
+        from .fleet_roll import run_fleet_roll  # it builds on this module's ends_after_close
+
+        return run_fleet_roll(bootstrap, broker, spec, index, quiet_s=quiet_s, log_dir=log_dir)
 
     def run(self, bootstrap: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int,
             client: str, timings: Timings, log_dir: Path) -> RealRun:
