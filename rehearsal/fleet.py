@@ -403,7 +403,9 @@ class FleetSimulation(Simulation):
         self.disturbance("rolling-restart")
         graceful = self.rng.random() < self.config.graceful_share
         self._stop(old, graceful)
-        self._push(self.now + self.rng.randint(*ROLL_RESTART_MS), "action", ("start", (old.protocol, old.slot, None)))
+        restart = self.now + self.rng.randint(*ROLL_RESTART_MS)
+        self.roll_steps.append((self.now, old.slot, graceful, restart))
+        self._push(restart, "action", ("start", (old.protocol, old.slot, None)))
 
 
 @dataclass(slots=True)
@@ -422,6 +424,7 @@ class GroupOutcome:
     # The simulator's invariant that broke (the events up to it are written), or None.
     violation: str | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    roll_steps: list[tuple[int, int, bool, int]] = field(default_factory=list)
 
 
 def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
@@ -438,6 +441,7 @@ def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutco
         out.time_to_stable_ms = max(report.settled_at_ms - start, 0)
     out.events = sim.emitter.count if sim.emitter is not None else 0
     out.steps, out.virtual_ms, out.members_started = sim.step, sim.now, len(sim.clients)
+    out.roll_steps = list(sim.roll_steps)
     return out
 
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from rehearsal.calibrate_cli import Process, parse_choice
 from rehearsal.calibration import TOLERANCE, Figures, figures
 from rehearsal.events import Event, EventWriter, event_files, read_events
-from rehearsal.fleet import CLIENT_MIXES, FleetSpec
+from rehearsal.fleet import CLIENT_MIXES, FleetSpec, run_group
 
 Echo = Callable[[str], None]
 METRICS = ("unavailable_s", "rebalances_per_member", "time_to_stable_s")
@@ -49,8 +49,8 @@ class FleetRuns(Protocol):
     def fleet_gateway(self, upstream: str, work_dir: Path, config: Path, extra_args: Sequence[str]) -> Process: ...
 
     def fleet_roll(self, bootstrap: str, broker: str, spec: FleetSpec, index: int, *, quiet_s: float,
-                   log_dir: Path) -> Any:
-        """An object with ``events`` (the roll's rebalance events)."""
+                   log_dir: Path, plan: Sequence[tuple[int, int, bool, int]] | None = None) -> Any:
+        """An object with ``events`` (the roll's rebalance events); ``plan``: the simulated roll's steps to play."""
         ...
 
 
@@ -86,25 +86,36 @@ class FleetRow:
     simulated: list[dict[str, float]]
     settings: dict[str, Any]
     start_lags_ms: list[int] = field(default_factory=list)  # Java: each process's launch to its startup
+    # Real roll i played simulated group i's plan: the prediction of the real rolls is then the mean of
+    # those twins (the other simulated rolls still give the spread of single rolls).
+    paired: bool = False
 
     def side(self, which: str) -> dict[str, dict[str, float]]:
-        rolls = self.real if which == "real" else self.simulated
+        rolls = {"real": self.real, "simulated": self.simulated, "twins": self.twins}[which]
         return {m: spread([r[m] for r in rolls]) for m in METRICS}
 
-    def ratios(self) -> dict[str, float | None]:
-        real, sim = self.side("real"), self.side("simulated")
+    @property
+    def twins(self) -> list[dict[str, float]]:
+        return self.simulated[: len(self.real)] if self.paired else self.simulated
+
+    def ratios(self, against: str = "twins") -> dict[str, float | None]:
+        """Predicted over measured means: of the real rolls' simulated twins (or, ``simulated``, of every
+        simulated roll)."""
+        real, sim = self.side("real"), self.side(against)
         out: dict[str, float | None] = {}
         for m in METRICS:
             r, s = real[m]["mean"], sim[m]["mean"]
             out[m] = None if r == 0 and s == 0 else (round(s / r, 4) if r else None)
         return out
 
-    def within(self) -> dict[str, bool]:
-        return {m: v is not None and abs(v - 1.0) <= TOLERANCE for m, v in self.ratios().items()}
+    def within(self, against: str = "twins") -> dict[str, bool]:
+        return {m: v is not None and abs(v - 1.0) <= TOLERANCE for m, v in self.ratios(against).items()}
 
     def as_json(self) -> dict[str, Any]:
-        return {"client": self.client, "mix": self.mix, "scenario": "rolling-upgrade", "real": self.side("real"),
-                "predicted": self.side("simulated"), "ratios": self.ratios(), "within_25": self.within(),
+        return {"client": self.client, "mix": self.mix, "scenario": "rolling-upgrade", "paired": self.paired,
+                "real": self.side("real"), "predicted": self.side("twins"), "ratios": self.ratios(),
+                "within_25": self.within(), "all_simulated": self.side("simulated"),
+                "ratios_all_simulated": self.ratios("simulated"),
                 "real_rolls": self.real, "simulated_rolls": self.simulated, "settings": self.settings,
                 "start_lags_ms": self.start_lags_ms}
 
@@ -114,16 +125,22 @@ def _cell(s: dict[str, float]) -> str:
 
 
 def markdown(rows: Sequence[FleetRow]) -> str:
+    """Per metric: the real rolls' mean (p10-p90), their simulated twins' mean (the prediction; with unpaired
+    rolls every simulated roll), predicted / real, and every simulated roll's mean (p10-p90) with its ratio."""
     head = ["client", "mix", "real rolls / simulated"]
     for m in METRICS:
-        head += [f"{LABELS[m]}: real mean (p10-p90)", "predicted mean (p10-p90)", "predicted / real"]
+        head += [f"{LABELS[m]}: real mean (p10-p90)", "predicted", "predicted / real", "all simulated (p10-p90)",
+                 "/ real"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
-        real, sim, ratios = row.side("real"), row.side("simulated"), row.ratios()
+        real, twins, sim = row.side("real"), row.side("twins"), row.side("simulated")
+        ratios, within, loose = row.ratios(), row.within(), row.ratios("simulated")
         cells = [row.client, row.mix, f"{len(row.real)} / {len(row.simulated)}"]
         for m in METRICS:
-            q = ratios[m]
-            cells += [_cell(real[m]), _cell(sim[m]), "-" if q is None else f"{q:.2f}" + ("" if row.within()[m] else " (!)")]
+            q, u = ratios[m], loose[m]
+            cells += [_cell(real[m]), f"{twins[m]['mean']:.2f}",
+                      "-" if q is None else f"{q:.2f}" + ("" if within[m] else " (!)"),
+                      _cell(sim[m]), "-" if u is None else f"{u:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -209,7 +226,12 @@ def calibrate_fleet(args: argparse.Namespace, real_runs: FleetRuns | None, echo:
             if code != 0:
                 echo(f"error: the simulation of {mix} failed ({code})")
                 return code
-            simulated = [measure(evs, members) for evs in by_group(event_files([sim_dir / "events"])).values()]
+            groups = by_group(event_files([sim_dir / "events"]))
+            names = [spec.group_name(i) for i in range(args.seeds)]
+            simulated = [measure(groups[n], members) for n in names if n in groups]
+            # Each real roll plays the plan of the simulated group of its index (its steps, clean or killed,
+            # and its successors' starts): the fleet command's group, run again in this process for its plan.
+            plans = [run_group(spec, i, None).roll_steps for i in range(min(args.runs, args.seeds))]
             # The real rolls, one group after another.
             real: list[dict[str, float]] = []
             lags: list[int] = []
@@ -217,13 +239,14 @@ def calibrate_fleet(args: argparse.Namespace, real_runs: FleetRuns | None, echo:
                 for i in range(args.runs):
                     t = time.monotonic()
                     roll = real_runs.fleet_roll(gateways[mode].bootstrap, kafka.bootstrap, spec, i, quiet_s=quiet_s,
-                                                log_dir=out / f"real-{mix}" / f"roll-{i}")
+                                                log_dir=out / f"real-{mix}" / f"roll-{i}",
+                                                plan=plans[i] if args.paired and i < len(plans) else None)
                     w.write_all(roll.events)
                     real.append(measure(roll.events, members))
                     lags += getattr(roll, "start_lags_ms", [])
                     echo(f"[{mix} roll {i}] {time.monotonic() - t:.0f} s wall: "
                          + ", ".join(f"{k} {v:.2f}" for k, v in real[-1].items()))
-            row = FleetRow(args.clients, mix, real, simulated, settings, sorted(lags))
+            row = FleetRow(args.clients, mix, real, simulated, settings, sorted(lags), paired=args.paired)
             if lags:
                 echo(f"[{mix}] Java processes: launch to consumer startup median {statistics.median(lags):.0f} ms "
                      f"(p10-p90 {spread(lags)['p10']:.0f}-{spread(lags)['p90']:.0f})")
@@ -268,6 +291,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=5, help="real rolls per mix")
     p.add_argument("--seeds", type=int, default=40, help="simulated rolls per mix")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--unpaired", dest="paired", action="store_false",
+                   help="real rolls draw their own plans from the simulator's distributions instead of playing "
+                   "the simulated rolls' plans (the prediction is then every simulated roll's mean)")
     p.add_argument("--quiet-s", type=float, default=12.0,
                    help="a real roll ends once nothing changed for this long after its last step (default 12 s: two "
                    "heartbeats of a default gateway's consumer groups and then some)")

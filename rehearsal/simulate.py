@@ -132,6 +132,8 @@ class Simulation:
     settled_at_ms: int = 0
     first_disturbance_ms: int = -1
     stats: Counter[str] = field(default_factory=Counter)
+    # A roll's steps as played: (stop ms, slot, graceful, successor's start ms): a real roll can play the same.
+    roll_steps: list[tuple[int, int, bool, int]] = field(default_factory=list)
     # Optional: called with one line per step (what was delivered / fired / done), for debugging a seed.
     trace: Callable[[str], None] | None = None
 
@@ -297,7 +299,9 @@ class Simulation:
             if not graceful:
                 reuse = None  # the old member still holds its id until its session expires
             new_protocol = "consumer" if arg == "classic" else "classic"
-            self._push(self.now + rng.randint(*ROLL_RESTART_MS), "action", ("start", (new_protocol, old.slot, reuse)))
+            restart = self.now + rng.randint(*ROLL_RESTART_MS)
+            self.roll_steps.append((self.now, old.slot, graceful, restart))
+            self._push(restart, "action", ("start", (new_protocol, old.slot, reuse)))
         elif action == "failover":
             self._failover()
         elif action == "quiet":

@@ -236,10 +236,10 @@ class HarnessRuns:
                               extra_args=["--config", str(config), *extra_args])
 
     def fleet_roll(self, bootstrap: str, broker: str, spec: FleetSpec, index: int, *, quiet_s: float,
-                   log_dir: Path) -> Any:
+                   log_dir: Path, plan: Sequence[tuple[int, int, bool, int]] | None = None) -> Any:
         from .fleet_roll import run_fleet_roll  # it builds on this module's ends_after_close
 
-        return run_fleet_roll(bootstrap, broker, spec, index, quiet_s=quiet_s, log_dir=log_dir)
+        return run_fleet_roll(bootstrap, broker, spec, index, quiet_s=quiet_s, log_dir=log_dir, plan=plan)
 
     def run(self, bootstrap: str, broker: str, mix: str, scenario: str, *, members: int, partitions: int,
             client: str, timings: Timings, log_dir: Path) -> RealRun:

@@ -7,7 +7,7 @@ configuration file the simulation read). The roll is drawn from the simulator's 
 (rehearsal/sim_config.py): members start within START_SPREAD_MS, the first step ROLL_FIRST_MS plus a gap
 after the start, each next one a gap later; a step stops a random member still on the old protocol (any
 member for the consumer mix's rolling restart), cleanly with probability ``graceful_share`` or by SIGKILL,
-and starts its successor ROLL_RESTART_MS later. Steps run open loop: nothing waits for the group to settle
+and starts its successor ROLL_RESTART_MS after the old process ended. Steps run open loop: nothing waits for the group to settle
 between them, as nothing does in the simulation. After the last step the run waits for the group to be
 settled and quiet for ``quiet_s`` (several heartbeat intervals, so that a new-protocol member's
 reconciliation has come to its end), and cuts the recording at that point: the fleet's shutdown is not part
@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,8 +93,13 @@ def run_fleet_roll(
     quiet_s: float,
     log_dir: Path | None = None,
     settle_timeout_s: float = 180.0,
+    plan: Sequence[tuple[int, int, bool, int]] | None = None,
 ) -> FleetRoll:
-    """Roll group ``index`` of ``spec`` with real consumers through ``bootstrap`` (see the module's text)."""
+    """Roll group ``index`` of ``spec`` with real consumers through ``bootstrap`` (see the module's text).
+
+    ``plan``: the steps to play, as the simulator played them (``GroupOutcome.roll_steps``: stop ms, slot,
+    clean or not, successor's start ms, from the group's start): the real roll then plays the simulated
+    roll's own plan, so that the two differ only in what the clients and the coordinator did."""
     if len(spec.topics) != 1:
         raise ValueError("a fleet calibration runs one topic per group (--topics NAME:PARTITIONS)")
     mix = spec.group_mix(index)
@@ -135,14 +141,15 @@ def run_fleet_roll(
             with lock:
                 m = run.members.pop(slot)
                 run.retired.append(m)
-            stopped = now_ms()
-            stops.append(stopped)
+            stops.append(now_ms())
             if graceful:
                 m.stop()
             else:
                 killed.add(m.name)
                 m.kill()
-            at(stopped, restart_after[slot])
+            # The successor starts once the old process is gone (a clean close has left the group by then),
+            # as an orchestrator restarts it, and as the simulator's member leaves at once.
+            at(now_ms(), restart_after[slot])
             start(slot, after[slot])
         except BaseException as e:
             errors.append(e)
@@ -156,9 +163,21 @@ def run_fleet_roll(
         for offset, slot in offsets:
             at(origin, offset)
             start(slot, before[slot])
+        for stop_ms, slot, graceful, start_ms in plan or ():
+            at(origin, stop_ms)
+            waited = time.monotonic()
+            while slot in in_flight and time.monotonic() - waited < 10:
+                time.sleep(0.01)  # its successor, started later than the simulation's, is not up yet
+            if slot in in_flight or slot not in run.members:
+                raise RuntimeError(f"plan step at {stop_ms} ms: slot {slot} is not running")
+            in_flight.add(slot)
+            restart_after[slot] = start_ms - stop_ms
+            th = threading.Thread(target=step, args=(slot, graceful), name=f"roll-{slot}", daemon=True)
+            th.start()
+            threads.append(th)
         t = ROLL_FIRST_MS
         rolled: set[int] = set()
-        for _ in range(spec.members):
+        for _ in range(spec.members if plan is None else 0):
             t += rng.randint(*ROLL_GAP_MS)
             at(origin, t)
             # As the simulator: an upgrade picks a member still on the old protocol; the consumer mix's

@@ -95,3 +95,33 @@ def test_the_share_of_clean_stops_decides_how_a_roll_stops_its_members(share: fl
     else:
         # Every roll step killed its member (4 per group).
         assert len(crashes) == spec.groups * spec.members
+
+
+def test_paired_rolls_are_predicted_by_their_simulated_twins() -> None:
+    real = [{"unavailable_s": 10.0, "rebalances_per_member": 2.0, "time_to_stable_s": 8.0}]
+    sim = [{"unavailable_s": 11.0, "rebalances_per_member": 2.0, "time_to_stable_s": 8.0},
+           {"unavailable_s": 31.0, "rebalances_per_member": 2.0, "time_to_stable_s": 8.0}]
+    row = FleetRow("java", "classic-eager", real, sim, {}, paired=True)
+    # The twin (simulated roll 0, whose plan the real roll played) predicts; every simulated roll gives the spread.
+    assert row.ratios()["unavailable_s"] == 1.1 and row.within()["unavailable_s"]
+    assert row.ratios("simulated")["unavailable_s"] == 2.1 and not row.within("simulated")["unavailable_s"]
+    assert row.as_json()["all_simulated"]["unavailable_s"]["n"] == 2
+
+
+def test_a_simulated_roll_records_the_plan_it_played() -> None:
+    spec = FleetSpec(scenario="rolling-upgrade", groups=1, members=5, mix="classic-cooperative", topics={"t": 10},
+                     clients=({"client": "java", "start_ms": 500},), graceful_share=0.5, seed=7)  # type: ignore[arg-type]
+    events: list[ev.Event] = []
+    outcome = run_group(spec, 0, events.append)
+    steps = outcome.roll_steps
+    assert len(steps) == spec.members and len({slot for _, slot, _, _ in steps}) == spec.members
+    # Each step is a disturbance of the event log, a successor starts 10-1500 ms after its stop, and the killed
+    # members are the log's crashes.
+    assert [e.ts_ms for e in events if isinstance(e, ev.Disturbance)] == [stop for stop, _, _, _ in steps]
+    assert all(10 <= start - stop <= 1_500 for stop, _, _, start in steps)
+    crashes = sum(1 for e in events if isinstance(e, ev.MemberLeft) and e.reason == "crash")
+    assert crashes == sum(1 for _, _, graceful, _ in steps if not graceful)
+    # With start_ms, a successor's first group request comes that long after its start.
+    joined = sorted(e.ts_ms for e in events if isinstance(e, ev.MemberJoined))
+    for _, _, _, start in steps:
+        assert any(start + 500 <= t <= start + 700 for t in joined), (start, joined)
