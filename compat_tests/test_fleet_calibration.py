@@ -2,8 +2,8 @@
 6-partition topic, classic cooperative-sticky, rolled to the consumer protocol through a gateway that runs
 every setting at its default, beside the fleet command's own simulation of the same description. The
 figures of a full calibration (five members, every mix, several rolls) are in docs/rehearsal.md; here the
-command's path is checked: the real roll is paced by the simulator's distributions, ends converged on the
-new protocol, is measured as the simulation is, and the two sides land in one row with their spread."""
+command's path is checked: the real roll plays the plan of its simulated twin, ends converged on the new
+protocol, is measured as the simulation is, and the two sides land in one row with their spread."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ class Runs:
     def fleet_gateway(self, upstream: str, work_dir: Path, config: Path, extra_args: Any) -> Any:
         return HARNESS.fleet_gateway(upstream, work_dir, config, extra_args)
 
-    def fleet_roll(self, bootstrap: str, broker: str, spec: Any, index: int, *, quiet_s: float, log_dir: Path) -> Any:
-        return HARNESS.fleet_roll(bootstrap, broker, spec, index, quiet_s=quiet_s, log_dir=log_dir)
+    def fleet_roll(self, bootstrap: str, broker: str, spec: Any, index: int, *, quiet_s: float, log_dir: Path,
+                   plan: Any = None) -> Any:
+        assert plan, "every real roll plays its simulated twin's plan"
+        return HARNESS.fleet_roll(bootstrap, broker, spec, index, quiet_s=quiet_s, log_dir=log_dir, plan=plan)
 
 
 @pytest.mark.timeout(300)
@@ -67,6 +69,8 @@ def test_a_real_roll_beside_the_fleet_commands_prediction(kafka: ProcessBackend,
     data = json.loads((tmp_path / "fleet-calibration.json").read_text())
     (row,) = data["rows"]
     assert row["mix"] == "classic-cooperative" and len(row["real_rolls"]) == 1 and len(row["simulated_rolls"]) == 4
+    # The real roll played its simulated twin's plan: the prediction is that twin, the spread every simulated roll.
+    assert row["paired"] and row["predicted"]["unavailable_s"]["n"] == 1 and row["all_simulated"]["unavailable_s"]["n"] == 4
     # The gateway's defaults are what both sides ran with (the simulated gateway read the same empty file).
     assert row["settings"]["group.consumer.session.timeout.ms"] == 45_000
     assert row["settings"]["group.consumer.heartbeat.interval.ms"] == 5_000
