@@ -240,8 +240,24 @@ def sim_config(spec: FleetSpec, index: int) -> SimConfig:
         scale_outs=count if spec.scenario == "scale-up" else 0,
         scale_ins=min(count, spec.members - 1) if spec.scenario == "scale-down" else 0,
         graceful_share=spec.graceful_share,
+        roll_first_ms=roll_first_ms(spec),
     )
 
+
+def roll_first_ms(spec: FleetSpec) -> int:
+    """A roll starts on a formed group: ROLL_FIRST_MS after the simulator's own first rebalance (its 300 ms
+    initial delay, members up at once), pushed back by the members' start time and by a gateway's longer
+    ``group.initial.rebalance.delay.ms`` (3 s by default), so that its first step never stops a member of a
+    group still forming (a member stopped inside its first join is left in the group until its session
+    expires, which no rolling deployment of a running fleet does)."""
+    models = spec.client_models() or ()
+    start = max((m.start_ms for m in models), default=0)
+    delay = spec.gateway_settings.initial_rebalance_delay_ms
+    return ROLL_FIRST_MS + start + max(0, delay - DEFAULT_INITIAL_DELAY_MS)
+
+
+# The simulator's own group.initial.rebalance.delay.ms (rehearsal/sim_endpoint.py EndpointConfig).
+DEFAULT_INITIAL_DELAY_MS = EndpointConfig().initial_rebalance_delay_ms
 
 # Callback / reconciliation time of the generic models (FleetSpec.processing_ms None without clients).
 DEFAULT_PROCESSING_MS = (2, 60)
@@ -369,7 +385,7 @@ class FleetSimulation(Simulation):
         super()._plan()
         if self.rolling_restart:
             # The same pacing as the simulator's rolling upgrade, restarting each member on its protocol.
-            t = ROLL_FIRST_MS
+            t = self.config.roll_first_ms
             for _ in range(self.config.members):
                 t += self.rng.randint(*ROLL_GAP_MS)
                 self._push(t, "action", ("restart", None))

@@ -66,6 +66,9 @@ class SimConfig:
     quiet_limit_ms: int = 120_000
     max_steps: int = 60_000
     graceful_share: float = GRACEFUL_SHARE
+    # When a roll's first step may come (before its gap): ROLL_FIRST_MS after the group's start, later for a
+    # fleet whose members take long to reach the group or whose gateway delays its first rebalance.
+    roll_first_ms: int = ROLL_FIRST_MS
 
 
 def scenario_config(seed: int, scenario: str | None = None, scenarios: tuple[str, ...] | None = None) -> SimConfig:

@@ -39,7 +39,6 @@ from rehearsal.sim_clients import (
     make_topic_ids,
 )
 from rehearsal.sim_config import (
-    ROLL_FIRST_MS,
     ROLL_GAP_MS,
     ROLL_RESTART_MS,
     SCENARIOS,
@@ -233,7 +232,7 @@ class Simulation:
         end = cfg.active_ms
         if cfg.scenario.startswith(("upgrade", "downgrade")):
             old = "classic" if cfg.scenario.startswith("upgrade") else "consumer"
-            t = ROLL_FIRST_MS
+            t = cfg.roll_first_ms
             for _ in range(cfg.members):
                 t += rng.randint(*ROLL_GAP_MS)
                 self._push(t, "action", ("roll", old))
