@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from rehearsal import spark_kafka
-from rehearsal.events import CLIENT_MIXES, EVENT_RANK, EventLogError, event_files
+from rehearsal.events import EVENT_RANK, KNOWN_MIXES, PROTOCOLS, EventLogError, event_files
 from rehearsal.tables import CHANGE_EVENTS, CRASH_REASONS, PERCENTILES, TABLES, add_crash_split, fleet_summary
 
 G = ["run", "group"]
@@ -152,8 +152,8 @@ def _invalid(e: Column) -> Column:
         | F.coalesce(e["run"], F.lit("")).eqNullSafe("")
         | F.coalesce(e["group"], F.lit("")).eqNullSafe("")
         | ~F.coalesce(ev.isin(*EVENT_RANK), F.lit(False))
-        | ~F.coalesce(e["client_mix"].isin(*CLIENT_MIXES), F.lit(False))
-        | ~F.coalesce(e["protocol"].isin("classic", "consumer"), F.lit(False))
+        | ~F.coalesce(e["client_mix"].isin(*KNOWN_MIXES), F.lit(False))
+        | ~F.coalesce(e["protocol"].isin(*PROTOCOLS), F.lit(False))
         | (ev.isin(*_MEMBER_EVENTS) & F.coalesce(e["member"], F.lit("")).eqNullSafe(""))
         | (ev.isin(*_PARTITION_EVENTS) & e["partitions"].isNull())
         | ((ev == "topic_metadata") & (e["topic"].isNull() | ~F.coalesce(e["num_partitions"] >= 1, F.lit(False))))
