@@ -62,6 +62,7 @@ from coordinator.errors import Errors
 from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
 from rehearsal import events as ev
 from rehearsal.sim_events import EventSink
+from rehearsal.simulate import SimulationViolation
 
 GROUP_ID = "connect-cluster"
 ASSIGNOR = "sessioned"
@@ -70,10 +71,6 @@ SCENARIOS: tuple[str, ...] = ("rolling-restart", "crashes")
 REBALANCE_TIMEOUT_MS = 60_000
 SCHEDULED_REBALANCE_DELAY_MS = 300_000
 _COORDINATOR = ConnectConfig()
-
-
-class SimulationViolation(AssertionError):
-    """An invariant broke; the message starts with the seed and step that reproduce it."""
 
 
 @dataclass(frozen=True, slots=True)
