@@ -374,8 +374,12 @@ class ConnectSimulation:
             self._emit(ev.RebalanceStarted(group_epoch=g.group_epoch, reason="group epoch bumped", **self._common()))
         stable = g.state() is ConnectGroupState.STABLE and self._all_running()
         if stable and not self._stable:
-            if not self._recording and self.now > 0:
-                self._start_recording()
+            if not self._recording:
+                # The warm-up ends once every worker started at first has joined and the group runs all.
+                if len(self.workers) >= self.config.workers and all(w.joined for w in self._live()):
+                    self._start_recording()
+                else:
+                    return
             else:
                 self._emit(ev.GroupStable(group_epoch=g.group_epoch, **self._common()))
         self._stable = stable
@@ -576,6 +580,8 @@ class ConnectSimulation:
         w = next((w for w in self._live() if w.slot == slot), None)
         if w is None:
             return
+        if not self._recording:
+            self._fail("the group did not run everything before the first disturbance (the warm-up is too short)")
         self._disturbance("rolling-restart" if action == "stop" else "crash")
         if action == "stop":
             # A clean stop: every connector and task stopped, then the leave.
