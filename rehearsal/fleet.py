@@ -232,7 +232,7 @@ class FleetSpec(BaseModel):
 
     def manifest_spec(self) -> dict[str, Any]:
         """The spec as _fleet.json records it (a consumer fleet's without the connect fields)."""
-        exclude = CONNECT_FIELDS if self.group_type == "consumer" else None
+        exclude = set(CONNECT_FIELDS) if self.group_type == "consumer" else None
         return self.model_dump(mode="json", exclude=exclude)
 
     def group_name(self, index: int) -> str:
