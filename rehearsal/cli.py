@@ -120,6 +120,10 @@ def report_main(
             f"{summary['events']} events, {summary['groups']} groups, {summary['partitions']} partitions, "
             f"{summary['double_ownership_violations']} double ownership violations"
         )
+        if summary.get("connect"):
+            c = summary["connect"]
+            say(f"connect groups: {c['tasks']} tasks, task unavailability {c['task_unavailable_ms'] / 1000:,.1f} "
+                f"task-s; {c['connectors']} connectors, {c['connector_unavailable_ms'] / 1000:,.1f} connector-s")
         say(f"writing Parquet tables and summary.json to {out}")
         pipeline.write(metrics, summary, out)
         say("rendering report.html")
@@ -250,6 +254,10 @@ def simulate_main(
     topics: str | None = None,
     config: str | None = None,
     clients: str | None = None,
+    group_type: str | None = None,
+    connectors: int | None = None,
+    tasks: int | None = None,
+    scheduled_delay_ms: int | None = None,
     echo: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> int:
     """Simulate a fleet (groups x members, a named scenario, the client mix) into out/events.
@@ -257,7 +265,9 @@ def simulate_main(
     ``spark`` or a ``master`` runs the groups in Spark tasks (local[*] unless a master is given).
     ``spec_file``: a JSON FleetSpec whose fields the other arguments override. ``config``: a gateway
     configuration file (the TOML `groupgate serve --config` reads) whose coordinator settings the simulated
-    gateway runs with. ``clients``: the clients of every group (``parse_clients``). Returns 0, or 2 when
+    gateway runs with. ``clients``: the clients of every group (``parse_clients``). ``group_type`` connect
+    simulates connect groups of ``members`` workers running ``connectors`` connectors of ``tasks`` tasks
+    each, with the workers' ``scheduled_delay_ms`` (rehearsal/sim_connect.py). Returns 0, or 2 when
     the description is invalid. Groups whose simulation broke an invariant are listed (exit 0: the
     events up to the violation are written and the report shows it)."""
     from pydantic import ValidationError
@@ -281,6 +291,10 @@ def simulate_main(
             echo(f"error: {spec_file}: {e}")
             return 2
     fields.update(groups=groups, members=members, scenario=scenario, seed=seed, mix=mix)
+    for name, value in (("group_type", group_type), ("connectors", connectors), ("tasks_per_connector", tasks),
+                        ("scheduled_rebalance_delay_ms", scheduled_delay_ms)):
+        if value is not None:
+            fields[name] = value
     if topics is not None:
         try:
             fields["topics"] = parse_topics(topics)
@@ -310,10 +324,17 @@ def simulate_main(
     echo("settings: " + "; ".join(f"{k} {v}" for k, v in simulation_settings(spec).items()))
     for warning in fleet_warnings(spec):
         echo(f"warning: not modelled: {warning}")
-    echo(
-        f"simulating {spec.groups} groups x {spec.members} members, scenario {spec.scenario}, mix {spec.mix}, "
-        f"seed {spec.seed}, run {spec.run_id}, in {where}"
-    )
+    if spec.group_type == "connect":
+        echo(
+            f"simulating {spec.groups} connect groups x {spec.members} workers, {spec.connectors} connectors x "
+            f"{spec.tasks_per_connector} tasks, scenario {spec.scenario}, seed {spec.seed}, run {spec.run_id}, "
+            f"in {where}"
+        )
+    else:
+        echo(
+            f"simulating {spec.groups} groups x {spec.members} members, scenario {spec.scenario}, mix {spec.mix}, "
+            f"seed {spec.seed}, run {spec.run_id}, in {where}"
+        )
     if spark or master:
         result = simulate_fleet_spark(spec, out, master, echo=echo)
     else:

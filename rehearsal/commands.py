@@ -35,7 +35,8 @@ def cmd_rehearse_simulate(args: argparse.Namespace) -> int:
         simulate_main(
             args.groups, args.members, args.scenario, args.seed, args.out, args.mix,
             spark=args.spark, master=args.master, spec_file=args.spec, topics=args.topics,
-            config=args.config, clients=args.clients,
+            config=args.config, clients=args.clients, group_type=args.group_type,
+            connectors=args.connectors, tasks=args.tasks, scheduled_delay_ms=args.scheduled_rebalance_delay_ms,
         )
     )
 
@@ -74,12 +75,24 @@ def add_commands(sub: Any) -> None:
     rsub = rehearse.add_subparsers(dest="rehearse_command", required=True)
     simulate = rsub.add_parser("simulate", help="simulate a fleet of groups and write its rebalance events")
     simulate.add_argument("--groups", type=int, required=True)
-    simulate.add_argument("--members", type=int, required=True, help="members per group")
+    simulate.add_argument("--members", type=int, required=True, help="members (connect: workers) per group")
     simulate.add_argument(
         "--scenario",
         required=True,
-        help="rolling-upgrade, rolling-downgrade, crashes, scale-up, scale-down or topic-growth",
+        help="rolling-upgrade, rolling-downgrade, crashes, scale-up, scale-down or topic-growth; connect groups: "
+        "rolling-restart or crashes",
     )
+    simulate.add_argument(
+        "--group-type", choices=("consumer", "connect"), default=None,
+        help="consumer (default): consumer groups of the client mix; connect: connect groups of Kafka Connect "
+        "workers on the new protocol",
+    )  # fmt: skip
+    simulate.add_argument("--connectors", type=int, default=None, help="connect groups: connectors per group (4)")
+    simulate.add_argument("--tasks", type=int, default=None, help="connect groups: tasks per connector (3)")
+    simulate.add_argument(
+        "--scheduled-rebalance-delay-ms", type=int, default=None,
+        help="connect groups: the workers' scheduled.rebalance.max.delay.ms (300000)",
+    )  # fmt: skip
     simulate.add_argument("--seed", type=int, default=0)
     simulate.add_argument("--out", required=True, help="events go to OUT/events")
     simulate.add_argument(

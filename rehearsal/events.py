@@ -24,11 +24,31 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 SCHEMA_VERSION = 1
 
-Protocol = Literal["classic", "consumer"]
+Protocol = Literal["classic", "consumer", "connect"]
 # Which fleet variant a group belongs to. "translate" is a classic fleet whose group the gateway runs as a
-# consumer group (classic members inside a consumer group, KIP-848 "Upgrade and Downgrade").
-ClientMix = Literal["classic-eager", "classic-cooperative", "translate", "consumer"]
+# consumer group (classic members inside a consumer group, KIP-848 "Upgrade and Downgrade"); "connect" is
+# a connect group (Kafka Connect workers on the new protocol, docs/connect.md).
+ClientMix = Literal["classic-eager", "classic-cooperative", "translate", "consumer", "connect"]
+# The consumer groups' mixes, which the report compares side by side.
 CLIENT_MIXES: tuple[str, ...] = ("classic-eager", "classic-cooperative", "translate", "consumer")
+CONNECT_MIX = "connect"
+KNOWN_MIXES: tuple[str, ...] = (*CLIENT_MIXES, CONNECT_MIX)
+PROTOCOLS: tuple[str, ...] = ("classic", "consumer", "connect")
+
+# A connect group's units of work ride in the partition-shaped fields: a connector is
+# {"topic": "connector:<name>", "partition": 0}, task n of a connector {"topic": "task:<name>", "partition": n}.
+# Kafka topic names cannot hold ":", so the prefixes never collide with a consumer group's topics.
+CONNECTOR_PREFIX = "connector:"
+TASK_PREFIX = "task:"
+
+
+def unit_kind(topic: str) -> str:
+    """What a partition-shaped unit is: ``connector``, ``task`` (connect groups) or ``partition``."""
+    if topic.startswith(CONNECTOR_PREFIX):
+        return "connector"
+    if topic.startswith(TASK_PREFIX):
+        return "task"
+    return "partition"
 
 # Keys a structlog pipeline may add around an event; the reader drops them before validation.
 ENVELOPE_KEYS = frozenset({"level", "timestamp", "logger", "log_level"})
@@ -122,8 +142,8 @@ class PartitionsRevoked(_MemberEvent):
 
 class GroupConverted(_Event):
     event: Literal["group_converted"] = "group_converted"
-    from_type: Protocol
-    to_type: Protocol
+    from_type: Literal["classic", "consumer"]  # conversions are between the consumer group types
+    to_type: Literal["classic", "consumer"]
 
     @model_validator(mode="after")
     def _changes_type(self) -> GroupConverted:

@@ -57,6 +57,8 @@ from rehearsal.sim_clients import (
     SimClient,
 )
 from rehearsal.sim_config import GRACEFUL_SHARE, ROLL_FIRST_MS, ROLL_GAP_MS, ROLL_RESTART_MS
+from rehearsal.sim_connect import SCENARIOS as CONNECT_SIM_SCENARIOS
+from rehearsal.sim_connect import SCHEDULED_REBALANCE_DELAY_MS, ConnectSimConfig, ConnectSimulation
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint
 from rehearsal.sim_events import EventSink
 from rehearsal.simulate import SimConfig, Simulation, SimulationViolation
@@ -72,6 +74,10 @@ FLEET_SCENARIOS: tuple[str, ...] = (
     "scale-down",
     "topic-growth",
 )
+# Connect groups (``group_type="connect"``, rehearsal/sim_connect.py) know these.
+CONNECT_SCENARIOS: tuple[str, ...] = CONNECT_SIM_SCENARIOS
+# The FleetSpec fields of connect fleets, left out of a consumer fleet's manifest (which stays as it was).
+CONNECT_FIELDS = frozenset({"group_type", "connectors", "tasks_per_connector", "scheduled_rebalance_delay_ms"})
 EVENTS_DIR = "events"
 MANIFEST = "_fleet.json"
 
@@ -81,7 +87,9 @@ class FleetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scenario: Literal["rolling-upgrade", "rolling-downgrade", "crashes", "scale-up", "scale-down", "topic-growth"]
+    scenario: Literal[
+        "rolling-upgrade", "rolling-downgrade", "crashes", "scale-up", "scale-down", "topic-growth", "rolling-restart"
+    ]
     groups: int = Field(ge=1)
     members: int = Field(ge=1, le=1_000)
     seed: int = 0
@@ -119,9 +127,22 @@ class FleetSpec(BaseModel):
     clients: tuple[ClientSpec, ...] | None = Field(default=None, min_length=1)
     # The simulated gateway's coordinator settings (``--config``: a gateway's TOML); None: the simulator's own.
     gateway: GatewaySpec | None = None
+    # consumer: the groups above; connect: connect groups of ``members`` Connect workers running
+    # ``connectors`` connectors of ``tasks_per_connector`` tasks each (rehearsal/sim_connect.py), with
+    # the workers' scheduled.rebalance.max.delay.ms.
+    group_type: Literal["consumer", "connect"] = "consumer"
+    connectors: int = Field(default=4, ge=1, le=10_000)
+    tasks_per_connector: int = Field(default=3, ge=0, le=1_000)
+    scheduled_rebalance_delay_ms: int = Field(default=SCHEDULED_REBALANCE_DELAY_MS, ge=0, le=3_600_000)
 
     @model_validator(mode="after")
     def _check(self) -> FleetSpec:
+        if self.group_type == "connect":
+            self._check_connect()
+            return self
+        if self.scenario == "rolling-restart":
+            raise ValueError("the rolling-restart scenario is for connect groups (group_type connect); consumer "
+                             "fleets get a rolling restart from rolling-upgrade with the consumer mix")
         ranges = (("processing_ms", self.processing_ms), ("slow_processing_ms", self.slow_processing_ms))
         for name, bounds in ranges:
             if bounds is not None and not 0 <= bounds[0] <= bounds[1] <= 10_000:
@@ -134,6 +155,14 @@ class FleetSpec(BaseModel):
             # nobody rejoins for added partitions: client-side assignment's blind spot (docs/simulation.md).
             raise ValueError("static members with topic-growth need the translate or consumer mix")
         return self
+
+    def _check_connect(self) -> None:
+        if self.scenario not in CONNECT_SCENARIOS:
+            raise ValueError(f"connect groups know the scenarios {', '.join(CONNECT_SCENARIOS)}, not {self.scenario}")
+        if self.mix != "all":
+            raise ValueError("the client mix is for consumer groups: every connect group is of client mix connect")
+        if self.clients:
+            raise ValueError("clients name consumer clients: connect groups run simulated Connect workers")
 
     def _check_clients(self) -> None:
         g = self.gateway_settings
@@ -193,8 +222,23 @@ class FleetSpec(BaseModel):
     def files(self) -> int:
         return -(-self.groups // self.groups_per_file)
 
-    def group_mix(self, index: int) -> ClientMix:
-        return CLIENT_MIXES[index % len(CLIENT_MIXES)] if self.mix == "all" else self.mix  # type: ignore[return-value]
+    def group_mix(self, index: int) -> str:
+        if self.group_type == "connect":
+            return "connect"
+        return CLIENT_MIXES[index % len(CLIENT_MIXES)] if self.mix == "all" else self.mix
+
+    def connect_config(self, index: int) -> ConnectSimConfig:
+        """The connect simulator's configuration of group ``index``."""
+        return ConnectSimConfig(
+            seed=group_seed(self.seed, index), scenario=self.scenario, workers=self.members,
+            connectors=self.connectors, tasks_per_connector=self.tasks_per_connector,
+            disturbances=self.disturbances, scheduled_delay_ms=self.scheduled_rebalance_delay_ms,
+        )
+
+    def manifest_spec(self) -> dict[str, Any]:
+        """The spec as _fleet.json records it (a consumer fleet's without the connect fields)."""
+        exclude = set(CONNECT_FIELDS) if self.group_type == "consumer" else None
+        return self.model_dump(mode="json", exclude=exclude)
 
     def group_name(self, index: int) -> str:
         return f"g{index:05d}-{self.group_mix(index)}"
@@ -282,6 +326,16 @@ def apply_gateway(config: EndpointConfig, g: GatewaySpec, classic_heartbeat_ms: 
 
 def simulation_settings(spec: FleetSpec) -> dict[str, Any]:
     """Every setting the fleet's simulation uses: the gateway's (by Kafka name) and the clients'."""
+    if spec.group_type == "connect":
+        c = spec.connect_config(0)
+        return {
+            "group type": "connect", "workers": spec.members, "connectors": spec.connectors,
+            "tasks per connector": spec.tasks_per_connector, "session.timeout.ms": c.session_timeout_ms,
+            "heartbeat.interval.ms": c.heartbeat_interval_ms, "rebalance.timeout.ms": c.rebalance_timeout_ms,
+            "scheduled.rebalance.max.delay.ms": c.scheduled_delay_ms,
+            "network one way ms": "-".join(map(str, c.network_ms)),
+            "connector / task start and stop ms": "-".join(map(str, c.start_stop_ms)),
+        }  # fmt: skip
     g = spec.gateway_settings
     out: dict[str, Any] = {"gateway": g.source, **g.settings(spec.heartbeat_interval_ms)}
     out["classic heartbeat.interval.ms"] = spec.heartbeat_interval_ms
@@ -311,6 +365,9 @@ def fleet_warnings(spec: FleetSpec) -> list[str]:
     """What the simulation of this fleet cannot model: settings of the gateway's file, client versions it
     was not calibrated with, mixes the gateway does not run."""
     g = spec.gateway_settings
+    if spec.group_type == "connect":
+        # The gateway gives every connect group the connect coordinator's defaults (docs/connect.md).
+        return ["connect groups: the gateway's configuration file does not change them"] if spec.gateway else []
     out = list(g.not_modelled)
     if g.classic_groups is not None:
         mixes = CLIENT_MIXES if spec.mix == "all" else (spec.mix,)
@@ -443,8 +500,27 @@ class GroupOutcome:
     roll_steps: list[tuple[int, int, bool, int]] = field(default_factory=list)
 
 
+def run_connect_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
+    """Simulate connect group ``index`` (rehearsal/sim_connect.py), as ``run_group`` does a consumer group."""
+    sim = ConnectSimulation(spec.connect_config(index), sink=sink, group_id=spec.group_name(index), run_id=spec.run_id)
+    out = GroupOutcome(index, sim.group_id, "connect", sim.config.seed)
+    try:
+        report = sim.run()
+    except SimulationViolation as violation:
+        out.violation = str(violation)
+    else:
+        out.settled_ms, out.stats = report.settled_at_ms, report.stats
+        start = max(report.first_disturbance_ms, 0)
+        out.time_to_stable_ms = max(report.settled_at_ms - start, 0)
+    out.events, out.steps, out.virtual_ms = sim.events, sim.step, sim.now
+    out.members_started = sim.stats["workers_started"]
+    return out
+
+
 def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
     """Simulate group ``index``; an invariant violation ends that group only and is reported."""
+    if spec.group_type == "connect":
+        return run_connect_group(spec, index, sink)
     sim = FleetSimulation(spec, index, sink)
     out = GroupOutcome(index, sim.group_id, spec.group_mix(index), sim.config.seed)
     try:
@@ -513,7 +589,7 @@ class FleetResult:
             m["events"] += o.events
             m["violations"] += o.violation is not None
         return {
-            "spec": self.spec.model_dump(mode="json"),
+            "spec": self.spec.manifest_spec(),
             "run": self.spec.run_id,
             "settings": simulation_settings(self.spec),
             "warnings": fleet_warnings(self.spec),

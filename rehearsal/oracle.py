@@ -31,6 +31,7 @@ from rehearsal.tables import (
     CHANGE_EVENTS,
     CRASH_REASONS,
     GROUP_SUMMARY,
+    add_connect,
     add_crash_split,
     distribution,
     fleet_summary,
@@ -296,8 +297,12 @@ def compute(events: Iterable[Event]) -> Metrics:
         double_ownership=overlaps,
         member_rebalances=member_rows,
         group_summary=groups,
-        summary=add_crash_split(
-            summarize(groups, unavailability, member_rows), crash_by_mix, _windows_by_mix(unavailability)
+        summary=add_connect(
+            add_crash_split(
+                summarize(groups, unavailability, member_rows), crash_by_mix, _windows_by_mix(unavailability)
+            ),
+            unavailability,
+            member_rows,
         ),
     )
 

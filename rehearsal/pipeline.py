@@ -19,8 +19,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from rehearsal import spark_kafka
-from rehearsal.events import CLIENT_MIXES, EVENT_RANK, EventLogError, event_files
-from rehearsal.tables import CHANGE_EVENTS, CRASH_REASONS, PERCENTILES, TABLES, add_crash_split, fleet_summary
+from rehearsal.events import CONNECT_MIX, EVENT_RANK, KNOWN_MIXES, PROTOCOLS, EventLogError, event_files
+from rehearsal.tables import (
+    CHANGE_EVENTS,
+    CRASH_REASONS,
+    PERCENTILES,
+    TABLES,
+    add_connect,
+    add_crash_split,
+    fleet_summary,
+)
 
 G = ["run", "group"]
 ORDER = ["ts_ms", "seq", "rank", "id"]
@@ -152,8 +160,8 @@ def _invalid(e: Column) -> Column:
         | F.coalesce(e["run"], F.lit("")).eqNullSafe("")
         | F.coalesce(e["group"], F.lit("")).eqNullSafe("")
         | ~F.coalesce(ev.isin(*EVENT_RANK), F.lit(False))
-        | ~F.coalesce(e["client_mix"].isin(*CLIENT_MIXES), F.lit(False))
-        | ~F.coalesce(e["protocol"].isin("classic", "consumer"), F.lit(False))
+        | ~F.coalesce(e["client_mix"].isin(*KNOWN_MIXES), F.lit(False))
+        | ~F.coalesce(e["protocol"].isin(*PROTOCOLS), F.lit(False))
         | (ev.isin(*_MEMBER_EVENTS) & F.coalesce(e["member"], F.lit("")).eqNullSafe(""))
         | (ev.isin(*_PARTITION_EVENTS) & e["partitions"].isNull())
         | ((ev == "topic_metadata") & (e["topic"].isNull() | ~F.coalesce(e["num_partitions"] >= 1, F.lit(False))))
@@ -508,10 +516,17 @@ def summarize(m: SparkMetrics) -> dict[str, Any]:
         for r in m.member_rebalances.groupBy("client_mix").agg(*_distribution("rebalances", "r")).collect()
     }
     crash = {r["client_mix"]: r["crash_unavailable_ms"] for r in m.crash_gaps.collect()} if m.crash_gaps else {}
-    return add_crash_split(
+    summary = add_crash_split(
         fleet_summary(groups, partitions_by_mix, rebalances_by_mix), crash,
         {mix: p["window_ms"] for mix, p in partitions_by_mix.items()},
     )
+    # Connect groups' figures from their rows (a connector or task per row; small next to the fleet).
+    connect = F.col("client_mix") == CONNECT_MIX
+    units = [r.asDict() for r in m.partition_unavailability.filter(connect)
+             .select("run", "group", "client_mix", "topic", "window_ms", "unavailable_ms").collect()]
+    workers = [r.asDict() for r in m.member_rebalances.filter(connect)
+               .select("run", "group", "client_mix", "rebalances").collect()]
+    return add_connect(summary, units, workers)
 
 
 def write(m: SparkMetrics, summary: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:

@@ -459,6 +459,33 @@ def annotate(summary: dict[str, Any], simulations: Sequence[Row], calibration: S
     return summary
 
 
+def _connect_section(c: Mapping[str, Any]) -> str:
+    """Connect groups: how long their tasks and connectors ran on no worker, and the workers' rebalances."""
+
+    def share(x: float | None) -> str:
+        return "–" if x is None else f"{x:.2%}"
+
+    rows = []
+    for kind, plural in (("task", "tasks"), ("connector", "connectors")):
+        d = c.get(f"{kind}_unavailability_ms") or {}
+        rows.append([
+            _e(plural), _num(c.get(plural)), _num((c.get(f"{kind}_unavailable_ms") or 0) / 1000, 1),
+            share(c.get(f"{kind}_unavailability_ratio")),
+            *(_num(d.get(k)) for k in ("p50", "p90", "p99", "max")),
+        ])  # fmt: skip
+    r = c.get("rebalances_per_worker") or {}
+    return "".join([
+        '<h2 id="connect">Connect groups: task unavailability</h2>',
+        f"<p>{_num(c.get('groups'))} connect groups (Kafka Connect workers on the new protocol), "
+        f"{_num(c.get('workers'))} worker members. Task unavailability is the time a task (or connector) ran "
+        "on no worker within its group's window, summed in task-seconds; its share is of all task time.</p>",
+        _table(("unit", "count", "without a worker, s (summed)", "share of time", "p50 ms", "p90 ms", "p99 ms",
+                "max ms"), rows, "connect"),
+        f"<p>Rebalances per worker (acknowledged changes of what it runs): p50 {_num(r.get('p50'), 1)}, "
+        f"max {_num(r.get('max'), 1)}, mean {_num(r.get('mean'), 2)}; {_num(c.get('rebalances'))} in all.</p>",
+    ])  # fmt: skip
+
+
 def _simulation_header(simulations: Sequence[Row]) -> str:
     """The settings every simulated run used, and what its simulation could not model."""
     if not simulations:
@@ -544,6 +571,9 @@ def render(data: ReportInput) -> str:
         '<h2 id="groups">Groups (most rebalances first)</h2>',
         _groups_table(data.groups),
     ]  # fmt: skip
+    if s.get("connect"):
+        # Only for logs with connect groups: the report of consumer groups alone stays as it was.
+        body.insert(3, _connect_section(s["connect"]))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>groupgate rehearsal report</title>'
         f"<style>{_CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"

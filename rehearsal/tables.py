@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rehearsal.events import CONNECT_MIX, unit_kind
+
 OWNERSHIP_INTERVALS = (
     "run", "group", "client_mix", "topic", "partition", "member",
     "start_ms", "end_ms", "duration_ms", "ended_by", "open_at_end",
@@ -183,4 +185,33 @@ def add_crash_split(
         figures["clean_unavailable_ms"] = total - crash
         figures["crash_unavailability_ratio"] = crash / window if window else None
         figures["clean_unavailability_ratio"] = (total - crash) / window if window else None
+    return summary
+
+
+def add_connect(
+    summary: dict[str, Any], units: Sequence[Mapping[str, Any]], members: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``summary["connect"]`` when connect groups are among the inputs: their connectors' and tasks' time
+    without a running worker (from the ``partition_unavailability`` rows of client mix connect, whose units
+    are connectors and tasks) and the rebalances per worker (``member_rebalances`` rows of that mix).
+    Nothing is added for logs without connect groups."""
+    mine = [u for u in units if u["client_mix"] == CONNECT_MIX]
+    workers = [m for m in members if m["client_mix"] == CONNECT_MIX]
+    if not mine and not workers:
+        return summary
+    out: dict[str, Any] = {
+        "groups": len({(u["run"], u["group"]) for u in mine} | {(m["run"], m["group"]) for m in workers}),
+        "workers": len(workers),
+        "rebalances": sum(m["rebalances"] for m in workers),
+        "rebalances_per_worker": distribution([m["rebalances"] for m in workers]),
+    }
+    for kind, plural in (("task", "tasks"), ("connector", "connectors")):
+        rows = [u for u in mine if unit_kind(u["topic"]) == kind]
+        unavailable = sum(u["unavailable_ms"] for u in rows)
+        window = sum(u["window_ms"] for u in rows)
+        out[plural] = len(rows)
+        out[f"{kind}_unavailable_ms"] = unavailable
+        out[f"{kind}_unavailability_ratio"] = unavailable / window if window else None
+        out[f"{kind}_unavailability_ms"] = distribution([u["unavailable_ms"] for u in rows])
+    summary["connect"] = out
     return summary
