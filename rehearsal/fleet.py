@@ -500,18 +500,23 @@ class GroupOutcome:
     roll_steps: list[tuple[int, int, bool, int]] = field(default_factory=list)
 
 
-def run_connect_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
-    """Simulate connect group ``index`` (rehearsal/sim_connect.py), as ``run_group`` does a consumer group."""
-    sim = ConnectSimulation(spec.connect_config(index), sink=sink, group_id=spec.group_name(index), run_id=spec.run_id)
-    out = GroupOutcome(index, sim.group_id, "connect", sim.config.seed)
+def _played(out: GroupOutcome, run: Callable[[], Any]) -> GroupOutcome:
+    """Run a group's simulation into ``out``: its settled time, stats and time to stable (from its first
+    disturbance), or the invariant that broke."""
     try:
-        report = sim.run()
+        report = run()
     except SimulationViolation as violation:
         out.violation = str(violation)
     else:
         out.settled_ms, out.stats = report.settled_at_ms, report.stats
-        start = max(report.first_disturbance_ms, 0)
-        out.time_to_stable_ms = max(report.settled_at_ms - start, 0)
+        out.time_to_stable_ms = max(report.settled_at_ms - max(report.first_disturbance_ms, 0), 0)
+    return out
+
+
+def run_connect_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutcome:
+    """Simulate connect group ``index`` (rehearsal/sim_connect.py), as ``run_group`` does a consumer group."""
+    sim = ConnectSimulation(spec.connect_config(index), sink=sink, group_id=spec.group_name(index), run_id=spec.run_id)
+    out = _played(GroupOutcome(index, sim.group_id, "connect", sim.config.seed), sim.run)
     out.events, out.steps, out.virtual_ms = sim.events, sim.step, sim.now
     out.members_started = sim.stats["workers_started"]
     return out
@@ -522,15 +527,7 @@ def run_group(spec: FleetSpec, index: int, sink: EventSink | None) -> GroupOutco
     if spec.group_type == "connect":
         return run_connect_group(spec, index, sink)
     sim = FleetSimulation(spec, index, sink)
-    out = GroupOutcome(index, sim.group_id, spec.group_mix(index), sim.config.seed)
-    try:
-        report = sim.run()
-    except SimulationViolation as violation:
-        out.violation = str(violation)
-    else:
-        out.settled_ms, out.stats = report.settled_at_ms, report.stats
-        start = report.first_disturbance_ms if report.first_disturbance_ms >= 0 else 0
-        out.time_to_stable_ms = max(report.settled_at_ms - start, 0)
+    out = _played(GroupOutcome(index, sim.group_id, spec.group_mix(index), sim.config.seed), sim.run)
     out.events = sim.emitter.count if sim.emitter is not None else 0
     out.steps, out.virtual_ms, out.members_started = sim.step, sim.now, len(sim.clients)
     out.roll_steps = list(sim.roll_steps)
