@@ -18,13 +18,9 @@ delivered once and in order.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,131 +33,32 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
 )
 
-from compat_tests.harness import java
 from compat_tests.harness.admin import admin
+from compat_tests.harness.connect import (
+    Worker,
+    assert_stopped_cleanly,
+    cluster_props,
+    file_connectors,
+    numbered_lines,
+    running,
+    sink_lines,
+    start_worker,
+    stop_worker,
+    wait_for,
+)
+from compat_tests.harness.connect import connect_classpath as _connect_classpath
 from compat_tests.harness.probe import find_coordinator_endpoints, roundtrip
-from gateway.ops import kafka_dist
-from gateway.ops.embedded_kafka import free_port
 
 pytestmark = pytest.mark.kafka
-
-WORKER = "org.apache.kafka.connect.cli.ConnectDistributed"
-LINES = 50
-RETRIABLE = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 @pytest.fixture(scope="module")
 def connect_classpath() -> str:
-    dist = kafka_dist.connect()
-    try:
-        kafka_dist.fetch(dist)
-    except kafka_dist.FetchError as e:
-        pytest.skip(f"cannot fetch Kafka Connect {kafka_dist.CONNECT_KAFKA}: {e}")
-    return dist.classpath()
+    return _connect_classpath()
 
 
-@dataclass
-class Worker:
-    tool: java.JavaTool
-    port: int
-    group: str
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url(path), data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        req.add_header("Accept", "application/json")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-        return json.loads(raw) if raw else None
-
-    def log(self, what: str) -> str:
-        return f"{what}; tail of the worker's log ({self.tool.stderr_path}):\n{self.tool.tail(40)}"
-
-
-def _cluster_props(bootstrap: str, names: Callable[[str], str]) -> dict[str, str]:
-    """The settings every worker of one Connect cluster shares: its group and its storage topics."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": names("connect-cluster"),
-        "config.storage.topic": names("connect-configs"),
-        "offset.storage.topic": names("connect-offsets"),
-        "status.storage.topic": names("connect-status"),
-        # One broker: the internal topics cannot have Kafka's default replication factor of 3.
-        "config.storage.replication.factor": "1",
-        "offset.storage.replication.factor": "1",
-        "status.storage.replication.factor": "1",
-        "offset.storage.partitions": "1",
-        "status.storage.partitions": "1",
-        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "rest.advertised.host.name": "127.0.0.1",
-        # Source offsets are stored, and sink offsets committed (the sink file flushed), this often.
-        "offset.flush.interval.ms": "1000",
-        # A departed worker's connectors and tasks are reassigned after this delay (KIP-415; 5 min by default).
-        "scheduled.rebalance.max.delay.ms": "2000",
-    }
-
-
-def _start_worker(classpath: str, cluster: dict[str, str], work: Path, log_dir: Path) -> Worker:
-    port = free_port()
-    props = {**cluster, "listeners": f"http://127.0.0.1:{port}", "rest.advertised.port": str(port)}
-    properties = work / f"worker-{port}.properties"
-    properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    tool = java.JavaTool(
-        kafka_dist.CONNECT_KAFKA, WORKER, [str(properties)], heap="384m", log_dir=log_dir, classpath=classpath,
-        # The herder's and the group clients' own account of a rebalance or a slow shutdown, in the worker's log.
-        log_levels={
-            "org.apache.kafka.connect.runtime.distributed": "info",
-            "org.apache.kafka.connect.runtime.Worker": "info",
-            "org.apache.kafka.connect.cli": "info",
-            "org.apache.kafka.clients.consumer.internals": "info",
-        },
-    )
-    tool.start()
-    return Worker(tool, port, cluster["group.id"])
-
-
-def _wait(worker: Worker, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with the worker's log when it does not."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        if not worker.tool.alive():
-            pytest.fail(worker.log(f"the Connect worker exited ({worker.tool.returncode}) waiting for {what}"))
-        try:
-            got = check()
-        except (urllib.error.URLError, ConnectionError, OSError, ValueError) as e:
-            got, last = None, e
-        if got:
-            return got
-        if got is not None:
-            last = got
-        time.sleep(0.5)
-    pytest.fail(worker.log(f"no {what} in {timeout_s}s (last: {last!r})"))
-
-
-def _running(worker: Worker, connector: str) -> Any:
-    def check() -> Any:
-        status = worker.request("GET", f"/connectors/{connector}/status")
-        tasks = status.get("tasks", [])
-        ok = status["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks)
-        return status if ok else None
-
-    return check
-
-
-def _sink_lines(path: Path, n: int) -> Callable[[], list[str] | None]:
-    def check() -> list[str] | None:
-        if not path.exists():
-            return None
-        lines = path.read_text().splitlines()
-        return lines if len(lines) >= n else None
-
-    return check
+LINES = 50
+RETRIABLE = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 def _group_view(bootstrap: str, group: str) -> dict[str, Any]:
@@ -186,42 +83,12 @@ def _group_view(bootstrap: str, group: str) -> dict[str, Any]:
     }
 
 
-def _connectors(worker: Worker, names: Callable[[str], str], source: Path, sink: Path, topic: str) -> tuple[str, str]:
-    """A FileStreamSource (file -> topic) and a FileStreamSink (topic -> file), one task each."""
-    src, snk = names("file-source"), names("file-sink")
-    worker.request("PUT", f"/connectors/{src}/config", {
-        "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-        "tasks.max": "1", "file": str(source), "topic": topic,
-    })
-    worker.request("PUT", f"/connectors/{snk}/config", {
-        "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
-        "tasks.max": "1", "file": str(sink), "topics": topic,
-    })
-    return src, snk
-
-
 def _stable_group(bootstrap: str, worker: Worker, members: int) -> Callable[[], dict[str, Any] | None]:
     def check() -> dict[str, Any] | None:
         view = _group_view(bootstrap, worker.group)
         return view if view.get("state") == "Stable" and view.get("members") == members else None
 
     return check
-
-
-def _stop(worker: Worker) -> int | None:
-    """SIGTERM: ConnectDistributed's shutdown hook stops the herder, its tasks and leaves the group."""
-    return worker.tool.stop(grace_s=60)
-
-
-def _assert_stopped_cleanly(worker: Worker, code: int | None) -> None:
-    dump = worker.tool.thread_dump
-    assert code in (0, 130, 143), worker.log(f"the worker did not stop cleanly on SIGTERM ({code})") + (
-        f"\nthread dump before SIGKILL:\n{dump[-12000:]}" if dump else ""
-    )
-
-
-def _lines(first: int, n: int) -> list[str]:
-    return [f"line-{i:03d}" for i in range(first, first + n)]
 
 
 def _sink_group_view(bootstrap: str, group: str) -> dict[str, Any]:
@@ -241,26 +108,26 @@ def _run(
     (and, under "then", what ``then(worker, source file)`` returned, run once that was seen)."""
     work.mkdir()
     source, sink = work / "source.txt", work / "sink.txt"
-    lines = _lines(0, LINES)
+    lines = numbered_lines(0, LINES)
     source.write_text("".join(f"{line}\n" for line in lines))
-    worker = _start_worker(classpath, {**_cluster_props(bootstrap, names), **(worker_props or {})}, work, log_dir)
+    worker = start_worker(classpath, {**cluster_props(bootstrap, names), **(worker_props or {})}, work, log_dir)
     try:
-        _wait(worker, "REST API answer", 90, lambda: worker.request("GET", "/"))
-        src, snk = _connectors(worker, names, source, sink, topic)
-        got = _wait(worker, f"{LINES} lines in the sink file", 90, _sink_lines(sink, LINES))
+        wait_for(worker, "REST API answer", 90, lambda: worker.request("GET", "/"))
+        src, snk = file_connectors(worker, names, source, sink, topic)
+        got = wait_for(worker, f"{LINES} lines in the sink file", 90, sink_lines(sink, LINES))
         statuses = {
-            kind: _wait(worker, f"{kind} connector and task RUNNING", 30, _running(worker, name))
+            kind: wait_for(worker, f"{kind} connector and task RUNNING", 30, running(worker, name))
             for kind, name in (("source", src), ("sink", snk))
         }
-        view = _wait(worker, "a Stable worker group", 30, _stable_group(bootstrap, worker, 1))
+        view = wait_for(worker, "a Stable worker group", 30, _stable_group(bootstrap, worker, 1))
         # Connect names a sink connector's consumer group connect-<connector name>.
-        sink_group = _wait(worker, "the sink's consumer group Stable", 30, lambda: (
+        sink_group = wait_for(worker, "the sink's consumer group Stable", 30, lambda: (
             v if (v := _sink_group_view(bootstrap, f"connect-{snk}"))["state"] == "STABLE" else None
         ))  # fmt: skip
         after = then(worker, source) if then is not None else None
     finally:
-        code = _stop(worker)
-    _assert_stopped_cleanly(worker, code)
+        code = stop_worker(worker)
+    assert_stopped_cleanly(worker, code)
     return {
         "lines": got, "expected": lines, "statuses": statuses, "group": view, "worker_group": worker.group,
         "sink_group": sink_group, "then": after,
@@ -274,40 +141,43 @@ def _failover(
     source file, and the other worker takes the sink task over; returns what it observed."""
     work.mkdir()
     source, sink = work / "source.txt", work / "sink.txt"
-    source.write_text("".join(f"{line}\n" for line in _lines(0, LINES)))
-    cluster = _cluster_props(bootstrap, names)
+    source.write_text("".join(f"{line}\n" for line in numbered_lines(0, LINES)))
+    cluster = cluster_props(bootstrap, names)
     workers: list[Worker] = []
     try:
         for _ in range(2):
-            worker = _start_worker(classpath, cluster, work, log_dir)
+            worker = start_worker(classpath, cluster, work, log_dir)
             workers.append(worker)
-            _wait(worker, "REST API answer", 90, lambda w=worker: w.request("GET", "/"))
+            wait_for(worker, "REST API answer", 90, lambda w=worker: w.request("GET", "/"))
         first = workers[0]
-        two = _wait(first, "a Stable worker group of two", 60, _stable_group(bootstrap, first, 2))
-        src, snk = _connectors(first, names, source, sink, topic)
-        _wait(first, f"{LINES} lines in the sink file", 90, _sink_lines(sink, LINES))
-        status = _wait(first, "sink connector and task RUNNING", 30, _running(first, snk))
+        two = wait_for(first, "a Stable worker group of two", 60, _stable_group(bootstrap, first, 2))
+        src, snk = file_connectors(first, names, source, sink, topic)
+        wait_for(first, f"{LINES} lines in the sink file", 90, sink_lines(sink, LINES))
+        # Both connectors and their tasks RUNNING before the stop: Connect 4.3.1's shutdown can hang past the
+        # stop's grace when SIGTERM lands while a connector is still starting.
+        wait_for(first, "source connector and task RUNNING", 30, running(first, src))
+        status = wait_for(first, "sink connector and task RUNNING", 30, running(first, snk))
         # Stop whichever worker runs the sink task, so that the task has to move.
         leaving = next(w for w in workers if status["tasks"][0]["worker_id"] == f"127.0.0.1:{w.port}")
         staying = next(w for w in workers if w is not leaving)
-        code = _stop(leaving)
-        _assert_stopped_cleanly(leaving, code)
+        code = stop_worker(leaving)
+        assert_stopped_cleanly(leaving, code)
         with source.open("a") as f:
-            f.write("".join(f"{line}\n" for line in _lines(LINES, LINES)))
-        one = _wait(staying, "a Stable worker group of one", 60, _stable_group(bootstrap, staying, 1))
+            f.write("".join(f"{line}\n" for line in numbered_lines(LINES, LINES)))
+        one = wait_for(staying, "a Stable worker group of one", 60, _stable_group(bootstrap, staying, 1))
         staying_id = f"127.0.0.1:{staying.port}"
         moved = {
-            kind: _wait(staying, f"{kind} connector and task RUNNING on the remaining worker", 60, lambda n=name: (
-                st if (st := _running(staying, n)()) and st["tasks"][0]["worker_id"] == staying_id else None
+            kind: wait_for(staying, f"{kind} connector and task RUNNING on the remaining worker", 60, lambda n=name: (
+                st if (st := running(staying, n)()) and st["tasks"][0]["worker_id"] == staying_id else None
             ))
             for kind, name in (("source", src), ("sink", snk))
         }
-        got = _wait(staying, f"{2 * LINES} lines in the sink file", 60, _sink_lines(sink, 2 * LINES))
+        got = wait_for(staying, f"{2 * LINES} lines in the sink file", 60, sink_lines(sink, 2 * LINES))
     finally:
-        codes = [_stop(w) for w in workers]
+        codes = [stop_worker(w) for w in workers]
     for worker, code in zip(workers, codes, strict=True):
-        _assert_stopped_cleanly(worker, code)
-    return {"two": two, "one": one, "moved": moved, "lines": got, "expected": _lines(0, 2 * LINES)}
+        assert_stopped_cleanly(worker, code)
+    return {"two": two, "one": one, "moved": moved, "lines": got, "expected": numbered_lines(0, 2 * LINES)}
 
 
 def test_a_distributed_connect_worker_runs_file_connectors_alike_direct_and_through_the_gateway(
@@ -393,7 +263,7 @@ def test_sink_connector_consumers_with_the_consumer_protocol_alike_direct_and_th
     assert results["gateway"]["sink_group"] == results["direct"]["sink_group"]
     # The migrated connector: every line once, its group classic before and a consumer group after.
     migrated = results["direct"]["then"]
-    assert migrated["lines"] == sorted(_lines(0, 2 * LINES)), (len(migrated["lines"]), migrated["lines"][:5])
+    assert migrated["lines"] == sorted(numbered_lines(0, 2 * LINES)), (len(migrated["lines"]), migrated["lines"][:5])
     assert migrated["before"] == {**consumer_group, "type": "CLASSIC"}, migrated
     assert migrated["after"] == consumer_group, migrated
     assert migrated["task"] == ["RUNNING"], migrated
@@ -426,14 +296,14 @@ def _sink_migration(
         return check
 
     worker.request("PUT", f"/connectors/{snk}/config", {**config, "consumer.override.group.protocol": "classic"})
-    _wait(worker, f"{LINES} lines in the migrated sink's file", 60, _sink_lines(sink, LINES))
-    before = _wait(worker, "the migrated sink's classic group Stable", 30, group("CLASSIC"))
+    wait_for(worker, f"{LINES} lines in the migrated sink's file", 60, sink_lines(sink, LINES))
+    before = wait_for(worker, "the migrated sink's classic group Stable", 30, group("CLASSIC"))
     worker.request("PUT", f"/connectors/{snk}/config", config)
     with source.open("a") as f:
-        f.write("".join(f"{line}\n" for line in _lines(LINES, LINES)))
-    after = _wait(worker, "the migrated sink's KIP-848 group Stable", 60, group("CONSUMER"))
-    got = _wait(worker, f"{2 * LINES} lines in the migrated sink's file", 60, _sink_lines(sink, 2 * LINES))
-    status = _wait(worker, "the migrated sink and its task RUNNING", 30, _running(worker, snk))
+        f.write("".join(f"{line}\n" for line in numbered_lines(LINES, LINES)))
+    after = wait_for(worker, "the migrated sink's KIP-848 group Stable", 60, group("CONSUMER"))
+    got = wait_for(worker, f"{2 * LINES} lines in the migrated sink's file", 60, sink_lines(sink, 2 * LINES))
+    status = wait_for(worker, "the migrated sink and its task RUNNING", 30, running(worker, snk))
     return {"before": before, "after": after, "task": [t["state"] for t in status["tasks"]], "lines": sorted(got)}
 
 
@@ -480,6 +350,6 @@ def test_exactly_once_source_connector_alike_direct_and_through_the_gateway(
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # one worker per target at once, each its own cluster
         views = dict(zip(targets, pool.map(run, targets), strict=True))
-    assert views["direct"] == {"values": _lines(0, LINES), "markers": True}  # written in committed transactions
+    assert views["direct"] == {"values": numbered_lines(0, LINES), "markers": True}  # written in committed transactions
     assert views["gateway"] == views["direct"]
 
