@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rehearsal.fleet import FleetSpec, simulate_fleet  # noqa: E402
+from rehearsal.fleet import simulate_fleet  # noqa: E402
+from rehearsal.fleet_spec import FleetSpec
 
 
 def simulate(groups: int, members: int, out: Path) -> tuple[float, int, float]:

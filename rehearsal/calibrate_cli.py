@@ -40,7 +40,7 @@ from rehearsal.calibration import (
 )
 from rehearsal.client_timings import Timings, client_timings
 from rehearsal.events import EventWriter, parse_event, read_events
-from rehearsal.fleet import CLIENT_MIXES
+from rehearsal.fleet_spec import CLIENT_MIXES
 
 SCENARIOS = ("rolling-upgrade", "rolling-restart", "crashes")
 # The command's client names -> the harness' (librdkafka runs through confluent-kafka).

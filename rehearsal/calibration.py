@@ -27,7 +27,7 @@ from typing import Any
 
 from rehearsal import events as ev
 from rehearsal.client_timings import Timings
-from rehearsal.fleet import ClientMix, FleetSpec, sim_config
+from rehearsal.fleet_spec import ClientMix, FleetSpec, sim_config
 from rehearsal.sim_clients import ClassicClient, SimClient
 from rehearsal.sim_consumer_client import ConsumerClient
 from rehearsal.sim_endpoint import EndpointConfig, ServiceEndpoint

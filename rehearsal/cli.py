@@ -272,13 +272,8 @@ def simulate_main(
     events up to the violation are written and the report shows it)."""
     from pydantic import ValidationError
 
-    from rehearsal.fleet import (
-        FleetSpec,
-        fleet_warnings,
-        simulate_fleet,
-        simulate_fleet_spark,
-        simulation_settings,
-    )
+    from rehearsal.fleet import simulate_fleet, simulate_fleet_spark
+    from rehearsal.fleet_spec import FleetSpec, fleet_warnings, simulation_settings
 
     started = time.monotonic()
     fields: dict[str, Any] = {}

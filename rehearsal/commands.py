@@ -102,7 +102,7 @@ def add_commands(sub: Any) -> None:
         help="client mix of every group; all: the groups split across the four",
     )
     simulate.add_argument("--topics", help="TOPIC:PARTITIONS[,...] every member subscribes to")
-    simulate.add_argument("--spec", help="a JSON fleet description (rehearsal.fleet.FleetSpec) to start from")
+    simulate.add_argument("--spec", help="a JSON fleet description (rehearsal.fleet_spec.FleetSpec) to start from")
     simulate.add_argument(
         "--config", help="a gateway configuration file (the TOML `groupgate serve --config` reads): the simulated "
         "gateway runs with its coordinator settings; what it cannot model is named",

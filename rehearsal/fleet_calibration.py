@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from rehearsal.calibrate_cli import Process, parse_choice
 from rehearsal.calibration import TOLERANCE, Figures, figures
 from rehearsal.events import Event, EventWriter, event_files, read_events
-from rehearsal.fleet import CLIENT_MIXES, FleetSpec, run_group
+from rehearsal.fleet import run_group
+from rehearsal.fleet_spec import CLIENT_MIXES, FleetSpec
 
 Echo = Callable[[str], None]
 METRICS = ("unavailable_s", "rebalances_per_member", "time_to_stable_s")
@@ -195,7 +196,7 @@ def calibrate_fleet(args: argparse.Namespace, real_runs: FleetRuns | None, echo:
              "source checkout)")
         return 2
     from rehearsal.cli import simulate_main
-    from rehearsal.fleet import fleet_warnings, simulation_settings
+    from rehearsal.fleet_spec import fleet_warnings, simulation_settings
 
     first = next(iter(specs.values()))
     settings = simulation_settings(first)

@@ -34,7 +34,7 @@ from groupgate.testing._net import free_port_block
 from rehearsal import events as ev
 from rehearsal.calibration import Schedule, Step
 from rehearsal.client_timings import Timings
-from rehearsal.fleet import ClientMix, FleetSpec
+from rehearsal.fleet_spec import ClientMix, FleetSpec
 from rehearsal.recorded import convert
 
 from . import endpoints

@@ -27,8 +27,8 @@ from compat_tests.harness.admin import create_topic
 from compat_tests.harness.events import now_ms
 from compat_tests.harness.names import unique
 from rehearsal import events as ev
-from rehearsal.fleet import FleetSpec
 from rehearsal.fleet_settings import client_slots
+from rehearsal.fleet_spec import FleetSpec
 from rehearsal.recorded import convert
 from rehearsal.sim_config import ROLL_FIRST_MS, ROLL_GAP_MS, ROLL_RESTART_MS, START_SPREAD_MS
 

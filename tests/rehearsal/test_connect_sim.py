@@ -16,7 +16,8 @@ from coordinator.connect.model import ConnectAssignment
 from rehearsal import events as E
 from rehearsal import oracle, report
 from rehearsal.cli import simulate_main
-from rehearsal.fleet import MANIFEST, FleetSpec, simulate_fleet
+from rehearsal.fleet import MANIFEST, simulate_fleet
+from rehearsal.fleet_spec import FleetSpec
 from rehearsal.sim_connect import (
     ConnectSimConfig,
     ConnectSimulation,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from rehearsal import events as ev
-from rehearsal.fleet import FleetSpec, run_group
+from rehearsal.fleet import run_group
 from rehearsal.fleet_calibration import FleetRow, add_arguments, calibrate_fleet, markdown, measure, spread
+from rehearsal.fleet_spec import FleetSpec
 
 
 def _args(*extra: str) -> argparse.Namespace:

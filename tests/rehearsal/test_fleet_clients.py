@@ -13,17 +13,9 @@ from pydantic import ValidationError
 from rehearsal import events as E
 from rehearsal import oracle
 from rehearsal.cli import find_simulations, parse_clients, simulate_main
-from rehearsal.fleet import (
-    MANIFEST,
-    FleetSimulation,
-    FleetSpec,
-    fleet_warnings,
-    run_group,
-    sim_config,
-    simulate_fleet,
-    simulation_settings,
-)
+from rehearsal.fleet import MANIFEST, FleetSimulation, run_group, simulate_fleet
 from rehearsal.fleet_settings import ClientSpec, GatewaySpec, client_slots, gateway_from_config
+from rehearsal.fleet_spec import FleetSpec, fleet_warnings, sim_config, simulation_settings
 from rehearsal.report import annotate, calibration_backing, from_oracle, render
 from rehearsal.tables import roll_spread
 

@@ -15,7 +15,8 @@ from rehearsal_compare import same
 from rehearsal import events as E
 from rehearsal import oracle
 from rehearsal.cli import report_main, simulate_main
-from rehearsal.fleet import CLIENT_MIXES, MANIFEST
+from rehearsal.fleet import MANIFEST
+from rehearsal.fleet_spec import CLIENT_MIXES
 from rehearsal.report import MIX_LABELS
 
 pytestmark = pytest.mark.usefixtures("spark")

@@ -17,16 +17,8 @@ from pydantic import ValidationError
 from rehearsal import events as E
 from rehearsal import oracle
 from rehearsal.cli import parse_topics, simulate_main
-from rehearsal.fleet import (
-    CLIENT_MIXES,
-    FLEET_SCENARIOS,
-    MANIFEST,
-    FleetSpec,
-    group_seed,
-    part_path,
-    sim_config,
-    simulate_fleet,
-)
+from rehearsal.fleet import MANIFEST, part_path, simulate_fleet
+from rehearsal.fleet_spec import CLIENT_MIXES, FLEET_SCENARIOS, FleetSpec, group_seed, sim_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
