@@ -7,7 +7,9 @@ Selection" and "Worker Selection").
 - The worker asked to compute the assignment must support every version any worker supports for that
   assignor (its range covers all the others'): with A [1-5], B [3-4], C [2-4] it is A. The worker that
   ran the previous computation is kept while it qualifies (Connect's sticky leader); otherwise the
-  first qualifying worker by member id.
+  first qualifying worker by member id. While any qualifying worker speaks the classic protocol
+  (translated, translate/connect_classic_worker.py), only those are chosen: a real Connect leader
+  also writes the task configurations and session keys, which only a classic worker does.
 - A worker whose join or assignor change would leave the group with no usable assignor, or with no
   worker able to run it, is refused (UNSUPPORTED_ASSIGNOR) and the group stays as it was.
 """
@@ -63,6 +65,8 @@ def select(workers: Iterable[ConnectWorker], sticky: str | None) -> tuple[str, s
     ws = list(workers)
     for name in usable_assignors(ws):
         able = covering_workers(ws, name)
-        if able:
-            return name, (sticky if sticky in able else able[0])
+        classic = {w.member_id for w in ws if w.classic is not None}
+        preferred = [m for m in able if m in classic] or able
+        if preferred:
+            return name, (sticky if sticky in preferred else preferred[0])
     return None

@@ -11,7 +11,7 @@ from typing import Any
 from kafka.protocol.api_data import ApiData
 
 from coordinator.connect import records as cr
-from coordinator.connect.model import ClientAssignor, ConnectAssignment, WorkerState, WorkerTarget
+from coordinator.connect.model import ClassicWorkerMetadata, ClientAssignor, ConnectAssignment, WorkerState, WorkerTarget
 
 _SCHEMAS = "coordinator.connect.schemas"
 
@@ -80,6 +80,12 @@ def _from_units(d: Any) -> ConnectAssignment:
     return ConnectAssignment(frozenset(d.connectors), frozenset((t.connector, t.task) for t in d.tasks))
 
 
+def _classic(d: Any) -> ClassicWorkerMetadata | None:
+    if d is None:
+        return None
+    return ClassicWorkerMetadata(d.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in d.supported_protocols))
+
+
 def encode_key(record: cr.ConnectRecord) -> bytes:
     fields: dict[str, Any] = {"group_id": record.group_id}
     if record.type in _WITH_MEMBER:
@@ -96,7 +102,7 @@ def encode_value(record: cr.ConnectRecord) -> bytes | None:
         data = ConnectGroupMetadataValue(epoch=v.epoch)
     elif isinstance(v, cr.ConnectMemberMetadataValue):
         c = ConnectGroupMemberMetadataValue
-        data = c(
+        kw: dict[str, Any] = dict(
             url=v.url, instance_id=v.instance_id, client_id=v.client_id, client_host=v.client_host,
             rebalance_timeout_ms=v.rebalance_timeout_ms,
             assignors=[
@@ -105,6 +111,14 @@ def encode_value(record: cr.ConnectRecord) -> bytes | None:
                 for a in v.assignors
             ],
         )
+        if v.classic is not None:
+            # A tagged field: records of workers on the new protocol (and older records) carry none.
+            cm = c.ClassicMemberMetadata
+            kw["classic_member_metadata"] = cm(
+                session_timeout_ms=v.classic.session_timeout_ms,
+                supported_protocols=[cm.ClassicProtocol(name=n, metadata=md) for n, md in v.classic.protocols],
+            )
+        data = c(**kw)
     elif isinstance(v, cr.ConnectTargetMetadataValue):
         data = ConnectGroupTargetAssignmentMetadataValue(
             assignment_epoch=v.assignment_epoch, error=v.error, assignor=v.assignor
@@ -146,6 +160,7 @@ def decode(key: bytes, value: bytes | None) -> cr.ConnectRecord:
                 ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.reason, a.metadata_version, bytes(a.metadata))
                 for a in d.assignors
             ),
+            _classic(d.classic_member_metadata),
         )
     elif rtype is T.TARGET_METADATA:
         d = ConnectGroupTargetAssignmentMetadataValue.decode(value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from coordinator.connect.model import ConnectAssignment, TaskId
+from coordinator.connect.model import ClassicWorkerMetadata, ConnectAssignment, TaskId
 
 JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -53,6 +53,8 @@ class ConnectGroupHeartbeatRequest:
     # Not on the wire: the client's identity.
     client_id: str = ""
     client_host: str = ""
+    # Not on the wire: set when the heartbeat translates a classic worker's JoinGroup (kept otherwise).
+    classic: ClassicWorkerMetadata | None = None
 
 
 @dataclass(slots=True)

@@ -101,6 +101,16 @@ class WorkerTarget:
 NO_TARGET = WorkerTarget()
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicWorkerMetadata:
+    """A worker speaking the classic protocol (JoinGroup / SyncGroup / Heartbeat), translated per
+    worker (translate/connect_classic_worker.py): the session timeout and protocols (name, metadata)
+    of its last JoinGroup, as Kafka keeps ClassicMemberMetadata for classic members of consumer groups."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class ConnectWorker:
     member_id: str
@@ -111,6 +121,7 @@ class ConnectWorker:
     client_host: str = ""
     rebalance_timeout_ms: int = -1
     assignors: tuple[ClientAssignor, ...] = ()  # in the worker's order of preference
+    classic: ClassicWorkerMetadata | None = None  # set for a worker speaking the classic protocol
     # Current assignment (current-assignment record).
     member_epoch: int = 0
     previous_member_epoch: int = 0
@@ -178,7 +189,7 @@ class ConnectGroup:
                 (
                     w.member_id, w.url, w.instance_id, w.client_id, w.client_host, w.rebalance_timeout_ms,
                     w.assignors, w.member_epoch, w.previous_member_epoch, int(w.state), w.assigned.canon(),
-                    w.pending_revocation.canon(), w.error, w.version, w.metadata,
+                    w.pending_revocation.canon(), w.error, w.version, w.metadata, w.classic,
                 )
                 for w in self.workers.values()
             )

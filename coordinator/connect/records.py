@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from coordinator.connect.model import (
     NOTHING,
+    ClassicWorkerMetadata,
     ClientAssignor,
     ConnectAssignment,
     ConnectGroup,
@@ -54,6 +55,7 @@ class ConnectMemberMetadataValue:
     client_host: str
     rebalance_timeout_ms: int
     assignors: tuple[ClientAssignor, ...]
+    classic: ClassicWorkerMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def group_epoch(group_id: str, epoch: int) -> ConnectRecord:
 
 def member_metadata(group_id: str, w: ConnectWorker) -> ConnectRecord:
     value = ConnectMemberMetadataValue(
-        w.url, w.instance_id, w.client_id, w.client_host, w.rebalance_timeout_ms, w.assignors
+        w.url, w.instance_id, w.client_id, w.client_host, w.rebalance_timeout_ms, w.assignors, w.classic
     )
     return ConnectRecord(ConnectRecordType.MEMBER_METADATA, group_id, w.member_id, value)
 
@@ -232,6 +234,7 @@ def apply(groups: dict[str, ConnectGroup], record: ConnectRecord) -> None:
         w.client_host = v.client_host
         w.rebalance_timeout_ms = v.rebalance_timeout_ms
         w.assignors = v.assignors
+        w.classic = v.classic
     elif rtype is ConnectRecordType.TARGET_METADATA:
         if v is None:
             return

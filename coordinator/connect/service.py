@@ -350,6 +350,7 @@ class ConnectGroupCoordinator:
             client_host=req.client_host,
             rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else base.rebalance_timeout_ms,
             assignors=assignors,
+            classic=req.classic if req.classic is not None else base.classic,
         )
         if worker is None or assignors != worker.assignors:
             others = [w for w in group.workers.values() if w.member_id != updated.member_id]
