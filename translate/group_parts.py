@@ -18,6 +18,8 @@ from coordinator.outcome import Outcome
 from coordinator.service import ConsumerGroupCoordinator
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_member import ClassicMemberTranslator
+from translate.connect_classic_worker import ConnectClassicWorkers
+from translate.connect_conversion import ConnectConverter
 from translate.conversion import GroupConverter
 from translate.group_config import GroupServiceConfig
 
@@ -29,6 +31,8 @@ class GroupParts(Protocol):
     classic_groups: ClassicGroupCoordinator
     classic_members: ClassicMemberTranslator
     converter: GroupConverter
+    connect_workers: ConnectClassicWorkers
+    connect_converter: ConnectConverter
 
 
 def consumer_group(svc: GroupParts, group_id: str) -> ConsumerGroup | None:

@@ -83,6 +83,8 @@ from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_member import ClassicMemberTranslator
 from translate.classic_messages import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from translate.classic_strategies import strategy_assignor
+from translate.connect_classic_worker import ConnectClassicWorkers
+from translate.connect_conversion import ConnectConverter
 from translate.consumer_heartbeat import consumer_group_heartbeat
 from translate.conversion import GroupConverter
 from translate.group_config import AnyRecord, ClassicGroupsMode, GroupServiceConfig
@@ -134,6 +136,9 @@ class GroupService:
             downgrade_allowed=self.config.mode is ClassicGroupsMode.NATIVE,
             convert_builtin_sticky_userdata=self.config.convert_builtin_sticky_userdata,
         )
+        # Classic Connect workers inside connect groups, and the conversions between the two.
+        self.connect_workers = ConnectClassicWorkers(self.connect, ids, self.config.classic)
+        self.connect_converter = ConnectConverter(self.connect, self.classic_groups, self.connect_workers, self.config.policy)
 
     def join_follows_metadata_change(self, request: object) -> bool:
         """Whether a JoinGroup is a translated classic member rejoining on its own: at the group's
@@ -155,6 +160,12 @@ class GroupService:
     def handle(self, request: object, request_key: RequestKey, now_ms: int) -> Outcome:
         if isinstance(request, connect_routing.CONNECT_REQUESTS):
             return connect_routing.handle(self, self.connect, request, request_key, now_ms)
+        if (
+            isinstance(request, connect_routing.CLASSIC_REQUESTS)
+            and connect_routing.holds(self.connect, request.group_id)
+            and self.classic_groups.group(request.group_id) is None
+        ):
+            return connect_routing.classic_request(self, request, request_key, now_ms)
         refused = connect_routing.refusal_of_other_type(self.connect, request, request_key)
         if refused is not None:
             return refused

@@ -13,11 +13,14 @@ from coordinator.connect.service import TIMER_KINDS as CONNECT_TIMER_KINDS
 from coordinator.model import MemberState
 from coordinator.outcome import Outcome
 from coordinator.timers import REBALANCE, SESSION, TimerKey
+from translate import connect_routing
 from translate.classic_member import (
     CLASSIC_MEMBER_GATHER_TIMER,
     CLASSIC_MEMBER_JOIN_TIMER,
     CLASSIC_MEMBER_SYNC_TIMER,
 )
+from translate.connect_classic_worker import TIMER_KINDS as CONNECT_CLASSIC_TIMER_KINDS
+from translate.connect_conversion import new_protocol_workers
 from translate.group_parts import GroupParts, after_membership_change, consumer_group, forget_if_unwritten
 from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER
 
@@ -31,8 +34,16 @@ def on_timer(svc: GroupParts, key: TimerKey, now_ms: int) -> Outcome:
     if kind in _CLASSIC_GROUP_TIMERS:
         out.take(svc.classic_groups.on_timer(key, now_ms))
         return out
-    if kind in CONNECT_TIMER_KINDS:
-        out.take(svc.connect.on_timer(key, now_ms))
+    if kind in CONNECT_TIMER_KINDS or kind in CONNECT_CLASSIC_TIMER_KINDS:
+        before = new_protocol_workers(svc.connect.group(gid))
+        if kind in CONNECT_CLASSIC_TIMER_KINDS:
+            out.take(svc.connect_workers.on_timer(key, now_ms))
+        else:
+            out.take(svc.connect.on_timer(key, now_ms))
+            cgroup = svc.connect.group(gid)
+            if cgroup is None or member_id not in cgroup.workers:
+                svc.connect_workers.forget(out, gid, member_id)  # a classic worker's session ran out
+        connect_routing.downgrade_if_classic_only(svc, gid, before, out, now_ms)
         return out
     if kind in _CLASSIC_MEMBER_TIMERS:
         out.take(svc.classic_members.on_timer(key, now_ms))
