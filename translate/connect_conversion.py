@@ -200,6 +200,8 @@ class ConnectConverter:
         leader = group.last_computer if group.last_computer in group.workers else workers[0].member_id
         leader_url = group.workers[leader].url
         targets = {w.member_id: group.target.get(w.member_id, NO_TARGET) for w in workers}
+        # Read before the tombstones apply: they reset the workers' assignments in place.
+        runs = {w.member_id: w.assigned | w.pending_revocation for w in workers}
         tx = ConnectTx(self.connect.state)
         for w in workers:
             tx.emit(crec.current_assignment_tombstone(gid, w.member_id))
@@ -229,7 +231,7 @@ class ConnectConverter:
                 client_host=w.client_host, rebalance_timeout_ms=w.rebalance_timeout_ms,
                 session_timeout_ms=cm.session_timeout_ms, protocol_type=CONNECT_PROTOCOL_TYPE,
                 supported_protocols=[
-                    JoinGroupRequestProtocol(n, _with_allocation(md, w.assigned | w.pending_revocation, leader, leader_url))
+                    JoinGroupRequestProtocol(n, _with_allocation(md, runs[w.member_id], leader, leader_url))
                     for n, md in cm.protocols
                 ],
             ))  # fmt: skip

@@ -7,7 +7,8 @@ Connect groups converted to connect groups and back.
   given a scheduled delay (the delay is taken as elapsed); as leader it runs ``connect_like_assign`` on
   the members' allocations; a lost membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) stops everything.
 - ``NewWorker`` speaks ConnectGroupHeartbeat, computes with the same assignor through Prepare/Install and
-  runs what the answers give it.
+  runs what the answers give it; when it had to give something up it asks for the next computation through
+  its assignor's reason (SCHEDULED_REBALANCE, then NONE), as a Connect worker rejoins after a revocation.
 - ``World`` sends one request per worker at a time, delivers answers that may come later (parked classic
   joins), fires due timers when every worker waits, and checks after every answer that no connector or
   task runs on two workers.
@@ -15,7 +16,6 @@ Connect groups converted to connect groups and back.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from coordinator.connect.messages import (
@@ -89,16 +89,16 @@ def connect_like_assign(current: dict[str, set[Unit]], wanted: set[Unit]) -> dic
     running_anywhere = set().union(*current.values()) if current else set()
     free = sorted(wanted - running_anywhere, key=repr)
     assigned: dict[str, set[Unit]] = {m: set() for m in current}
-    if not free and current:
-        cap = math.ceil(len(wanted) / len(current))
-        floor = len(wanted) // len(current)
-        if max(load.values()) - min(load.values()) > 1 or (max(load.values()) > cap):
-            for m in sorted(current):
-                extra = load[m] - max(cap, floor)
-                kept = sorted(current[m] - revoked[m], key=repr)
-                for u in kept[: max(extra, 0)]:
-                    revoked[m].add(u)
-                    load[m] -= 1
+    if not free and current and max(load.values()) - min(load.values()) > 1:
+        total = sum(load.values())
+        base, extra = divmod(total, len(current))
+        ranked = sorted(current, key=lambda x: (-load[x], x))
+        for i, m in enumerate(ranked):
+            share = base + (1 if i < extra else 0)
+            kept = sorted(current[m] - revoked[m], key=repr)
+            for u in kept[: max(load[m] - share, 0)]:
+                revoked[m].add(u)
+                load[m] -= 1
     for u in free:
         m = min(sorted(current), key=lambda x: load[x])
         assigned[m].add(u)
@@ -305,13 +305,14 @@ class NewWorker:
         self.compute_asked = False
         self.outstanding: Any = None
         self.last_answer: Any = None
+        self.reason = 0
         world.workers[name] = self
 
     def runs_units(self) -> set[Unit]:
         return units(self.runs)
 
     def idle(self) -> bool:
-        return not self.compute_asked
+        return not self.compute_asked and not self.reason
 
     def step(self) -> None:
         if self.compute_asked:
@@ -322,7 +323,7 @@ class NewWorker:
         bare = encode_metadata(WorkerMetadata(2, url, OFFSET))
         self.world.send(self, ConnectGroupHeartbeatRequest(
             G, self.name, self.epoch, rebalance_timeout_ms=60_000,
-            client_assignors=[AssignorSpec("sessioned", 2, 2, version=2, metadata=bare)], worker_url=url,
+            client_assignors=[AssignorSpec("sessioned", 2, 2, reason=self.reason, version=2, metadata=bare)], worker_url=url,
             owned=ConnectorsAndTasks.of(self.runs) if self.epoch else ConnectorsAndTasks(),
         ))  # fmt: skip
 
@@ -348,8 +349,12 @@ class NewWorker:
         if body.error_code not in (0, Errors.COMPUTE_ASSIGNMENT):
             return
         self.epoch = body.member_epoch
+        self.reason = 0
         if body.assignment is not None:
-            self.runs = body.assignment.assigned.assignment()
+            given = body.assignment.assigned.assignment()
+            if not self.runs.issubset(given):
+                self.reason = 1  # gave something up: ask for the computation that hands it on
+            self.runs = given
         self.compute_asked = body.error_code == Errors.COMPUTE_ASSIGNMENT
 
     def leave(self) -> None:

@@ -1,0 +1,258 @@
+"""Classic Kafka Connect groups converted to connect groups and back, their classic workers translated per
+worker (translate/connect_conversion.py, translate/connect_classic_worker.py), driven by simulated workers
+(tests/translate/connect_workers_harness.py) that check after every answer that nothing runs twice."""
+
+from __future__ import annotations
+
+import random
+
+from coordinator.connect.messages import AssignorSpec, ConnectGroupHeartbeatRequest, ConnectorsAndTasks
+from coordinator.connect.model import ConnectGroupState, WorkerState
+from coordinator.connect.records import ConnectRecord, ConnectRecordType
+from coordinator.errors import Errors
+from tests.translate.connect_workers_harness import (
+    ClassicWorker,
+    G,
+    NewWorker,
+    World,
+    assignment,
+    configured,
+    units,
+)
+from translate.classic_group import ClassicGroupState
+from translate.classic_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    SyncGroupRequest,
+)
+from translate.connect_protocol import (
+    WorkerMetadata,
+    decode_assignment,
+    decode_metadata,
+    encode_metadata,
+    running,
+)
+from translate.group_records import GroupMetadataRecord
+from translate.group_service import GroupService
+from translate.result import JOIN_TIMER
+
+T = ConnectRecordType
+
+
+def _classic_world(n: int = 2) -> tuple[World, list[ClassicWorker]]:
+    world = World(configured(3, 2))
+    workers = [ClassicWorker(world, name) for name in "abcdefgh"[:n]]
+    world.settle()
+    assert world.all_run()
+    return world, workers
+
+
+def _joiner(name: str = "n") -> ConnectGroupHeartbeatRequest:
+    url = f"http://{name}:8083"
+    return ConnectGroupHeartbeatRequest(
+        G, name, 0, rebalance_timeout_ms=60_000, worker_url=url, owned=ConnectorsAndTasks(),
+        client_assignors=[AssignorSpec("sessioned", 2, 2, version=2, metadata=encode_metadata(WorkerMetadata(2, url, 7)))],
+    )  # fmt: skip
+
+
+def _types(records: list[object]) -> list[object]:
+    return ["classic" if isinstance(r, GroupMetadataRecord) else r.type for r in records if isinstance(r, (GroupMetadataRecord, ConnectRecord))]
+
+
+def test_upgrade_keeps_the_generation_what_each_worker_runs_and_the_leader_and_writes_the_records_in_order() -> None:
+    world, (a, b) = _classic_world()
+    classic = world.svc.classic_groups.group(G)
+    assert classic is not None and classic.is_in(ClassicGroupState.STABLE)
+    generation, leader = classic.generation_id, classic.leader_id
+    out = world.svc.handle(_joiner(), "k", world.now)
+    assert out.response_to("k").error_code == 0
+    kinds = _types(out.records)
+    assert kinds[:9] == ["classic", T.MEMBER_METADATA, T.MEMBER_METADATA, T.GROUP_METADATA, T.TARGET_MEMBER,
+                         T.TARGET_MEMBER, T.TARGET_METADATA, T.CURRENT_ASSIGNMENT, T.CURRENT_ASSIGNMENT]  # fmt: skip
+    assert out.records[0] == GroupMetadataRecord(G, None)
+    assert world.svc.classic_groups.group(G) is None
+    group = world.svc.connect.group(G)
+    assert group is not None
+    assert group.assignment_epoch == generation and group.group_epoch == generation + 1  # the joiner bumped it
+    assert group.last_computer == leader
+    for sim in (a, b):
+        w = group.workers[sim.member_id]
+        assert (w.member_epoch, w.state) == (generation, WorkerState.STABLE)
+        assert w.assigned == sim.runs == group.target[sim.member_id].assignment
+        assert w.classic is not None and w.classic.session_timeout_ms == 10_000
+        assert [n for n, _ in w.classic.protocols] == ["sessioned", "compatible"]
+        assert [(x.name, x.minimum_version, x.maximum_version) for x in w.assignors] == [("sessioned", 2, 2), ("compatible", 1, 1)]
+        # The assignor metadata leaves the allocation out: what a worker runs never bumps the epoch.
+        assert decode_metadata(w.assignors[0].metadata).allocation is None
+    # The classic workers heartbeat on at their generation.
+    beat = world.svc.handle(HeartbeatRequest(G, generation, b.member_id), "h", world.now).response_to("h")
+    assert beat.error_code == 0
+
+
+def test_the_classic_leader_computes_through_join_and_sync_and_workers_revoke_before_others_receive() -> None:
+    world, (a, b) = _classic_world()
+    leader = world.svc.classic_groups.group(G).leader_id  # type: ignore[union-attr]
+    before = {a.name: set(a.runs_units()), b.name: set(b.runs_units())}
+    n = NewWorker(world, "n")
+    history: list[dict[str, frozenset[object]]] = []
+    original = world.check
+
+    def check() -> None:
+        original()
+        history.append(world.running())
+
+    world.check = check  # type: ignore[method-assign]
+    world.settle()
+    assert world.all_run() and n.runs_units()
+    group = world.svc.connect.group(G)
+    assert group is not None and group.state() is ConnectGroupState.STABLE
+    assert group.last_computer == leader
+    for target in group.target.values():
+        stored = decode_assignment(target.metadata)
+        assert stored is not None and stored.leader == leader and stored.leader_url == group.workers[leader].url
+    # What the new worker got was run by a classic worker before, and was given up first.
+    taken = n.runs_units() & (before["a"] | before["b"])
+    assert taken
+    for unit in taken:
+        gave_up = [i for i, snap in enumerate(history) if unit not in snap["a"] and unit not in snap["b"]]
+        got = [i for i, snap in enumerate(history) if unit in snap.get("n", frozenset())]
+        assert gave_up and got and gave_up[0] <= got[0]
+
+
+def test_the_last_new_protocol_worker_leaving_downgrades_to_a_classic_connect_group() -> None:
+    world, (a, b) = _classic_world()
+    n = NewWorker(world, "n")
+    world.settle()
+    group = world.svc.connect.group(G)
+    assert group is not None
+    leader = group.last_computer
+    targets = {mid: t.assignment for mid, t in group.target.items()}
+    start = len(world.records)
+    n.leave()
+    new = world.records[start:]
+    assert isinstance(new[-1], GroupMetadataRecord) and new[-1].value is not None
+    assert all(isinstance(r, ConnectRecord) for r in new[:-1])
+    assert [r.type for r in new[-3:-1]] == [T.TARGET_METADATA, T.GROUP_METADATA] and new[-2].value is None
+    assert world.svc.connect.group(G) is None
+    classic = world.svc.classic_groups.group(G)
+    assert classic is not None
+    assert classic.protocol_type == "connect" and classic.protocol_name == "sessioned" and classic.leader_id == leader
+    assert classic.generation_id == new[-1].value.generation
+    assert classic.is_in(ClassicGroupState.PREPARING_REBALANCE)
+    for sim in (a, b):
+        m = classic.members[sim.member_id]
+        given = decode_assignment(m.assignment)
+        assert given is not None and given.leader == leader and given.version == 2
+        assert given.assigned == targets[sim.member_id]
+        assert running(decode_metadata(m.metadata("sessioned")).allocation) == sim.runs
+    world.settle()
+    assert world.all_run()
+    assert world.svc.classic_groups.group(G).is_in(ClassicGroupState.STABLE)  # type: ignore[union-attr]
+
+
+def test_records_replay_to_the_same_group_and_classic_workers_rejoin_after_a_restart() -> None:
+    world, _ = _classic_world(3)
+    n = NewWorker(world, "n")
+    world.settle()
+    fresh = GroupService(world.svc.config)
+    for key, value in world.log:
+        assert fresh.replay_bytes(key, value)
+    assert fresh.connect.snapshot() == world.svc.connect.snapshot()
+    group = fresh.connect.group(G)
+    assert group is not None and sum(w.classic is not None for w in group.workers.values()) == 3
+    classic = next(w for w in world.workers.values() if isinstance(w, ClassicWorker))
+    beat = fresh.handle(HeartbeatRequest(G, classic.generation, classic.member_id), "h", world.now).response_to("h")
+    assert beat.error_code == Errors.REBALANCE_IN_PROGRESS
+    sync = fresh.handle(SyncGroupRequest(G, classic.generation, classic.member_id), "s", world.now).response_to("s")
+    assert sync.error_code == Errors.REBALANCE_IN_PROGRESS
+    # The workers go on against the restarted gateway: they rejoin and nothing runs twice.
+    moved = World(world.wanted, fresh)
+    moved.now = world.now
+    moved.deliver(fresh.on_loaded(world.now))
+    for w in world.workers.values():
+        w.world = moved
+        moved.workers[w.name] = w
+    moved.settle()
+    assert moved.all_run() and n.runs_units()
+
+
+def test_refusals_eager_workers_a_rebalancing_group_and_an_empty_group_deleted() -> None:
+    # Eager workers (protocol "default") only.
+    svc = GroupService()
+    meta = encode_metadata(WorkerMetadata(0, "http://e:8083", 3))
+    join = JoinGroupRequest(G, 10_000, protocol_type="connect", protocols=[JoinGroupRequestProtocol("default", meta)], client_id="e")
+    mid = svc.handle(join, "j", 0).response_to("j").member_id
+    join.member_id = mid
+    svc.handle(join, "j", 0)
+    for key, value in list(svc.classic_groups.rebalancer.deadlines.items()):
+        if key[0] == JOIN_TIMER:  # the initial rebalance delay ends
+            svc.on_timer(key, value)
+    joined = svc.classic_groups.group(G)
+    assert joined is not None
+    svc.handle(SyncGroupRequest(G, joined.generation_id, mid, assignments=[]), "s", 0)
+    assert joined.is_in(ClassicGroupState.STABLE) and joined.protocol_name == "default"
+    refused = svc.handle(_joiner(), "k", 0).response_to("k")
+    assert refused.error_code == Errors.GROUP_ID_NOT_FOUND and "eager" in (refused.error_message or "")
+    assert svc.connect.group(G) is None and svc.classic_groups.group(G) is joined
+
+    # A group in the middle of a rebalance: retriable.
+    world, _ = _classic_world()
+    late = ClassicWorker(world, "z")
+    late.step()  # MEMBER_ID_REQUIRED
+    late.step()  # its JoinGroup puts the group into PreparingRebalance
+    assert world.svc.classic_groups.group(G).is_in(ClassicGroupState.PREPARING_REBALANCE)  # type: ignore[union-attr]
+    refused = world.svc.handle(_joiner(), "k", world.now).response_to("k")
+    assert refused.error_code == Errors.COORDINATOR_LOAD_IN_PROGRESS
+    assert world.svc.connect.group(G) is None
+
+    # An empty classic group is deleted and the joiner makes a fresh connect group.
+    world, workers = _classic_world(1)
+    workers[0].leave()
+    assert not world.svc.classic_groups.group(G).members  # type: ignore[union-attr]
+    out = world.svc.handle(_joiner(), "k", world.now)
+    assert out.response_to("k").error_code == Errors.COMPUTE_ASSIGNMENT  # alone, it computes the first target
+    assert out.records[0] == GroupMetadataRecord(G, None)
+    group = world.svc.connect.group(G)
+    assert group is not None and list(group.workers) == ["n"] and group.group_epoch == 1
+
+
+def test_an_unsolicited_rejoin_asks_for_a_new_computation_and_a_classic_join_carries_its_allocation() -> None:
+    world, (a, b) = _classic_world()
+    NewWorker(world, "n")
+    world.settle()
+    group = world.svc.connect.group(G)
+    assert group is not None
+    epoch = group.group_epoch
+    # b rejoins on its own (a config change, say): the group epoch moves so the leader computes again.
+    b.need_join = True
+    b.step()
+    assert group.group_epoch == epoch + 1
+    assert all(x.reason == 0 for x in group.workers[b.member_id].assignors)  # back to NONE at once
+    world.settle()
+    assert world.all_run() and group.assignment_epoch >= epoch + 1
+    assert units(group.workers[b.member_id].assigned) == b.runs_units()
+    assert assignment(b.runs_units()) == b.runs
+
+
+def test_no_connector_or_task_ever_runs_twice_across_random_joins_and_leaves_of_both_kinds() -> None:
+    for seed in range(3):
+        rng = random.Random(seed)
+        world, _ = _classic_world(2)
+        names = iter(f"w{i}" for i in range(100))
+        for _ in range(12):
+            live = list(world.workers.values())
+            op = rng.random()
+            if op < 0.35 or len(live) <= 1:
+                NewWorker(world, next(names))
+            elif op < 0.6:
+                ClassicWorker(world, next(names))
+            else:
+                rng.choice(live).leave()
+            world.settle()  # checks after every answer that nothing runs twice
+            assert world.all_run(), (seed, world.running())
+            classic = sum(isinstance(w, ClassicWorker) for w in world.workers.values())
+            kind = world.svc.group_kind(G)
+            if classic == len(world.workers):
+                # Only classic workers left: a classic group again (or one never converted).
+                assert kind in ("classic", "connect") and (kind == "classic" or not world.workers)
