@@ -12,7 +12,7 @@ that worker alone, with no group-wide barrier (docs/connect.md, "Classic workers
   worker asked to compute gets the leader's answer: every worker with metadata whose allocation is what it
   runs now.
 - SyncGroup installs the leader's assignments (incremental, turned back into each worker's whole target),
-  then hands every worker an incremental assignment: revoked = what it ran at its join minus what the core
+  reconciles the worker against the target from what it still runs, then hands it an incremental assignment: revoked = what it ran at its join minus what the core
   gives it, assigned = the reverse.
 - Heartbeat is a core heartbeat reporting what the worker was handed; REBALANCE_IN_PROGRESS sends it back to
   JoinGroup when the core's assignment moved, when it is to compute, or when its generation is stale.
@@ -255,6 +255,13 @@ class ConnectClassicWorkers:
             prepared = self.prepared.get(group.group_id)
             if prepared is not None and prepared.leader == worker.member_id and request.assignments:
                 self._install(out, group, worker, prepared, request, now_ms)
+            # Reconciled against the target as it is now (the leader's just installed), from what the worker
+            # still runs: it stops what it must give up in this very answer.
+            assert worker.classic is not None
+            self._beat(out, ConnectGroupHeartbeatRequest(
+                group.group_id, worker.member_id, group.workers[worker.member_id].member_epoch,
+                owned=ConnectorsAndTasks.of(seen.owned_at_join), client_id=request.client_id,
+            ), worker.classic, now_ms)  # fmt: skip
             worker = group.workers[worker.member_id]
             answer = self.assignment_for(group, worker, seen)
             seen.delivered = worker.assigned

@@ -11,7 +11,13 @@ from typing import Any
 from kafka.protocol.api_data import ApiData
 
 from coordinator.connect import records as cr
-from coordinator.connect.model import ClassicWorkerMetadata, ClientAssignor, ConnectAssignment, WorkerState, WorkerTarget
+from coordinator.connect.model import (
+    ClassicWorkerMetadata,
+    ClientAssignor,
+    ConnectAssignment,
+    WorkerState,
+    WorkerTarget,
+)
 
 _SCHEMAS = "coordinator.connect.schemas"
 
