@@ -135,13 +135,13 @@ class ConnectConverter:
     def _converted(self, group: ClassicGroup) -> list[tuple[ConnectWorker, WorkerTarget]]:
         gid = group.group_id
         if not self.policy.upgrade_enabled:
-            raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid}: the migration policy "
-                                                      f"{self.policy.value} does not allow upgrades.")  # fmt: skip
+            raise _refused("policy", f"Cannot upgrade classic group {gid}: the migration policy {self.policy.value} "
+                                     "does not allow upgrades.")  # fmt: skip
         if group.protocol_type != CONNECT_PROTOCOL_TYPE:
-            raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a connect group.")
+            raise _refused("protocol_type", f"Group {gid} is not a connect group.")
         protocol = group.protocol_name
         if protocol is not None and PROTOCOL_VERSIONS.get(protocol, 1) < 1:
-            raise ApiError(Errors.GROUP_ID_NOT_FOUND, (
+            raise _refused("protocol_type", (
                 f"Cannot upgrade classic group {gid}: its workers run the eager protocol {protocol!r}, which stops "
                 "every connector and task at each rebalance; only 'sessioned' or 'compatible' groups convert."
             ))  # fmt: skip
@@ -150,7 +150,7 @@ class ConnectConverter:
                            f"Classic group {gid} is rebalancing; it converts once it is stable.")  # fmt: skip
         limit = self.connect.state.config.max_group_size
         if limit is not None and len(group.members) > limit:
-            raise ApiError(Errors.GROUP_ID_NOT_FOUND,
+            raise _refused("group_max_size",
                            f"Cannot upgrade classic group {gid}: its members exceed the connect group max size {limit}.")
         generation = group.generation_id
         out: list[tuple[ConnectWorker, WorkerTarget]] = []
@@ -161,7 +161,7 @@ class ConnectConverter:
                 given = decode_assignment(m.assignment)
                 read = read_protocols(m.supported_protocols)
             except (ValueError, KeyError) as exc:
-                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid}: member {m.member_id}: {exc}.") from exc
+                raise _refused("member_metadata", f"Cannot upgrade classic group {gid}: member {m.member_id}: {exc}.") from exc
             runs = after(running(md.allocation), given)
             for unit in [*runs.connectors, *runs.tasks]:
                 other = owners.setdefault(unit, m.member_id)
@@ -257,6 +257,13 @@ class ConnectConverter:
             rb.reschedule_heartbeat(out, classic, cmember, now_ms)
         rb.prepare_rebalance(out, classic, now_ms)  # a worker left: the others rebalance as classic workers
         return classic
+
+
+def _refused(reason: str, message: str) -> ApiError:
+    """A refused upgrade (GROUP_ID_NOT_FOUND) with its reason word (ConversionRefused's)."""
+    error = ApiError(Errors.GROUP_ID_NOT_FOUND, message)
+    error.reason = reason  # type: ignore[attr-defined]
+    return error
 
 
 def new_protocol_workers(group: ConnectGroup | None) -> int:

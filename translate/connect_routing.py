@@ -68,7 +68,7 @@ def _convert(svc: GroupParts, request: ConnectGroupHeartbeatRequest, out: Outcom
     refusal = svc.connect_converter.upgrade_refusal(classic)
     if refusal is not None:
         if refusal.error is Errors.GROUP_ID_NOT_FOUND:
-            out.changes.append(ConversionRefused(gid, "classic", "connect", "protocol"))
+            out.changes.append(ConversionRefused(gid, "classic", "connect", getattr(refusal, "reason", "member_metadata")))
         raise refusal
     svc.connect_converter.upgrade(classic, now_ms, out)
 

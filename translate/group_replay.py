@@ -10,8 +10,10 @@ from coordinator import records as rec
 from coordinator.connect.codec import KEY_VERSIONS as CONNECT_KEY_VERSIONS
 from coordinator.connect.codec import decode as decode_connect_record
 from coordinator.connect.records import ConnectRecord
+from coordinator.connect.service import session_key as connect_session_key
 from coordinator.outcome import Outcome
 from coordinator.records.codec import decode as decode_consumer_record
+from coordinator.timers import ScheduleTimer
 from translate.classic_group import ClassicGroupState
 from translate.conversion import leaves_partitions_unassigned
 from translate.group_config import AnyRecord
@@ -63,4 +65,10 @@ def on_loaded(svc: GroupParts, now_ms: int) -> Outcome:
     out.take(result)
     out.take(svc.coordinator.on_loaded(now_ms))
     out.take(svc.connect.on_loaded(now_ms))
+    for cgroup in svc.connect.state.groups.values():
+        for w in cgroup.workers.values():
+            if w.classic is not None:
+                # A classic worker's session is its JoinGroup's (the later change of the key wins).
+                key = connect_session_key(cgroup.group_id, w.member_id)
+                out.timers.append(ScheduleTimer(key, now_ms + w.classic.session_timeout_ms))
     return out

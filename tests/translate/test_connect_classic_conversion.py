@@ -9,7 +9,10 @@ import random
 from coordinator.connect.messages import AssignorSpec, ConnectGroupHeartbeatRequest, ConnectorsAndTasks
 from coordinator.connect.model import ConnectGroupState, WorkerState
 from coordinator.connect.records import ConnectRecord, ConnectRecordType
+from coordinator.connect.service import CONNECT_SESSION
 from coordinator.errors import Errors
+from coordinator.outcome import ConversionRefused
+from coordinator.timers import ScheduleTimer
 from tests.translate.connect_workers_harness import (
     ClassicWorker,
     G,
@@ -26,6 +29,7 @@ from translate.classic_messages import (
     JoinGroupRequestProtocol,
     SyncGroupRequest,
 )
+from translate.connect_classic_worker import CONNECT_CLASSIC_SYNC_TIMER
 from translate.connect_protocol import (
     WorkerMetadata,
     decode_assignment,
@@ -192,8 +196,10 @@ def test_refusals_eager_workers_a_rebalancing_group_and_an_empty_group_deleted()
     assert joined is not None
     svc.handle(SyncGroupRequest(G, joined.generation_id, mid, assignments=[]), "s", 0)
     assert joined.is_in(ClassicGroupState.STABLE) and joined.protocol_name == "default"
-    refused = svc.handle(_joiner(), "k", 0).response_to("k")
+    out = svc.handle(_joiner(), "k", 0)
+    refused = out.response_to("k")
     assert refused.error_code == Errors.GROUP_ID_NOT_FOUND and "eager" in (refused.error_message or "")
+    assert out.changes == [ConversionRefused(G, "classic", "connect", "protocol_type")] and not out.records
     assert svc.connect.group(G) is None and svc.classic_groups.group(G) is joined
 
     # A group in the middle of a rebalance: retriable.
@@ -256,3 +262,31 @@ def test_no_connector_or_task_ever_runs_twice_across_random_joins_and_leaves_of_
             if classic == len(world.workers):
                 # Only classic workers left: a classic group again (or one never converted).
                 assert kind in ("classic", "connect") and (kind == "classic" or not world.workers)
+
+
+def test_a_classic_workers_session_is_its_own_and_one_that_never_syncs_is_removed() -> None:
+    world, (a, b) = _classic_world()
+    n = NewWorker(world, "n")
+    world.settle()
+    session = (CONNECT_SESSION, G, b.member_id)
+    world.send(b, HeartbeatRequest(G, b.generation, b.member_id))
+    assert world.timers[session] == world.now + 10_000  # its JoinGroup's, not the group's default
+    fresh = GroupService(world.svc.config)
+    for key, value in world.log:
+        fresh.replay_bytes(key, value)
+    loaded = fresh.on_loaded(50)
+    armed = [t for t in loaded.timers if isinstance(t, ScheduleTimer) and t.key == session]
+    assert armed[-1].deadline_ms == 50 + 10_000
+    # b joins and never sends SyncGroup: its sync timer removes it from the group.
+    b.need_join = True
+    b.step()
+    sync = (CONNECT_CLASSIC_SYNC_TIMER, G, b.member_id)
+    assert world.timers[sync] == world.now + 60_000
+    del world.workers[b.name]
+    out = world.svc.on_timer(sync, world.timers[sync])
+    world.deliver(out)
+    group = world.svc.connect.group(G)
+    assert group is not None and b.member_id not in group.workers
+    assert any(isinstance(r, ConnectRecord) and r.sub_key == b.member_id and r.value is None for r in out.records)
+    world.settle()
+    assert world.all_run() and n.runs_units()
