@@ -5,7 +5,8 @@ and connect groups (coordinator/connect/, translate/connect_routing.py) - routes
 right one, converts groups between them (KIP-848
 "Supporting Online Consumer Group Upgrade", translate/conversion.py) and rebuilds them from their
 records. A group id names a group of one type: translate/connect_routing.py says how the others are
-refused.
+refused, and how classic Connect groups convert to connect groups and back (translate/connect_conversion.py)
+while their classic workers are translated one by one (translate/connect_classic_worker.py).
 
 API (stable; every request is a decoded dataclass, ``request_key`` is an opaque hashable the
 caller uses to match responses to requests, ``now_ms`` is the caller's clock)::
