@@ -117,17 +117,18 @@ class World:
         self.log: list[tuple[bytes, bytes | None]] = []
         self.records: list[Any] = []
         self.sent = 0
+        self.calls: Any = self.svc  # what requests and timers go through (the service, or a wrapper of it)
 
     def send(self, worker: Any, request: Any) -> None:
         self.sent += 1
         key = (worker.name, self.sent)
         worker.outstanding = key
         self.waiting[key] = worker
-        self.deliver(self.svc.handle(request, key, self.now))
+        self.deliver(self.calls.handle(request, key, self.now))
 
     def call(self, request: Any) -> Any:
         """A request answered at once (Prepare / Install)."""
-        out = self.svc.handle(request, "direct", self.now)
+        out = self.calls.handle(request, "direct", self.now)
         self.deliver(out)
         return out.response_to("direct")
 
@@ -180,7 +181,7 @@ class World:
             return
         key = min(self.timers, key=lambda k: self.timers[k])
         self.now = max(self.now, self.timers.pop(key))
-        self.deliver(self.svc.on_timer(key, self.now))
+        self.deliver(self.calls.on_timer(key, self.now))
 
     def running(self) -> dict[str, frozenset[Unit]]:
         return {n: frozenset(w.runs_units()) for n, w in self.workers.items()}
@@ -293,7 +294,7 @@ class ClassicWorker:
     def leave(self) -> None:
         self.runs = NOTHING
         del self.world.workers[self.name]
-        self.world.deliver(self.world.svc.handle(LeaveGroupRequest(G, [MemberIdentity(self.member_id)]), "leave", self.world.now))
+        self.world.deliver(self.world.calls.handle(LeaveGroupRequest(G, [MemberIdentity(self.member_id)]), "leave", self.world.now))
 
 
 class NewWorker:
@@ -360,4 +361,4 @@ class NewWorker:
     def leave(self) -> None:
         self.runs = NOTHING
         del self.world.workers[self.name]
-        self.world.deliver(self.world.svc.handle(ConnectGroupHeartbeatRequest(G, self.name, -1), "leave", self.world.now))
+        self.world.deliver(self.world.calls.handle(ConnectGroupHeartbeatRequest(G, self.name, -1), "leave", self.world.now))

@@ -290,3 +290,20 @@ def test_a_classic_workers_session_is_its_own_and_one_that_never_syncs_is_remove
     assert any(isinstance(r, ConnectRecord) and r.sub_key == b.member_id and r.value is None for r in out.records)
     world.settle()
     assert world.all_run() and n.runs_units()
+
+
+def test_the_rebalance_event_deriver_follows_an_upgrade_and_a_downgrade_without_failing() -> None:
+    from translate.rebalance_events import RebalanceEventDeriver
+
+    world = World(configured(2, 2))
+    events: list[object] = []
+    deriver = RebalanceEventDeriver(world.svc, events.append, run="unit")  # re-raises any failure
+    world.calls = deriver
+    ClassicWorker(world, "a")
+    ClassicWorker(world, "b")
+    world.settle()
+    n = NewWorker(world, "n")
+    world.settle()
+    n.leave()
+    world.settle()
+    assert deriver.failures == 0 and world.all_run() and world.svc.group_kind(G) == "classic"
