@@ -23,7 +23,9 @@ group's tombstones, then the classic GroupMetadata record.
 
 from __future__ import annotations
 
+from coordinator.connect import assignors as sel
 from coordinator.connect import records as crec
+from coordinator.connect.messages import ConnectGroupHeartbeatRequest
 from coordinator.connect.model import (
     NO_TARGET,
     ClassicWorkerMetadata,
@@ -130,6 +132,30 @@ class ConnectConverter:
             self._converted(group)
         except ApiError as exc:
             return exc
+        return None
+
+    def joiner_refusal(self, group: ClassicGroup, joiner: ConnectGroupHeartbeatRequest) -> ApiError | None:
+        """Why the joining worker could not join the converted group (its size, its assignors), checked
+        before converting so that a refused join leaves the classic group as it was."""
+        limit = self.connect.state.config.max_group_size
+        if limit is not None and len(group.members) >= limit:
+            error = ApiError(Errors.GROUP_MAX_SIZE_REACHED, f"The connect group has reached its maximum of {limit} workers.")
+            error.reason = "group_max_size"  # type: ignore[attr-defined]
+            return error
+        if joiner.client_assignors is None:
+            return None  # the join itself is invalid: the coordinator says why, after the conversion
+        workers = [w for w, _ in self._converted(group)]
+        offered = tuple(
+            ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.reason, a.version, bytes(a.metadata))
+            for a in joiner.client_assignors
+        )
+        if sel.select([*workers, ConnectWorker(joiner.member_id, assignors=offered)], None) is None:
+            error = ApiError(Errors.UNSUPPORTED_ASSIGNOR, (
+                f"The worker's assignors ({', '.join(a.name for a in offered)}) share no protocol and version "
+                f"with the classic workers of group {group.group_id}."
+            ))  # fmt: skip
+            error.reason = "member_metadata"  # type: ignore[attr-defined]
+            return error
         return None
 
     def _converted(self, group: ClassicGroup) -> list[tuple[ConnectWorker, WorkerTarget]]:

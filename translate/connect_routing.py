@@ -25,7 +25,7 @@ from coordinator.connect.messages import (
     ConnectGroupPrepareAssignmentRequest,
     ConnectGroupPrepareAssignmentResponse,
 )
-from coordinator.connect.service import ConnectGroupCoordinator
+from coordinator.connect.service import ConnectGroupCoordinator, validate_heartbeat
 from coordinator.errors import ApiError, Errors
 from coordinator.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from coordinator.outcome import ConversionRefused, Outcome, Reply, RequestKey
@@ -65,10 +65,14 @@ def _convert(svc: GroupParts, request: ConnectGroupHeartbeatRequest, out: Outcom
     if not classic.members:
         svc.converter.delete_empty_classic_group(classic, now_ms, out)
         return
+    validate_heartbeat(request)  # an invalid join converts nothing
     refusal = svc.connect_converter.upgrade_refusal(classic)
+    if refusal is None:
+        refusal = svc.connect_converter.joiner_refusal(classic, request)
     if refusal is not None:
-        if refusal.error is Errors.GROUP_ID_NOT_FOUND:
-            out.changes.append(ConversionRefused(gid, "classic", "connect", getattr(refusal, "reason", "member_metadata")))
+        reason = getattr(refusal, "reason", None)
+        if reason is not None:
+            out.changes.append(ConversionRefused(gid, "classic", "connect", reason))
         raise refusal
     svc.connect_converter.upgrade(classic, now_ms, out)
 

@@ -9,7 +9,7 @@ import random
 from coordinator.connect.messages import AssignorSpec, ConnectGroupHeartbeatRequest, ConnectorsAndTasks
 from coordinator.connect.model import ConnectGroupState, WorkerState
 from coordinator.connect.records import ConnectRecord, ConnectRecordType
-from coordinator.connect.service import CONNECT_SESSION
+from coordinator.connect.service import CONNECT_SESSION, ConnectConfig
 from coordinator.errors import Errors
 from coordinator.outcome import ConversionRefused
 from coordinator.timers import ScheduleTimer
@@ -29,6 +29,7 @@ from translate.classic_messages import (
     JoinGroupRequestProtocol,
     SyncGroupRequest,
 )
+from translate.classic_rebalance import ClassicGroupConfig
 from translate.connect_classic_worker import CONNECT_CLASSIC_SYNC_TIMER
 from translate.connect_protocol import (
     WorkerMetadata,
@@ -37,6 +38,7 @@ from translate.connect_protocol import (
     encode_metadata,
     running,
 )
+from translate.group_config import GroupServiceConfig
 from translate.group_records import GroupMetadataRecord
 from translate.group_service import GroupService
 from translate.result import JOIN_TIMER
@@ -307,3 +309,28 @@ def test_the_rebalance_event_deriver_follows_an_upgrade_and_a_downgrade_without_
     n.leave()
     world.settle()
     assert deriver.failures == 0 and world.all_run() and world.svc.group_kind(G) == "classic"
+
+
+def test_a_join_that_would_be_refused_after_the_conversion_leaves_the_classic_group_as_it_was() -> None:
+    world, _ = _classic_world()
+    classic = world.svc.classic_groups.group(G)
+    odd = _joiner()
+    odd.client_assignors = [AssignorSpec("custom", 0, 3, version=1)]
+    out = world.svc.handle(odd, "k", world.now)
+    assert out.response_to("k").error_code == Errors.UNSUPPORTED_ASSIGNOR
+    assert not out.records and world.svc.classic_groups.group(G) is classic and world.svc.connect.group(G) is None
+    invalid = _joiner()
+    invalid.worker_url = None
+    out = world.svc.handle(invalid, "k", world.now)
+    assert out.response_to("k").error_code == Errors.INVALID_REQUEST and not out.records
+    assert world.svc.classic_groups.group(G) is classic
+
+    full = World(configured(1, 1), GroupService(
+        GroupServiceConfig(classic=ClassicGroupConfig(initial_rebalance_delay_ms=0)), connect_config=ConnectConfig(max_group_size=2),
+    ))  # fmt: skip
+    ClassicWorker(full, "a")
+    ClassicWorker(full, "b")
+    full.settle()
+    out = full.svc.handle(_joiner(), "k", full.now)
+    assert out.response_to("k").error_code == Errors.GROUP_MAX_SIZE_REACHED
+    assert out.changes == [ConversionRefused(G, "classic", "connect", "group_max_size")] and not out.records
