@@ -5,7 +5,8 @@ Connect groups converted to connect groups and back.
   metadata (``sessioned`` then ``compatible``) carries its whole current allocation; after SyncGroup it
   stops what is revoked and starts what is assigned; it rejoins at once after a revocation or when
   given a scheduled delay (the delay is taken as elapsed); as leader it runs ``connect_like_assign`` on
-  the members' allocations; a lost membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) stops everything.
+  the members' allocations; a lost membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) keeps what it runs
+  and rejoins, as Connect's WorkerCoordinator does.
 - ``NewWorker`` speaks ConnectGroupHeartbeat, computes with the same assignor through Prepare/Install and
   runs what the answers give it; when it had to give something up it asks for the next computation through
   its assignor's reason (SCHEDULED_REBALANCE, then NONE), as a Connect worker rejoins after a revocation.
@@ -245,7 +246,8 @@ class ClassicWorker:
         ]
 
     def lose_membership(self) -> None:
-        self.runs = NOTHING  # a worker that lost its generation stops everything before it rejoins
+        # As Connect's WorkerCoordinator on the incremental protocol: it keeps running its snapshot and
+        # rejoins reporting it (only an unreachable coordinator makes it stop everything).
         self.need_join = True
         self.need_sync = False
 
