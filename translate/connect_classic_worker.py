@@ -26,21 +26,18 @@ REBALANCE_IN_PROGRESS and its JoinGroup rebuilds it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from coordinator.connect import assignors as sel
 from coordinator.connect.messages import (
     LEAVE_GROUP_MEMBER_EPOCH,
-    AssignorSpec,
     ConnectGroupHeartbeatRequest,
     ConnectGroupInstallAssignmentRequest,
     ConnectGroupPrepareAssignmentRequest,
     ConnectorsAndTasks,
     InstalledWorker,
-    PreparedWorker,
 )
 from coordinator.connect.model import (
-    NO_TARGET,
     REASON_NONE,
     REASON_SCHEDULED_REBALANCE,
     ClassicWorkerMetadata,
@@ -60,7 +57,6 @@ from translate.classic_messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupRequestProtocol,
     JoinGroupResponse,
     JoinGroupResponseMember,
     LeaveGroupRequest,
@@ -74,14 +70,11 @@ from translate.connect_protocol import (
     NO_ERROR,
     PROTOCOL_VERSIONS,
     ExtendedAssignment,
-    WorkerMetadata,
     after,
     decode_assignment,
-    decode_metadata,
     encode_assignment,
-    encode_metadata,
-    running,
 )
+from translate.connect_worker_bytes import delivery, leader_view, read_protocols
 from translate.result import Cancel, Schedule, timer_key
 
 CONNECT_PROTOCOL_TYPE = "connect"
@@ -89,34 +82,6 @@ CONNECT_PROTOCOL_TYPE = "connect"
 CONNECT_CLASSIC_JOIN_TIMER = "connect-classic-join"
 CONNECT_CLASSIC_SYNC_TIMER = "connect-classic-sync"
 TIMER_KINDS = (CONNECT_CLASSIC_JOIN_TIMER, CONNECT_CLASSIC_SYNC_TIMER)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ClassicJoin:
-    """A classic worker's JoinGroup read: its assignors, URL, config offset and what it runs."""
-
-    assignors: tuple[AssignorSpec, ...]
-    url: str
-    config_offset: int
-    runs: ConnectAssignment
-
-
-def read_protocols(protocols: Sequence[JoinGroupRequestProtocol]) -> ClassicJoin:
-    """The worker's incremental protocols (version 1+) as assignors; ValueError when it has none or a
-    metadata cannot be read. Eager ``default`` (version 0) is left out: its workers stop everything at
-    every rebalance, which a per-worker translation cannot follow."""
-    specs: list[AssignorSpec] = []
-    first: WorkerMetadata | None = None
-    for p in protocols:
-        md = decode_metadata(p.metadata)
-        if md.version < 1:
-            continue
-        first = first or md
-        bare = encode_metadata(WorkerMetadata(md.version, md.url, md.config_offset, None))
-        specs.append(AssignorSpec(p.name, md.version, md.version, REASON_NONE, md.version, bare))
-    if first is None:
-        raise ValueError("the worker offers no incremental Connect protocol (compatible or sessioned)")
-    return ClassicJoin(tuple(specs), first.url, first.config_offset, running(first.allocation))
 
 
 @dataclasses.dataclass(slots=True)
@@ -212,7 +177,7 @@ class ConnectClassicWorkers:
                 raise ApiError(Errors(body.error_code), body.error_message)
             self.prepared[gid] = _Prepared(mid, body.group_epoch, {p.member_id: p.assigned.assignment() for p in body.members})
             version = PROTOCOL_VERSIONS.get(body.assignor_name, 1)
-            members = [_leader_view(p, version, mid, worker.url) for p in body.members]
+            members = [leader_view(p, version, mid, worker.url) for p in body.members]
             protocol, leader = body.assignor_name, mid
         else:
             choice = sel.select(group.workers.values(), group.last_computer)
@@ -263,7 +228,7 @@ class ConnectClassicWorkers:
                 owned=ConnectorsAndTasks.of(seen.owned_at_join), client_id=request.client_id,
             ), worker.classic, now_ms)  # fmt: skip
             worker = group.workers[worker.member_id]
-            answer = self.assignment_for(group, worker, seen)
+            answer, seen.delay_given = delivery(group, worker, seen.owned_at_join, seen.delay_given)
             seen.delivered = worker.assigned
             out.respond(key, SyncGroupResponse(
                 protocol_type=request.protocol_type, protocol_name=request.protocol_name,
@@ -301,30 +266,6 @@ class ConnectClassicWorkers:
             # Not installed (the core says why): the leader joins again and computes again.
             self._ask_rejoin(out, group, worker, now_ms)
             raise ApiError(Errors.REBALANCE_IN_PROGRESS, res.response.error_message)
-
-    def assignment_for(self, group: ConnectGroup, worker: ConnectWorker, seen: _Seen) -> ExtendedAssignment:
-        """The incremental assignment handing ``worker`` what the core gives it, from what it ran at its join."""
-        target = group.target.get(worker.member_id, NO_TARGET)
-        try:
-            stored = decode_assignment(target.metadata)
-        except ValueError:
-            stored = None  # a target installed by a worker on the connect protocol, in its own layout
-        leader = group.last_computer or (stored.leader if stored is not None else "")
-        leader_worker = group.workers.get(leader)
-        leader_url = leader_worker.url if leader_worker is not None else (stored.leader_url if stored is not None else "")
-        if stored is not None:
-            offset = stored.config_offset
-        else:
-            offset = max((_config_offset(w) for w in group.workers.values()), default=-1)
-        delay = 0
-        if stored is not None and stored.delay_ms > 0 and seen.delay_given != target.metadata:
-            delay = stored.delay_ms
-            seen.delay_given = target.metadata
-        version = target.version if target.version >= 1 else max((a.version for a in worker.assignors), default=1)
-        return ExtendedAssignment(
-            version, group.assignment_error or target.error, leader, leader_url, offset,
-            assigned=worker.assigned - seen.owned_at_join, revoked=seen.owned_at_join - worker.assigned, delay_ms=delay,
-        )
 
     # ---- Heartbeat ---------------------------------------------------------------------------
     def heartbeat(self, request: HeartbeatRequest, key: RequestKey, now_ms: int) -> Outcome:
@@ -431,23 +372,3 @@ class ConnectClassicWorkers:
     def _cancel(self, out: Outcome, key: TimerKey) -> None:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(Cancel(key))
-
-
-def _config_offset(worker: ConnectWorker) -> int:
-    for a in worker.assignors:
-        try:
-            return decode_metadata(a.metadata).config_offset
-        except ValueError:
-            continue
-    return -1
-
-
-def _leader_view(p: PreparedWorker, version: int, leader: str, leader_url: str) -> JoinGroupResponseMember:
-    """A worker as the computing classic worker reads it: its URL, config offset and what it runs now."""
-    try:
-        offset = decode_metadata(p.metadata).config_offset
-    except ValueError:
-        offset = -1
-    runs = p.assigned.assignment()
-    allocation = ExtendedAssignment(version, NO_ERROR, leader, leader_url, offset, runs) if runs else None
-    return JoinGroupResponseMember(p.member_id, p.instance_id, encode_metadata(WorkerMetadata(version, p.url, offset, allocation)))

@@ -49,7 +49,7 @@ from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_join import join_error
 from translate.classic_messages import JoinGroupRequestProtocol, SyncGroupResponse
-from translate.connect_classic_worker import CONNECT_PROTOCOL_TYPE, ConnectClassicWorkers, read_protocols
+from translate.connect_classic_worker import CONNECT_PROTOCOL_TYPE, ConnectClassicWorkers
 from translate.connect_protocol import (
     PROTOCOL_VERSIONS,
     ExtendedAssignment,
@@ -61,6 +61,7 @@ from translate.connect_protocol import (
     encode_metadata,
     running,
 )
+from translate.connect_worker_bytes import read_protocols
 from translate.conversion import MigrationPolicy
 from translate.group_records import GroupMetadataRecord
 from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, timer_key
