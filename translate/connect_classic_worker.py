@@ -31,6 +31,7 @@ from collections.abc import Callable
 from coordinator.connect import assignors as sel
 from coordinator.connect.messages import (
     LEAVE_GROUP_MEMBER_EPOCH,
+    AssignorSpec,
     ConnectGroupHeartbeatRequest,
     ConnectGroupInstallAssignmentRequest,
     ConnectGroupPrepareAssignmentRequest,
@@ -152,10 +153,11 @@ class ConnectClassicWorkers:
         if request.api_version == 0 or rebalance_timeout < 0:
             rebalance_timeout = request.session_timeout_ms
         classic = ClassicWorkerMetadata(request.session_timeout_ms, tuple((p.name, p.metadata) for p in request.protocols))
+        epoch = worker.member_epoch if worker is not None else 0
         beat = ConnectGroupHeartbeatRequest(
-            gid, mid, worker.member_epoch if worker is not None else 0, instance_id=request.group_instance_id,
+            gid, mid, epoch, instance_id=request.group_instance_id,
             rebalance_timeout_ms=rebalance_timeout, client_assignors=specs,
-            owned=ConnectorsAndTasks.of(read.runs) if worker is not None else None, worker_url=read.url,
+            owned=ConnectorsAndTasks.of(read.runs) if epoch else None, worker_url=read.url,
             client_id=request.client_id, client_host=request.client_host, classic=classic,
         )
         self._beat(out, beat, classic, now_ms)
@@ -163,7 +165,8 @@ class ConnectClassicWorkers:
             # The reason asked for a new target (the epoch moved); going back to NONE asks for nothing.
             now = group.workers[mid]
             self._beat(out, dataclasses.replace(beat, member_epoch=now.member_epoch, client_assignors=read.assignors,
-                                                owned=ConnectorsAndTasks.of(read.runs)), classic, now_ms)  # fmt: skip
+                                                owned=ConnectorsAndTasks.of(read.runs) if now.member_epoch else None),
+                       classic, now_ms)  # fmt: skip
         worker = group.workers[mid]
         self.seen[(gid, mid)] = _Seen(read.runs)
         self._cancel(out, timer_key(CONNECT_CLASSIC_JOIN_TIMER, gid, mid))
@@ -223,10 +226,7 @@ class ConnectClassicWorkers:
             # Reconciled against the target as it is now (the leader's just installed), from what the worker
             # still runs: it stops what it must give up in this very answer.
             assert worker.classic is not None
-            self._beat(out, ConnectGroupHeartbeatRequest(
-                group.group_id, worker.member_id, group.workers[worker.member_id].member_epoch,
-                owned=ConnectorsAndTasks.of(seen.owned_at_join), client_id=request.client_id,
-            ), worker.classic, now_ms)  # fmt: skip
+            self._beat(out, _core_beat(group.group_id, worker, seen.owned_at_join, request.client_id), worker.classic, now_ms)
             worker = group.workers[worker.member_id]
             answer, seen.delay_given = delivery(group, worker, seen.owned_at_join, seen.delay_given)
             seen.delivered = worker.assigned
@@ -277,11 +277,7 @@ class ConnectClassicWorkers:
             seen = self.seen.get((gid, mid))
             owned = None if seen is None else (seen.delivered if seen.delivered is not None else seen.owned_at_join)
             assert worker.classic is not None
-            beat = ConnectGroupHeartbeatRequest(
-                gid, mid, worker.member_epoch, owned=None if owned is None else ConnectorsAndTasks.of(owned),
-                client_id=request.client_id, client_host=request.client_host,
-            )
-            self._beat(out, beat, worker.classic, now_ms)
+            self._beat(out, _core_beat(gid, worker, owned, request.client_id, request.client_host), worker.classic, now_ms)
             worker = group.workers[mid]
             job = group.computing
             rejoin = (
@@ -372,3 +368,23 @@ class ConnectClassicWorkers:
     def _cancel(self, out: Outcome, key: TimerKey) -> None:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(Cancel(key))
+
+
+
+def _core_beat(
+    group_id: str, worker: ConnectWorker, owned: ConnectAssignment | None, client_id: str, client_host: str = ""
+) -> ConnectGroupHeartbeatRequest:
+    """A core heartbeat for a known classic worker at its member epoch. At epoch 0 (a group without a target
+    yet) a heartbeat is a join for the core, which wants the worker's whole description and nothing owned."""
+    if worker.member_epoch == 0:
+        return ConnectGroupHeartbeatRequest(
+            group_id, worker.member_id, 0, instance_id=worker.instance_id,
+            rebalance_timeout_ms=max(worker.rebalance_timeout_ms, 1), worker_url=worker.url,
+            client_assignors=[AssignorSpec(a.name, a.minimum_version, a.maximum_version, REASON_NONE, a.version, a.metadata)
+                              for a in worker.assignors],
+            client_id=client_id, client_host=client_host or worker.client_host,
+        )  # fmt: skip
+    return ConnectGroupHeartbeatRequest(
+        group_id, worker.member_id, worker.member_epoch, owned=None if owned is None else ConnectorsAndTasks.of(owned),
+        client_id=client_id, client_host=client_host or worker.client_host,
+    )

@@ -203,6 +203,7 @@ class ClassicWorker:
         self.leader_members: list[Any] = []
         self.protocol: str | None = None
         self.outstanding: Any = None
+        self.last_code = 0
         world.workers[name] = self
 
     def runs_units(self) -> set[Unit]:
@@ -254,6 +255,7 @@ class ClassicWorker:
     def on_response(self, body: Any) -> None:
         kind = type(body).__name__
         code = body.error_code
+        self.last_code = code
         if kind == "JoinGroupResponse":
             if code == Errors.MEMBER_ID_REQUIRED:
                 self.member_id = body.member_id

@@ -334,3 +334,30 @@ def test_a_join_that_would_be_refused_after_the_conversion_leaves_the_classic_gr
     out = full.svc.handle(_joiner(), "k", full.now)
     assert out.response_to("k").error_code == Errors.GROUP_MAX_SIZE_REACHED
     assert out.changes == [ConversionRefused(G, "classic", "connect", "group_max_size")] and not out.records
+
+
+def test_classic_workers_join_a_connect_group_made_by_a_new_protocol_worker() -> None:
+    world = World(configured(2, 3))
+    ClassicWorker(world, "a")  # joins and leaves: an empty classic group holds the id
+    world.settle()
+    world.workers["a"].leave()
+    n = NewWorker(world, "n")
+    n.step()  # the group is made, n is asked to compute its first target
+    b = ClassicWorker(world, "b")
+    b.step()  # MEMBER_ID_REQUIRED
+    b.step()  # joins before any target exists: member epoch 0, generation 0
+    assert b.generation == 0 and not b.need_join
+    b.step()  # SyncGroup
+    assert b.last_code == 0 and b.idle()
+    b.step()  # Heartbeat at epoch 0 (a join for the core, from the worker's stored description)
+    assert b.last_code in (0, Errors.REBALANCE_IN_PROGRESS)
+    assert world.svc.connect.group(G).workers[b.member_id].member_epoch == 0  # type: ignore[union-attr]
+    ClassicWorker(world, "c")
+    world.settle()
+    group = world.svc.connect.group(G)
+    assert group is not None and world.all_run()
+    assert sorted(w.classic is not None for w in group.workers.values()) == [False, True, True]
+    assert group.workers[group.last_computer].classic is not None  # a classic worker computes once it can
+    world.workers["n"].leave()
+    world.settle()
+    assert world.svc.group_kind(G) == "classic" and world.all_run()
