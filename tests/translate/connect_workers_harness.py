@@ -41,6 +41,7 @@ from translate.classic_messages import (
 )
 from translate.classic_rebalance import ClassicGroupConfig
 from translate.connect_protocol import (
+    PROTOCOL_VERSIONS,
     ExtendedAssignment,
     WorkerMetadata,
     after,
@@ -192,7 +193,8 @@ class World:
 
 
 class ClassicWorker:
-    def __init__(self, world: World, name: str) -> None:
+    def __init__(self, world: World, name: str, protocols: tuple[str, ...] = ("sessioned", "compatible")) -> None:
+        self.protocols = protocols  # Connect's connect.protocol: sessioned offers both, compatible only its own
         self.world = world
         self.name = name
         self.member_id = ""
@@ -219,7 +221,7 @@ class ClassicWorker:
     def join_request(self) -> JoinGroupRequest:
         return JoinGroupRequest(
             G, 10_000, member_id=self.member_id, protocol_type="connect", rebalance_timeout_ms=60_000,
-            protocols=[JoinGroupRequestProtocol("sessioned", self.metadata(2)), JoinGroupRequestProtocol("compatible", self.metadata(1))],
+            protocols=[JoinGroupRequestProtocol(p, self.metadata(PROTOCOL_VERSIONS[p])) for p in self.protocols],
             client_id=self.name,
         )  # fmt: skip
 
@@ -241,7 +243,7 @@ class ClassicWorker:
         url = f"http://{self.name}:8083"
         return [
             SyncGroupRequestAssignment(mid, encode_assignment(ExtendedAssignment(
-                2, 0, self.member_id, url, OFFSET, assignment(new), assignment(gone),
+                PROTOCOL_VERSIONS[self.protocol or "sessioned"], 0, self.member_id, url, OFFSET, assignment(new), assignment(gone),
             )))  # fmt: skip
             for mid, (new, gone) in sorted(result.items())
         ]
@@ -325,10 +327,12 @@ class NewWorker:
             self.compute()
             return
         url = f"http://{self.name}:8083"
-        bare = encode_metadata(WorkerMetadata(2, url, OFFSET))
+        specs = [
+            AssignorSpec(p, v, v, reason=self.reason, version=v, metadata=encode_metadata(WorkerMetadata(v, url, OFFSET)))
+            for p, v in (("sessioned", 2), ("compatible", 1))
+        ]
         self.world.send(self, ConnectGroupHeartbeatRequest(
-            G, self.name, self.epoch, rebalance_timeout_ms=60_000,
-            client_assignors=[AssignorSpec("sessioned", 2, 2, reason=self.reason, version=2, metadata=bare)], worker_url=url,
+            G, self.name, self.epoch, rebalance_timeout_ms=60_000, client_assignors=specs, worker_url=url,
             owned=ConnectorsAndTasks.of(self.runs) if self.epoch else ConnectorsAndTasks(),
         ))  # fmt: skip
 
@@ -342,8 +346,9 @@ class NewWorker:
         for p in prep.members:
             new, gone = result[p.member_id]
             target = (current[p.member_id] - gone) | new
-            meta = encode_assignment(ExtendedAssignment(2, 0, self.name, f"http://{self.name}:8083", OFFSET, assignment(new), assignment(gone)))
-            members.append(InstalledWorker(p.member_id, ConnectorsAndTasks.of(assignment(target)), 0, 2, meta))
+            v = PROTOCOL_VERSIONS[prep.assignor_name]
+            meta = encode_assignment(ExtendedAssignment(v, 0, self.name, f"http://{self.name}:8083", OFFSET, assignment(new), assignment(gone)))
+            members.append(InstalledWorker(p.member_id, ConnectorsAndTasks.of(assignment(target)), 0, v, meta))
         self.world.call(ConnectGroupInstallAssignmentRequest(G, self.name, self.epoch, prep.group_epoch, members=members))
 
     def on_response(self, body: Any) -> None:

@@ -361,3 +361,21 @@ def test_classic_workers_join_a_connect_group_made_by_a_new_protocol_worker() ->
     world.workers["n"].leave()
     world.settle()
     assert world.svc.group_kind(G) == "classic" and world.all_run()
+
+
+def test_a_group_on_the_compatible_protocol_converts_and_comes_back_on_it() -> None:
+    world = World(configured(2, 2))
+    ClassicWorker(world, "a", ("compatible",))
+    ClassicWorker(world, "b", ("compatible",))
+    world.settle()
+    assert world.svc.classic_groups.group(G).protocol_name == "compatible"  # type: ignore[union-attr]
+    n = NewWorker(world, "n")
+    world.settle()
+    group = world.svc.connect.group(G)
+    assert group is not None and world.all_run() and n.runs_units()
+    assert group.assignor == "compatible"  # the one assignor every worker offers
+    stored = [decode_assignment(t.metadata) for t in group.target.values()]
+    assert all(x is not None and x.version == 1 for x in stored)
+    n.leave()
+    world.settle()
+    assert world.svc.classic_groups.group(G).protocol_name == "compatible" and world.all_run()  # type: ignore[union-attr]
