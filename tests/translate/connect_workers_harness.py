@@ -185,6 +185,17 @@ class World:
         self.now = max(self.now, self.timers.pop(key))
         self.deliver(self.calls.on_timer(key, self.now))
 
+    def crash(self, worker: Any) -> None:
+        """The worker dies (it runs nothing any more); its session runs out at the gateway, whichever type
+        holds the group, while the others are taken to have kept heartbeating."""
+        del self.workers[worker.name]
+        worker.runs = NOTHING
+        mid = worker.member_id
+        for key in [k for k in self.timers if k[2] == mid and k[0] in ("connect-session", "classic-heartbeat")]:
+            deadline = self.timers.pop(key)
+            self.now = max(self.now, deadline)
+            self.deliver(self.calls.on_timer(key, self.now))
+
     def running(self) -> dict[str, frozenset[Unit]]:
         return {n: frozenset(w.runs_units()) for n, w in self.workers.items()}
 
@@ -306,7 +317,7 @@ class ClassicWorker:
 class NewWorker:
     def __init__(self, world: World, name: str) -> None:
         self.world = world
-        self.name = name
+        self.name = self.member_id = name
         self.epoch = 0
         self.runs: ConnectAssignment = NOTHING
         self.compute_asked = False

@@ -243,7 +243,7 @@ def test_an_unsolicited_rejoin_asks_for_a_new_computation_and_a_classic_join_car
     assert assignment(b.runs_units()) == b.runs
 
 
-def test_no_connector_or_task_ever_runs_twice_across_random_joins_and_leaves_of_both_kinds() -> None:
+def test_no_connector_or_task_ever_runs_twice_across_random_joins_leaves_and_crashes_of_both_kinds() -> None:
     for seed in range(3):
         rng = random.Random(seed)
         world, _ = _classic_world(2)
@@ -255,8 +255,10 @@ def test_no_connector_or_task_ever_runs_twice_across_random_joins_and_leaves_of_
                 NewWorker(world, next(names))
             elif op < 0.6:
                 ClassicWorker(world, next(names))
-            else:
+            elif op < 0.85:
                 rng.choice(live).leave()
+            else:
+                world.crash(rng.choice(live))  # its session runs out at the gateway
             world.settle()  # checks after every answer that nothing runs twice
             assert world.all_run(), (seed, world.running())
             classic = sum(isinstance(w, ClassicWorker) for w in world.workers.values())
