@@ -186,6 +186,10 @@ class ConnectClassicWorkers:
             choice = sel.select(group.workers.values(), group.last_computer)
             protocol = choice[0] if choice is not None else (group.assignor or request.protocols[0].name)
             leader = group.last_computer or (job.member_id if job is not None else "")
+            if leader == mid:
+                # Not asked to compute: a Connect worker named leader runs its assignor over the member list,
+                # which an empty list crashes. The assignment's own leader fields still name it (SyncGroup).
+                leader = ""
         out.respond(key, JoinGroupResponse(
             generation_id=worker.member_epoch, protocol_type=CONNECT_PROTOCOL_TYPE, protocol_name=protocol,
             leader=leader, member_id=mid, members=members,

@@ -282,6 +282,10 @@ class ClassicWorker:
             self.member_id = body.member_id
             self.generation = body.generation_id
             self.protocol = body.protocol_name
+            if body.leader == self.member_id and not body.members:
+                # Connect's leader reads every member's config offset: none at all fails its assignor
+                # (IncrementalCooperativeAssignor takes the maximum of an empty list) and the worker exits.
+                raise AssertionError(f"{self.member_id} was made the leader of a JoinGroup without members")
             self.leader_members = list(body.members) if body.leader == self.member_id else []
             self.need_join, self.need_sync = False, True
         elif kind == "SyncGroupResponse":
