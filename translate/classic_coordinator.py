@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.errors import ApiError, Errors
-from coordinator.outcome import Outcome, RequestKey
+from coordinator.outcome import GroupConverted, Outcome, RequestKey
 from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupMember, PendingSync
 from translate.classic_group import ClassicGroupState as State
-from translate.classic_join import ClassicJoin, validate_member
+from translate.classic_join import ClassicJoin, join_error, validate_member
 from translate.classic_messages import (
     BATCH_LEAVE_VERSION,
     UNKNOWN_MEMBER_ID,
@@ -299,6 +299,30 @@ class ClassicGroupCoordinator:
         return expired, out
 
     # ---- replay ------------------------------------------------------------------------------
+    def retire(self, out: Outcome, group: ClassicGroup, new_type: str) -> list[str]:
+        """Hand a classic group over to another group type: every parked JoinGroup / SyncGroup is answered
+        REBALANCE_IN_PROGRESS (its member rejoins the new group), the group's timers stop, it is removed and
+        tombstoned. Returns the members whose requests were parked, in the group's order."""
+        gid = group.group_id
+        parked: list[str] = []
+        for m in group.members.values():
+            if m.awaiting_join is not None or m.awaiting_sync is not None:
+                parked.append(m.member_id)
+            if m.awaiting_join is not None:
+                out.respond(m.awaiting_join.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, m.member_id))
+                group.set_awaiting_join(m, None)
+            if m.awaiting_sync is not None:
+                out.respond(m.awaiting_sync.request_key, SyncGroupResponse(error_code=Errors.REBALANCE_IN_PROGRESS))
+                m.awaiting_sync = None
+        for kind in (JOIN_TIMER, SYNC_TIMER):
+            self.rebalancer.cancel(out, timer_key(kind, gid))
+        for member_id in [*group.members, *sorted(group.pending_members)]:
+            self.rebalancer.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
+        del self.groups[gid]
+        out.records.append(GroupMetadataRecord(gid, None))
+        out.changes.append(GroupConverted(gid, "classic", new_type))
+        return parked
+
     def replay(self, record: GroupMetadataRecord) -> None:
         """Rebuild a group from its last persisted state. Records are written at the end of a
         generation or when the group empties, so the result is Stable or Empty; a rebalance that

@@ -47,8 +47,7 @@ from coordinator.errors import ApiError, Errors
 from coordinator.outcome import GroupConverted, Outcome
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
-from translate.classic_join import join_error
-from translate.classic_messages import JoinGroupRequestProtocol, SyncGroupResponse
+from translate.classic_messages import JoinGroupRequestProtocol
 from translate.connect_classic_worker import CONNECT_PROTOCOL_TYPE, ConnectClassicWorkers
 from translate.connect_protocol import (
     PROTOCOL_VERSIONS,
@@ -63,8 +62,6 @@ from translate.connect_protocol import (
 )
 from translate.connect_worker_bytes import read_protocols
 from translate.conversion import MigrationPolicy
-from translate.group_records import GroupMetadataRecord
-from translate.result import HEARTBEAT_TIMER, JOIN_TIMER, SYNC_TIMER, timer_key
 
 
 class ConnectConverter:
@@ -86,24 +83,7 @@ class ConnectConverter:
         converted = self._converted(group)
         gid = group.group_id
         generation = group.generation_id
-        answered: list[str] = []
-        for m in group.members.values():
-            if m.awaiting_join is not None or m.awaiting_sync is not None:
-                answered.append(m.member_id)  # told to rejoin: its next JoinGroup is expected
-            if m.awaiting_join is not None:
-                out.respond(m.awaiting_join.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, m.member_id))
-                group.set_awaiting_join(m, None)
-            if m.awaiting_sync is not None:
-                out.respond(m.awaiting_sync.request_key, SyncGroupResponse(error_code=Errors.REBALANCE_IN_PROGRESS))
-                m.awaiting_sync = None
-        rb = self.classic_groups.rebalancer
-        for kind in (JOIN_TIMER, SYNC_TIMER):
-            rb.cancel(out, timer_key(kind, gid))
-        for member_id in [*group.members, *sorted(group.pending_members)]:
-            rb.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
-        del self.classic_groups.groups[gid]
-        out.records.append(GroupMetadataRecord(gid, None))
-        out.changes.append(GroupConverted(gid, "classic", "connect"))
+        answered = self.classic_groups.retire(out, group, "connect")  # told to rejoin: their JoinGroups are expected
 
         tx = ConnectTx(self.connect.state)
         for worker, _ in converted:

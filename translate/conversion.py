@@ -83,9 +83,8 @@ from coordinator.timers import rebalance_key, session_key
 from translate.assignor_userdata import builtin_userdata_refusal
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
-from translate.classic_join import join_error
 from translate.classic_member import ClassicMemberTranslator
-from translate.classic_messages import JoinGroupRequestProtocol, SyncGroupResponse
+from translate.classic_messages import JoinGroupRequestProtocol
 from translate.embedded import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolAssignment,
@@ -173,21 +172,7 @@ class GroupConverter:
         gid = group.group_id
         generation = group.generation_id
         # Every parked request gets an answer: its member rejoins the consumer group.
-        for m in group.members.values():
-            if m.awaiting_join is not None:
-                out.respond(m.awaiting_join.request_key, join_error(Errors.REBALANCE_IN_PROGRESS, m.member_id))
-                group.set_awaiting_join(m, None)
-            if m.awaiting_sync is not None:
-                out.respond(m.awaiting_sync.request_key, SyncGroupResponse(error_code=Errors.REBALANCE_IN_PROGRESS))
-                m.awaiting_sync = None
-        rb = self.classic_groups.rebalancer
-        for kind in (JOIN_TIMER, SYNC_TIMER):
-            rb.cancel(out, timer_key(kind, gid))
-        for member_id in [*group.members, *sorted(group.pending_members)]:
-            rb.cancel(out, timer_key(HEARTBEAT_TIMER, gid, member_id))
-        del self.classic_groups.groups[gid]
-        out.records.append(GroupMetadataRecord(gid, None))
-        out.changes.append(GroupConverted(gid, "classic", "consumer"))
+        self.classic_groups.retire(out, group, "consumer")
 
         tx = self.coordinator.begin()
         for member in members:
