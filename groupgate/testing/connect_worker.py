@@ -15,12 +15,15 @@ into a connect group and its leave converts it back. It
   cooperative assignor (coordinator/connect/worker_assignor.py) over ``units``, the connectors and tasks
   the cluster runs (a real leader reads them from its config topic; the model is told them);
 - on fencing (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) stops everything and joins again at epoch 0;
-- ``leave()`` stops everything and sends epoch -1.
+- ``leave()`` stops everything and sends epoch -1; ``close()`` drops it as a crash would;
+  ``suspend()`` / ``resume()`` stall its heartbeats while it keeps running its units (to be fenced).
 
 "Running" a unit is recording it: ``running`` and ``history`` ((monotonic time, "start" | "stop", unit
 name)), with optional ``on_start`` / ``on_stop`` callbacks; unit names are Connect's (a connector's name,
 ``<connector>-<task>`` for a task). Every request goes over one connection, one at a time; a failed one is
-retried with a backoff after the connection is opened again.
+retried with a backoff after the connection is opened again. ``errors`` keeps the error codes answers
+carried, ``failures`` the answers it could not read; ``wait_stable()`` waits until it runs exactly what it
+was last given at an epoch above 0 with nothing left to report.
 """
 
 from __future__ import annotations
@@ -148,7 +151,8 @@ class ConnectWorkerModel:
         self.assigned: ConnectAssignment = NOTHING  # what the coordinator last told it to run
         self.running: ConnectAssignment = NOTHING
         self.history: list[tuple[float, str, str]] = []
-        self.errors: list[tuple[int, str | None]] = []
+        self.errors: list[tuple[int, str | None]] = []  # error codes in answers, with their messages
+        self.failures: list[str] = []  # answers it could not read (the exception's repr)
         self.computations = 0
         self.reason = REASON_NONE
         self._send_assignors = True
@@ -189,6 +193,21 @@ class ConnectWorkerModel:
                 log.warning("leave of %s not answered: %s", self.member_id, e)
         self.member_epoch = 0
         self.close_connection()
+
+    async def suspend(self) -> None:
+        """Stop heartbeating but keep "running" what it runs, as a stalled worker does (a long pause, a cut
+        network): past the session timeout the coordinator fences it, which it learns on ``resume()``."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._stable.clear()
+
+    async def resume(self) -> None:
+        """Heartbeat again after ``suspend()``."""
+        if self._task is None and not self._stopping:
+            await self.start()
 
     async def close(self) -> None:
         """Stop without leaving: the coordinator fences the worker when its session runs out."""
@@ -237,6 +256,12 @@ class ConnectWorkerModel:
                 self.close_connection()
                 interval_ms = int(backoff * 1000)
                 backoff = min(backoff * 2, 2.0)
+            except Exception as e:  # an answer it cannot read: log it, drop the connection, back off
+                log.warning("connect worker %s: unexpected answer (%r); retrying", self.member_id, e)
+                self.failures.append(repr(e))
+                self.close_connection()
+                interval_ms = int(backoff * 1000)
+                backoff = min(backoff * 2, 2.0)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(interval_ms, 10) / 1000)
@@ -281,7 +306,9 @@ class ConnectWorkerModel:
             self.assigned = _units(res.assignment.connectors_and_tasks)
         again = self._reconcile()
         if code == Errors.COMPUTE_ASSIGNMENT:
-            await self._compute()
+            if not await self._compute():
+                self._stable.clear()
+                return 500  # the coordinator asks again on the next heartbeat; not at once
             again = True
         if self.member_epoch > 0 and self.running == self.assigned and not again:
             self._stable.set()
@@ -316,7 +343,8 @@ class ConnectWorkerModel:
             if self.on_stop is not None:
                 self.on_stop(name)
 
-    async def _compute(self) -> None:
+    async def _compute(self) -> bool:
+        """PrepareAssignment, the assignor, InstallAssignment; whether the target was installed."""
         self.computations += 1
         prep = await self._call(
             wire.ConnectGroupPrepareAssignmentRequest[0](
@@ -326,7 +354,7 @@ class ConnectWorkerModel:
         )
         if prep.error_code:
             self.errors.append((prep.error_code, prep.error_message))
-            return
+            return False
         prepared = prepared_from_wire(prep)
         now_ms = int(time.monotonic() * 1000)
         targets = self.assignor.assign(prepared, self.units, now_ms)
@@ -346,13 +374,14 @@ class ConnectWorkerModel:
         )  # fmt: skip
         if inst.error_code:
             self.errors.append((inst.error_code, inst.error_message))
-            return
+            return False
         # The scheduled rebalance delay: ask for a new target through the assignor's reason when it runs out.
         if self.reason != REASON_NONE:
             self.reason, self._send_assignors = REASON_NONE, True
         if self.assignor.deadline_ms is not None:
             delay_s = max(0, self.assignor.deadline_ms - now_ms) / 1000
             asyncio.get_running_loop().call_later(delay_s, self._delay_ran_out)
+        return True
 
     def _delay_ran_out(self) -> None:
         if self.assignor.held and not self._stopping:
