@@ -1,13 +1,19 @@
-"""The gateway's CPU per request on its two hottest paths, read from the process's own CPU clock.
+"""The gateway's CPU per request on its hottest paths, read from the process's own CPU clock.
 
 ``groupgate dev`` (an embedded broker, a child JVM, with the gateway in front of it in the command's own
 process) is started, then over one connection each:
   - ``passthrough``: ListOffsets requests forwarded to the broker as bytes (header parsed, nothing decoded);
   - ``heartbeat``: steady ConsumerGroupHeartbeats of a joined KIP-848 member (decoded, answered by the
-    coordinator core, nothing written).
+    coordinator core, nothing written);
+  - ``classic_heartbeat``: steady Heartbeats (v4) of a joined classic member (its generation, stable group);
+  - ``commit``: OffsetCommits (v9) of the KIP-848 member with its member epoch, one partition each;
+  - ``classic_commit``: OffsetCommits (v9) of the classic member with its generation, one partition each.
+The commits are checked by the coordinator and written through to the cluster (docs/gateway.md, "Offsets
+stay in the cluster"), so their figure includes the gateway's side of that round trip.
 Requests go one at a time (a round trip each), so the figure is the gateway's work per request, not
 queueing. The gateway's CPU (user + system, /proc/PID/stat, the broker excluded) over a run divided by the
-requests is the figure; rounds alternate the two paths and the medians are printed. CPU time, unlike
+requests is the figure; rounds rotate the order of the paths and the medians are printed. Between two
+timed runs both members heartbeat once (untimed), so that neither's session runs out during the others. CPU time, unlike
 wall time, is barely moved by other work on the machine, which is why this bench reads it: figures taken
 at different commits on a shared machine stay comparable. The LAST line is ``key=value`` pairs.
 
@@ -28,6 +34,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 
 try:  # the gateway's own KIP-848 schemas (gateway/wire/protocol; gateway/protocol before the packages)
@@ -84,6 +100,82 @@ def _list_offsets(topic: str) -> Any:
         replica_id=-1, isolation_level=0, topics=[t(name=topic, partitions=[
             t.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])],
     )
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def _subscription(topic: str) -> bytes:
+    """ConsumerProtocolSubscription v0: one topic, no user data."""
+    return struct.pack(">hi", 0, 1) + _string(topic) + struct.pack(">i", -1)
+
+
+def _assignment(topic: str) -> bytes:
+    """ConsumerProtocolAssignment v0: partition 0 of the topic, no user data."""
+    return struct.pack(">hi", 0, 1) + _string(topic) + struct.pack(">iii", 1, 0, -1)
+
+
+class Classic:
+    """A classic consumer group member joined alone (it is its own leader), at its generation."""
+
+    def __init__(self, conn: Conn, group: str, topic: str) -> None:
+        self.conn, self.group, self.topic = conn, group, topic
+        self.member, self.generation = "", -1
+
+    def join(self) -> None:
+        proto = JoinGroupRequest.JoinGroupRequestProtocol
+        deadline = time.monotonic() + 60
+        while True:
+            r = self.conn.call(JoinGroupRequest[9](  # type: ignore[misc]
+                group_id=self.group, session_timeout_ms=45000, rebalance_timeout_ms=30000,
+                member_id=self.member, group_instance_id=None, protocol_type="consumer",
+                protocols=[proto(name="range", metadata=_subscription(self.topic))], reason=None,
+            ), JoinGroupResponse, 9)
+            if r.error_code == 79:  # MEMBER_ID_REQUIRED: join again with the id handed out
+                self.member = r.member_id
+                continue
+            if r.error_code == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"JoinGroup: error {r.error_code}")
+            time.sleep(0.3)
+        self.member, self.generation = r.member_id, r.generation_id
+        assign = SyncGroupRequest.SyncGroupRequestAssignment
+        s = self.conn.call(SyncGroupRequest[5](  # type: ignore[misc]
+            group_id=self.group, generation_id=self.generation, member_id=self.member, group_instance_id=None,
+            protocol_type="consumer", protocol_name="range",
+            assignments=[assign(member_id=self.member, assignment=_assignment(self.topic))],
+        ), SyncGroupResponse, 5)
+        if s.error_code != 0:
+            raise RuntimeError(f"SyncGroup: error {s.error_code}")
+
+    def heartbeat(self, n: int) -> None:
+        req = HeartbeatRequest[4](  # type: ignore[misc]
+            group_id=self.group, generation_id=self.generation, member_id=self.member, group_instance_id=None,
+        )
+        for _ in range(n):
+            r = self.conn.call(req, HeartbeatResponse, 4)
+            if r.error_code != 0:
+                raise RuntimeError(f"classic heartbeat: error {r.error_code}")
+
+
+def _commit(group: str, generation_or_epoch: int, member: str, topic: str, offset: int) -> Any:
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    return OffsetCommitRequest[9](  # type: ignore[misc]
+        group_id=group, generation_id_or_member_epoch=generation_or_epoch, member_id=member,
+        group_instance_id=None, topics=[t(name=topic, partitions=[t.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")])],
+    )
+
+
+def commits(conn: Conn, group: str, generation_or_epoch: int, member: str, topic: str, n: int) -> None:
+    for i in range(n):
+        r = conn.call(_commit(group, generation_or_epoch, member, topic, i), OffsetCommitResponse, 9)
+        code = r.topics[0].partitions[0].error_code
+        if code != 0:
+            raise RuntimeError(f"OffsetCommit: error {code}")
 
 
 def start_dev(work: Path) -> tuple[subprocess.Popen[str], str, str]:
@@ -152,18 +244,34 @@ def main() -> None:
                     raise RuntimeError(f"join: error {r.error_code}")
                 time.sleep(0.3)
             epoch = r.member_epoch
+            classic = Classic(conn, f"bench-cpu-classic-{uuid.uuid4().hex[:8]}", topic)
+            classic.join()
+
+            def run(path: str, n: int) -> None:
+                nonlocal epoch
+                if path == "passthrough":
+                    passthrough(conn, topic, n)
+                elif path == "heartbeat":
+                    epoch = heartbeat(conn, group, member, epoch, topic, n)
+                elif path == "classic_heartbeat":
+                    classic.heartbeat(n)
+                elif path == "commit":
+                    commits(conn, group, epoch, member, topic, n)
+                else:
+                    commits(conn, classic.group, classic.generation, classic.member, topic, n)
+
+            paths = ["passthrough", "heartbeat", "classic_heartbeat", "commit", "classic_commit"]
             # Warm-up: the first requests of each kind pay imports and caches.
-            passthrough(conn, topic, 500)
-            epoch = heartbeat(conn, group, member, epoch, topic, 500)
-            per: dict[str, list[float]] = {"passthrough": [], "heartbeat": []}
+            for path in paths:
+                run(path, 500)
+            per: dict[str, list[float]] = {path: [] for path in paths}
             for rnd in range(args.rounds):
-                order = ["passthrough", "heartbeat"] if rnd % 2 == 0 else ["heartbeat", "passthrough"]
+                order = paths[rnd % len(paths):] + paths[:rnd % len(paths)]
                 for path in order:
+                    epoch = heartbeat(conn, group, member, epoch, topic, 1)  # keep both sessions alive
+                    classic.heartbeat(1)
                     c0 = cpu_s(proc.pid)
-                    if path == "passthrough":
-                        passthrough(conn, topic, args.requests)
-                    else:
-                        epoch = heartbeat(conn, group, member, epoch, topic, args.requests)
+                    run(path, args.requests)
                     per[path].append((cpu_s(proc.pid) - c0) * 1e6 / args.requests)
                     print(f"round {rnd} {path}: {per[path][-1]:.1f} us CPU per request", flush=True)
         finally:
@@ -173,11 +281,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
     load = os.getloadavg()[0]
-    print(
-        f"passthrough_cpu_us_per_request={statistics.median(per['passthrough']):.1f} "
-        f"heartbeat_cpu_us_per_request={statistics.median(per['heartbeat']):.1f} "
-        f"requests={args.requests} rounds={args.rounds} load_average_1m={load:.1f}"
-    )
+    figures = " ".join(f"{path}_cpu_us_per_request={statistics.median(v):.1f}" for path, v in per.items())
+    print(f"{figures} requests={args.requests} rounds={args.rounds} load_average_1m={load:.1f}")
 
 
 if __name__ == "__main__":
