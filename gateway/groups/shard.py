@@ -55,6 +55,7 @@ from gateway.groups.shard_state import (
     ShardUnloaded,
 )
 from gateway.logging import get_logger
+from gateway.net import eager
 from gateway.state.log import Record, StateLogWriteFailed
 from gateway.state.store import ShardFenced, ShardLog
 from translate.group_config import encode_any_record
@@ -278,7 +279,11 @@ class Shard:
         if limit is None:
             await self.sync(log_)
             return
-        task = asyncio.ensure_future(self.sync(log_))
+        # Stepped at once (gateway/net/eager.py): when nothing appended waits for its write (a steady
+        # heartbeat appends nothing), the sync is done there, without a task or a timer.
+        finished, task = eager.start(self.sync(log_))
+        if finished:
+            return
         done, _ = await asyncio.wait({task}, timeout=limit)
         if task in done:
             task.result()

@@ -29,7 +29,7 @@ from typing import Any
 
 from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net import connection_sasl, node_check, node_endpoints, rewrite, unreachable
+from gateway.net import connection_sasl, eager, node_check, node_endpoints, rewrite, unreachable
 from gateway.net.contracts import ConnectionHost, LocalHandler, RequestSource, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
@@ -511,7 +511,12 @@ class ClientConnection(asyncio.Protocol):
             metrics.latency(api_key).observe(time.perf_counter() - arrived)
             self.flush()
 
-        self.spawn(run())
+        # Stepped at once: an answer that needs no waiting (most do not) is written before the next request
+        # is read, without a task; one that waits carries on in a task (gateway/net/eager.py).
+        done, task = eager.start(run())
+        if not done:
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
 
     # --- responses -------------------------------------------------------------------------------------
 
