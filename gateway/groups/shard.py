@@ -44,7 +44,7 @@ from typing import Any
 
 from coordinator.outcome import Outcome
 from coordinator.target import AssignmentJob
-from coordinator.timers import ScheduleTimer, TimerKey, apply_timer_changes
+from coordinator.timers import ScheduleTimer, TimerKey
 from gateway.groups.shard_context import GroupCalls, ShardContext
 from gateway.groups.shard_state import (
     NOT_OWNED,
@@ -81,7 +81,7 @@ class Shard:
         self.service: GroupService = ctx.new_service()
         self.calls: GroupCalls = ctx.calls_for(self.service, index)
         self.log: ShardLog | None = None
-        self.timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self.timers: dict[TimerKey, ShardTimer] = {}
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
@@ -202,14 +202,25 @@ class Shard:
             return
         loop = asyncio.get_running_loop()
         now = self.ctx.now()
+        at = loop.time()
+        timers = self.timers
+        postponed = self.postponed
+        # A schedule replaces its key's timer, a cancel removes it (coordinator/timers.py). A deadline that
+        # moved later (every heartbeat pushes its member's session deadline) keeps the armed timer.
         for change in result.timers:
-            self.postponed.pop(change.key, None)  # the service decided anew (a heartbeat, a leave)
-
-        def arm(change: ScheduleTimer) -> asyncio.TimerHandle:
-            return loop.call_later(max(0.0, (change.deadline_ms - now) / 1000.0), self.fire, change.key)
-
-        # The handle's own cancel: uvloop's timer handles are not asyncio.TimerHandle instances.
-        apply_timer_changes(self.timers, result.timers, arm, _cancel)
+            key = change.key
+            if postponed:
+                postponed.pop(key, None)  # the service decided anew (a heartbeat, a leave)
+            old = timers.pop(key, None)
+            if isinstance(change, ScheduleTimer):
+                due = at + max(0.0, (change.deadline_ms - now) / 1000.0)
+                if old is not None and old.armed <= due:
+                    old.due = due
+                    timers[key] = old
+                    continue
+                timers[key] = ShardTimer(loop, due, self.fire, key)
+            if old is not None:
+                old.cancel()
 
     async def release(self, result: Outcome) -> None:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
@@ -331,7 +342,7 @@ class Shard:
                 continue  # the write that stalled is still outstanding
             del self.postponed[key]
             if self._life.state is ShardState.ACTIVE and key not in self.timers:
-                self.timers[key] = loop.call_later(max(0, now - since) / 1000.0, self.fire, key)
+                self.timers[key] = ShardTimer(loop, loop.time() + max(0, now - since) / 1000.0, self.fire, key)
 
     # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
 
@@ -606,6 +617,29 @@ class Shard:
         self.calls = self.ctx.calls_for(self.service, self.index)
 
 
-def _cancel(handle: asyncio.TimerHandle) -> None:
-    """``handle.cancel()``: uvloop's handles are not asyncio.TimerHandle, so never its unbound method."""
-    handle.cancel()
+class ShardTimer:
+    """One armed timer of a shard, due at ``due`` (the loop's clock). Moving it later does not touch the
+    loop: the handle armed for the earlier time, once it comes due, arms again for the later one. So a
+    member's heartbeats, each pushing its session deadline, cost no timer handle each."""
+
+    __slots__ = ("_callback", "_handle", "_key", "_loop", "armed", "due")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, due: float, callback: Callable[[TimerKey], None], key: TimerKey
+    ) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._key = key
+        self.due = self.armed = due
+        self._handle = loop.call_at(due, self._come_due)
+
+    def _come_due(self) -> None:
+        if self.due > self.armed:  # moved later meanwhile
+            self.armed = self.due
+            self._handle = self._loop.call_at(self.due, self._come_due)
+            return
+        self._callback(self._key)
+
+    def cancel(self) -> None:
+        # The handle's own cancel: uvloop's timer handles are not asyncio.TimerHandle instances.
+        self._handle.cancel()

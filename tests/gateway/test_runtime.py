@@ -435,3 +435,38 @@ def test_a_group_is_served_on_uvloop_where_timers_are_rearmed_and_cancelled(tmp_
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
+
+
+async def test_heartbeats_keep_one_session_timer_that_expires_the_member_after_the_last_one() -> None:
+    """Each heartbeat moves the member's session deadline later: the shard keeps the timer it armed
+    (no new timer per heartbeat), and the member is still expired a session after its last heartbeat."""
+    from coordinator.config import CoordinatorConfig
+    from coordinator.timers import session_key
+
+    def service() -> GroupService:
+        return GroupService(coordinator_config=CoordinatorConfig(session_timeout_ms=300, heartbeat_interval_ms=50))
+
+    runtime = CoordinatorRuntime(1, new_service=service, store=_Store(1))  # type: ignore[arg-type]
+    await runtime.load()
+    runtime.start()
+    shard = runtime.shards[0]
+    try:
+        first = await runtime.call("g", _join("g", "m1"))
+        assert first.error_code == 0
+        timer = shard.timers[session_key("g", first.member_id)]
+        epoch = first.member_epoch
+        for _ in range(12):  # 0.6 s of heartbeats: twice the session timeout
+            await asyncio.sleep(0.05)
+            reply = await runtime.call("g", _heartbeat("g", first.member_id, epoch))
+            assert reply.error_code == 0
+            epoch = reply.member_epoch
+        assert shard.service.member_count("g")[0] == 1, "expired while it heartbeat"
+        assert shard.timers[session_key("g", first.member_id)] is timer
+        for _ in range(100):
+            if shard.service.member_count("g")[0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert shard.service.member_count("g")[0] == 0
+        assert session_key("g", first.member_id) not in shard.timers
+    finally:
+        await runtime.stop()
