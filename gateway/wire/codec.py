@@ -133,31 +133,61 @@ def null_field(msg: Any, version: int) -> str | None:
     kafka-python decodes a null string or array (length -1) whatever the schema says, and encodes it
     back the same way; Kafka's broker fails such a request as unparseable and closes the connection.
     So a request must pass this check before the gateway acts on it or sends it on a shared connection.
+    The walk follows a plan made once per message class and version (``_null_plan``).
     """
-    return _null_in(type(msg).fields, msg, version, "")
+    key = (type(msg), version)
+    plan = _NULL_PLANS.get(key)
+    if plan is None:
+        plan = _NULL_PLANS[key] = _null_plan(type(msg).fields, version)
+    return _null_in(plan, msg)
 
 
-def _null_in(fields: Any, obj: Any, version: int, prefix: str) -> str | None:
+# A null check's plan: per field of the version, not tagged, (attribute, name in paths, nullable, kind,
+# plan of its struct's fields). A nullable scalar has nothing to check and is left out.
+_NullPlan = tuple[tuple[str, str, bool, int, Any], ...]
+_SCALAR, _STRUCT_ARRAY, _ARRAY, _STRUCT = 0, 1, 2, 3
+_NULL_PLANS: dict[tuple[type, int], _NullPlan] = {}
+
+
+def _null_plan(fields: Any, version: int) -> _NullPlan:
+    plan = []
     for name, field in fields.items():
         if not field.for_version_q(version) or field.tagged_field_q(version):
             continue
-        value = getattr(obj, name, None)
-        path = f"{prefix}{field.name}"
-        if value is None:
-            if not field.nullable_for_version_q(version):
-                return path
-            continue
+        nullable = bool(field.nullable_for_version_q(version))
+        sub: Any = None
         if field.is_struct_array():
-            for i, item in enumerate(value):
-                found = _null_in(field.fields, item, version, f"{path}[{i}].")
-                if found is not None:
-                    return found
+            kind, sub = _STRUCT_ARRAY, _null_plan(field.fields, version)
         elif field.is_array():
+            kind = _ARRAY
+        elif field.is_struct():
+            kind, sub = _STRUCT, _null_plan(field.fields, version)
+        else:
+            if nullable:
+                continue
+            kind = _SCALAR
+        plan.append((name, str(field.name), nullable, kind, sub))
+    return tuple(plan)
+
+
+def _null_in(plan: _NullPlan, obj: Any) -> str | None:
+    for name, label, nullable, kind, sub in plan:
+        value = getattr(obj, name, None)
+        if value is None:
+            if not nullable:
+                return label
+            continue
+        if kind == _STRUCT_ARRAY:
+            for i, item in enumerate(value):
+                found = _null_in(sub, item)
+                if found is not None:
+                    return f"{label}[{i}].{found}"
+        elif kind == _ARRAY:
             # Elements of an array of strings (group ids, topic names) are never nullable.
             if any(item is None for item in value):
-                return f"{path}[{[item is None for item in value].index(True)}]"
-        elif field.is_struct():
-            found = _null_in(field.fields, value, version, f"{path}.")
+                return f"{label}[{[item is None for item in value].index(True)}]"
+        elif kind == _STRUCT:
+            found = _null_in(sub, value)
             if found is not None:
-                return found
+                return f"{label}.{found}"
     return None
