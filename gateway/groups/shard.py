@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator.outcome import Outcome
@@ -162,21 +162,10 @@ class Shard:
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: it is re-raised above or was never ours to raise
 
-    @contextlib.asynccontextmanager
-    async def turn(self, group_id: str) -> AsyncIterator[None]:
+    def turn(self, group_id: str) -> GroupTurn:
         """The group's turn: its requests (and an offloaded assignment's install) one at a time, in
         arrival order."""
-        lock, users = self.locks.get(group_id) or (asyncio.Lock(), 0)
-        self.locks[group_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self.locks[group_id]
-            if users <= 1:
-                del self.locks[group_id]
-            else:
-                self.locks[group_id] = (lock, users - 1)
+        return GroupTurn(self.locks, group_id)
 
     def apply(self, result: Outcome) -> None:
         """Append the records (made durable by ``release``) and apply the timer changes; start the
@@ -615,6 +604,45 @@ class Shard:
         self.drop_memory()
         self.service = self.ctx.new_service()  # the old one's memory goes now, not at the next load
         self.calls = self.ctx.calls_for(self.service, self.index)
+
+
+class GroupTurn:
+    """``async with``: one group's turn in its shard. The group's lock lives in ``locks`` with the number
+    of requests holding or waiting for it, and goes when the last of them is done."""
+
+    __slots__ = ("_group_id", "_lock", "_locks")
+
+    def __init__(self, locks: dict[str, tuple[asyncio.Lock, int]], group_id: str) -> None:
+        self._locks = locks
+        self._group_id = group_id
+
+    async def __aenter__(self) -> None:
+        locks, group_id = self._locks, self._group_id
+        entry = locks.get(group_id)
+        if entry is None:
+            lock = asyncio.Lock()
+            locks[group_id] = (lock, 1)
+        else:
+            lock = entry[0]
+            locks[group_id] = (lock, entry[1] + 1)
+        self._lock = lock
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        locks, group_id = self._locks, self._group_id
+        lock, users = locks[group_id]
+        if users <= 1:
+            del locks[group_id]
+        else:
+            locks[group_id] = (lock, users - 1)
 
 
 class ShardTimer:
