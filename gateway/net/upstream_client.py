@@ -126,6 +126,27 @@ class _Link:
             self.task.cancel()
 
 
+def _time_out(fut: asyncio.Future[Any], timed_out: list[bool]) -> None:
+    if not fut.done():
+        timed_out.append(True)
+        fut.cancel()
+
+
+async def _within(fut: asyncio.Future[Any], timeout_s: float) -> Any:
+    """``asyncio.wait_for`` of a link's answer, without its extra future and callbacks: the answer is
+    cancelled past ``timeout_s`` (the link then ignores it when it comes) and TimeoutError raised."""
+    timed_out: list[bool] = []
+    handle = asyncio.get_running_loop().call_later(timeout_s, _time_out, fut, timed_out)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if not timed_out:
+            raise  # the caller was cancelled
+        raise TimeoutError from None
+    finally:
+        handle.cancel()
+
+
 class UpstreamClient:
     def __init__(self, directory: BrokerDirectory, timeout_s: Callable[[], float]) -> None:
         self.directory = directory
@@ -208,7 +229,7 @@ class UpstreamClient:
         for attempt in (0, 1):
             link = await self._link(addr, lane)
             try:
-                return await asyncio.wait_for(link.send(api_key, version, msg, checked), self.timeout_s())
+                return await _within(link.send(api_key, version, msg, checked), self.timeout_s())
             except TimeoutError as e:
                 link.close(LostInFlight("request timed out"))
                 raise LostInFlight(f"{addr[0]}:{addr[1]}: api {api_key} timed out") from e
@@ -222,7 +243,7 @@ class UpstreamClient:
         """Forward a client's request payload; the response payload, with the link's correlation id."""
         link = await self._link(addr)
         try:
-            return await asyncio.wait_for(link.send_raw(payload), self.timeout_s())
+            return await _within(link.send_raw(payload), self.timeout_s())
         except TimeoutError as e:
             link.close(LostInFlight("request timed out"))
             raise LostInFlight(f"{addr[0]}:{addr[1]}: forwarded request timed out") from e
