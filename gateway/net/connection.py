@@ -49,6 +49,8 @@ _MAX_PENDING = 1024
 # groups the cluster is asked about) without reading must not pile up their answers in memory.
 _MAX_LOCAL = 16
 _LOW_PENDING = 256
+# Answers ready together are written as one when each is smaller than this; larger ones on their own.
+_JOINED_BELOW = 16 * 1024
 # After a failed attempt to open the upstream link, requests for the cluster are answered with errors
 # at once for this long (doubling per failure up to the max) instead of each trying to connect again.
 _RELINK_BACKOFF_S = 0.25
@@ -76,6 +78,9 @@ class ClientConnection(asyncio.Protocol):
         self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
         self._local = 0  # local answers in progress (_MAX_LOCAL)
+        # While the requests of one read are handled, answers ready meanwhile wait to leave together.
+        self._batching = False
+        self._flush_due = False
         self.upstream: UpstreamLink | None = None
         self.closed = False
         # Set when the connection is to close once what is pending was written (a SASL refusal the
@@ -335,10 +340,23 @@ class ClientConnection(asyncio.Protocol):
             delta = reserved - self.reserved
             self.reserved = reserved
             self.limits.reserve(self, delta)
-        for f in received:
-            if self.closed:
-                return
-            self.on_request(f)
+        if len(received) <= 1:
+            if received and not self.closed:
+                self.on_request(received[0])
+            return
+        # Several requests in one read (a pipelining client): the answers ready by the end of it leave in
+        # one write rather than one each (flush).
+        self._batching = True
+        try:
+            for f in received:
+                if self.closed:
+                    return
+                self.on_request(f)
+        finally:
+            self._batching = False
+            if self._flush_due:
+                self._flush_due = False
+                self.flush()
 
     def on_request(self, frame: bytes) -> None:
         if len(frame) < 14:  # size + api key + version + correlation id + client id length
@@ -587,15 +605,27 @@ class ClientConnection(asyncio.Protocol):
         return result.payload
 
     def flush(self) -> None:
+        if self._batching and not self.close_after_flush:
+            self._flush_due = True  # at the end of the read being handled (data_received)
+            return
         pending = self.pending
         transport = self.transport
         if transport is None or self.closed:
             return
         sent = 0
+        small: list[bytes] = []  # answers of a few bytes each, joined into one write
         while pending and pending[0].data is not None:
             data: bytes = pending.popleft().data  # type: ignore[assignment]
-            transport.write(data)
             sent += len(data)
+            if len(data) < _JOINED_BELOW:
+                small.append(data)
+                continue
+            if small:
+                transport.write(small[0] if len(small) == 1 else b"".join(small))
+                small = []
+            transport.write(data)  # a large answer (a Fetch's records) is not copied into a joined one
+        if small:
+            transport.write(small[0] if len(small) == 1 else b"".join(small))
         self.metrics.bytes_sent += sent
         if self.close_after_flush and not pending:
             self.close()  # asyncio writes what the transport buffered before closing the socket
