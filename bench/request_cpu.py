@@ -7,11 +7,13 @@ process) is started, then over one connection each:
     coordinator core, nothing written);
   - ``classic_heartbeat``: steady Heartbeats (v4) of a joined classic member (its generation, stable group);
   - ``commit``: OffsetCommits (v9) of the KIP-848 member with its member epoch, one partition each;
-  - ``classic_commit``: OffsetCommits (v9) of the classic member with its generation, one partition each.
+  - ``classic_commit``: OffsetCommits (v9) of the classic member with its generation, one partition each;
+  - ``pipelined_classic_heartbeat``: the classic member's Heartbeats sent 20 at a time in one write, the
+    20 answers read before the next 20 (as a client that pipelines, or a proxy for many members).
 The commits are checked by the coordinator and written through to the cluster (docs/gateway.md, "Offsets
 stay in the cluster"), so their figure includes the gateway's side of that round trip.
-Requests go one at a time (a round trip each), so the figure is the gateway's work per request, not
-queueing. The gateway's CPU (user + system, /proc/PID/stat, the broker excluded) over a run divided by the
+Requests go one at a time (a round trip each, but the pipelined path), so the figure is the gateway's work
+per request, not queueing. The gateway's CPU (user + system, /proc/PID/stat, the broker excluded) over a run divided by the
 requests is the figure; rounds rotate the order of the paths and the medians are printed. Between two
 timed runs both members heartbeat once (untimed), so that neither's session runs out during the others. CPU time, unlike
 wall time, is barely moved by other work on the machine, which is why this bench reads it: figures taken
@@ -160,6 +162,27 @@ class Classic:
             if r.error_code != 0:
                 raise RuntimeError(f"classic heartbeat: error {r.error_code}")
 
+    def pipelined_heartbeats(self, n: int, depth: int = 20) -> None:
+        req = HeartbeatRequest[4](  # type: ignore[misc]
+            group_id=self.group, generation_id=self.generation, member_id=self.member, group_instance_id=None,
+        )
+        conn = self.conn
+        for start in range(0, n, depth):
+            first = conn.cid + 1
+            out = bytearray()
+            for _ in range(min(depth, n - start)):
+                conn.cid += 1
+                req.with_header(correlation_id=conn.cid, client_id="groupgate-bench-cpu")
+                out += req.encode(version=4, header=True, framed=True)
+            conn.sock.sendall(out)
+            for corr in range(first, conn.cid + 1):
+                (size,) = struct.unpack(">i", conn._read(4))
+                payload = conn._read(size)
+                (answered,) = struct.unpack_from(">i", payload)
+                r = HeartbeatResponse[4].decode(payload, version=4, header=True)
+                if answered != corr or r.error_code != 0:
+                    raise RuntimeError(f"pipelined heartbeat {corr}: error {r.error_code}, answer to {answered}")
+
 
 def _commit(group: str, generation_or_epoch: int, member: str, topic: str, offset: int) -> Any:
     t = OffsetCommitRequest.OffsetCommitRequestTopic
@@ -255,12 +278,16 @@ def main() -> None:
                     epoch = heartbeat(conn, group, member, epoch, topic, n)
                 elif path == "classic_heartbeat":
                     classic.heartbeat(n)
+                elif path == "pipelined_classic_heartbeat":
+                    classic.pipelined_heartbeats(n)
                 elif path == "commit":
                     commits(conn, group, epoch, member, topic, n)
                 else:
                     commits(conn, classic.group, classic.generation, classic.member, topic, n)
 
-            paths = ["passthrough", "heartbeat", "classic_heartbeat", "commit", "classic_commit"]
+            paths = [
+                "passthrough", "heartbeat", "classic_heartbeat", "commit", "classic_commit", "pipelined_classic_heartbeat",
+            ]
             # Warm-up: the first requests of each kind pay imports and caches.
             for path in paths:
                 run(path, 500)
