@@ -252,6 +252,25 @@ async def test_a_failed_request_fails_each_of_its_commits_and_the_queue_goes_on(
     assert cluster.offsets == {("a", 0): 2}
 
 
+async def test_a_commit_whose_client_went_away_still_reaches_the_cluster() -> None:
+    """Cancelled waits, of a commit in flight and of one still queued behind it: both commits are written
+    to the cluster all the same, and the commit after them is answered as usual."""
+    cluster = FakeCluster()
+    cluster.gate = asyncio.Event()
+    writes = CommitWrites(cluster.send)
+    in_flight = asyncio.ensure_future(writes.commit("g", 9, commit([("a", 0, 1)])))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(writes.commit("g", 9, commit([("a", 1, 1)])))
+    await asyncio.sleep(0)
+    in_flight.cancel()
+    queued.cancel()
+    await asyncio.sleep(0)
+    assert in_flight.cancelled() and queued.cancelled()
+    cluster.gate.set()
+    assert (await writes.commit("g", 9, commit([("a", 2, 1)])))[0][2] == [(2, 0)]
+    assert cluster.offsets == {("a", 0): 1, ("a", 1): 1, ("a", 2): 1}
+
+
 async def test_different_groups_do_not_wait_for_each_other() -> None:
     sent: list[str] = []
     release = asyncio.Event()
