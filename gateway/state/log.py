@@ -269,6 +269,9 @@ class FileStateLog:
             if (now - self._last_fsync) * 1000.0 < self.fsync_interval_ms:
                 self._acked = self._size
                 return
+        # The other requests handled in this turn of the loop append first, so that one fsync covers them
+        # all: a caller may start its sync in the same step as its append (gateway/net/eager.py).
+        await asyncio.sleep(0)
         async with self._sync_lock:
             self._check()
             target = self._size

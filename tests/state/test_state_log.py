@@ -452,3 +452,28 @@ def test_the_reported_case_a_bit_in_entry_37337_of_74674_no_longer_truncates_the
     assert [(d.offset, d.end, d.entries) for d in result.before.damage] == [(victim, offsets[37337], 1)]
     assert result.kept_entries == 74673
     assert len(_live(FileStateLog(tmp_path))) == 74673
+
+
+def test_syncs_started_in_one_step_of_the_loop_share_one_fsync(tmp_path: Path) -> None:
+    """Requests answered at once (gateway/net/eager.py) append and start their sync in the same step:
+    the appends of that turn of the loop are all made durable by one fsync, not one each."""
+    from gateway.net import eager
+
+    async def main() -> None:
+        log = FileStateLog(tmp_path / "log")
+        try:
+            started = []
+            for i in range(3):
+                log.append([Record(f"k{i}".encode(), b"v")])
+                done, task = eager.start(log.sync())
+                assert not done  # there is something to fsync: it waits
+                started.append(task)
+            await asyncio.gather(*started)
+            assert log.fsyncs == 1
+            done, _ = eager.start(log.sync())
+            assert done  # nothing appended since: durable at once, no fsync
+            assert log.fsyncs == 1
+        finally:
+            log.close()
+
+    asyncio.run(main())
