@@ -24,6 +24,20 @@ def test_frame_buffer_splits_frames_across_arbitrary_chunks():
         assert buf.buffered == 0
 
 
+def test_frame_buffer_reassembles_a_large_frame_from_many_reads_and_the_frames_pipelined_after_it():
+    large = frames.frame(bytes(range(256)) * 1000)
+    small = [frames.frame(bytes([i]) * 10) for i in range(5)]
+    stream = large + b"".join(small)
+    for chunk in (1000, 65536, 255_999):
+        buf = frames.FrameBuffer(limit=1 << 20)
+        out = []
+        for i in range(0, len(stream), chunk):
+            out.extend(buf.feed(stream[i : i + chunk]))
+            assert buf.reserved in (0, len(large)) or buf.reserved <= 14
+        assert out == [large, *small]
+        assert buf.buffered == 0 and buf.reserved == 0
+
+
 def test_frame_buffer_refuses_oversize_as_soon_as_the_size_is_known():
     buf = frames.FrameBuffer(limit=100)
     assert buf.feed(b"\x00\x00") == []

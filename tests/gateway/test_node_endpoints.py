@@ -40,7 +40,7 @@ def _produce(version: int, endpoints: list[tuple[int, str, int, str | None]] | N
     return R[version](responses=[topic, topic], throttle_time_ms=5, **kw)
 
 
-def _fetch(version: int, endpoints: list[tuple[int, str, int, str | None]] | None):
+def _fetch(version: int, endpoints: list[tuple[int, str, int, str | None]] | None, records: bytes = RECORDS):
     R = codec.RESPONSES[ApiKey.FETCH]
     T = R.FetchableTopicResponse
     P = T.PartitionData
@@ -48,7 +48,7 @@ def _fetch(version: int, endpoints: list[tuple[int, str, int, str | None]] | Non
     parts = [
         P(partition_index=0, error_code=0, high_watermark=100, last_stable_offset=90, log_start_offset=0,
           aborted_transactions=[A(producer_id=9, first_offset=12), A(producer_id=10, first_offset=50)],
-          preferred_read_replica=-1, records=RECORDS),
+          preferred_read_replica=-1, records=records),
         P(partition_index=1, error_code=6, high_watermark=-1, aborted_transactions=None,
           current_leader=P.LeaderIdAndEpoch(leader_id=2, leader_epoch=7), records=None),
         P(partition_index=2, error_code=0, high_watermark=3, aborted_transactions=[], records=b""),
@@ -213,3 +213,57 @@ def test_the_connection_closes_on_a_response_it_cannot_walk() -> None:
     broken = frames.frame(frame[4:-12])  # a whole frame, but its body stops short
     conn.upstream.data_received(broken)
     assert client.written == [] and client.closed
+
+
+BIG_RECORDS = bytes(range(256)) * 2000  # stands for record batches: never read, only skipped by size
+
+
+def _in_reads(protocol, stream: bytes, per_read: int) -> None:
+    for i in range(0, len(stream), per_read):
+        protocol.data_received(stream[i : i + per_read])
+
+
+def test_a_large_fetch_response_in_many_reads_goes_back_byte_exact() -> None:
+    _, conn, client = _connection()
+    conn.data_received(_fetch_request(1234))
+    frame = _frame(ApiKey.FETCH, 18, _fetch(18, None, BIG_RECORDS))
+    _in_reads(conn.upstream, frame, 60_001)
+    assert client.written == [frame] and not client.closed
+
+
+def test_a_large_fetch_response_in_many_reads_still_gets_its_endpoints_rewritten() -> None:
+    gw, conn, client = _connection()
+    conn.data_received(_fetch_request(1234))
+    endpoints = [(1, UPSTREAM_HOST, 9093, None), (7, UPSTREAM_HOST, 9099, None)]
+    # the last read splits the top-level tagged fields that hold the endpoints
+    frame = _frame(ApiKey.FETCH, 18, _fetch(18, endpoints, BIG_RECORDS))
+    _in_reads(conn.upstream, frame, len(frame) - 20)
+    host, port = gw.addr_of(1)
+    assert client.written == [_frame(ApiKey.FETCH, 18, _fetch(18, [(1, host, port, None)], BIG_RECORDS))]
+    assert not client.closed
+
+
+def test_pipelined_responses_in_one_read_go_back_in_request_order() -> None:
+    _, conn, client = _connection()
+    conn.data_received(b"".join(_fetch_request(corr) for corr in (1, 2, 3)))  # pipelined requests too
+
+    def fetch(corr: int, records: bytes) -> bytes:
+        return frames.frame(codec.encode_response(ApiKey.FETCH, 18, corr, _fetch(18, None, records)))
+
+    stream = fetch(1, RECORDS) + fetch(2, BIG_RECORDS) + fetch(3, RECORDS)
+    conn.upstream.data_received(stream)
+    assert client.written == [fetch(1, RECORDS), fetch(2, BIG_RECORDS), fetch(3, RECORDS)]
+
+
+def test_a_large_produce_request_in_many_reads_is_forwarded_whole_once() -> None:
+    from kafka.protocol.producer import ProduceRequest
+
+    _, conn, client = _connection()
+    msg = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=1000,
+                            topic_data=[("t", [(0, BIG_RECORDS)])])
+    msg.with_header(correlation_id=55, client_id="cli")
+    frame = bytes(msg.encode(version=9, header=True, framed=True))
+    _in_reads(conn, frame[:3], 1)  # the size prefix straddles reads
+    _in_reads(conn, frame[3:], 50_000)
+    assert conn.upstream.transport.written == [frame]
+    assert len(conn.pending) == 1 and conn.reserved == 0
