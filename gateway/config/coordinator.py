@@ -70,9 +70,10 @@ class CoordinatorSettings(BaseModel):
     state_topic_min_insync_replicas: int | None = Field(default=None, ge=1)
     # Shard N is written by the transactional id <prefix>N; a new owner of the id fences the older one.
     state_transactional_id_prefix: str = Field(default=DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX, min_length=1)
-    # How long a shard waits for more appends before committing them in one transaction.
+    # How long a shard waits for more appends before each transaction. 0: none; appends made while a
+    # transaction is in flight share the next one anyway.
     state_append_linger_ms: float = Field(
-        default=5, ge=0, validation_alias=_kafka("state_append_linger_ms", "group.coordinator.append.linger.ms")
+        default=0, ge=0, validation_alias=_kafka("state_append_linger_ms", "group.coordinator.append.linger.ms")
     )
     # One transaction (with the client's retries across leader changes) gives up after this long; the
     # shard must then be re-opened.

@@ -9,10 +9,15 @@ older owner ever committed and nothing it did not.
 
 Writes are acknowledged by all in-sync replicas (``acks=all``, idempotent, ``min.insync.replicas`` on the
 topic). ``append()`` queues records; ``sync()`` returns once they are committed. Appends of one shard are
-batched as Kafka's coordinator batches its writes (``group.coordinator.append.linger.ms``): the first
-``sync()`` after a quiet period waits the linger, then one transaction carries everything appended so far;
-whatever is appended while it is in flight goes into the next one. Concurrent ``sync()`` calls thus share
-transactions.
+batched as Kafka's coordinator batches its writes: one transaction carries everything appended so far, and
+whatever is appended while it is in flight goes into the next one, so concurrent ``sync()`` calls share
+transactions without anyone waiting on purpose (``append_linger_ms``, Kafka's
+``group.coordinator.append.linger.ms``, adds a wait before each transaction; 0 by default).
+
+Back-to-back transactions: the transaction coordinator answers the next transaction's AddPartitionsToTxn
+with CONCURRENT_TRANSACTIONS until the markers of the previous one are written, a millisecond or two on a
+healthy cluster. aiokafka retries that after a fixed 20 ms, which made every group change behind another
+one wait 20 ms; the store shortens that one backoff (``CONCURRENT_TRANSACTIONS_BACKOFF_S``).
 
 Compaction: every record is produced with the state record's own key (the __consumer_offsets key
 formats: one key per group metadata record, per member, per assignment, ...), and a tombstone (value
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.producer import sender as _aiokafka_sender
 
 from gateway.config.coordinator import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from gateway.logging import get_logger
@@ -67,9 +73,18 @@ log = get_logger("gateway.state.topic")
 
 DEFAULT_TOPIC = DEFAULT_STATE_TOPIC
 DEFAULT_TRANSACTIONAL_ID_PREFIX = DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
-# Kafka's group.coordinator.append.linger.ms idea: a short wait lets concurrent requests of one shard
-# share a transaction (one round of AddPartitionsToTxn/Produce/EndTxn) at a small latency cost.
-DEFAULT_APPEND_LINGER_MS = 5
+# Kafka's group.coordinator.append.linger.ms: a wait before each transaction. Concurrent requests of one
+# shard share a transaction anyway (what they append while one is in flight goes into the next), so the
+# default adds no wait: a group change on an idle shard is not held back for others that may never come.
+DEFAULT_APPEND_LINGER_MS = 0
+# aiokafka waits a fixed 20 ms (its BACKOFF_OVERRIDE) before retrying an AddPartitionsToTxn answered
+# CONCURRENT_TRANSACTIONS, the answer to a transaction that begins before the markers of the one before it
+# are written (about a millisecond on a healthy cluster). Every transaction right behind another paid it.
+# The state store is the process's only transactional client, so the module-wide value is its own; the
+# other retries of the client keep their backoff. aiokafka is pinned in pyproject.toml and a unit test
+# checks that the constant is still there.
+CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.001
+_aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 # How long one transaction (begin, produce, commit, with the client's retries) may take before the
 # shard gives up on it.
 DEFAULT_WRITE_TIMEOUT_MS = 30_000
