@@ -1,0 +1,104 @@
+"""The cluster state store's write latency: how long a shard's ``sync()`` takes, by linger and retry backoff.
+
+One embedded broker; for each variant a fresh one-partition state topic and one shard log
+(``gateway/state/topic.py``, the store the gateway runs), then:
+  - ``sequential``: one writer appends a record (200 bytes) and waits for its ``sync()``, over and over,
+    as a lone group changing on an idle shard does: every sync is a transaction of its own, right behind
+    the previous one;
+  - ``concurrent``: ``--writers`` writers on the same shard at once, as the groups of a busy shard: syncs
+    share transactions (what is appended while one is in flight goes into the next).
+Variants: ``append_linger_ms`` 5 (the earlier default) and 0 (today's), each with aiokafka's own 20 ms
+retry after CONCURRENT_TRANSACTIONS and with the store's 1 ms (``CONCURRENT_TRANSACTIONS_BACKOFF_S``). Prints
+per variant and mode the syncs per second, p50 / p99 of a sync, and the transactions committed; the LAST
+line is ``key=value`` pairs.
+
+    .venv/bin/python bench/state_writes.py [--syncs 300] [--writers 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiokafka.producer import sender as aiokafka_sender  # noqa: E402
+
+from gateway.ops.embedded_kafka import EmbeddedKafka  # noqa: E402
+from gateway.state import topic as state_topic  # noqa: E402
+from gateway.state.log import Record  # noqa: E402
+from gateway.state.topic import KafkaStateStore  # noqa: E402
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def _variant(bootstrap: str, linger_ms: float, backoff_s: float, syncs: int, writers: int) -> dict[str, float]:
+    aiokafka_sender.BACKOFF_OVERRIDE = backoff_s
+    name = f"bench-state-writes-{uuid.uuid4().hex[:8]}"
+    store = KafkaStateStore(bootstrap, shards=1, topic=name, transactional_id_prefix=f"{name}-",
+                            append_linger_ms=linger_ms)
+    await store.open()
+    shard = await store.open_shard(0)
+    out: dict[str, float] = {}
+    try:
+        for mode, count in (("sequential", 1), ("concurrent", writers)):
+            latencies: list[float] = []
+            before = store.transactions
+
+            async def writer(i: int, n: int, latencies: list[float] = latencies) -> None:
+                for j in range(n):
+                    began = time.perf_counter()
+                    shard.append([Record(f"w{i}-{j % 16}".encode(), b"x" * 200)])
+                    await shard.sync()
+                    latencies.append((time.perf_counter() - began) * 1000)
+
+            began = time.perf_counter()
+            await asyncio.gather(*(writer(i, max(1, syncs // count)) for i in range(count)))
+            elapsed = time.perf_counter() - began
+            out[f"{mode}_per_s"] = round(len(latencies) / elapsed)
+            out[f"{mode}_p50_ms"] = round(_pct(latencies, 0.5), 2)
+            out[f"{mode}_p99_ms"] = round(_pct(latencies, 0.99), 2)
+            out[f"{mode}_transactions"] = store.transactions - before
+    finally:
+        await shard.aclose()
+        await store.close()
+    return out
+
+
+async def _run(bootstrap: str, syncs: int, writers: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for linger_ms in (5, 0):
+        for backoff_s, label in ((0.02, "aiokafka20ms"), (state_topic.CONCURRENT_TRANSACTIONS_BACKOFF_S, "store1ms")):
+            await _variant(bootstrap, linger_ms, backoff_s, 20, 1)  # warm-up: the topic's leader, the coordinator
+            got = await _variant(bootstrap, linger_ms, backoff_s, syncs, writers)
+            key = f"linger{linger_ms:g}_{label}"
+            for mode in ("sequential", "concurrent"):
+                print(f"linger {linger_ms:g} ms, CONCURRENT_TRANSACTIONS retry {backoff_s * 1000:g} ms, {mode:10}: "
+                      f"{got[f'{mode}_per_s']:6.0f} syncs/s  p50 {got[f'{mode}_p50_ms']:6.2f} ms  "
+                      f"p99 {got[f'{mode}_p99_ms']:7.2f} ms  transactions {got[f'{mode}_transactions']:.0f}", flush=True)
+            figures.update({f"{key}_{k}": v for k, v in got.items()})
+    aiokafka_sender.BACKOFF_OVERRIDE = state_topic.CONCURRENT_TRANSACTIONS_BACKOFF_S
+    return figures
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--syncs", type=int, default=300, help="syncs per mode and variant")
+    p.add_argument("--writers", type=int, default=8, help="concurrent writers of the concurrent mode")
+    args = p.parse_args()
+    with EmbeddedKafka() as kafka:
+        figures = asyncio.run(_run(kafka.bootstrap, args.syncs, args.writers))
+    load = os.getloadavg()[0]
+    print(" ".join(f"{k}={v}" for k, v in figures.items()) + f" load_avg_1m={load:.1f} cpus={os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()
