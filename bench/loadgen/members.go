@@ -401,6 +401,10 @@ func (m *member) runConsumer() {
 	tt := timetable{offset: m.r.offset(m)}
 	ack := false // the next heartbeat acks a new assignment (sent at once, not on the timetable)
 	joined := false
+	// After an error answer the next heartbeat carries every field (rebalance timeout, subscription, the
+	// partitions owned), as Kafka's clients send after an error: an answer lost that way may have held a
+	// new assignment, and a coordinator sends the assignment again only on such a full request.
+	full := false
 	for {
 		var due time.Time
 		if !joined || ack {
@@ -431,9 +435,13 @@ func (m *member) runConsumer() {
 			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
 		} else {
 			req.MemberEpoch = epoch
-			if ack && len(owned) == 0 {
+			if full {
+				req.RebalanceTimeoutMillis = int32(m.r.cfg.rebalanceTimeoutMs)
+				req.SubscribedTopicNames = []string{m.r.cfg.topic}
+			}
+			if (ack || full) && len(owned) == 0 {
 				req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
-			} else if ack {
+			} else if ack || full {
 				t := kmsg.NewConsumerGroupHeartbeatRequestTopic()
 				t.TopicID = m.r.topicID
 				t.Partitions = owned
@@ -451,7 +459,7 @@ func (m *member) runConsumer() {
 		switch hr.ErrorCode {
 		case 0:
 		case 110, 25: // FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: rejoin with epoch 0
-			joined, ack = false, false
+			joined, ack, full = false, false, false
 			m.mu.Lock()
 			m.gen = 0
 			m.mu.Unlock()
@@ -461,6 +469,7 @@ func (m *member) runConsumer() {
 			}
 			continue
 		default:
+			full = joined
 			if !joined && !m.r.sleep(200*time.Millisecond) {
 				return
 			}
@@ -469,7 +478,7 @@ func (m *member) runConsumer() {
 		if !joined {
 			m.g.lastJoin.Store(time.Now().UnixNano())
 		}
-		joined, ack = true, false
+		joined, ack, full = true, false, false
 		m.mu.Lock()
 		if hr.MemberID != nil && *hr.MemberID != "" {
 			m.id = *hr.MemberID
