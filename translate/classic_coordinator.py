@@ -175,8 +175,8 @@ class ClassicGroupCoordinator:
     # ---- timers ------------------------------------------------------------------------------
     def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
         out = Outcome()
-        if not self.rebalancer.take_due(key, now_ms):
-            return out  # replaced, cancelled or early: nothing to do
+        if not self.rebalancer.take_due(out, key, now_ms):
+            return out  # replaced or cancelled: nothing to do; early: scheduled again for its deadline
         group = self.groups.get(key[1])
         if group is None or group.is_in(State.DEAD):
             return out

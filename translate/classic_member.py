@@ -596,7 +596,11 @@ class ClassicMemberTranslator:
         """The join and sync timers of classic members; an expiry fences the member."""
         out = Outcome()
         deadline = self.deadlines.get(key)
-        if deadline is None or now_ms < deadline:
+        if deadline is None:
+            return out
+        if now_ms < deadline:
+            # Fired early by this clock (the loop's timers may run on a coarser one): again at its deadline.
+            out.timers.append(_schedule(key, deadline))
             return out
         del self.deadlines[key]
         kind, group_id, member_id = key

@@ -55,10 +55,16 @@ class Rebalancer:
         if self.deadlines.pop(key, None) is not None:
             out.timers.append(Cancel(key))
 
-    def take_due(self, key: TimerKey, now_ms: int) -> bool:
-        """Whether a fired timer is still current; consumes it if so."""
+    def take_due(self, out: Outcome, key: TimerKey, now_ms: int) -> bool:
+        """Whether a fired timer is still current; consumes it if so. One that fired before its deadline
+        by this clock is scheduled again for it: the driver's timers may run on a coarser clock than
+        ``now_ms`` (uvloop's is libuv's, cached per turn of the loop in whole milliseconds), and a timer
+        dropped as early would never fire again (a silent member would never expire)."""
         deadline = self.deadlines.get(key)
-        if deadline is None or now_ms < deadline:
+        if deadline is None:
+            return False
+        if now_ms < deadline:
+            out.timers.append(Schedule(key, deadline))
             return False
         del self.deadlines[key]
         return True

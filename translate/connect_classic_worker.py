@@ -321,7 +321,11 @@ class ConnectClassicWorkers:
         """A classic worker that did not send SyncGroup, or did not rejoin when told, is removed."""
         out = Outcome()
         deadline = self.deadlines.get(key)
-        if deadline is None or now_ms < deadline:
+        if deadline is None:
+            return out
+        if now_ms < deadline:
+            # Fired early by this clock (the loop's timers may run on a coarser one): again at its deadline.
+            out.timers.append(Schedule(key, deadline))
             return out
         del self.deadlines[key]
         _, gid, mid = key

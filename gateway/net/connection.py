@@ -48,6 +48,10 @@ _MAX_PENDING = 1024
 # request per connection at a time; a client that pipelines slow local requests (a DescribeGroups of many
 # groups the cluster is asked about) without reading must not pile up their answers in memory.
 _MAX_LOCAL = 16
+# ... and their request bytes: what a local answer holds while it runs grows with its request (a DescribeGroups
+# naming 2,000 groups looks each one's coordinator up), so a count alone let 16 requests of 0.8 MB each hold
+# ~10 MB apiece, past the request memory budget, on a loop that overlaps their lookups more (uvloop).
+_MAX_LOCAL_BYTES = 1024 * 1024
 _LOW_PENDING = 256
 # Answers ready together are written as one when each is smaller than this; larger ones on their own.
 _JOINED_BELOW = 16 * 1024
@@ -78,6 +82,7 @@ class ClientConnection(asyncio.Protocol):
         self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
         self._local = 0  # local answers in progress (_MAX_LOCAL)
+        self._local_bytes = 0  # their request frames' bytes (_MAX_LOCAL_BYTES)
         # While the requests of one read are handled, answers ready meanwhile wait to leave together.
         self._batching = False
         self._flush_due = False
@@ -504,7 +509,9 @@ class ClientConnection(asyncio.Protocol):
         metrics = self.metrics
         arrived = time.perf_counter()
         self._local += 1
-        if self._local >= _MAX_LOCAL:
+        size = len(frame)
+        self._local_bytes += size
+        if self._local >= _MAX_LOCAL or self._local_bytes >= _MAX_LOCAL_BYTES:
             self.pause("local")
 
         async def run() -> None:
@@ -522,7 +529,8 @@ class ClientConnection(asyncio.Protocol):
                 return
             finally:
                 self._local -= 1
-                if self._local < _MAX_LOCAL:
+                self._local_bytes -= size
+                if self._local < _MAX_LOCAL and self._local_bytes < _MAX_LOCAL_BYTES:
                     self.resume("local")
             slot.data = frames.frame(response)
             metrics.local[api_key] += 1

@@ -196,7 +196,9 @@ def test_classic_member_that_never_syncs_is_fenced_by_its_sync_timer() -> None:
     w.consumer_member()
     member_id, _ = w.joined()
     key = timer_key(CLASSIC_MEMBER_SYNC_TIMER, "g", member_id)
-    assert w.translator.on_timer(key, 19_999).records == []  # not due yet
+    early = w.translator.on_timer(key, 19_999)
+    assert early.records == []  # not due yet: scheduled again for its deadline, not dropped
+    assert [(t.key, t.deadline_ms) for t in early.timers] == [(key, 20_000)]  # type: ignore[union-attr]
     result = w.translator.on_timer(key, 20_000)
     group = w.coordinator.group("g")
     assert group is not None and member_id not in group.members and result.records

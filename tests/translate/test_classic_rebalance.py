@@ -340,6 +340,20 @@ def test_stale_timer_fire_is_ignored() -> None:
     assert result.responses == [] and m1 in h.group().members
 
 
+def test_a_session_timer_fired_early_is_scheduled_again_and_expires_the_member_at_its_deadline() -> None:
+    """A driver whose timers run on a coarser clock than the coordinator's (uvloop's whole milliseconds)
+    may fire one a moment early: it must come again, not be dropped (the member would never expire)."""
+    h = Harness()
+    (m1,), _ = form_group(h, ["a"])
+    key, due = next((k, d) for k, d in h.timers.items() if k[2] == m1)
+    del h.timers[key]  # the driver let go of it when it fired
+    result = h.absorb(h.coordinator.on_timer(key, due - 1))
+    assert m1 in h.group().members and result.records == []
+    assert h.timers[key] == due  # again, for the same deadline
+    h.advance(due - h.now)
+    assert m1 not in h.group().members
+
+
 # ---- leaving --------------------------------------------------------------------------------
 def test_leave_group_batch_reports_each_member() -> None:
     h = Harness()
