@@ -4,37 +4,16 @@ the end of that read."""
 
 from __future__ import annotations
 
-from collections import deque
 from types import SimpleNamespace
 
-from gateway.net.connection import _JOINED_BELOW, ClientConnection
+from gateway.net.connection import _JOINED_BELOW
 from gateway.net.contracts import Slot
 from gateway.wire import frames
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-
-def _conn() -> ClientConnection:
-    conn = ClientConnection.__new__(ClientConnection)
-    conn.transport = _Transport()  # type: ignore[assignment]
-    conn.pending = deque()
-    conn.closed = False
-    conn.close_after_flush = False
-    conn._batching = False
-    conn._flush_due = False
-    conn._paused = set()
-    conn.metrics = SimpleNamespace(bytes_sent=0)  # type: ignore[assignment]
-    return conn
+from tests.gateway.connection_fakes import bare_connection
 
 
 def test_small_answers_ready_together_leave_in_one_write_in_order():
-    conn = _conn()
+    conn = bare_connection()
     slots = [Slot(), Slot(), Slot(), Slot()]
     conn.pending.extend(slots)
     slots[1].data = b"b"
@@ -51,7 +30,7 @@ def test_small_answers_ready_together_leave_in_one_write_in_order():
 
 
 def test_a_large_answer_is_written_on_its_own_between_the_joined_ones():
-    conn = _conn()
+    conn = bare_connection()
     big = b"x" * _JOINED_BELOW
     conn.pending.extend(Slot(d) for d in (b"1", b"2", big, b"3"))
     conn.flush()
@@ -59,7 +38,7 @@ def test_a_large_answer_is_written_on_its_own_between_the_joined_ones():
 
 
 def test_answers_ready_while_a_read_is_handled_leave_together_at_its_end():
-    conn = _conn()
+    conn = bare_connection()
     conn.buf = frames.FrameBuffer(1 << 20)
     conn.reserved = 0
     conn.active = False

@@ -6,46 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections import deque
-from types import SimpleNamespace
 from typing import Any
 
-from gateway.net.connection import _MAX_LOCAL, _MAX_LOCAL_BYTES, ClientConnection
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.reading = True
-        self.writes: list[bytes] = []
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-
-def _conn() -> ClientConnection:
-    conn = ClientConnection.__new__(ClientConnection)
-    conn.transport = _Transport()  # type: ignore[assignment]
-    conn.pending = deque()
-    conn.closed = False
-    conn.close_after_flush = False
-    conn._batching = False
-    conn._flush_due = False
-    conn._paused = set()
-    conn._local = 0
-    conn._local_bytes = 0
-    conn.tasks = set()
-    conn.source = None  # type: ignore[assignment]
-    conn.peer = ("127.0.0.1", 1)
-    conn.metrics = SimpleNamespace(  # type: ignore[assignment]
-        bytes_sent=0, local=[0] * 100, latency=lambda key: SimpleNamespace(observe=lambda s: None)
-    )
-    return conn
+from gateway.net.connection import _MAX_LOCAL, _MAX_LOCAL_BYTES
+from tests.gateway.connection_fakes import RecordingTransport, bare_connection
 
 
 def _frame(body_bytes: int, corr: int) -> bytes:
@@ -54,12 +18,12 @@ def _frame(body_bytes: int, corr: int) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def _run(requests: list[int]) -> tuple[list[bool], bool, _Transport]:
+def _run(requests: list[int]) -> tuple[list[bool], bool, RecordingTransport]:
     """Starts a local answer per request size, all waiting on one event; whether the connection was still
     being read after each, then whether it is read again once it is set and they are answered."""
 
-    async def main() -> tuple[list[bool], bool, _Transport]:
-        conn = _conn()
+    async def main() -> tuple[list[bool], bool, RecordingTransport]:
+        conn = bare_connection()
         gate = asyncio.Event()
 
         async def handler(source: Any, header: Any, payload: bytes) -> bytes:
@@ -73,7 +37,7 @@ def _run(requests: list[int]) -> tuple[list[bool], bool, _Transport]:
         gate.set()
         for _ in range(5):
             await asyncio.sleep(0)
-        transport: _Transport = conn.transport  # type: ignore[assignment]
+        transport: RecordingTransport = conn.transport  # type: ignore[assignment]
         assert b"".join(transport.writes) == (struct.pack(">i", 6) + b"answer") * len(requests)
         assert not conn.pending and not conn._local and not conn._local_bytes
         return reading, transport.reading, transport
