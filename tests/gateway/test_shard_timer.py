@@ -1,10 +1,10 @@
-"""gateway/groups/shard.py's ShardTimer: a deadline moved later fires once, at the later time."""
+"""gateway/groups/shard_schedule.py: ShardTimer: a deadline moved later fires once, at the later time."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.groups.shard import ShardTimer
+from gateway.groups.shard_schedule import ShardTimer
 
 KEY = ("session", "g", "m")
 
