@@ -35,6 +35,11 @@ def start(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     return False, asyncio.get_running_loop().create_task(_Rest(coro, first), context=context)
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class _Rest(Coroutine[Any, Any, Any]):
     """A started coroutine as a task's coroutine: the task's first step gets what the coroutine yielded
     when it suspended, every later step goes to the coroutine itself."""
@@ -60,6 +65,10 @@ class _Rest(Coroutine[Any, Any, Any]):
             self._first = _NOTHING
             if asyncio.isfuture(first):
                 first.cancel()
+                # A task would have read the outcome of the future it waited on; the error goes to the
+                # coroutine directly here, so nobody would, and a gather cancelled this way ends with an
+                # exception asyncio then logs as never retrieved.
+                first.add_done_callback(_retrieve)
         return self._coro.throw(*args)
 
     def close(self) -> None:

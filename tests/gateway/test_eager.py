@@ -157,3 +157,39 @@ def test_context_changes_stay_in_the_coroutine_as_under_a_task():
         assert var.get() == "caller"
 
     run(main())
+
+
+@pytest.mark.parametrize("before_first_step", [True, False])
+def test_a_gather_cancelled_with_its_task_leaves_no_unretrieved_error(before_first_step):
+    """A task cancelled while it waits on a gather reads the gather's outcome (a CancelledError set as its
+    exception); so must a task that carries on a stepped coroutine, or asyncio logs the error as never
+    retrieved (a traceback in the gateway's log when a client closes during a lookup)."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context.get("message")))
+
+        async def lookup():
+            await asyncio.sleep(10)
+
+        async def waits():
+            await asyncio.gather(lookup(), lookup())
+
+        _, task = eager.start(waits())
+        if not before_first_step:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(5):
+            await asyncio.sleep(0)
+        del task
+        import gc
+
+        gc.collect()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert reported == []
+
+    run(main())
