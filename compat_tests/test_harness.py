@@ -6,8 +6,13 @@ Only that last one needs the broker; the others run in milliseconds.
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
+from compat_tests.harness.connect import Worker, assert_stopped_cleanly
 from compat_tests.harness.events import EventLog, ProducedRecord
 from compat_tests.harness.invariants import duplicates, missing, overlaps
 from compat_tests.harness.java import (
@@ -153,3 +158,25 @@ def test_a_gateway_whose_port_was_taken_before_its_first_start_moves_to_a_free_b
         assert "address already in use" in gw.log_path.read_text()
     finally:
         taken.close()
+
+
+def test_a_killed_connect_worker_is_excused_only_for_the_rest_servers_shutdown_race(tmp_path: Path) -> None:
+    """A worker killed while its shutdown hook waited on Jetty's thread pool after Jetty's own hook
+    failed is the known race; killed anywhere else (its group member leaving, say) it is a failure."""
+    log = tmp_path / "worker.log"
+    log.write_text("6483 [JettyShutdownThread] WARN org.eclipse.jetty.util.component.ContainerLifeCycle - Unable to destroy\n")
+    race = "at org.eclipse.jetty.util.thread.QueuedThreadPool.join\nat org.apache.kafka.connect.runtime.rest.RestServer.stop\n"
+    herder = "at org.apache.kafka.connect.runtime.distributed.DistributedHerder.stop\n"
+
+    def worker(dump: str) -> Worker:
+        tool = SimpleNamespace(thread_dump=dump, stderr_path=log, tail=lambda n: log.read_text())
+        return Worker(tool=tool, port=1, group="g")  # type: ignore[arg-type]
+
+    assert_stopped_cleanly(worker(race), -signal.SIGKILL)
+    assert_stopped_cleanly(worker(""), 143)
+    for dump in (herder, race + herder, ""):
+        with pytest.raises(AssertionError):
+            assert_stopped_cleanly(worker(dump), -signal.SIGKILL)
+    log.write_text("nothing of Jetty's hook\n")
+    with pytest.raises(AssertionError):
+        assert_stopped_cleanly(worker(race), -signal.SIGKILL)
