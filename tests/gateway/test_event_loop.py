@@ -27,9 +27,10 @@ def _loop_module() -> str:
         loop.close()
 
 
-def test_auto_is_uvloop_since_it_is_a_dependency() -> None:
+def test_auto_is_the_default_and_is_uvloop_since_it_is_a_dependency() -> None:
     pytest.importorskip("uvloop", reason="uvloop is not built for this platform")
-    assert _use_event_loop(GatewayConfig(event_loop="auto")) == "uvloop"
+    assert GatewayConfig().event_loop == "auto"
+    assert _use_event_loop(GatewayConfig()) == "uvloop"
     assert _loop_module().startswith("uvloop")
 
 
