@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from coordinator import records as rec
 from coordinator import regex as rx
-from coordinator.assignors.api import TopicMetadata
+from coordinator.assignors.api import GroupSpec, TopicMetadata
 from coordinator.config import CoordinatorConfig
 from coordinator.model import (
     EMPTY_ASSIGNMENT,
@@ -295,34 +295,68 @@ def _offloads(config: CoordinatorConfig, group: ConsumerGroup) -> bool:
 
 
 def install_assignment(tx: Tx, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> bool:
-    """Install an offloaded computation's result if the group is still what it was computed from:
-    the job is the one in flight, the group epoch unchanged and the assignor's input (members,
-    subscriptions, targets, topic metadata) equal to the snapshot. Otherwise the result is discarded
-    and the group, still behind its epoch, computes again on its next heartbeat. Returns whether it
-    was installed."""
+    """Install an offloaded computation's result as the target of the group epoch it was computed
+    from (``job.group_epoch``), unless a target that recent is installed already, or the job is not the
+    one in flight (superseded, abandoned, or from before a reload). Returns whether it was installed.
+
+    The group may have moved on while it ran (members joined or left, subscriptions changed), as it
+    does all the time while a large group forms. Discarding the result then would leave such a group
+    without a target for as long as it keeps changing; like Kafka's coordinator, the result is
+    installed as if those changes came after it: a member that left gets nothing, a static member's
+    replacement gets what its predecessor was given, a member keeps only partitions of topics it still
+    subscribes to, and members that joined meanwhile keep the target they have. The group, still behind
+    its epoch, then computes again (in full) on a later heartbeat."""
     st = tx.state
     if st.assigning.get(job.group_id) is not job:
-        return False  # superseded, abandoned, or from before a reload
+        return False
     del st.assigning[job.group_id]
     group = st.groups.get(job.group_id)
     if group is None:
         return False
-    if (
-        group.dead
-        or group.group_epoch != job.group_epoch
-        or group.assignment_epoch >= job.group_epoch
-        or build_input(st.config, group)[0] != job.spec
-    ):
+    if group.dead or group.assignment_epoch >= job.group_epoch:
         group.delta.valid = False  # the snapshot consumed the delta: the next computation is in full
         return False
-    for mid, a in changed_targets(job.spec, result, group.target_assignment).items():
-        tx.emit(rec.target_member(group.group_id, mid, a))
-    tx.emit(rec.target_epoch(group.group_id, job.group_epoch, now_ms))
-    d = group.delta
-    # The input is unchanged since the snapshot: the new target reflects everything; the delta starts
-    # afresh from it (unless something that does not reach the assignor's input was noted meanwhile).
-    d.valid = not (d.added or d.removed or d.changed or d.topics_changed)
+    gid = group.group_id
+    spec = build_input(st.config, group)[0]
+    if group.group_epoch == job.group_epoch and spec == job.spec:
+        for mid, a in changed_targets(job.spec, result, group.target_assignment).items():
+            tx.emit(rec.target_member(gid, mid, a))
+        tx.emit(rec.target_epoch(gid, job.group_epoch, now_ms))
+        d = group.delta
+        # The input is unchanged since the snapshot: the new target reflects everything; the delta
+        # starts afresh from it (unless something that does not reach the assignor's input was noted).
+        d.valid = not (d.added or d.removed or d.changed or d.topics_changed)
+        return True
+    target = group.target_assignment
+    for mid, new in _still_members(job, spec, result).items():
+        old = target.get(mid)
+        if (old is None and not new) or old == new:
+            continue
+        tx.emit(rec.target_member(gid, mid, new))
+    tx.emit(rec.target_epoch(gid, job.group_epoch, now_ms))
+    group.delta.valid = False
     return True
+
+
+def _still_members(job: AssignmentJob, now: GroupSpec, result: dict[str, Assignment]) -> dict[str, Assignment]:
+    """``result`` (computed from ``job.spec``) for the members of ``now``: those that left dropped, a
+    replaced static member's part given to its successor, topics no longer subscribed to removed."""
+    successors = {m.instance_id: mid for mid, m in now.members.items() if m.instance_id is not None}
+    kept: dict[str, Assignment] = {}
+    for mid, assignment in result.items():
+        member = now.members.get(mid)
+        if member is None:
+            was = job.spec.members.get(mid)
+            successor = successors.get(was.instance_id) if was is not None and was.instance_id is not None else None
+            if successor is None or successor in job.spec.members:
+                continue
+            member = now.members[successor]
+        subscribed = member.subscribed_topic_ids
+        if all(t in subscribed for t in assignment):
+            kept[member.member_id] = assignment
+        else:
+            kept[member.member_id] = {t: p for t, p in assignment.items() if t in subscribed}
+    return kept
 
 
 def abandon_assignment(state: CoordinatorState, job: AssignmentJob) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +202,22 @@ def _join(group: str, member_id: str) -> ConsumerGroupHeartbeatRequest:
     )
 
 
-async def test_a_fenced_shard_stays_unloaded_and_the_others_serve() -> None:
-    store = _Store(3)
-    runtime = CoordinatorRuntime(3, new_service=GroupService, store=store)  # type: ignore[arg-type]
-    runtime.reload_backoff_s = (0.01, 0.02)
+async def _running(
+    store: _Store, new_service: Callable[[], GroupService] = GroupService, **settings: Any
+) -> CoordinatorRuntime:
+    """A runtime of ``store``'s shards, its settings (``reload_backoff_s``, ``stall_grace_ms``, ...)
+    set before its first load, loaded and started."""
+    runtime = CoordinatorRuntime(store.shards, new_service=new_service, store=store)  # type: ignore[arg-type]
+    for name, value in settings.items():
+        setattr(runtime, name, value)
     await runtime.load()
     runtime.start()
+    return runtime
+
+
+async def test_a_fenced_shard_stays_unloaded_and_the_others_serve() -> None:
+    store = _Store(3)
+    runtime = await _running(store, reload_backoff_s=(0.01, 0.02))
     try:
         fenced_group, other = groups_in_distinct_shards(3, 2)
         victim = runtime.shard_for(fenced_group)
@@ -241,9 +251,7 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
     from gateway.state.store import OWNER_MARKER_KEY
 
     store = _Store(3)
-    runtime = CoordinatorRuntime(3, new_service=GroupService, store=store)  # type: ignore[arg-type]
-    await runtime.load()
-    runtime.start()
+    runtime = await _running(store)
     runtime.watch_stalls(5.0)
     try:
         taken, kept = groups_in_distinct_shards(3, 2)
@@ -336,10 +344,7 @@ async def test_a_stalled_write_postpones_session_expiry_until_it_completes() -> 
     def service() -> GroupService:
         return GroupService(coordinator_config=CoordinatorConfig(session_timeout_ms=400, heartbeat_interval_ms=100))
 
-    runtime = CoordinatorRuntime(1, new_service=service, store=store)  # type: ignore[arg-type]
-    runtime.stall_grace_ms = 100
-    await runtime.load()
-    runtime.start()
+    runtime = await _running(store, service, stall_grace_ms=100)
     shard = runtime.shards[0]
     try:
         first = await runtime.call("g", _join("g", "m1"))
@@ -381,10 +386,7 @@ async def test_an_answer_held_by_a_stalled_write_is_not_held_past_the_bound() ->
     flowing.set()
     store = _Store(1)
     store.logs = {0: _StallingLog(0, flowing)}  # type: ignore[dict-item]
-    runtime = CoordinatorRuntime(1, new_service=GroupService, store=store)  # type: ignore[arg-type]
-    runtime.answer_stall_s = 0.2
-    await runtime.load()
-    runtime.start()
+    runtime = await _running(store, answer_stall_s=0.2)
     shard = runtime.shards[0]
     try:
         first = await runtime.call("g", _join("g", "m1"))
@@ -446,9 +448,7 @@ async def test_heartbeats_keep_one_session_timer_that_expires_the_member_after_t
     def service() -> GroupService:
         return GroupService(coordinator_config=CoordinatorConfig(session_timeout_ms=300, heartbeat_interval_ms=50))
 
-    runtime = CoordinatorRuntime(1, new_service=service, store=_Store(1))  # type: ignore[arg-type]
-    await runtime.load()
-    runtime.start()
+    runtime = await _running(_Store(1), service)
     shard = runtime.shards[0]
     try:
         first = await runtime.call("g", _join("g", "m1"))
