@@ -188,8 +188,9 @@ class ConsumerGroupCoordinator:
         return jobs
 
     def install_assignment(self, job: AssignmentJob, result: dict[str, Assignment], now_ms: int) -> Outcome[bool]:
-        """The records of the computed target if the group is unchanged since the snapshot (the
-        response: whether it was installed); nothing if it changed, and it computes again."""
+        """The records of the computed target, installed for the epoch of its snapshot with the group's
+        changes since applied over it (the response: whether it was installed; not when a newer target
+        is in place or the job was superseded or abandoned)."""
         tx = Tx(self.state)
         return tx.result(install_assignment(tx, job, result, now_ms))
 

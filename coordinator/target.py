@@ -124,7 +124,7 @@ class AssignmentJob:
     """A target computation handed to the driver to run off its event loop (KIP-1263,
     ``group.consumer.assignor.offload.enable``): an immutable snapshot of the assignor's input, taken at
     ``group_epoch``. ``run`` touches nothing but the snapshot, so any thread may call it; the result is
-    installed by ``membership.install_assignment`` only if the group is still as it was snapshotted."""
+    installed by ``membership.install_assignment`` for that epoch, the group's later changes applied over it."""
 
     group_id: str
     group_epoch: int

@@ -342,7 +342,7 @@ class Shard:
         """Compute ``job`` on a worker thread while the loop serves everyone else, then install it in
         the group's turn like any other change: its records are appended to the shard's log, and what
         a member is told of the new target comes in a later answer, released after that log's sync.
-        The install discards a result computed from a group that changed meanwhile."""
+        The install applies the group's changes since the snapshot over the result (coordinator/membership.py)."""
         counters = self.ctx.counters
         counters["assignments_offloaded"] += 1
         loop = asyncio.get_running_loop()

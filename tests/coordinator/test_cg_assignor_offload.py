@@ -1,7 +1,9 @@
 """KIP-1263 ``group.consumer.assignor.offload.enable``, the sans-I/O half: a heartbeat that would compute a
 large group's target hands an immutable snapshot of the assignor's input to the driver instead
 (``take_assignment_jobs``); the driver runs it anywhere and installs the result in the group's turn
-(``install_assignment``), which writes it only if the group is still what the snapshot was taken from.
+(``install_assignment``) as the target of the epoch it was computed from, the group's later changes
+applied over it (members that left get nothing, a static member's successor its part, unsubscribed topics
+removed), so a group that keeps changing still gets targets.
 """
 
 from __future__ import annotations
@@ -67,19 +69,19 @@ def test_the_result_is_installed_when_the_group_did_not_change_and_equals_the_in
     assert (hb.member_epoch, d.resp_parts(hb)) == (1, d.target_view("g")["m1"])  # revoke first, then epoch 2
 
 
-def test_a_result_computed_from_an_older_group_epoch_is_discarded_and_the_next_heartbeat_recomputes() -> None:
+def test_a_result_from_an_older_group_epoch_is_installed_for_that_epoch_and_the_group_computes_again() -> None:
     d = driver()
     job = two_members_one_job(d)
     d.now += 10
     d.hb("g", "m3", 0)  # joins while the computation runs: epoch 3
     assert d.coord.take_assignment_jobs() == []  # still one in flight
-    before = len(d.records)
-    assert not install(d, job)
-    assert d.records[before:] == []  # nothing written
+    assert install(d, job)
     g = d.group("g")
-    assert (g.group_epoch, g.assignment_epoch, g.state().value) == (3, 1, "Assigning")
-    # The snapshot did not see the later join.
-    assert sorted(job.spec.members) == ["m1", "m2"]
+    # Epoch 2's target, m3 (not in the snapshot) without a part yet; the group is still behind.
+    assert (g.group_epoch, g.assignment_epoch, g.state().value) == (3, 2, "Assigning")
+    view = d.target_view("g")
+    assert sorted(view) == ["m1", "m2"] and view["m1"] and view["m2"]
+    assert sorted(p for parts in view.values() for p in parts["foo"]) == [0, 1, 2, 3, 4, 5]
     # The next heartbeat computes again, from the current group.
     d.hb("g", "m1", 1, {"foo": [0, 1, 2, 3, 4, 5]})
     (again,) = d.coord.take_assignment_jobs()
@@ -87,6 +89,64 @@ def test_a_result_computed_from_an_older_group_epoch_is_discarded_and_the_next_h
     assert install(d, again)
     assert sorted(d.target_view("g")) == ["m1", "m2", "m3"]
     assert d.group("g").assignment_epoch == 3
+
+
+def test_a_group_that_changes_during_every_computation_still_gets_its_targets() -> None:
+    """A large group forming: a member joins while each computation runs. Every result is installed,
+    and once the joins stop the last computation covers everyone."""
+    d = driver()
+    d.hb("g", "m0", 0)
+    epochs = {"m0": 1}
+    for i in range(1, 8):
+        d.now += 10
+        d.hb("g", f"m{i}", 0)
+        jobs = d.coord.take_assignment_jobs()
+        if not jobs:
+            d.hb("g", "m0", epochs["m0"])
+            jobs = d.coord.take_assignment_jobs()
+        (job,) = jobs
+        d.now += 10
+        d.hb("g", f"late{i}", 0)  # joins while it runs
+        assert install(d, job)
+        assert d.group("g").assignment_epoch == job.group_epoch
+    d.now += 10
+    d.hb("g", "m0", 1)
+    (last,) = d.coord.take_assignment_jobs()
+    assert install(d, last)
+    g = d.group("g")
+    assert g.assignment_epoch == g.group_epoch
+    view = d.target_view("g")  # 15 members, 6 partitions: 6 members hold one each
+    assert set(view) <= set(g.members)
+    assert sorted(p for parts in view.values() for p in parts.get("foo", [])) == [0, 1, 2, 3, 4, 5]
+    assert sorted(last.spec.members) == sorted(g.members)
+
+
+def test_a_member_that_left_during_the_computation_gets_nothing_and_its_partitions_wait() -> None:
+    d = driver()
+    job = two_members_one_job(d)
+    d.hb("g", "m2", -1)  # leaves while the computation runs: epoch 3
+    assert install(d, job)
+    view = d.target_view("g")
+    assert sorted(view) == ["m1"]
+    assert len(view["m1"]["foo"]) < 6  # what m2 was given waits for the next computation
+    d.hb("g", "m1", 1, {"foo": [0, 1, 2, 3, 4, 5]})
+    (again,) = d.coord.take_assignment_jobs()
+    assert install(d, again)
+    assert d.target_view("g")["m1"]["foo"] == [0, 1, 2, 3, 4, 5]
+
+
+def test_topics_a_member_stopped_subscribing_to_are_left_out_of_an_installed_result() -> None:
+    d = driver()
+    d.topics({"foo": 6, "bar": 2})
+    d.hb("g", "m1", 0, subscribed_topic_names=["foo", "bar"])
+    d.now += 10
+    d.hb("g", "m2", 0, subscribed_topic_names=["foo", "bar"])
+    (job,) = d.coord.take_assignment_jobs()
+    d.hb("g", "m2", 1, subscribed_topic_names=["foo"])  # drops bar while the computation runs
+    assert install(d, job)
+    view = d.target_view("g")
+    assert "bar" not in view.get("m2", {})
+    assert view["m1"]
 
 
 def test_a_change_without_an_epoch_bump_also_discards_the_result() -> None:
@@ -101,9 +161,9 @@ def test_a_change_without_an_epoch_bump_also_discards_the_result() -> None:
     assert not install(d, job)  # superseded: not in flight any more
 
 
-def test_a_static_members_replacement_meanwhile_discards_the_result() -> None:
+def test_a_static_members_replacement_meanwhile_gets_its_predecessors_part() -> None:
     # KIP-345 in KIP-848: a static member that left (epoch -2) and rejoined under a new member id takes
-    # its old place without an epoch bump, so the epoch alone does not show the input changed.
+    # its old place without an epoch bump; the result computed for the old id goes to the new one.
     d = driver()
     d.hb("g", "m1", 0, instance_id="i1")
     d.now += 10
@@ -112,10 +172,13 @@ def test_a_static_members_replacement_meanwhile_discards_the_result() -> None:
     d.hb("g", "m1", -2, instance_id="i1")
     d.hb("g", "m1b", 0, instance_id="i1")
     assert d.group("g").group_epoch == job.group_epoch
-    assert not install(d, job)
-    d.hb("g", "m2", 1, {})
-    (again,) = d.coord.take_assignment_jobs()
-    assert sorted(again.spec.members) == ["m1b", "m2"] and install(d, again)
+    result = job.run()
+    assert install(d, job)
+    view = d.target_view("g")
+    assert sorted(view) == ["m1b", "m2"]
+    assert view["m1b"] == d.parts(result["m1"])
+    g = d.group("g")
+    assert g.assignment_epoch == g.group_epoch
 
 
 def test_while_a_computation_is_in_flight_no_other_trusts_the_delta() -> None:
