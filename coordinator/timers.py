@@ -2,9 +2,7 @@
 
 The coordinator never reads a clock: each call returns the timer changes to make. ``ScheduleTimer``
 (re)arms the timer ``key`` to fire at ``deadline_ms`` (replacing any timer with the same key);
-``CancelTimer`` disarms it. When a timer fires the caller calls ``on_timer(key, now_ms)``, never
-before ``deadline_ms`` by the clock it passes as ``now_ms`` (a driver whose loop keeps a coarser clock
-arms the timer again for the rest: gateway/groups/shard.py).
+``CancelTimer`` disarms it. When a timer fires the caller calls ``on_timer(key, now_ms)``.
 
 Keys are tuples ``(kind, group_id, member_id)`` with kind ``session`` (KIP-848 "Heartbeat &
 Session") or ``rebalance`` (the revocation deadline, KIP-848 "Member Epoch - Reconciliation").
@@ -59,23 +57,6 @@ def apply_timer_changes(
             disarm(old)
         if isinstance(change, ScheduleTimer):
             armed[change.key] = arm(change)
-
-
-def take_due(
-    deadlines: MutableMapping[TimerKey, int], key: TimerKey, now_ms: int, again: Callable[[ScheduleTimer], None]
-) -> bool:
-    """For a service that keeps its timers' deadlines: whether the timer ``key`` that fired is still
-    current, consuming it if so. A timer unknown here was cancelled or replaced (stale). One that fired
-    before its deadline by ``now_ms`` is handed to ``again`` to be scheduled for that deadline, not
-    dropped: dropped, it would never fire again and a silent member would never expire."""
-    due = deadlines.get(key)
-    if due is None:
-        return False
-    if now_ms < due:
-        again(ScheduleTimer(key, due))
-        return False
-    del deadlines[key]
-    return True
 
 
 def session_key(group_id: str, member_id: str) -> TimerKey:

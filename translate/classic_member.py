@@ -32,7 +32,7 @@ from coordinator.outcome import Outcome, RequestKey, StrategyFallback
 from coordinator.service import ConsumerGroupCoordinator
 from coordinator.state import Tx
 from coordinator.target import select_assignor
-from coordinator.timers import session_key, take_due
+from coordinator.timers import session_key
 from translate.classic_join import join_error
 from translate.classic_messages import (
     MEMBER_ID_REQUIRED_VERSION,
@@ -595,8 +595,14 @@ class ClassicMemberTranslator:
     def on_timer(self, key: tuple[str, str, str], now_ms: int) -> Outcome:
         """The join and sync timers of classic members; an expiry fences the member."""
         out = Outcome()
-        if not take_due(self.deadlines, key, now_ms, out.timers.append):
+        deadline = self.deadlines.get(key)
+        if deadline is None:
             return out
+        if now_ms < deadline:
+            # Fired early by this clock (the loop's timers may run on a coarser one): again at its deadline.
+            out.timers.append(_schedule(key, deadline))
+            return out
+        del self.deadlines[key]
         kind, group_id, member_id = key
         if kind == CLASSIC_MEMBER_GATHER_TIMER:
             return self._end_gathering(group_id, now_ms)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from coordinator.errors import Errors
 from coordinator.outcome import MemberRemoved, Outcome, RebalanceStarted
-from coordinator.timers import TimerKey, take_due
+from coordinator.timers import TimerKey
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_messages import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
 from translate.group_records import (
@@ -56,8 +56,18 @@ class Rebalancer:
             out.timers.append(Cancel(key))
 
     def take_due(self, out: Outcome, key: TimerKey, now_ms: int) -> bool:
-        """Whether a fired timer is still current; consumes it if so (coordinator/timers.py ``take_due``)."""
-        return take_due(self.deadlines, key, now_ms, out.timers.append)
+        """Whether a fired timer is still current; consumes it if so. One that fired before its deadline
+        by this clock is scheduled again for it: the driver's timers may run on a coarser clock than
+        ``now_ms`` (uvloop's is libuv's, cached per turn of the loop in whole milliseconds), and a timer
+        dropped as early would never fire again (a silent member would never expire)."""
+        deadline = self.deadlines.get(key)
+        if deadline is None:
+            return False
+        if now_ms < deadline:
+            out.timers.append(Schedule(key, deadline))
+            return False
+        del self.deadlines[key]
+        return True
 
     def reschedule_heartbeat(
         self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, now_ms: int, timeout_ms: int | None = None

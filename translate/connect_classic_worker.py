@@ -49,7 +49,7 @@ from coordinator.connect.model import (
 from coordinator.connect.service import ConnectGroupCoordinator, session_key
 from coordinator.errors import ApiError, Errors
 from coordinator.outcome import Outcome, RequestKey
-from coordinator.timers import TimerKey, take_due
+from coordinator.timers import TimerKey
 from translate.classic_join import join_error
 from translate.classic_messages import (
     BATCH_LEAVE_VERSION,
@@ -320,8 +320,14 @@ class ConnectClassicWorkers:
     def on_timer(self, key: TimerKey, now_ms: int) -> Outcome:
         """A classic worker that did not send SyncGroup, or did not rejoin when told, is removed."""
         out = Outcome()
-        if not take_due(self.deadlines, key, now_ms, out.timers.append):
+        deadline = self.deadlines.get(key)
+        if deadline is None:
             return out
+        if now_ms < deadline:
+            # Fired early by this clock (the loop's timers may run on a coarser one): again at its deadline.
+            out.timers.append(Schedule(key, deadline))
+            return out
+        del self.deadlines[key]
         _, gid, mid = key
         group = self.connect.group(gid)
         if group is not None and mid in group.workers:

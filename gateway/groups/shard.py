@@ -206,10 +206,9 @@ class Shard:
                 due = at + max(0.0, (change.deadline_ms - now) / 1000.0)
                 if old is not None and old.armed <= due:
                     old.due = due
-                    old.deadline_ms = change.deadline_ms
                     timers[key] = old
                     continue
-                timers[key] = ShardTimer(loop, due, self.fire, key, change.deadline_ms)
+                timers[key] = ShardTimer(loop, due, self.fire, key)
             if old is not None:
                 old.cancel()
 
@@ -333,8 +332,7 @@ class Shard:
                 continue  # the write that stalled is still outstanding
             del self.postponed[key]
             if self._life.state is ShardState.ACTIVE and key not in self.timers:
-                delay_ms = max(0, now - since)
-                self.timers[key] = ShardTimer(loop, loop.time() + delay_ms / 1000.0, self.fire, key, now + delay_ms)
+                self.timers[key] = ShardTimer(loop, loop.time() + max(0, now - since) / 1000.0, self.fire, key)
 
     # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
 
@@ -372,14 +370,7 @@ class Shard:
     # --- results nobody waits for: timers, metadata, expiry -------------------------------------------
 
     def fire(self, key: TimerKey) -> None:
-        timer = self.timers.pop(key, None)
-        if timer is not None:
-            # Never before its deadline by the clock the service is given (coordinator/timers.py).
-            early_ms = timer.deadline_ms - self.ctx.now()
-            if early_ms > 0:
-                self.timers[key] = timer
-                timer.again(early_ms / 1000.0)
-                return
+        self.timers.pop(key, None)
         if not self._life.state.loaded:
             return
         since = self.stalled_since()

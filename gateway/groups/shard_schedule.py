@@ -50,25 +50,18 @@ class GroupTurn:
 
 
 class ShardTimer:
-    """One armed timer of a shard, due at ``due`` (the loop's clock) for the service's ``deadline_ms``
-    (the shard's millisecond clock). Moving it later does not touch the loop: the handle armed for the
-    earlier time, once it comes due, arms again for the later one. So a member's heartbeats, each pushing
-    its session deadline, cost no timer handle each."""
+    """One armed timer of a shard, due at ``due`` (the loop's clock). Moving it later does not touch the
+    loop: the handle armed for the earlier time, once it comes due, arms again for the later one. So a
+    member's heartbeats, each pushing its session deadline, cost no timer handle each."""
 
-    __slots__ = ("_callback", "_handle", "_key", "_loop", "armed", "deadline_ms", "due")
+    __slots__ = ("_callback", "_handle", "_key", "_loop", "armed", "due")
 
     def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        due: float,
-        callback: Callable[[TimerKey], None],
-        key: TimerKey,
-        deadline_ms: int,
+        self, loop: asyncio.AbstractEventLoop, due: float, callback: Callable[[TimerKey], None], key: TimerKey
     ) -> None:
         self._loop = loop
         self._callback = callback
         self._key = key
-        self.deadline_ms = deadline_ms
         self.due = self.armed = due
         self._handle = loop.call_at(due, self._come_due)
 
@@ -78,12 +71,6 @@ class ShardTimer:
             self._handle = self._loop.call_at(self.due, self._come_due)
             return
         self._callback(self._key)
-
-    def again(self, delay_s: float) -> None:
-        """Came due early by the shard's clock (the loop's may be coarser: uvloop's is libuv's, whole
-        milliseconds cached per turn): armed again for the rest."""
-        self.due = self.armed = self._loop.time() + delay_s
-        self._handle = self._loop.call_at(self.due, self._come_due)
 
     def cancel(self) -> None:
         # The handle's own cancel: uvloop's timer handles are not asyncio.TimerHandle instances.
