@@ -40,7 +40,6 @@ from coordinator.target import (
     AssignmentJob,
     assignment_size,
     build_input,
-    changed_targets,
     compute_target,
     reset_delta,
 )
@@ -318,23 +317,25 @@ def install_assignment(tx: Tx, job: AssignmentJob, result: dict[str, Assignment]
         return False
     gid = group.group_id
     spec = build_input(st.config, group)[0]
-    if group.group_epoch == job.group_epoch and spec == job.spec:
-        for mid, a in changed_targets(job.spec, result, group.target_assignment).items():
-            tx.emit(rec.target_member(gid, mid, a))
-        tx.emit(rec.target_epoch(gid, job.group_epoch, now_ms))
-        d = group.delta
-        # The input is unchanged since the snapshot: the new target reflects everything; the delta
-        # starts afresh from it (unless something that does not reach the assignor's input was noted).
-        d.valid = not (d.added or d.removed or d.changed or d.topics_changed)
-        return True
+    kept = _still_members(job, spec, result)
     target = group.target_assignment
-    for mid, new in _still_members(job, spec, result).items():
+    for mid in spec.members:
+        new = kept.get(mid)
+        if new is None:
+            if mid not in job.spec.members:
+                continue  # joined while it ran: keeps the target it has
+            new = EMPTY_ASSIGNMENT
         old = target.get(mid)
-        if (old is None and not new) or old == new:
+        if old is new or (old is None and not new) or old == new:
             continue
         tx.emit(rec.target_member(gid, mid, new))
     tx.emit(rec.target_epoch(gid, job.group_epoch, now_ms))
-    group.delta.valid = False
+    d = group.delta
+    # With the input unchanged since the snapshot the new target reflects everything, and the delta
+    # starts afresh from it (unless something that does not reach the assignor's input was noted);
+    # otherwise the next computation is in full.
+    unchanged = group.group_epoch == job.group_epoch and spec == job.spec
+    d.valid = unchanged and not (d.added or d.removed or d.changed or d.topics_changed)
     return True
 
 
