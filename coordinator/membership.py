@@ -32,7 +32,6 @@ from coordinator.model import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
-    subscribed_topic_names,
 )
 from coordinator.reconcile import reconcile
 from coordinator.state import CoordinatorState, Tx
@@ -109,7 +108,8 @@ def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: 
     metadata of the subscribed topics. Returns whether the partition metadata changed."""
     st = tx.state
     gid = group.group_id
-    in_use = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+    # The distinct subscriptions, not the members: a group of thousands mostly shares a handful.
+    in_use = {regex for _, regex in group.subscriptions if regex}
     for regex in list(group.resolved_regexes):
         if regex not in in_use:
             tx.emit(rec.regular_expression_tombstone(gid, regex))
@@ -121,12 +121,11 @@ def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: 
         if known is None or known.topics != topics:
             tx.emit(rec.regular_expression(gid, regex, topics, st.metadata_version, now_ms))
     names: set[str] = set()
-    seen: set[tuple[frozenset[str], str | None]] = set()
-    for m in group.members.values():
-        sub = (m.subscribed_topic_names, m.subscribed_topic_regex)
-        if sub not in seen:
-            seen.add(sub)
-            names |= subscribed_topic_names(group, m)
+    for topic_names, pattern in group.subscriptions:
+        names |= topic_names
+        resolved = group.resolved_regexes.get(pattern) if pattern else None
+        if resolved is not None:
+            names |= resolved.topics
     meta: dict[str, TopicMetadata] = {n: st.topics[n] for n in names if n in st.topics}
     if meta == group.subscription_metadata:
         return False

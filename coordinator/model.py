@@ -126,6 +126,10 @@ class PendingDelta:
     valid: bool = False  # False until one target assignment was computed in this process
 
 
+Subscription = tuple[frozenset[str], str | None]
+"""A member's subscription: the topic names it asks for and its regex, if any."""
+
+
 @dataclass(slots=True)
 class ConsumerGroup:
     group_id: str
@@ -143,6 +147,10 @@ class ConsumerGroup:
     # pending revocation). A partition may be given to a member only once it has no owner.
     static_members: dict[str, str] = field(default_factory=dict)
     partition_owners: dict[uuid.UUID, dict[int, str]] = field(default_factory=dict)
+    # Derived: how many members hold each distinct subscription (topic names, regex). A join or leave
+    # then refreshes the group's subscribed topics from the few distinct subscriptions instead of
+    # walking every member (Kafka keeps subscribed-topic counts for the same reason).
+    subscriptions: dict[Subscription, int] = field(default_factory=dict)
     delta: PendingDelta = field(default_factory=PendingDelta)
     # When the group last became empty (record 3); -1 while it has members or when not recorded.
     # offsets.retention.minutes after it, the group is deleted (expire_empty_groups).

@@ -16,6 +16,7 @@ from coordinator.model import (
     ConsumerGroupMember,
     MemberState,
     ResolvedRegex,
+    Subscription,
 )
 from coordinator.records import (
     CurrentMemberAssignmentValue,
@@ -41,7 +42,17 @@ def _member(group: ConsumerGroup, member_id: str) -> ConsumerGroupMember:
     m = group.members.get(member_id)
     if m is None:
         m = group.members[member_id] = ConsumerGroupMember(member_id)
+        _count(group, (m.subscribed_topic_names, m.subscribed_topic_regex), 1)
     return m
+
+
+def _count(group: ConsumerGroup, sub: Subscription, n: int) -> None:
+    subs = group.subscriptions
+    left = subs.get(sub, 0) + n
+    if left > 0:
+        subs[sub] = left
+    else:
+        subs.pop(sub, None)
 
 
 def _release(group: ConsumerGroup, member_id: str, a: Assignment) -> None:
@@ -138,6 +149,7 @@ def apply(groups: dict[str, ConsumerGroup], record: Record) -> None:
         if v is None:
             m = g.members.pop(mid, None)
             if m is not None:
+                _count(g, (m.subscribed_topic_names, m.subscribed_topic_regex), -1)
                 _set_assignment(g, m, None)
                 if m.instance_id is not None and g.static_members.get(m.instance_id) == mid:
                     del g.static_members[m.instance_id]
@@ -150,7 +162,11 @@ def apply(groups: dict[str, ConsumerGroup], record: Record) -> None:
         m.rack_id = v.rack_id
         m.client_id = v.client_id
         m.client_host = v.client_host
-        m.subscribed_topic_names = frozenset(v.subscribed_topic_names)
+        names = frozenset(v.subscribed_topic_names)
+        if names != m.subscribed_topic_names or v.subscribed_topic_regex != m.subscribed_topic_regex:
+            _count(g, (m.subscribed_topic_names, m.subscribed_topic_regex), -1)
+            _count(g, (names, v.subscribed_topic_regex), 1)
+        m.subscribed_topic_names = names
         m.subscribed_topic_regex = v.subscribed_topic_regex
         m.rebalance_timeout_ms = v.rebalance_timeout_ms
         m.server_assignor = v.server_assignor

@@ -9,6 +9,7 @@ Runs with the test assignor and, when present, the shipped ``uniform`` assignor.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -256,6 +257,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert session_key(G, mid) in self.timers, mid
             if m.state is MemberState.UNREVOKED_PARTITIONS and m.member_epoch >= 0:
                 assert rebalance_key(G, mid) in self.timers, mid
+
+    @invariant()
+    def subscriptions_counted(self) -> None:
+        g = self.coord.group(G)
+        if g is None:
+            return
+        held = Counter((m.subscribed_topic_names, m.subscribed_topic_regex) for m in g.members.values())
+        assert g.subscriptions == dict(held)
+        assert g.subscriptions == replay(self.records)[G].subscriptions
 
     @invariant()
     def replay_matches(self) -> None:
