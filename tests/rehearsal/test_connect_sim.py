@@ -18,12 +18,9 @@ from rehearsal import oracle, report, report_input
 from rehearsal.cli import simulate_main
 from rehearsal.fleet import MANIFEST, simulate_fleet
 from rehearsal.fleet_spec import FleetSpec
-from rehearsal.sim_connect import (
-    ConnectSimConfig,
-    ConnectSimulation,
-    SimWorker,
-    run_connect_seed,
-)
+from rehearsal.sim_connect import ConnectSimulation, run_connect_seed
+from rehearsal.sim_connect_base import SimWorker
+from rehearsal.sim_connect_config import ConnectSimConfig
 from rehearsal.simulate import SimulationViolation
 
 SESSION_MS = 10_000
