@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from rehearsal.events import EventLogError, validate_logs
-from rehearsal.report import HISTOGRAM_BINS, ReportInput, annotate, choose_group, histogram_width, render
+from rehearsal.report import render
+from rehearsal.report_input import HISTOGRAM_BINS, ReportInput, choose_group, histogram_width
+from rehearsal.report_provenance import annotate
 
 
 def _rows(df: Any) -> list[dict[str, Any]]:

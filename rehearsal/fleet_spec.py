@@ -25,8 +25,8 @@ from rehearsal.sim_clients import (
     REBALANCE_TIMEOUT_MS,
 )
 from rehearsal.sim_config import GRACEFUL_SHARE, ROLL_FIRST_MS, ROLL_GAP_MS, ROLL_RESTART_MS
-from rehearsal.sim_connect import SCENARIOS as CONNECT_SIM_SCENARIOS
-from rehearsal.sim_connect import SCHEDULED_REBALANCE_DELAY_MS, ConnectSimConfig
+from rehearsal.sim_connect_config import SCENARIOS as CONNECT_SIM_SCENARIOS
+from rehearsal.sim_connect_config import SCHEDULED_REBALANCE_DELAY_MS, ConnectSimConfig
 from rehearsal.sim_endpoint import EndpointConfig
 from rehearsal.simulate import SimConfig
 

@@ -2,9 +2,9 @@
 members inside consumer groups, to the connect groups' coordinator or to the consumer groups'.
 
 Timer keys are ``(kind, group id, member id)`` for all three (translate/result.py,
-translate/classic_member.py, coordinator/timers.py). A consumer-protocol member whose session or
-rebalance timeout expires may be the last one of its protocol: then the group is downgraded to a
-classic group (translate/conversion.py) instead of fencing the member.
+translate/classic_member.py, translate/classic_member_gathering.py, coordinator/timers.py). A
+consumer-protocol member whose session or rebalance timeout expires may be the last one of its protocol:
+then the group is downgraded to a classic group (translate/conversion.py) instead of fencing the member.
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ from coordinator.model import MemberState
 from coordinator.outcome import Outcome
 from coordinator.timers import REBALANCE, SESSION, TimerKey
 from translate import connect_routing
-from translate.classic_member import (
-    CLASSIC_MEMBER_GATHER_TIMER,
-    CLASSIC_MEMBER_JOIN_TIMER,
-    CLASSIC_MEMBER_SYNC_TIMER,
-)
+from translate.classic_member import CLASSIC_MEMBER_JOIN_TIMER, CLASSIC_MEMBER_SYNC_TIMER
+from translate.classic_member_gathering import CLASSIC_MEMBER_GATHER_TIMER
 from translate.connect_classic_worker import TIMER_KINDS as CONNECT_CLASSIC_TIMER_KINDS
 from translate.connect_conversion import new_protocol_workers
 from translate.group_parts import GroupParts, after_membership_change, consumer_group, forget_if_unwritten

@@ -10,10 +10,10 @@ from rehearsal.tables import TABLES
 
 def as_reported(summary: dict[str, Any], paths: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """A summary as `rehearse report` writes it for these inputs: with what the simulations beside them used and
-    the calibration behind each spread row (rehearsal.report.annotate), which the analysis itself does not
+    the calibration behind each spread row (rehearsal.report_provenance.annotate), which the analysis itself does not
     compute."""
     from rehearsal.cli import find_calibration_sources, find_simulations
-    from rehearsal.report import annotate
+    from rehearsal.report_provenance import annotate
 
     rows, sources = find_calibration_sources(list(paths))
     return annotate(summary, find_simulations(list(paths)), rows, sources)

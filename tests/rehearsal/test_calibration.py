@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from rehearsal import events as E
-from rehearsal import oracle, report
+from rehearsal import oracle, report, report_input
 from rehearsal.calibration import Schedule, Step, figures, simulate_schedule
 
 MIX = "classic-eager"
@@ -92,7 +92,7 @@ def test_report_shows_the_cost_split_and_a_calibration() -> None:
     real = figures(crash_log(), 2)
     calibration = [{"mix": MIX, "scenario": "crashes", "client": "java",
                     "real": {"unavailable_ms": real.unavailable_ms}, "simulated": [{"unavailable_ms": 6000}]}]
-    data = report.from_oracle(m, None)
+    data = report_input.from_oracle(m, None)
     data.calibration = calibration
     html = report.render(data)
     assert "crashes: session timeouts" in html and "30.00%" in html  # 6000 of 20000 partition-ms

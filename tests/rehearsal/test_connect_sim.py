@@ -14,16 +14,13 @@ from pydantic import ValidationError
 
 from coordinator.connect.model import ConnectAssignment
 from rehearsal import events as E
-from rehearsal import oracle, report
+from rehearsal import oracle, report, report_input
 from rehearsal.cli import simulate_main
 from rehearsal.fleet import MANIFEST, simulate_fleet
 from rehearsal.fleet_spec import FleetSpec
-from rehearsal.sim_connect import (
-    ConnectSimConfig,
-    ConnectSimulation,
-    SimWorker,
-    run_connect_seed,
-)
+from rehearsal.sim_connect import ConnectSimulation, run_connect_seed
+from rehearsal.sim_connect_base import SimWorker
+from rehearsal.sim_connect_config import ConnectSimConfig
 from rehearsal.simulate import SimulationViolation
 
 SESSION_MS = 10_000
@@ -206,7 +203,7 @@ def test_rehearse_simulate_connect_writes_events_the_report_reads(tmp_path: Path
     c = m.summary["connect"]
     assert (c["groups"], c["tasks"], c["connectors"]) == (3, 3 * 2 * 2, 3 * 2)
     assert c["task_unavailable_ms"] > 0 and m.summary["double_ownership_violations"] == 0
-    html = report.render(report.from_oracle(m))
+    html = report.render(report_input.from_oracle(m))
     assert "Connect groups: task unavailability" in html and "task-seconds" in html
     # A bad combination is refused with exit code 2.
     assert simulate_main(1, 2, "scale-up", 0, str(tmp_path / "c"), group_type="connect", echo=said.append) == 2

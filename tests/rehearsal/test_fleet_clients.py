@@ -16,7 +16,9 @@ from rehearsal.cli import find_simulations, parse_clients, simulate_main
 from rehearsal.fleet import MANIFEST, FleetSimulation, run_group, simulate_fleet
 from rehearsal.fleet_settings import ClientSpec, GatewaySpec, client_slots, gateway_from_config
 from rehearsal.fleet_spec import FleetSpec, fleet_warnings, sim_config, simulation_settings
-from rehearsal.report import annotate, calibration_backing, from_oracle, render
+from rehearsal.report import render
+from rehearsal.report_input import from_oracle
+from rehearsal.report_provenance import annotate, calibration_backing
 from rehearsal.tables import roll_spread
 
 LIBRDKAFKA_AND_JAVA = ({"client": "librdkafka", "share": 3}, {"client": "java", "version": "4.3.1", "share": 1})

@@ -17,7 +17,7 @@ from rehearsal import oracle
 from rehearsal.cli import report_main, simulate_main
 from rehearsal.fleet import MANIFEST
 from rehearsal.fleet_spec import CLIENT_MIXES
-from rehearsal.report import MIX_LABELS
+from rehearsal.report_html import MIX_LABELS
 
 pytestmark = pytest.mark.usefixtures("spark")
 

@@ -14,7 +14,7 @@ import rehearsal_compare as C
 import rehearsal_scenarios as S
 
 from rehearsal import events as E
-from rehearsal import oracle, report
+from rehearsal import oracle, report_input
 from rehearsal.cli import report_main
 from rehearsal.tables import TABLES
 
@@ -111,7 +111,7 @@ def test_report_has_the_sections_and_the_busiest_group(analysed: Analysed) -> No
 
 def test_report_histograms_equal_the_oracle(analysed: Analysed) -> None:
     html = (analysed.out / "report.html").read_text()
-    ref = report.from_oracle(analysed.reference)
+    ref = report_input.from_oracle(analysed.reference)
     shown = {}
     for figure in html.split("<figure><figcaption>")[1:]:
         mix = figure.split("</figcaption>", 1)[0]

@@ -11,7 +11,7 @@ import pytest
 import rehearsal_scenarios as S
 
 from rehearsal import events as E
-from rehearsal import oracle, report
+from rehearsal import oracle, report, report_input, report_mixes
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "rehearsal-events.md"
 
@@ -22,7 +22,7 @@ def metrics() -> oracle.Metrics:
 
 def test_report_sections_and_timeline_marks() -> None:
     m = metrics()
-    data = report.from_oracle(m, "double/g3")
+    data = report_input.from_oracle(m, "double/g3")
     html = report.render(data)
     for anchor in ("client-mixes", "unavailability", "timeline", "runs", "groups"):
         assert f'id="{anchor}"' in html
@@ -45,30 +45,30 @@ def test_report_sections_and_timeline_marks() -> None:
 
 def test_absent_mix_is_shown_as_no_data() -> None:
     m = oracle.compute(S.gap().events)
-    html = report.render(report.from_oracle(m))
+    html = report.render(report_input.from_oracle(m))
     assert html.count("no data") >= 3
 
 
 def test_choose_group() -> None:
     groups = metrics().group_summary
-    assert report.choose_group(groups, "gap/g2") == ("gap", "g2")
-    assert report.choose_group(groups, "gb") == ("multi", "gb")
+    assert report_input.choose_group(groups, "gap/g2") == ("gap", "g2")
+    assert report_input.choose_group(groups, "gb") == ("multi", "gb")
     busiest = max(g["rebalances"] for g in groups)
-    chosen = report.choose_group(groups, None)
+    chosen = report_input.choose_group(groups, None)
     assert chosen is not None
     assert next(g for g in groups if (g["run"], g["group"]) == chosen)["rebalances"] == busiest
     with pytest.raises(ValueError, match="no group"):
-        report.choose_group(groups, "missing")
-    assert report.choose_group([], None) is None
+        report_input.choose_group(groups, "missing")
+    assert report_input.choose_group([], None) is None
 
 
 def test_histogram_bins_cover_all_values() -> None:
     values = {"consumer": [0, 5, 10, 99, 100], "translate": [50]}
-    hist = report.histogram(values, bins=10)
+    hist = report_input.histogram(values, bins=10)
     assert hist["consumer"][0] == 2 and hist["consumer"][9] == 2 and hist["consumer"][1] == 1
     assert hist["translate"][5] == 1
     assert sum(map(sum, hist.values())) == 6
-    assert report.histogram({"consumer": [0, 0]}, bins=4)["consumer"] == [2, 0, 0, 0]
+    assert report_input.histogram({"consumer": [0, 0]}, bins=4)["consumer"] == [2, 0, 0, 0]
 
 
 def test_documented_example_lines_are_valid() -> None:
@@ -89,7 +89,7 @@ def _mix(share: float | None, p50: int = 1, mean_rebalances: float = 1.0) -> dic
 def test_verdict_names_the_least_and_the_most_unavailable_mix() -> None:
     mixes = {"classic-eager": _mix(0.20), "classic-cooperative": _mix(0.08), "translate": _mix(0.05),
              "consumer": _mix(0.10)}  # fmt: skip
-    html = report._verdict(mixes)
+    html = report_mixes.verdict(mixes)
     assert "<b>5.00%</b> of their time under <b>translate mode</b>, the least" in html
     assert "<b>20.00%</b> under <b>classic eager</b>, the most (4.00 times as much)" in html
     # One bar per mix, in the fixed order, each as long as its share on a common scale.
@@ -102,14 +102,14 @@ def test_verdict_names_the_least_and_the_most_unavailable_mix() -> None:
 
 
 def test_verdict_with_missing_or_equal_mixes() -> None:
-    only = report._verdict({"consumer": _mix(0.1), "translate": _mix(None)})
+    only = report_mixes.verdict({"consumer": _mix(0.1), "translate": _mix(None)})
     assert "under new protocol, the only mix in these logs" in only
     assert only.count("no data") == 3  # classic eager, classic cooperative, and translate without a window
-    tie = report._verdict({"consumer": _mix(0.1), "translate": _mix(0.1)})
+    tie = report_mixes.verdict({"consumer": _mix(0.1), "translate": _mix(0.1)})
     assert "under every measured mix (translate mode, new protocol)" in tie and "(least)" not in tie
-    assert "No client mix" in report._verdict({})
+    assert "No client mix" in report_mixes.verdict({})
 
 
 def test_the_verdict_comes_before_the_details() -> None:
-    html = report.render(report.from_oracle(metrics()))
+    html = report.render(report_input.from_oracle(metrics()))
     assert html.index('id="verdict"') < html.index('id="client-mixes"') < html.index('id="timeline"')

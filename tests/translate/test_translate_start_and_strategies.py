@@ -12,7 +12,7 @@ from migration_harness import REBALANCE, SESSION, TOPIC, TOPIC_ID, Driver, metad
 
 from coordinator.errors import Errors
 from coordinator.target import select_assignor
-from translate.classic_member import CLASSIC_MEMBER_GATHER_TIMER
+from translate.classic_member_gathering import CLASSIC_MEMBER_GATHER_TIMER
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol, MemberIdentity
 from translate.embedded import subscribed_topics
 from translate.result import timer_key
