@@ -74,6 +74,17 @@ class GatewayConfig(SaslSettings):
     max_connections: int = Field(
         default=2_147_483_647, ge=1, validation_alias=AliasChoices("max_connections", "max.connections")
     )
+    # Connections the kernel completes and queues for each listener before the gateway accepts them
+    # (listen(2) backlog; the kernel caps it at net.core.somaxconn). The gateway accepts on the same
+    # event loop that answers requests, so while it is busy a fleet reconnecting at once waits in this
+    # queue; past it the kernel drops their connection attempts and clients retry seconds later.
+    # Kafka's socket.listen.backlog.size defaults to 50 (a broker accepts on its own thread); here
+    # 4096, the kernel's usual cap.
+    socket_listen_backlog_size: int = Field(
+        default=4096,
+        ge=1,
+        validation_alias=AliasChoices("socket_listen_backlog_size", "socket.listen.backlog.size"),
+    )
     # Close a client connection with no traffic and nothing outstanding for this long; -1 = never.
     connections_max_idle_ms: int = Field(
         default=600_000,

@@ -171,6 +171,7 @@ class Gateway:
             self.config.listen_host,
             self.config.listen_port,
             reuse_address=True,
+            backlog=self.config.socket_listen_backlog_size,
         )
         self.nodes.bootstrap_port = int(self._bootstrap_server.sockets[0].getsockname()[1])
         return self.nodes.bootstrap_port
@@ -240,7 +241,8 @@ class Gateway:
 
                 try:
                     server = await loop.create_server(
-                        self._client_factory(node), self.config.listen_host, port, reuse_address=True
+                        self._client_factory(node), self.config.listen_host, port, reuse_address=True,
+                        backlog=self.config.socket_listen_backlog_size,
                     )
                 except OSError as e:
                     log.error("cannot open broker listener", node_id=node, port=port, error=str(e))

@@ -1,5 +1,5 @@
 """Connection limits on a gateway in front of the real broker: max.connections, connections.max.idle.ms,
-the partial-request timeout; the admin endpoint under idle connections; the limits' arithmetic."""
+the partial-request timeout, the listen backlog; the admin endpoint under idle connections; the limits' arithmetic."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import errno
 import socket
 import struct
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -190,6 +191,55 @@ def test_kafka_names_are_accepted() -> None:
     assert (config.queued_max_request_bytes, config.max_connections, config.connections_max_idle_ms) == (1024, 7, 5)
     default = GatewayConfig()
     assert default.connections_max_idle_ms == 600_000  # Kafka's default
+
+
+def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 1.5) -> int:
+    """Hold the gateway's event loop for ``busy_s`` while ``clients`` connect at once, each giving up
+    after half a second; returns how many connected (completed by the kernel, queued for accept)."""
+    assert gw._loop is not None
+    started = threading.Event()
+    gw._loop.call_soon_threadsafe(lambda: (started.set(), time.sleep(busy_s)))
+    assert started.wait(10)
+    host, port = gw.bootstrap.rsplit(":", 1)
+    connected: list[socket.socket] = []
+    lock = threading.Lock()
+
+    def dial() -> None:
+        s = socket.socket()
+        s.settimeout(0.5)
+        try:
+            s.connect((host, int(port)))
+        except OSError:
+            s.close()
+            return
+        with lock:
+            connected.append(s)
+
+    threads = [threading.Thread(target=dial) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in connected:
+        s.close()
+    return len(connected)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("backlog", "expect_all"), [(None, True), (16, False)])
+def test_a_fleet_connecting_while_the_loop_is_busy_waits_in_the_listen_backlog(kafka_broker, backlog, expect_all):
+    settings: dict[str, Any] = {"upstream": kafka_broker.bootstrap, "listen_port": 0, "log_level": "warning"}
+    if backlog is not None:
+        settings["socket.listen.backlog.size"] = backlog
+    with GatewayThread(GatewayConfig.model_validate(settings)) as gw:
+        clients = 300
+        connected = _dial_while_busy(gw, clients)
+        if expect_all:  # the default queues them all; they are served once the loop is free
+            assert connected == clients
+            with wire.connect(gw.bootstrap) as s:
+                assert _metadata(s, 1) == 1
+        else:  # a small backlog: the kernel drops the attempts past it (the setting reaches listen(2))
+            assert connected <= backlog + 1
 
 
 async def test_failed_accepts_are_counted_instead_of_reported_one_by_one() -> None:
