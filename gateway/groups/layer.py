@@ -5,57 +5,37 @@ gateway answers FindCoordinator (key type GROUP) with one of its own broker list
 group API on every listener itself. Unmanaged groups, transactional coordinators and anything it cannot
 decode as a group request of a managed group pass through to the upstream untouched.
 
-One request's path: ``claims`` decodes the frame (once: the decoded request is handed on) and decides
-local or passthrough; ``handle`` checks it, builds the request context and calls the API's handler
-(gateway/groups/handlers.py), which hands the sans-I/O request to the group's shard in the coordinator
-runtime (gateway/groups/runtime.py): shard ``shard_of(group_id, state.topic.num.partitions)``, its records
-appended to the shard's log in the state store (gateway/state/file_store.py for ``--state-dir``) and the
-response released after ``sync()``. Share and streams groups' requests go to the cluster's
-coordinators (gateway/groups/cluster.py); offsets stay in the cluster (gateway/groups/offsets.py).
-
-While a shard is unloaded (its log could not be written: re-read in the background; or fenced by a
-newer owner) its groups are answered NOT_COORDINATOR (ListGroups: COORDINATOR_NOT_AVAILABLE,
-FindCoordinator for them: COORDINATOR_NOT_AVAILABLE); every other shard keeps serving.
+This module builds the layer's parts and runs their life (start, stop, a fleet joined). One request's
+way through them (``claims``, then ``handle``) is gateway/groups/dispatch.py; which groups are managed,
+and the members of those handed back by a live change, is gateway/groups/managed.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import time
 import uuid
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import re2
+from typing import TYPE_CHECKING
 
 from coordinator.errors import Errors
 from gateway.authz.acls import AclCache
 from gateway.authz.data import DataAuthorizer
-from gateway.authz.groups import (
-    ALLOW_ALL,
-    GroupAuthorizer,
-)
+from gateway.authz.groups import GroupAuthorizer
 from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups import dispatch
 from gateway.groups.adoption import UpstreamLeaver
-from gateway.groups.cluster import ROUTED_MANY, ROUTED_ONE, ClusterGroups
+from gateway.groups.cluster import ROUTED_ONE, ClusterGroups
+from gateway.groups.dispatch import Decoded, LocalHandler
 from gateway.groups.fleet import Fleet, JoinFleet
 from gateway.groups.handlers import GroupHandlers, Handler
 from gateway.groups.lag import LagWatch
+from gateway.groups.managed import ManagedGroups
 from gateway.groups.metadata_watch import MetadataWatch, TopicImage
 from gateway.groups.offsets import OffsetBridge
 from gateway.groups.rebalance_log import RebalanceEventLog
 from gateway.groups.request_authz import RequestAuthorization
-from gateway.groups.requests import (
-    ANONYMOUS,
-    RequestContext,
-    error_payload,
-    names_member,
-    refusal_payload,
-    unloaded_payload,
-)
 from gateway.groups.runtime import CoordinatorRuntime, GroupCalls, ShardUnloaded
 from gateway.logging import get_logger
 from gateway.metrics import GroupStats
@@ -65,10 +45,8 @@ from gateway.net.upstream_client import UpstreamClient
 from gateway.security.rights import MissingRight, principal_of_config
 from gateway.state.file_store import FileStateStore
 from gateway.state.store import StateStore
-from gateway.wire import codec, frames
+from gateway.wire import frames
 from gateway.wire import group_codec as gc
-from gateway.wire.api_keys import ApiKey
-from gateway.wire.group_codec import group_ids
 from translate.group_service import GroupService
 
 if TYPE_CHECKING:
@@ -81,40 +59,6 @@ if TYPE_CHECKING:
 log = get_logger("gateway.groups.layer")
 
 GroupsUnloaded = ShardUnloaded  # the name older callers know
-_HANDED_BACK_KEPT = 10_000  # handed-back groups whose KIP-848 members are still to be told (set_managed_groups)
-
-# Offset APIs of a share or streams group go to the cluster's coordinator as well (Streams commits with
-# its member epoch, which only the cluster's coordinator can check).
-_OFFSET_APIS = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE})
-
-# Handlers that serve groups the gateway does not manage too, by forwarding them at a version the
-# upstream speaks (topic ids turned into names where the upstream's version has only names).
-_TRANSLATED_FOR_ANY_GROUP = frozenset(
-    {
-        ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.OFFSET_FETCH,
-        ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT,
-    }
-)  # fmt: skip
-
-
-# The connect group type's APIs (groupgate's own, docs/connect.md): the cluster has none, so they are
-# never passed through; a group the gateway does not coordinate is refused here.
-_CONNECT_APIS = frozenset(
-    {ApiKey.CONNECT_GROUP_HEARTBEAT, ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT, ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT}
-)
-
-
-class Decoded:
-    """What ``claims`` read of a frame, handed to ``handle`` so that the request is decoded once."""
-
-    __slots__ = ("msg", "null_free")
-
-    def __init__(self, msg: Any, null_free: bool = False) -> None:
-        self.msg = msg
-        self.null_free = null_free  # claims found no null where the schema forbids one (codec.null_field)
-
-    def __bool__(self) -> bool:
-        return True
 
 
 class GroupLayer:
@@ -147,12 +91,8 @@ class GroupLayer:
         self.settings = settings
         self.counters: collections.Counter[str] = collections.Counter()
         self.stats = GroupStats()  # rebalances and timer expirations, for /metrics
-        self._match_all = settings.managed_groups == ".*"
-        self._managed = re2.compile(settings.managed_groups)
-        # Groups handed back to the cluster's coordinator by a live change of managed_groups
-        # (set_managed_groups): group id -> the KIP-848 member ids the gateway held then, each answered
-        # UNKNOWN_MEMBER_ID once on its next ConsumerGroupHeartbeat.
-        self._handed_back: dict[str, set[str]] = {}
+        # Which groups the gateway coordinates (changed live by set_managed_groups).
+        self.managed_groups = ManagedGroups(settings.managed_groups, self.counters)
         timeout = lambda: config.upstream_request_timeout_s  # noqa: E731
         self.client = UpstreamClient(directory, timeout)
         self.forward = UpstreamClient(directory, timeout)  # client-driven traffic: links of its own
@@ -214,8 +154,8 @@ class GroupLayer:
             self.runtime, self.cluster, self.offsets, self.adoption, self.watch,
             managed=self.managed, home_node=self.home_node, addr_of=nodes.addr_of,
         )
-        self._handlers: dict[int, Handler] = self.handlers.table()
-        self._api_keys = frozenset((*self._handlers, *ROUTED_ONE))
+        self.handler_table: dict[int, Handler] = self.handlers.table()
+        self._api_keys = frozenset((*self.handler_table, *ROUTED_ONE))
         self._state_opened = False
         # Authorization of what the gateway answers itself (gateway/authz/groups.py): None when off.
         self.authorizer: GroupAuthorizer | None = None
@@ -259,7 +199,7 @@ class GroupLayer:
             passthrough = DataAuthorizer(self.authorizer, self._topic_names, self._unknown_topic_id)
         self._authorizes_passthrough = passthrough is not None
         return HandlerChain(
-            local_handlers={api_key: _LocalHandler(self, api_key) for api_key in self._api_keys},
+            local_handlers={api_key: LocalHandler(self, api_key) for api_key in self._api_keys},
             local_api=gc.LOCAL_API,
             passthrough_authz=passthrough,
         )
@@ -308,7 +248,7 @@ class GroupLayer:
         return self.runtime.has_state(group_id)
 
     def managed(self, group_id: str) -> bool:
-        return self._match_all or self._managed.fullmatch(group_id) is not None
+        return self.managed_groups.matches(group_id)
 
     def set_managed_groups(self, pattern: str) -> tuple[list[str], list[str]]:
         """Change which groups the gateway coordinates, live (SIGHUP: gateway/ops/reload.py); returns the
@@ -321,50 +261,15 @@ class GroupLayer:
         gateway's member ids either; the gateway's state of it is kept, and its members expire here by
         their session timers. Only the KIP-848 members' next heartbeat is answered here, UNKNOWN_MEMBER_ID,
         since the cluster may answer it GROUP_ID_NOT_FOUND, which the clients take as fatal."""
-        try:
-            compiled = re2.compile(pattern)
-        except re2.error as e:
-            raise ValueError(f"managed_groups is not a valid RE2 pattern: {e}") from None
-        old_all, old = self._match_all, self._managed
-
-        def was(g: str) -> bool:
-            return old_all or old.fullmatch(g) is not None
-
-        self._managed, self._match_all = compiled, pattern == ".*"
+        was = self.managed_groups.replace(pattern)
         self.settings.managed_groups = pattern
         held = self.runtime.group_ids()
         adopted = sorted(g for g in held if self.managed(g) and not was(g))
         handed_back = sorted(g for g in held if was(g) and not self.managed(g))
-        for g in [g for g in self._handed_back if self.managed(g)]:
-            del self._handed_back[g]
         # A member adopted before and handed back since is on the cluster's coordinator again: removed again.
         self.adoption.forget(lambda g: self.managed(g) and not was(g))
-        gone = set(handed_back)
-        for group in self.runtime.consumer_groups():
-            if group.group_id in gone and group.members:
-                self._handed_back[group.group_id] = set(group.members)
-        while len(self._handed_back) > _HANDED_BACK_KEPT:  # members that never came back: oldest forgotten
-            del self._handed_back[next(iter(self._handed_back))]
+        self.managed_groups.note_handed_back(handed_back, self.runtime.consumer_groups())
         return adopted, handed_back
-
-    def _handed_back_member(self, msg: Any) -> bool:
-        """A ConsumerGroupHeartbeat (epoch > 0) of a member the gateway held when its group was handed back."""
-        members = self._handed_back.get(msg.group_id)
-        return members is not None and msg.member_epoch > 0 and msg.member_id in members
-
-    def _hand_back(self, msg: Any, version: int, corr: int) -> bytes:
-        members = self._handed_back[msg.group_id]
-        members.discard(msg.member_id)
-        if not members:
-            del self._handed_back[msg.group_id]
-        self.counters["handed_back_members"] += 1
-        log.info("told a member of a handed-back group to join the cluster's coordinator",
-                 group_id=msg.group_id, member_id=msg.member_id)
-        return codec.encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, corr, codec.RESPONSES[
-            ApiKey.CONSUMER_GROUP_HEARTBEAT][version](
-            error_code=Errors.UNKNOWN_MEMBER_ID,
-            error_message=f"group {msg.group_id} is coordinated by the cluster again: join it with epoch 0",
-        ))  # fmt: skip
 
     def managed_group_ids(self) -> list[str]:
         return sorted(g for g in self.runtime.group_ids() if self.managed(g))
@@ -500,167 +405,16 @@ class GroupLayer:
     def expire_empty_groups(self) -> None:
         self.runtime.expire_empty_groups()
 
-    # --- request entry ---------------------------------------------------------------------------------
+    # --- request entry (gateway/groups/dispatch.py) ---------------------------------------------------
 
     def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
-        """Whether this request is the group layer's (else it passes through to the upstream); what it
-        decoded to decide, when it did, so that ``handle`` does not decode it again."""
-        if api_key == ApiKey.LIST_GROUPS:
-            return True
-        if self._match_all and api_key != ApiKey.FIND_COORDINATOR:
-            return True
-        upstream = self.directory.upstream_api.get(api_key)
-        if upstream is not None and version > upstream[1] and api_key in _TRANSLATED_FOR_ANY_GROUP:
-            # The gateway advertises its own (Kafka 4.4.0's) versions of the group APIs; an older
-            # upstream would refuse a newer one for a group it coordinates: the handler speaks the
-            # upstream's version for it.
-            return True
-        try:
-            _, msg = codec.decode_request(api_key, version, frame[4:])
-        except Exception:  # noqa: BLE001 - the handler answers it with an error code
-            return True
-        if codec.null_field(msg, version) is not None:
-            return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
-        if any(self.managed(g) for g in group_ids(api_key, version, msg)) or api_key in _CONNECT_APIS:
-            return Decoded(msg, null_free=True)
-        if self._handed_back and api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._handed_back_member(msg):
-            return Decoded(msg, null_free=True)  # answered by handle, once per member
-        return False
+        """Whether this request is the group layer's (else it passes through to the upstream)."""
+        return dispatch.claims(self, frame, api_key, version)
 
     async def handle(
         self, conn: RequestSource, header: frames.RequestHeader, payload: bytes, decoded: Decoded | None = None
     ) -> bytes:
-        api_key, version, corr = header.api_key, header.api_version, header.correlation_id
-        if decoded is not None:
-            msg = decoded.msg
-        else:
-            try:
-                _, msg = codec.decode_request(api_key, version, payload)
-            except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
-                self.counters["invalid_requests"] += 1
-                self.refused(conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")
-                return error_payload(api_key, version, corr, Errors.INVALID_REQUEST)
-        null = None if decoded is not None and decoded.null_free else codec.null_field(msg, version)
-        if null is not None:
-            # A null where the schema allows none (e.g. JoinGroup protocols, an OffsetFetch group id):
-            # Kafka cannot parse it either. Answered here, never acted on or sent upstream.
-            self.refused(conn, header, f"null-field:{api_key}", f"v{version} {null} is null")
-            self.counters["invalid_requests"] += 1
-            return refusal_payload(api_key, version, corr, msg, Errors.INVALID_REQUEST, f"{null} is null")
-        ctx = self._context(conn, header, payload)
-        try:
-            if ctx.access.enabled:
-                refused = await self.request_authz.whole_request(ctx, msg)
-                if refused is not None:
-                    return refused
-            if api_key in _CONNECT_APIS and not self.managed(msg.group_id):
-                ctx.refuse(f"unmanaged-connect-group:{api_key}", f"group {msg.group_id} is not managed by the gateway")
-                return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
-                    error_code=Errors.UNSUPPORTED_VERSION,
-                    error_message=f"The gateway does not coordinate group {msg.group_id}; the cluster has no connect groups.",
-                ))  # fmt: skip
-            if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and not self.managed(msg.group_id):
-                # Only a member of a handed-back group gets here (claims).
-                if self._handed_back_member(msg):
-                    return self._hand_back(msg, version, corr)
-                return await ctx.send_upstream(msg.group_id, None)
-            if api_key in ROUTED_ONE:
-                if api_key == ApiKey.STREAMS_GROUP_HEARTBEAT and msg.member_epoch == 0 and self.managed(msg.group_id):
-                    # A streams group's first member may take over an id the gateway holds (KIP-1071
-                    # offline migration): decided on the gateway's state of it, so that shard must be read.
-                    self.runtime.check_loaded([msg.group_id])
-                    if await self.handlers.streams_join_refused(msg.group_id):
-                        return codec.encode_response(api_key, version, corr, codec.RESPONSES[api_key][version](
-                            error_code=Errors.GROUP_ID_NOT_FOUND,
-                            error_message=f"Group {msg.group_id} is not a streams group.",
-                        ))  # fmt: skip
-                # The cluster's groups: otherwise nothing of the gateway's state is involved (also while unloaded).
-                return await ctx.send_upstream(msg.group_id, ROUTED_ONE[api_key])
-            ids = group_ids(api_key, version, msg)
-            if api_key == ApiKey.LIST_GROUPS:
-                # In a fleet a broker's node lists none of the managed groups: a shard being loaded here
-                # does not hold its answer up (gateway/groups/handlers.py list_groups).
-                if self.fleet is None or ctx.node_id is None:
-                    for shard in self.runtime.shards:
-                        if shard.state.will_serve:  # another instance lists the groups it owns
-                            shard.check_loaded()
-            elif api_key != ApiKey.FIND_COORDINATOR and api_key not in ROUTED_MANY:
-                self.runtime.check_loaded([g for g in ids if self.managed(g)])
-            if api_key in _OFFSET_APIS and len(ids) == 1 and await self._cluster_coordinates(api_key, version, msg, ids[0]):
-                if not ctx.access.enabled:
-                    return await ctx.send_upstream(ids[0], None)
-                return await self.request_authz.forward_offsets(ctx, msg, ids[0])
-            body = await self._handlers[api_key](ctx, msg)
-            return codec.encode_response(api_key, version, corr, body)
-        except asyncio.CancelledError:
-            raise
-        except ShardUnloaded:
-            self.counters["unloaded_requests"] += 1
-            return unloaded_payload(api_key, version, corr, msg)
-        except Exception:
-            log.exception("group request failed", api_key=api_key, api_version=version)
-            self.counters["failed_requests"] += 1
-            return error_payload(api_key, version, corr, Errors.UNKNOWN_SERVER_ERROR)
-
-    async def _cluster_coordinates(self, api_key: int, version: int, msg: Any, group_id: str) -> bool:
-        """Whether an offset request's group is a share or streams group of the cluster's."""
-        if self.runtime.has_state(group_id):
-            return False
-        if group_id in self.cluster.foreign:
-            return True
-        return names_member(api_key, version, msg) and await self.cluster.is_foreign(group_id)
-
-    def _context(self, conn: RequestSource, header: frames.RequestHeader, payload: bytes) -> RequestContext:
-        api_key, version, corr = header.api_key, header.api_version, header.correlation_id
-
-        def send_upstream(group_id: str, kind: str | None) -> Awaitable[bytes]:
-            return self.cluster.route_one(api_key, version, corr, payload, group_id, kind)
-
-        def refuse(kind: str, reason: str) -> None:
-            self.refused(conn, header, kind, reason)
-
-        peer = conn.peer
-        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
-        principal = conn.principal or ANONYMOUS
-        return RequestContext(
-            api_key=api_key,
-            api_version=version,
-            correlation_id=corr,
-            client_id=header.client_id or "",
-            client_host=host,
-            node_id=conn.node_id,
-            send_upstream=send_upstream,
-            refuse=refuse,
-            # The authenticated principal of a SASL client (passthrough with inspection); Kafka's
-            # anonymous principal otherwise.
-            principal=principal,
-            access=ALLOW_ALL if self.authorizer is None else self.authorizer.access(principal, host),
-        )
-
-    def refused(self, conn: RequestSource, header: frames.RequestHeader | None, kind: str, reason: str) -> None:
-        """A request this layer refuses: logged once per client and kind (gateway/net/refusals.py)."""
-        refusals = self.refusals
-        if refusals is not None:
-            who = {"principal": conn.principal} if conn.principal is not None else {}
-            refusals.note(conn.peer, header.client_id if header is not None else None, kind, reason, **who)
+        return await dispatch.handle(self, conn, header, payload, decoded)
 
 
-class _LocalHandler:
-    """The connection's LocalHandler for one api key, with ``claims`` deciding local vs passthrough."""
-
-    __slots__ = ("api_key", "layer")
-
-    def __init__(self, layer: GroupLayer, api_key: int) -> None:
-        self.layer = layer
-        self.api_key = api_key
-
-    def claims(self, frame: bytes, api_key: int, version: int) -> bool | Decoded:
-        return self.layer.claims(frame, api_key, version)
-
-    def __call__(
-        self, conn: RequestSource, header: frames.RequestHeader, payload: bytes, decoded: Any = None
-    ) -> Awaitable[bytes]:
-        return self.layer.handle(conn, header, payload, decoded if isinstance(decoded, Decoded) else None)
-
-
-__all__ = ["Decoded", "GroupLayer", "GroupsUnloaded", "refusal_payload"]
+__all__ = ["GroupLayer", "GroupsUnloaded"]

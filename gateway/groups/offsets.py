@@ -118,7 +118,7 @@ class OffsetBridge(OffsetFetches):
 
     async def _send_commit(self, gid: str, version: int, msg: Any, lane: int) -> Any:
         """One (merged) simple commit to the group's upstream coordinator, at most once. Its parts are
-        clients' requests the group layer checked for nulls when it decoded them (GroupLayer.handle), and
+        clients' requests the group layer checked for nulls when it decoded them (dispatch.handle), and
         the fields set here (member id "", no instance id) are not null where the schema forbids it."""
         return await self.client.to_coordinator(
             gid, ApiKey.OFFSET_COMMIT, version, msg, _moved_error, idempotent=False, lane=lane, checked=True
@@ -186,7 +186,7 @@ class OffsetBridge(OffsetFetches):
         gid = check.group_id
         if not self.managed(gid):
             # A group the gateway does not coordinate, here only because the client's version is newer
-            # than the upstream's (GroupLayer.claims): the upstream validates it, at a version it has.
+            # than the upstream's (dispatch.claims): the upstream validates it, at a version it has.
             return await self._forward_commit(gid, api_key, version, msg)
         # Read before the call: while the check waits for its answer to be durable, another member's
         # JoinGroup may create the group, and the group being known then says nothing of the check.

@@ -23,11 +23,8 @@ completes, then by as long as the write was outstanding, so a member gets at lea
 the stall. Kafka's coordinator reaches the same outcome differently: the partition's new leader loads the
 groups and starts every session afresh.
 
-A failed append or sync (StateLogWriteFailed) unloads only that shard, as Kafka's coordinator unloads a
-partition it cannot write: its memory holds changes whose records are not durable, so it is dropped
-(timers cancelled, waiting requests answered with a retriable error) and re-read from the store in the
-background with backoff. ``ShardFenced`` (a newer owner took the shard over) unloads it for good: it
-is never re-opened by this process, whose memory of it is stale.
+A failed append or sync unloads only that shard, and a fenced one for good; dropping its memory and
+reading it back, or taking it over and handing it over in a fleet, is gateway/groups/shard_reload.py.
 
 A shard's life (served, draining, owned by another instance, loading, failed, fenced, closed) is one
 transition table (gateway/groups/shard_state.py). All a shard uses of the runtime comes in the
@@ -45,10 +42,11 @@ from typing import Any
 from coordinator.outcome import Outcome
 from coordinator.target import AssignmentJob
 from coordinator.timers import ScheduleTimer, TimerKey
+from gateway.groups import shard_reload
 from gateway.groups.shard_context import GroupCalls, ShardContext
+from gateway.groups.shard_reload import say
 from gateway.groups.shard_schedule import GroupTurn, ShardTimer
 from gateway.groups.shard_state import (
-    NOT_OWNED,
     ShardEvent,
     ShardLife,
     ShardStalled,
@@ -58,19 +56,13 @@ from gateway.groups.shard_state import (
 from gateway.logging import get_logger
 from gateway.net import eager
 from gateway.state.log import Record, StateLogWriteFailed
-from gateway.state.store import ShardFenced, ShardLog
+from gateway.state.store import ShardLog
 from translate.group_config import encode_any_record
 from translate.group_service import GroupService
 
 log = get_logger("gateway.groups.runtime")
 
 _ACTIVE = ShardState.ACTIVE  # read on every request: a module constant is cheaper than the enum's class attribute
-
-
-def _say(emit: Callable[..., Any], event: str, **fields: Any) -> None:
-    """Log on the unload/reload path, where the log's own file may sit on the full disk."""
-    with contextlib.suppress(OSError):
-        emit(event, **fields)
 
 
 class Shard:
@@ -85,7 +77,7 @@ class Shard:
         self.timers: dict[TimerKey, ShardTimer] = {}
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        self._life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
+        self.life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
         self.reload_task: asyncio.Task[None] | None = None  # re-reading it while FAILED
         self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
         self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
@@ -94,20 +86,20 @@ class Shard:
 
     @property
     def state(self) -> ShardState:
-        return self._life.state
+        return self.life.state
 
     @property
     def reason(self) -> str | None:
         """Why the shard is not served now (None while ACTIVE)."""
-        return self._life.reason
+        return self.life.reason
 
     def disown(self) -> None:
         """Before the first load: another instance of the fleet owns this shard until it is taken over."""
-        self._life.on(ShardEvent.DISOWN)
+        self.life.on(ShardEvent.DISOWN)
 
     def close(self) -> None:
         """The runtime stopped (the shard's timers and log are closed by then)."""
-        self._life.on(ShardEvent.CLOSE)
+        self.life.on(ShardEvent.CLOSE)
 
     # --- load ------------------------------------------------------------------------------------------
 
@@ -130,8 +122,8 @@ class Shard:
 
     def check_loaded(self) -> None:
         """ShardUnloaded, with the reason, unless the shard takes requests now."""
-        if self._life.state is not _ACTIVE:
-            raise ShardUnloaded(self._life.reason)
+        if self.life.state is not _ACTIVE:
+            raise ShardUnloaded(self.life.reason)
 
     # --- one request -----------------------------------------------------------------------------------
 
@@ -236,10 +228,10 @@ class Shard:
                     if fut is not None and not fut.done():
                         fut.set_exception(gone)
                 raise gone from e
-        if not self._life.state.loaded:
+        if not self.life.state.loaded:
             # Unloaded while this result waited for its sync: a later write failed and cut the log back to
             # what was acknowledged before, which may not include this result's records.
-            raise ShardUnloaded(self._life.reason)
+            raise ShardUnloaded(self.life.reason)
         for reply in result.responses:
             fut = self.waiting.pop(reply.request_key, None)  # type: ignore[call-overload]
             if fut is not None and not fut.done():
@@ -331,7 +323,7 @@ class Shard:
             if oldest is not None and oldest <= since:
                 continue  # the write that stalled is still outstanding
             del self.postponed[key]
-            if self._life.state is ShardState.ACTIVE and key not in self.timers:
+            if self.life.state is ShardState.ACTIVE and key not in self.timers:
                 self.timers[key] = ShardTimer(loop, loop.time() + max(0, now - since) / 1000.0, self.fire, key)
 
     # --- offloaded target assignments (KIP-1263 group.consumer.assignor.offload.enable) ----------------
@@ -358,7 +350,7 @@ class Shard:
         try:
             async with self.turn(job.group_id):
                 await self.ctx.confirm_if_stalled()
-                if not self._life.state.loaded or self.service is not service:
+                if not self.life.state.loaded or self.service is not service:
                     return  # the memory it was computed from is gone; the reloaded groups compute anew
                 installed, result = service.install_assignment(job, assignment, self.ctx.now())
                 counters["assignments_installed" if installed else "assignments_discarded"] += 1
@@ -371,14 +363,14 @@ class Shard:
 
     def fire(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
-        if not self._life.state.loaded:
+        if not self.life.state.loaded:
             return
         since = self.stalled_since()
         if since is not None:
             # A session or rebalance deadline passed while the shard could not answer: not the members'
             # doing (see the module docstring).
             if not self.postponed:
-                _say(
+                say(
                     log.warning, "group state write stalled: timers coming due are postponed until it completes",
                     shard=self.index, outstanding_ms=self.ctx.now() - since,
                 )
@@ -411,197 +403,20 @@ class Shard:
         with contextlib.suppress(ShardUnloaded):
             await self.release(result)
 
-    # --- unload and reload -----------------------------------------------------------------------------
+    # --- unload, reload, take-over and hand-over (gateway/groups/shard_reload.py) ----------------------
 
     def unload(self, error: BaseException, failed_log: ShardLog | None = None) -> None:
-        """Stop serving this shard from memory: it holds changes whose records are not durable.
-
-        Like Kafka's coordinator after a failed write to its partition: timers are cancelled, waiting
-        requests fail with a retriable error, and the shard is re-read from the store (``reload``) unless
-        a newer owner fenced it (or it is being handed over: then it is not ours to re-read)."""
-        if failed_log is not None and failed_log is not self.log:
-            return  # a sync of a log already replaced by a reload: that failure was handled
-        if not self._life.state.loaded:
-            return  # not served from memory anyway
-        self._unload(error)
-
-    def _unload(self, error: BaseException) -> None:
-        """From ACTIVE, DRAINING (a drain cut short) or LOADING (a re-read whose open was fenced)."""
-        fenced = isinstance(error, ShardFenced)
-        draining = self._life.state is ShardState.DRAINING
-        reason = f"{type(error).__name__}: {error}"
-        self._life.on(ShardEvent.FENCED if fenced else ShardEvent.WRITE_FAILED, reason)
-        counters = self.ctx.counters
-        counters["state_log_failures"] += 1
-        counters["groups_unloaded"] += 1
-        waiting = len(self.waiting)
-        self.drop_memory()
-        gone = ShardUnloaded(reason)
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(gone)
-                fut.exception()  # retrieved here: its caller may already be gone
-        self.waiting.clear()
-        if fenced:
-            counters["shards_fenced"] += 1
-            _say(
-                log.error,
-                "group state shard fenced by a newer owner: its groups are no longer served by this process "
-                "(answered NOT_COORDINATOR) and the shard is not re-read",
-                shard=self.index, error=reason, waiting_requests=waiting,
-            )
-            return
-        if draining:
-            _say(
-                log.error, "group state log write failed while the shard was handed over: what it held is dropped",
-                shard=self.index, error=reason, waiting_requests=waiting, state_dir=self.ctx.where,
-            )
-            return
-        if self.reload_task is None or self.reload_task.done():  # else: failed while reloading
-            self.reload_task = self.ctx.spawn(self._reload_forever())
-        _say(
-            log.error,
-            "group state log write failed: the shard's groups are unloaded (answered NOT_COORDINATOR) until "
-            "its log is re-read",
-            shard=self.index, error=reason, waiting_requests=waiting, state_dir=self.ctx.where,
-        )
+        """Stop serving this shard from memory: it holds changes whose records are not durable."""
+        shard_reload.unload(self, error, failed_log)
 
     def drop_memory(self) -> None:
         """Cancel the timers and close the log (the service is replaced by the next load)."""
-        for h in self.timers.values():
-            h.cancel()
-        self.timers.clear()
-        self.postponed.clear()  # a reload arms every timer afresh
-        log_ = self.log
-        if log_ is not None:
-            if hasattr(log_, "bytes_appended"):
-                self.closed_totals = (log_.bytes_appended, log_.fsyncs, log_.compactions)  # type: ignore[attr-defined]
-            log_.close()
-            self.log = None
-
-    async def _reload_forever(self) -> None:
-        """While FAILED: re-read the shard with backoff until it is served again (or fenced)."""
-        delay, longest = self.ctx.settings.reload_backoff_s
-        attempt = 0
-        while True:
-            await asyncio.sleep(delay)
-            if self._life.state is not ShardState.FAILED:
-                return  # fenced meanwhile: never re-opened by this process
-            attempt += 1
-            self._life.on(ShardEvent.RELOAD)
-            try:
-                await self.reload()
-            except asyncio.CancelledError:
-                raise
-            except ShardFenced as e:
-                if self._life.state is ShardState.LOADING:
-                    self._unload(e)  # fenced while re-opening: stays unloaded for good
-                return
-            except Exception as e:  # noqa: BLE001 - stays unloaded and tries again
-                # Reading works on a full disk; the probe write or the first append decides.
-                self.drop_memory()
-                if self._life.state is ShardState.LOADING:
-                    self._life.on(ShardEvent.LOAD_FAILED)
-                delay = min(delay * 2, longest)
-                _say(
-                    log.warning, "group state shard not reloaded yet",
-                    shard=self.index, attempt=attempt, error=str(e), retry_in_s=delay,
-                )
-                continue
-            _say(
-                log.info, "shard's groups reloaded from the state log",
-                shard=self.index, attempt=attempt, groups=self.service.group_count(),
-            )
-            return
-
-    async def reload(self) -> None:
-        """Replay the log into a fresh service, re-arm its timers, and serve it once a write succeeded
-        (from LOADING: a takeover, or a re-read of a failed shard)."""
-        self.service = self.ctx.new_service()
-        self.calls = self.ctx.calls_for(self.service, self.index)
-        await self.load()
-        probe = getattr(self.log, "probe_write", None)
-        if probe is not None:
-            probe()
-        # Served again from here: requests arriving meanwhile share the sync below, so none of their
-        # answers is released unless that write works.
-        self._life.on(ShardEvent.LOADED)
-        try:
-            topics = self.ctx.topics()
-            if topics is not None:
-                self.apply(self.calls.on_metadata(topics, self.ctx.now()))
-            self.apply(self.calls.on_loaded(self.ctx.now()))
-            if self.log is not None:
-                await self.sync(self.log)
-        except ShardUnloaded:
-            raise
-        except Exception as e:
-            self.unload(e)
-            raise
-        self.check_loaded()
-
-    # --- ownership in a fleet: taking a shard over and handing it over ---------------------------------
+        shard_reload.drop_memory(self)
 
     async def take_over(self) -> None:
-        """Serve this shard: open it (which fences every older writer of it, the instance that held it
-        before included), replay it, re-arm its timers. Until then its groups are answered NOT_COORDINATOR.
-        A load that fails is retried in the background with backoff, as after a failed write."""
-        if self.reload_task is not None and not self.reload_task.done():
-            self.reload_task.cancel()
-        self._life.on(ShardEvent.TAKE_OVER)
-        try:
-            await self.reload()
-        except ShardUnloaded:
-            pass  # unload() has scheduled the retries (or the shard was fenced meanwhile)
-        except Exception as e:  # noqa: BLE001 - stays unserved and tries again
-            # ShardFenced too: an instance the cluster no longer counts as the owner opened it after us;
-            # the assignment is the cluster's word, so open it again (a second fence ends the retries).
-            self.drop_memory()
-            reason = f"{type(e).__name__}: {e}"
-            if self._life.state is not ShardState.FAILED:  # else: unloaded once served, and being re-read
-                self._life.on(ShardEvent.LOAD_FAILED, reason)
-            _say(log.warning, "shard not taken over yet; retrying", shard=self.index, error=reason)
-            if self.reload_task is None or self.reload_task.done():
-                self.reload_task = self.ctx.spawn(self._reload_forever())
+        """Serve this shard (in a fleet): open it, which fences its older writers, and replay it."""
+        await shard_reload.take_over(self)
 
     async def hand_over(self, timeout_s: float) -> None:
-        """Hand the shard over: take no new request, let the ones in flight finish and flush what they
-        appended, answer parked requests NOT_COORDINATOR (their members rejoin at the new owner), then drop
-        the memory. Returns once nothing of the shard is served or written by this instance any more;
-        what was not durable within ``timeout_s`` is dropped (never acknowledged, so never relied on)."""
-        if self.reload_task is not None and not self.reload_task.done():
-            self.reload_task.cancel()
-        if not self._life.state.loaded:  # not served anyway (never loaded, failed, fenced)
-            self.drop_memory()
-            self._life.on(ShardEvent.HAND_OVER)
-            return
-        self._life.on(ShardEvent.HAND_OVER)  # DRAINING: new requests are turned away at once
-        for h in self.timers.values():  # the new owner re-arms them from the records
-            h.cancel()
-        self.timers.clear()
-        self.postponed.clear()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        # Requests holding or queued on a group's turn: the draining check turns new ones away at once;
-        # one already in the service appends its records before it lets go of the turn.
-        while self.locks and loop.time() < deadline:
-            await asyncio.sleep(0.005)
-        log_ = self.log
-        if log_ is not None:
-            try:
-                async with asyncio.timeout(max(0.0, deadline - loop.time())):
-                    await log_.sync()
-            except Exception as e:  # noqa: BLE001 - what was not committed was never acknowledged
-                _say(log.warning, "shard handed over with appends not flushed", shard=self.index, error=repr(e))
-        for _ in range(3):  # the responses that sync released reach their requests before the unload
-            await asyncio.sleep(0)
-        gone = ShardUnloaded(NOT_OWNED)
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(gone)
-                fut.exception()
-        self.waiting.clear()
-        self._life.on(ShardEvent.HANDED_OVER)
-        self.drop_memory()
-        self.service = self.ctx.new_service()  # the old one's memory goes now, not at the next load
-        self.calls = self.ctx.calls_for(self.service, self.index)
+        """Stop serving this shard (in a fleet) once what is in flight is durable or ``timeout_s`` passed."""
+        await shard_reload.hand_over(self, timeout_s)

@@ -9,13 +9,10 @@ a local handler (the group layer), and ``flush`` writes the filled prefix. Clien
 
 Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
 
-The upstream link is not a precondition of the client connection (docs/operations.md, "Broker outages"):
-the connection reads from the start and the local handlers (group requests of managed groups) answer
-with or without a link. A request for the cluster waits for the link, which is opened on demand; when
-it cannot be opened, or breaks with requests in flight, those requests are answered by
-gateway/net/unreachable.py in their own format with a retriable error, and the client connection is closed
-only when its API leaves nothing to answer with. So a broker outage never takes a group coordinator's
-connection down.
+The upstream link is opened on demand and is not a precondition of the client connection: what waits for
+it, and what is answered while there is none, is gateway/net/connection_link.py. The answers the gateway
+gives itself (local handlers, UNSUPPORTED_VERSION) are gateway/net/connection_local.py; SASL is
+gateway/net/connection_sasl.py.
 """
 
 from __future__ import annotations
@@ -27,13 +24,20 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from coordinator.errors import Errors
 from gateway.logging import get_logger
-from gateway.net import connection_sasl, eager, node_check, node_endpoints, rewrite, unreachable
-from gateway.net.contracts import ConnectionHost, LocalHandler, RequestSource, Slot
+from gateway.net import (
+    connection_link,
+    connection_local,
+    connection_sasl,
+    node_check,
+    node_endpoints,
+    rewrite,
+    unreachable,
+)
+from gateway.net.contracts import ConnectionHost, RequestSource, Slot
 from gateway.net.refusals import client_id_of
 from gateway.net.upstream import set_nodelay
-from gateway.net.upstream_link import UpstreamLink, dial
+from gateway.net.upstream_link import UpstreamLink
 from gateway.security.sasl import SASL_APIS, ClientSasl
 from gateway.wire import codec, frames
 from gateway.wire.api_keys import ApiKey
@@ -44,21 +48,9 @@ _HEAD = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
 # Pause reading from a client that has this many responses outstanding; resume below the low mark.
 _MAX_PENDING = 1024
-# Answers the gateway computes itself that one connection may have in progress at once. Kafka handles one
-# request per connection at a time; a client that pipelines slow local requests (a DescribeGroups of many
-# groups the cluster is asked about) without reading must not pile up their answers in memory.
-_MAX_LOCAL = 16
-# ... and their request bytes: what a local answer holds while it runs grows with its request (a DescribeGroups
-# naming 2,000 groups looks each one's coordinator up), so a count alone let 16 requests of 0.8 MB each hold
-# ~10 MB apiece, past the request memory budget, on a loop that overlaps their lookups more (uvloop).
-_MAX_LOCAL_BYTES = 1024 * 1024
 _LOW_PENDING = 256
 # Answers ready together are written as one when each is smaller than this; larger ones on their own.
 _JOINED_BELOW = 16 * 1024
-# After a failed attempt to open the upstream link, requests for the cluster are answered with errors
-# at once for this long (doubling per failure up to the max) instead of each trying to connect again.
-_RELINK_BACKOFF_S = 0.25
-_RELINK_BACKOFF_MAX_S = 2.0
 
 _REWRITTEN = frozenset(
     {
@@ -81,8 +73,8 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = frames.FrameBuffer(gateway.config.max_frame_bytes)
         self.pending: deque[Slot] = deque()
-        self._local = 0  # local answers in progress (_MAX_LOCAL)
-        self._local_bytes = 0  # their request frames' bytes (_MAX_LOCAL_BYTES)
+        self.local_answers = 0  # local answers in progress (connection_local.MAX_LOCAL)
+        self.local_bytes = 0  # their request frames' bytes (connection_local.MAX_LOCAL_BYTES)
         # While the requests of one read are handled, answers ready meanwhile wait to leave together.
         self._batching = False
         self._flush_due = False
@@ -95,11 +87,11 @@ class ClientConnection(asyncio.Protocol):
         self.tasks: set[asyncio.Task[Any]] = set()
         self._paused: set[str] = set()
         # Requests for the cluster that wait for the upstream link being opened: (frame, slot or None
-        # for acks=0, api key, version, correlation id), in arrival order.
-        self._unlinked: deque[tuple[bytes, Slot | None, int, int, int]] = deque()
-        self._linking = False
-        self._relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
-        self._relink_backoff_s = _RELINK_BACKOFF_S
+        # for acks=0, api key, version, correlation id), in arrival order (gateway/net/connection_link.py).
+        self.unlinked: deque[tuple[bytes, Slot | None, int, int, int]] = deque()
+        self.linking = False
+        self.relink_at = 0.0  # no new attempt before this (time.monotonic) after a failed one
+        self.relink_backoff_s = connection_link.RELINK_BACKOFF_S
         # Counting on the request path: the gateway's counter objects, looked up once.
         self.metrics = gateway.metrics
         self._forwarded = gateway.metrics.forwarded
@@ -141,61 +133,14 @@ class ClientConnection(asyncio.Protocol):
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
         # Reading starts at once (local answers need no link); the link is opened ahead of the first
-        # request for the cluster, which waits in _unlinked meanwhile.
-        self._linking = True
-        self.spawn(self._connect_upstream())
+        # request for the cluster, which waits in ``unlinked`` meanwhile.
+        self.linking = True
+        self.spawn(connection_link.open_link(self))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-    async def _connect_upstream(self) -> None:
-        directory = self.gw.directory
-        if self.node_id is None:
-            targets = directory.candidates()
-        else:
-            addr = directory.address(self.node_id)
-            targets = [] if addr is None else [addr]
-        link, errors, exhausted = await dial(self, targets)
-        if link is not None:
-            self._linking = False
-            if self.closed:
-                assert link.transport is not None
-                link.transport.close()
-                return
-            self.upstream = link
-            self._relink_backoff_s = _RELINK_BACKOFF_S
-            directory.upstream_ok()
-            waiting, self._unlinked = self._unlinked, deque()
-            for frame, slot, api_key, version, corr in waiting:
-                if self.closed:
-                    return
-                self._write_upstream(link, frame, slot, api_key, version, corr)
-            return
-        self._linking = False
-        if not targets:
-            # The listener's broker left the metadata: no broker to wait for. Closing makes the client
-            # refresh metadata through another connection and move on.
-            log.warning("upstream broker not in metadata; closing client connection", peer=self.peer, node_id=self.node_id)
-            self.close()
-            return
-        if self.node_id is None and not exhausted:
-            # Every known broker failed: the cluster is unreachable (readiness). One broker down (a broker
-            # listener's connection) is not: clients of the others are still served.
-            directory.upstream_failed("; ".join(errors))
-        self._relink_at = time.monotonic() + self._relink_backoff_s
-        self._relink_backoff_s = min(self._relink_backoff_s * 2, _RELINK_BACKOFF_MAX_S)
-        waiting, self._unlinked = self._unlinked, deque()
-        if waiting:
-            log.info(
-                "upstream broker unreachable; answering requests for the cluster with retriable errors",
-                peer=self.peer,
-                node_id=self.node_id,
-                requests=len(waiting),
-                errors=errors,
-            )
-        self.answer_unlinked([(slot, frame, api_key, version, corr) for frame, slot, api_key, version, corr in waiting])
 
     def close(self) -> None:
         if self.closed:
@@ -215,7 +160,7 @@ class ClientConnection(asyncio.Protocol):
         the garbage collector reaches the client <-> upstream link cycle."""
         self.limits.release(self)
         self.buf.clear()
-        self._unlinked.clear()
+        self.unlinked.clear()
         self.pending.clear()
         link, self.upstream = self.upstream, None  # the link's transport still reports its close to us
         if link is not None:
@@ -228,69 +173,11 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def upstream_lost(self, link: UpstreamLink, exc: Exception | None) -> None:
-        if self.closed:
-            return
-        if link is not self.upstream:
-            connection_sasl.retired_link_lost(self, link)
-            return
-        self.upstream = None
-        if self.sasl is not None and not self.terminating:
-            # The client authenticated on that link, not on the next one: it must reconnect and authenticate
-            # again (a broker also closes after a failed exchange or an expired session).
-            log.info("upstream connection of a SASL client lost; closing the client connection",
-                     peer=self.peer, node_id=self.node_id, principal=self.sasl.principal)
-            self.close()
-            return
-        self.resume("upstream-backpressure")  # that link will not drain any more
-        inflight = list(link.inflight)
-        link.inflight.clear()
-        # The link is opened again by the next request for the cluster. What was in flight on it is
-        # answered like a request that found no link: a retriable error in its own format, so the client
-        # keeps this connection (and its group coordinator, if it shares one) and retries.
-        log.warning(
-            "upstream connection lost; answering its in-flight requests with retriable errors",
-            peer=self.peer,
-            node_id=self.node_id,
-            inflight=len(inflight),
-            error=str(exc) if exc else None,
-        )
-        self.answer_unlinked([(slot, frame, api_key, version, corr) for corr, slot, api_key, version, frame in inflight])
+        connection_link.link_lost(self, link, exc)
 
     def answer_unlinked(self, requests: list[tuple[Slot | None, bytes, int, int, int]]) -> None:
-        """Answer requests the cluster could not be asked (gateway/net/unreachable.py); close the connection
-        when one of them has no answer (an acks=0 Produce, a Metadata never seen before, ...)."""
-        gw = self.gw
-        for slot, frame, api_key, version, corr in requests:
-            payload = None
-            # SASL: an error answer to SaslHandshake/SaslAuthenticate would be an authentication failure,
-            # fatal to Java clients; a closed connection is retried, like a broker that is down.
-            if slot is not None and not (self.sasl is not None and api_key in SASL_APIS):
-                try:
-                    payload = unreachable.answer(frame, api_key, version, corr, gw.replies, gw.directory.api_ranges)
-                    if payload is not None and slot.merge is not None:
-                        # Termination: a remembered answer is the cluster's (maybe to another principal's
-                        # identical request); the client's refusals and filtering apply to it as well.
-                        payload = slot.merge(payload)
-                except (ValueError, struct.error, IndexError) as e:
-                    # A request that does not read as its schema says (the broker would close too).
-                    log.info("unreadable request while the upstream is unreachable", peer=self.peer,
-                             api_key=api_key, api_version=version, error=str(e))
-                except Exception:  # noqa: BLE001 - an answer we cannot build: the connection closes below
-                    log.exception("cannot build an error response", peer=self.peer, api_key=api_key)
-            if payload is None:
-                log.warning(
-                    "no answer possible without the upstream; closing client connection",
-                    peer=self.peer,
-                    node_id=self.node_id,
-                    api_key=api_key,
-                    api_version=version,
-                )
-                self.close()
-                return
-            assert slot is not None
-            slot.data = frames.frame(payload)
-            self.metrics.upstream_unavailable_answers += 1
-        self.flush()
+        """Answer requests the cluster could not be asked (gateway/net/connection_link.py)."""
+        connection_link.answer_unlinked(self, requests)
 
     # --- flow control ----------------------------------------------------------------------------------
 
@@ -396,7 +283,7 @@ class ClientConnection(asyncio.Protocol):
         if not rng[0] <= version <= rng[1]:
             if api_key == ApiKey.API_VERSIONS and version > rng[1]:
                 # KIP-511 negotiation, not a refusal: the client retries at the version the answer names.
-                self._unsupported(api_key, version, corr, rng[1])
+                connection_local.answer_unsupported(self, api_key, version, corr, rng[1])
                 return
             self.metrics.errors[api_key] += 1
             self.gw.refusals.note(
@@ -404,7 +291,7 @@ class ClientConnection(asyncio.Protocol):
                 f"version {version} is outside the {rng[0]}-{rng[1]} the gateway advertises for api key {api_key}",
                 api_key=api_key, api_version=version,
             )
-            self._unsupported(api_key, version, corr, rng[1])
+            connection_local.answer_unsupported(self, api_key, version, corr, rng[1])
             return
         if api_key == ApiKey.API_VERSIONS and version >= node_check.CHECKED_FROM:
             frame = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None when answered here
@@ -417,7 +304,7 @@ class ClientConnection(asyncio.Protocol):
             claims = getattr(handler, "claims", None)
             claim = True if claims is None else claims(frame, api_key, version)
             if claim:
-                self._answer_locally(handler, frame, api_key, version, claim)
+                connection_local.answer_locally(self, handler, frame, api_key, version, claim)
                 return
         slot: Slot | None = Slot()
         if api_key == ApiKey.PRODUCE:
@@ -449,18 +336,11 @@ class ClientConnection(asyncio.Protocol):
             connection_sasl.retire(self, link)
             link = None
         if link is not None and link.transport is not None:
-            self._write_upstream(link, frame, slot, api_key, version, corr)
+            self.write_upstream(link, frame, slot, api_key, version, corr)
             return
-        if not self._linking and time.monotonic() < self._relink_at:
-            # The broker refused the link a moment ago: answer now rather than dial it per request.
-            self.answer_unlinked([(slot, frame, api_key, version, corr)])
-            return
-        self._unlinked.append((frame, slot, api_key, version, corr))
-        if not self._linking:
-            self._linking = True
-            self.spawn(self._connect_upstream())
+        connection_link.wait_for_link(self, frame, slot, api_key, version, corr)
 
-    def _write_upstream(
+    def write_upstream(
         self, link: UpstreamLink, frame: bytes, slot: Slot | None, api_key: int, version: int, corr: int
     ) -> None:
         assert link.transport is not None
@@ -468,81 +348,6 @@ class ClientConnection(asyncio.Protocol):
             link.inflight.append((corr, slot, api_key, version, frame))
         link.transport.write(frame)
         self._forwarded[api_key] += 1
-
-    def _unsupported(self, api_key: int, version: int, corr: int, max_version: int) -> None:
-        if api_key == ApiKey.API_VERSIONS:
-            payload: bytes | None = rewrite.api_versions_unsupported(corr, max_version)
-        else:
-            payload = codec.error_response(api_key, version, corr, Errors.UNSUPPORTED_VERSION)
-        if payload is None:
-            # Already logged (once per client) as a refusal; this is the per-request detail.
-            log.debug(
-                "unsupported version without a top-level error code; closing",
-                peer=self.peer,
-                api_key=api_key,
-                api_version=version,
-            )
-            self.close()
-            return
-        self.pending.append(Slot(frames.frame(payload)))
-        self.flush()
-
-    def _answer_locally(
-        self, handler: LocalHandler, frame: bytes, api_key: int, version: int, claim: Any = True
-    ) -> None:
-        """``claim``: what the handler's ``claims`` returned; anything but True is what it decoded of the
-        frame, handed back to it so that the request is decoded once."""
-        payload = frame[4:]
-        try:
-            header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
-        except frames.FrameError as e:
-            self.gw.refusals.note(
-                self.peer, client_id_of(frame), f"unparseable-header:{api_key}",
-                f"v{version} request header does not parse ({e}); connection closed",
-                api_key=api_key, api_version=version,
-            )
-            self.metrics.errors[api_key] += 1
-            self.close()
-            return
-        slot = Slot()
-        self.pending.append(slot)
-        metrics = self.metrics
-        arrived = time.perf_counter()
-        self._local += 1
-        size = len(frame)
-        self._local_bytes += size
-        if self._local >= _MAX_LOCAL or self._local_bytes >= _MAX_LOCAL_BYTES:
-            self.pause("local")
-
-        async def run() -> None:
-            try:
-                if claim is True:
-                    response = await handler(self.source, header, payload)
-                else:
-                    response = await handler(self.source, header, payload, claim)  # type: ignore[call-arg]
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("local handler failed; closing", peer=self.peer, api_key=api_key)
-                metrics.errors[api_key] += 1
-                self.close()
-                return
-            finally:
-                self._local -= 1
-                self._local_bytes -= size
-                if self._local < _MAX_LOCAL and self._local_bytes < _MAX_LOCAL_BYTES:
-                    self.resume("local")
-            slot.data = frames.frame(response)
-            metrics.local[api_key] += 1
-            metrics.latency(api_key).observe(time.perf_counter() - arrived)
-            self.flush()
-
-        # Stepped at once: an answer that needs no waiting (most do not) is written before the next request
-        # is read, without a task; one that waits carries on in a task (gateway/net/eager.py).
-        done, task = eager.start(run())
-        if not done:
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
 
     # --- responses -------------------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ def bare_connection() -> ClientConnection:
     conn._batching = False
     conn._flush_due = False
     conn._paused = set()
-    conn._local = 0
-    conn._local_bytes = 0
+    conn.local_answers = 0
+    conn.local_bytes = 0
     conn.tasks = set()
     conn.source = None  # type: ignore[assignment]
     conn.peer = ("127.0.0.1", 1)

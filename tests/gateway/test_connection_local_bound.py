@@ -8,7 +8,8 @@ import asyncio
 import struct
 from typing import Any
 
-from gateway.net.connection import _MAX_LOCAL, _MAX_LOCAL_BYTES
+from gateway.net import connection_local
+from gateway.net.connection_local import MAX_LOCAL, MAX_LOCAL_BYTES
 from tests.gateway.connection_fakes import RecordingTransport, bare_connection
 
 
@@ -32,26 +33,26 @@ def _run(requests: list[int]) -> tuple[list[bool], bool, RecordingTransport]:
 
         reading = []
         for i, size in enumerate(requests):
-            conn._answer_locally(handler, _frame(size, i), 15, 0)  # type: ignore[arg-type]
+            connection_local.answer_locally(conn, handler, _frame(size, i), 15, 0)  # type: ignore[arg-type]
             reading.append(conn.transport.reading)  # type: ignore[union-attr]
         gate.set()
         for _ in range(5):
             await asyncio.sleep(0)
         transport: RecordingTransport = conn.transport  # type: ignore[assignment]
         assert b"".join(transport.writes) == (struct.pack(">i", 6) + b"answer") * len(requests)
-        assert not conn.pending and not conn._local and not conn._local_bytes
+        assert not conn.pending and not conn.local_answers and not conn.local_bytes
         return reading, transport.reading, transport
 
     return asyncio.run(main())
 
 
 def test_a_large_local_request_in_progress_stops_the_reading_until_it_is_answered():
-    reading, after, _ = _run([_MAX_LOCAL_BYTES // 2, _MAX_LOCAL_BYTES // 2])
+    reading, after, _ = _run([MAX_LOCAL_BYTES // 2, MAX_LOCAL_BYTES // 2])
     assert reading == [True, False]  # the two together reach the byte bound
     assert after
 
 
 def test_many_small_local_requests_in_progress_stop_the_reading_at_the_count():
-    reading, after, _ = _run([10] * _MAX_LOCAL)
-    assert reading == [True] * (_MAX_LOCAL - 1) + [False]
+    reading, after, _ = _run([10] * MAX_LOCAL)
+    assert reading == [True] * (MAX_LOCAL - 1) + [False]
     assert after

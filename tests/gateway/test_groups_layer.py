@@ -25,6 +25,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from coordinator.errors import Errors
 from gateway.config.coordinator import CoordinatorSettings
+from gateway.groups import dispatch
 from gateway.groups.layer import GroupLayer
 from gateway.state import repair as state_repair
 from gateway.wire import codec, frames
@@ -509,5 +510,5 @@ def test_the_request_context_carries_the_clients_principal() -> None:
     msg = ListGroupsRequest[4](states_filter=[])
     payload = request_payload(msg, 4)
     header = frames.parse_request_header(payload, codec.request_header_flexible(16, 4))
-    assert layer._context(StubConnection(principal="User:alice"), header, payload).principal == "User:alice"  # type: ignore[arg-type]
-    assert layer._context(StubConnection(), header, payload).principal == "User:ANONYMOUS"  # type: ignore[arg-type]
+    assert dispatch.context(layer, StubConnection(principal="User:alice"), header, payload).principal == "User:alice"  # type: ignore[arg-type]
+    assert dispatch.context(layer, StubConnection(), header, payload).principal == "User:ANONYMOUS"  # type: ignore[arg-type]

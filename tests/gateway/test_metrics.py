@@ -14,6 +14,7 @@ from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 
 from gateway.config.settings import GatewayConfig
 from gateway.groups.layer import GroupLayer
+from gateway.net import connection_link
 from gateway.net.connection import ClientConnection, UpstreamLink
 from gateway.net.contracts import HandlerChain
 from gateway.net.rewrite import Broker
@@ -206,13 +207,13 @@ async def test_only_a_cluster_wide_failure_counts_as_the_upstream_being_unreacha
     gw.directory.brokers = {1: Broker(1, "127.0.0.1", 1, None)}  # a broker that refuses connections
     one_broker = ClientConnection(gw, 1)
     one_broker.transport = FakeTransport()  # type: ignore[assignment]
-    await one_broker._connect_upstream()
+    await connection_link.open_link(one_broker)
     # The client connection stays open (a broker outage is answered per request, docs/operations.md).
     assert not one_broker.closed and gw.directory.unreachable_for() is None
     assert gw.metrics.upstream_connect_failures == 1
     bootstrap = ClientConnection(gw, None)  # tries every known broker and the configured bootstrap list
     bootstrap.transport = FakeTransport()  # type: ignore[assignment]
-    await bootstrap._connect_upstream()
+    await connection_link.open_link(bootstrap)
     assert not bootstrap.closed and gw.directory.unreachable_for() is not None
     assert gw.metrics.upstream_connect_failures == 2  # 127.0.0.1:1 is both the broker and the bootstrap
 

@@ -289,7 +289,7 @@ def test_the_runtime_refuses_a_store_of_another_shard_count(tmp_path: Path) -> N
 
 async def test_a_claimed_request_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``claims`` decodes to decide (a managed_groups pattern) and hands its decode to the handler."""
-    from gateway.groups.layer import Decoded
+    from gateway.groups.dispatch import Decoded
     from gateway.wire import codec, frames
 
     from ._groups_support import StubConnection, request_payload
