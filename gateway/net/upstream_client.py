@@ -59,8 +59,6 @@ class _Link:
         self.waiting: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self.corr = itertools.count(1)
         self.closed = False
-        # Requests written in one turn of the loop leave in one write (see ``_write``).
-        self._out: list[bytes] = []
         self.task = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -102,7 +100,7 @@ class _Link:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[corr] = (fut, api_key, version)
         msg.with_header(correlation_id=corr, client_id=_CLIENT_ID)
-        self._write(bytes(msg.encode(version=version, header=True, framed=True)))
+        self.writer.write(bytes(msg.encode(version=version, header=True, framed=True)))
         return fut
 
     def send_raw(self, payload: bytes) -> asyncio.Future[bytes]:
@@ -112,24 +110,8 @@ class _Link:
         corr = next(self.corr)
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.waiting[corr] = (fut, RAW, 0)
-        self._write(frames.frame(payload[:4] + _CORR.pack(corr) + payload[8:]))
+        self.writer.write(frames.frame(payload[:4] + _CORR.pack(corr) + payload[8:]))
         return fut
-
-    def _write(self, data: bytes) -> None:
-        # A write to a socket costs a system call that, on a local link, also runs the receiving side's
-        # TCP work: with many groups committing, one per request was the largest part of a commit's CPU
-        # (py-spy, bench/request_cpu.py). The requests of one turn of the loop are joined into one write
-        # at its end; the broker reads them as the pipeline they are.
-        out = self._out
-        if not out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        out.append(data)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.closed or not out:
-            return
-        self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self, error: Exception | None = None) -> None:
         if self.closed:
