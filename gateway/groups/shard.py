@@ -34,6 +34,7 @@ ShardContext it is built with (gateway/groups/shard_context.py): it never reache
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -45,7 +46,7 @@ from coordinator.timers import ScheduleTimer, TimerKey
 from gateway.groups import shard_reload
 from gateway.groups.shard_context import GroupCalls, ShardContext
 from gateway.groups.shard_reload import say
-from gateway.groups.shard_schedule import GroupTurn, ShardTimer
+from gateway.groups.shard_schedule import GroupTurn, OutstandingWrites, ShardTimer
 from gateway.groups.shard_state import (
     ShardEvent,
     ShardLife,
@@ -79,8 +80,10 @@ class Shard:
         self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self.life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
         self.reload_task: asyncio.Task[None] | None = None  # re-reading it while FAILED
-        self.syncs: dict[int, int] = {}  # writes being waited for: token -> when the wait began (ms)
-        self.postponed: dict[TimerKey, int] = {}  # timers due during a stall -> when that stall began (ms)
+        self.syncs = OutstandingWrites()  # writes being waited for, and when the oldest wait began
+        # Timers due during a stall -> when that stall began (ms). Entered in the order they came due, so
+        # their stalls' beginnings never decrease along it: those whose stall is over are at its front.
+        self.postponed: collections.OrderedDict[TimerKey, int] = collections.OrderedDict()
         # Bytes appended, fsyncs, compactions of this shard's logs closed by an unload (/metrics runs on).
         self.closed_totals = (0, 0, 0)
 
@@ -254,14 +257,16 @@ class Shard:
         """``log_.sync()``, timed: while it is outstanding longer than the stall grace, timers coming due
         are postponed (``fire``); once it completes, those it held are re-armed."""
         token = self.ctx.next_key()
-        self.syncs[token] = self.ctx.now()
+        syncs = self.syncs
+        syncs.begin(token, self.ctx.now())
         began = time.perf_counter()
         try:
             await log_.sync()
             self.ctx.stats.flush_time.observe(time.perf_counter() - began)
         finally:
-            del self.syncs[token]
-            if self.postponed:
+            oldest = syncs.oldest()
+            syncs.end(token)
+            if self.postponed and syncs.oldest() != oldest:  # the stall that held them may be over
                 self.rearm_postponed()
 
     async def sync_for_answer(self, log_: ShardLog) -> None:
@@ -293,9 +298,12 @@ class Shard:
         would come back two epochs behind, which only a fence answers (one lost answer is tolerated: the
         previous epoch is accepted)."""
         limit = self.ctx.settings.answer_stall_s
-        if limit is None or not self.syncs:
+        if limit is None:
             return
-        if self.ctx.now() - min(self.syncs.values()) >= limit * 1000:
+        oldest = self.syncs.oldest()
+        if oldest is None:
+            return
+        if self.ctx.now() - oldest >= limit * 1000:
             self.ctx.counters["stalled_answers"] += 1
             raise ShardStalled(f"shard {self.index}: its state write has been outstanding for more than {limit:g}s")
 
@@ -308,21 +316,23 @@ class Shard:
 
     def stalled_since(self) -> int | None:
         """When the oldest outstanding write began, if it has been outstanding longer than the grace."""
-        if not self.syncs:
+        oldest = self.syncs.oldest()
+        if oldest is None:
             return None
-        oldest = min(self.syncs.values())
         return oldest if self.ctx.now() - oldest >= self.ctx.settings.stall_grace_ms else None
 
     def rearm_postponed(self) -> None:
         """Re-arm the postponed timers whose stall is over, each delayed by as long as its stall lasted
         (a member whose heartbeat answer that stall held back gets at least a full session after it)."""
-        oldest = min(self.syncs.values(), default=None)
+        oldest = self.syncs.oldest()
         now = self.ctx.now()
         loop = asyncio.get_running_loop()
-        for key, since in list(self.postponed.items()):
+        postponed = self.postponed
+        while postponed:
+            key, since = next(iter(postponed.items()))
             if oldest is not None and oldest <= since:
-                continue  # the write that stalled is still outstanding
-            del self.postponed[key]
+                break  # the write that stalled is still outstanding (and so for every later entry)
+            del postponed[key]
             if self.life.state is ShardState.ACTIVE and key not in self.timers:
                 self.timers[key] = ShardTimer(loop, loop.time() + max(0, now - since) / 1000.0, self.fire, key)
 
@@ -375,6 +385,7 @@ class Shard:
                     shard=self.index, outstanding_ms=self.ctx.now() - since,
                 )
             self.postponed[key] = since
+            self.postponed.move_to_end(key)
             self.ctx.counters["timers_postponed"] += 1
             return
         stats = self.ctx.stats

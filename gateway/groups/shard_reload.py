@@ -14,6 +14,7 @@ timers and writes are gateway/groups/shard.py, which calls in here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,7 +49,7 @@ class ShardMemory(Protocol):
     calls: GroupCalls
     log: ShardLog | None
     timers: dict[TimerKey, ShardTimer]
-    postponed: dict[TimerKey, int]
+    postponed: collections.OrderedDict[TimerKey, int]
     waiting: dict[int, asyncio.Future[Any]]
     locks: dict[str, tuple[asyncio.Lock, int]]
     reload_task: asyncio.Task[None] | None

@@ -1,10 +1,11 @@
-"""The two per-request scheduling pieces of a shard (gateway/groups/shard.py): a group's turn (its requests
-one at a time, in arrival order) and an armed timer whose deadline can move later without a new loop
-handle. Kept apart from the shard's life and answers so each is read and tested alone."""
+"""The per-request scheduling pieces of a shard (gateway/groups/shard.py): a group's turn (its requests
+one at a time, in arrival order), an armed timer whose deadline can move later without a new loop
+handle, and the writes being waited for with the oldest of them at hand. Kept apart from the shard's life and answers so each is read and tested alone."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Callable
 
 from coordinator.timers import TimerKey
@@ -75,3 +76,41 @@ class ShardTimer:
     def cancel(self) -> None:
         # The handle's own cancel: uvloop's timer handles are not asyncio.TimerHandle instances.
         self._handle.cancel()
+
+
+class OutstandingWrites:
+    """The shard's writes being waited for, each with when its wait began (ms), and the oldest of them in
+    constant time: every request of a stalled shard asks for it, and thousands of writes may be waited for
+    at once. Start times are kept non-decreasing (a clock stepping back counts as no time passing), so
+    the oldest outstanding write is the first one begun that is not finished yet."""
+
+    __slots__ = ("_began", "_order", "_last")
+
+    def __init__(self) -> None:
+        self._began: dict[int, int] = {}
+        self._order: collections.deque[int] = collections.deque()
+        self._last = 0
+
+    def begin(self, token: int, now_ms: int) -> None:
+        self._last = max(self._last, now_ms)
+        self._began[token] = self._last
+        self._order.append(token)
+
+    def end(self, token: int) -> None:
+        del self._began[token]
+
+    def __bool__(self) -> bool:
+        return bool(self._began)
+
+    def __len__(self) -> int:
+        return len(self._began)
+
+    def oldest(self) -> int | None:
+        """When the oldest outstanding write began; None when none is."""
+        began, order = self._began, self._order
+        while order:
+            at = began.get(order[0])
+            if at is not None:
+                return at
+            order.popleft()
+        return None

@@ -1,10 +1,11 @@
-"""gateway/groups/shard_schedule.py: ShardTimer: a deadline moved later fires once, at the later time."""
+"""gateway/groups/shard_schedule.py: ShardTimer (a deadline moved later fires once, at the later time) and
+OutstandingWrites (the oldest write being waited for)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.groups.shard_schedule import ShardTimer
+from gateway.groups.shard_schedule import OutstandingWrites, ShardTimer
 
 KEY = ("session", "g", "m")
 
@@ -42,3 +43,21 @@ def test_a_cancelled_timer_does_not_fire_whether_or_not_it_moved():
         assert fired == []
 
     asyncio.run(main())
+
+
+def test_the_oldest_outstanding_write_is_the_first_begun_that_has_not_ended() -> None:
+    writes = OutstandingWrites()
+    assert not writes and writes.oldest() is None
+    for token, at in ((1, 100), (2, 150), (3, 200)):
+        writes.begin(token, at)
+    assert len(writes) == 3 and writes.oldest() == 100
+    writes.end(2)  # a later write ending first leaves the oldest as it is
+    assert writes.oldest() == 100
+    writes.end(1)
+    assert writes.oldest() == 200
+    writes.begin(4, 90)  # the clock stepped back: counted as no time passing
+    assert writes.oldest() == 200
+    writes.end(3)
+    assert writes.oldest() == 200 and len(writes) == 1  # token 4, begun at 200 by the clamped clock
+    writes.end(4)
+    assert not writes and writes.oldest() is None
