@@ -319,23 +319,49 @@ def test_a_client_that_never_reads_its_fetches_is_held_back(kafka, tmp_path, mak
     assert held < baseline + 100 * MB
 
 
+def _still_open(sock: socket.socket) -> bool:
+    """Whether the gateway has not closed ``sock`` (non-blocking, nothing to read)."""
+    try:
+        return bool(sock.recv(1))  # the gateway sends nothing unasked: data would be a bug shown later
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def _metadata_answered(sock: socket.socket, corr: int) -> bool:
+    msg = MetadataRequest[1](topics=None)
+    msg.with_header(correlation_id=corr, client_id="first")
+    sock.sendall(bytes(msg.encode(version=1, header=True, framed=True)))
+    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+    return bool(struct.unpack(">i", _recv_exact(sock, size)[:4])[0] == corr)
+
+
 def test_descriptor_limit_refuses_cleanly_and_stays_ready(kafka, tmp_path):
-    # 400 descriptors: 160 kept free, 120 clients (two descriptors each).
+    # 400 descriptors: 160 kept free, 240 for clients and their upstream links together.
     with _serve(kafka, tmp_path, {}, nofile=400) as gw:
-        cap = 120
-        assert gw.metric("client_connections_max") == cap
+        budget = 240
+        assert gw.metric("client_connections_max") == budget
         first = socket.create_connection(_addr(gw.bootstrap), timeout=10)
-        socks = [socket.create_connection(_addr(gw.bootstrap), timeout=10) for _ in range(200)]
+        assert _metadata_answered(first, 5)  # its link is open: two descriptors
+        assert gw.metric("client_upstream_links") == 1
+        # Clients that ask nothing of the cluster hold one descriptor each.
+        socks = [socket.create_connection(_addr(gw.bootstrap), timeout=10) for _ in range(300)]
+        admitted = budget - 2
         refused = _closed_by_gateway(socks, wait_s=3.0)
-        assert refused == 200 + 1 - cap
-        assert gw.metric("client_connections") == cap
+        assert refused == 300 - admitted
+        assert gw.metric("client_connections") == admitted + 1
         assert gw.metric("client_connections_refused_total") == refused
-        # The first client is still served, readiness is unaffected, and so is liveness.
+        # An admitted client whose first request for the cluster would need one more descriptor for its
+        # link is closed alone.
+        needy = next(s for s in socks if _still_open(s))
         msg = MetadataRequest[1](topics=None)
-        msg.with_header(correlation_id=5, client_id="first")
-        first.sendall(bytes(msg.encode(version=1, header=True, framed=True)))
-        size = struct.unpack(">i", _recv_exact(first, 4))[0]
-        assert struct.unpack(">i", _recv_exact(first, size)[:4])[0] == 5
+        msg.with_header(correlation_id=6, client_id="needy")
+        needy.sendall(bytes(msg.encode(version=1, header=True, framed=True)))
+        assert _closed_by_gateway([needy], wait_s=5.0) == 1
+        assert gw.metric("client_connections_refused_total") == refused + 1
+        # The first client is still served, readiness is unaffected, and so is liveness.
+        assert _metadata_answered(first, 7)
         assert gw.get("/readyz")[0] == 200
         assert gw.get("/healthz")[0] == 200
         _close_all(socks)
@@ -343,6 +369,7 @@ def test_descriptor_limit_refuses_cleanly_and_stays_ready(kafka, tmp_path):
         gw.wait_connections(0)
         log = gw.log()
     assert log.count("max.connections reached") == 1
+    assert log.count("no descriptor left for its upstream link") == 1
     assert "Traceback" not in log
     assert "upstream broker unreachable" not in log
 

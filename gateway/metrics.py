@@ -78,6 +78,7 @@ class GatewayMetrics:
         "local_latency",
         "request_memory_exhausted",
         "upstream_connect_failures",
+        "upstream_links",
         "upstream_unavailable_answers",
     )
 
@@ -87,6 +88,7 @@ class GatewayMetrics:
         # closed idle / with a request frame incomplete too long, times the request memory budget filled.
         self.connections_refused = 0
         self.accept_errors = 0
+        self.upstream_links = 0  # clients' upstream links open now (each holds a descriptor)
         self.connections_closed_idle = 0
         self.connections_closed_partial = 0
         self.request_memory_exhausted = 0

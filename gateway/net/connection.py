@@ -9,8 +9,8 @@ a local handler (the group layer), and ``flush`` writes the filled prefix. Clien
 
 Both sides are asyncio Protocols: no task per frame, frames are forwarded as the bytes that arrived.
 
-The upstream link is opened on demand and is not a precondition of the client connection: what waits for
-it, and what is answered while there is none, is gateway/net/connection_link.py. The answers the gateway
+The upstream link is opened on demand, by the first request for the cluster, and is not a precondition of
+the client connection: what waits for it, and what is answered while there is none, is gateway/net/connection_link.py. The answers the gateway
 gives itself (local handlers, UNSUPPORTED_VERSION) are gateway/net/connection_local.py; SASL is
 gateway/net/connection_sasl.py.
 """
@@ -132,10 +132,9 @@ class ClientConnection(asyncio.Protocol):
         set_nodelay(transport)
         self.gw.connections.add(self)
         self.metrics.connections_total += 1
-        # Reading starts at once (local answers need no link); the link is opened ahead of the first
-        # request for the cluster, which waits in ``unlinked`` meanwhile.
-        self.linking = True
-        self.spawn(connection_link.open_link(self))
+        # Reading starts at once. The upstream link is opened by the first request for the cluster, which
+        # waits in ``unlinked`` meanwhile: a connection the gateway answers itself throughout (a consumer's
+        # connection to its group coordinator) never holds a link, nor its descriptor and the broker's.
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

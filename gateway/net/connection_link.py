@@ -65,6 +65,9 @@ async def open_link(conn: Unlinked) -> None:
     """Open the connection's upstream link (to its listener's broker; any live one for the bootstrap
     listener), then send what waited for it; or, when none can be had, answer that with retriable errors
     and hold further attempts off for a backoff."""
+    if not conn.gw.limits.link_allowed(conn):
+        conn.linking = False
+        return  # closed: every descriptor is held by clients and their links
     directory = conn.gw.directory
     if conn.node_id is None:
         targets = directory.candidates()

@@ -1,10 +1,14 @@
 """Limits of the client listeners: how many connections, how many request bytes held, how long idle.
 
 - ``max.connections``: a connection over the cap is accepted and closed at once (before its upstream link
-  exists), counted, and reported by one warning per interval rather than one per connection. The cap
-  is also derived from RLIMIT_NOFILE: every client costs two descriptors (itself and its upstream link),
-  so the gateway never runs into EMFILE on accept or on connecting upstream, where a refusal would look
-  like an unreachable cluster.
+  exists), counted, and reported by one warning per interval rather than one per connection. The
+  descriptors of RLIMIT_NOFILE bound it too, so the gateway never runs into EMFILE on accept or on
+  connecting upstream, where a refusal would look like an unreachable cluster: a client costs one
+  descriptor, and one more once its upstream link is open (the first request for the cluster opens it;
+  a connection the gateway answers itself throughout, such as a consumer's connection to its group
+  coordinator, never has one). A connection is admitted while clients and links together leave a
+  descriptor for it; a link is opened while they leave one for the link, else its client connection is
+  closed and counted as refused, as if it had been over the cap.
 - ``queued.max.request.bytes``: request bytes held by all connections together. As in Kafka's memory
   pool, a connection reserves the declared size of a request frame once it has read the size and keeps
   reading until the frame is complete; while the reservations reach the budget, every connection that
@@ -79,12 +83,20 @@ def descriptor_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def connection_cap(max_connections: int, nofile: int | None) -> int:
-    """``max.connections`` lowered to what ``nofile`` descriptors can serve (two per client)."""
+def descriptor_budget(nofile: int | None) -> int | None:
+    """The descriptors of ``nofile`` that client connections and their upstream links may hold together
+    (None: unlimited)."""
     if nofile is None:
-        return max_connections
+        return None
     reserved = min(MAX_RESERVED_DESCRIPTORS, max(MIN_RESERVED_DESCRIPTORS, nofile // 4))
-    return max(1, min(max_connections, (nofile - reserved) // 2))
+    return max(2, nofile - reserved)
+
+
+def connection_cap(max_connections: int, nofile: int | None) -> int:
+    """``max.connections`` lowered to what ``nofile`` descriptors can serve (one per client; its link, when
+    it has one, is counted as it opens)."""
+    budget = descriptor_budget(nofile)
+    return max_connections if budget is None else max(1, min(max_connections, budget))
 
 
 class _RateLimitedLog:
@@ -114,6 +126,7 @@ class ConnectionLimits:
         self.connections: set[ClientSide] = connections  # the gateway's open connections (not a copy)
         self.nofile = descriptor_limit()
         self.max_connections = connection_cap(config.max_connections, self.nofile)
+        self.descriptors = descriptor_budget(self.nofile)  # for clients and their links together
         budget = config.queued_max_request_bytes
         self.budget: int | None = budget if budget > 0 else None
         self.reserved = 0  # bytes reserved by request frames being read, all connections together
@@ -128,6 +141,9 @@ class ConnectionLimits:
         self.idle_s: float | None = idle / 1000 if idle > 0 else None
         self.partial_s: float | None = partial / 1000 if partial > 0 else None
         self._refused_warning = _RateLimitedLog("connection refused: max.connections reached; closing it at once")
+        self._link_refused_warning = _RateLimitedLog(
+            "connection closed: no descriptor left for its upstream link (RLIMIT_NOFILE)"
+        )
         self._accept_warning = _RateLimitedLog("cannot accept connections: out of descriptors or memory")
         self._budget_info = _RateLimitedLog(
             "request memory budget reached; reading paused for connections without a request in progress",
@@ -138,10 +154,15 @@ class ConnectionLimits:
 
     def admit(self, conn: ClientSide) -> bool:
         """Whether a freshly accepted connection may stay; a refused one is closed here."""
-        if len(self.connections) >= self.max_connections:
+        open_now = len(self.connections)
+        descriptors = self.descriptors
+        if open_now >= self.max_connections or (
+            descriptors is not None and open_now + self.metrics.upstream_links >= descriptors
+        ):
             self.metrics.connections_refused += 1
             self._refused_warning(
-                peer=conn.peer, open_connections=len(self.connections), max_connections=self.max_connections
+                peer=conn.peer, open_connections=open_now, max_connections=self.max_connections,
+                upstream_links=self.metrics.upstream_links,
             )
             conn.closed = True
             assert conn.transport is not None
@@ -151,6 +172,21 @@ class ConnectionLimits:
             conn.pause("memory")
             self.muted.add(conn)
         return True
+
+    def link_allowed(self, conn: ClientSide) -> bool:
+        """Whether ``conn`` (admitted) may open its upstream link now; when the descriptors would run out
+        it may not, and it is closed here (counted as refused: its client reconnects, as after a refusal
+        at accept). The link is counted once it is open (gateway/net/upstream_link.py)."""
+        descriptors = self.descriptors
+        if descriptors is None or len(self.connections) + self.metrics.upstream_links < descriptors:
+            return True
+        self.metrics.connections_refused += 1
+        self._link_refused_warning(
+            peer=conn.peer, open_connections=len(self.connections), upstream_links=self.metrics.upstream_links,
+            nofile=self.nofile,
+        )
+        conn.close()
+        return False
 
     def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> bool:
         """Handles the event loop's report of a failed accept (EMFILE and the like): counted and one

@@ -42,6 +42,7 @@ class UpstreamLink(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have the same methods.
         self.transport = transport  # type: ignore[assignment]
+        self.client.metrics.upstream_links += 1
         set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -50,6 +51,7 @@ class UpstreamLink(asyncio.Protocol):
             on_response(f, self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.client.metrics.upstream_links -= 1
         self.client.upstream_lost(self, exc)
 
     def pause_writing(self) -> None:

@@ -237,9 +237,15 @@ class GatewayCollector(Collector):
             "Client connections allowed at once: max.connections, lowered to what RLIMIT_NOFILE serves",
             limits.max_connections,
         )
+        yield gauge(
+            p + "client_upstream_links",
+            "Upstream connections open for client connections (each holds a descriptor, as its client does)",
+            m.upstream_links,
+        )
         yield counter(
             p + "client_connections_refused_total",
-            "Client connections closed at once because max.connections was reached",
+            "Client connections closed because max.connections was reached or no descriptor was left for them"
+            " or their upstream link",
             m.connections_refused,
         )
         yield counter(

@@ -178,10 +178,54 @@ async def test_idle_admin_connections_do_not_starve_the_probes() -> None:
 
 def test_max_connections_is_lowered_to_what_the_descriptors_serve() -> None:
     assert connection_cap(2_147_483_647, None) == 2_147_483_647
-    assert connection_cap(2_147_483_647, 1024) == (1024 - 256) // 2
+    assert connection_cap(2_147_483_647, 1024) == 1024 - 256  # one each; links are counted as they open
     assert connection_cap(100, 1024) == 100
-    assert connection_cap(2_147_483_647, 400) == (400 - 160) // 2
-    assert connection_cap(2_147_483_647, 100) == 1  # too few to serve anyone safely: still one
+    assert connection_cap(2_147_483_647, 400) == 400 - 160
+    assert connection_cap(2_147_483_647, 100) == 2  # too few to serve anyone safely: one client and its link
+
+
+def _until(condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.kafka
+def test_a_client_holds_a_second_descriptor_only_once_it_needs_the_cluster(kafka_broker):
+    """A client costs one descriptor, and one more once its first request for the cluster opens its
+    upstream link; when that link would exceed the descriptors, that client alone is closed."""
+    config = GatewayConfig(upstream=kafka_broker.bootstrap, listen_port=0, log_level="warning")
+    with GatewayThread(config) as gw:
+        gateway = gw.gateway
+        assert gateway is not None
+        metrics = gateway.metrics
+        gateway.limits.descriptors = 3  # what a small RLIMIT_NOFILE leaves for clients and links
+        refused = metrics.connections_refused
+        a = wire.connect(gw.bootstrap)
+        b = c = d = None
+        try:
+            assert _metadata(a, 1) == 1  # a and its link: 2 descriptors
+            assert metrics.upstream_links == 1
+            b = wire.connect(gw.bootstrap)  # 3: admitted, and no link while it asks nothing of the cluster
+            assert _until(lambda: len(gateway.connections) == 2)
+            assert metrics.upstream_links == 1 and metrics.connections_refused == refused
+            c = wire.connect(gw.bootstrap)  # a fourth descriptor: refused at accept
+            assert wire.closed_by_peer(c, timeout=5)
+            assert metrics.connections_refused == refused + 1
+            wire.send(b, MetadataRequest[12](topics=[]), 12, 2)  # b's link would be a fourth: b is closed
+            assert wire.closed_by_peer(b, timeout=5)
+            assert metrics.connections_refused == refused + 2 and metrics.upstream_links == 1
+            assert _metadata(a, 3) == 3  # the others are served as before
+            d = wire.connect(gw.bootstrap)  # b's descriptor is free again
+            assert _metadata(a, 4) == 4 and _until(lambda: len(gateway.connections) == 2)
+            assert metrics.connections_refused == refused + 2
+        finally:
+            for s in (a, b, c, d):
+                if s is not None:
+                    s.close()
 
 
 def test_kafka_names_are_accepted() -> None:
@@ -193,20 +237,19 @@ def test_kafka_names_are_accepted() -> None:
     assert default.connections_max_idle_ms == 600_000  # Kafka's default
 
 
-def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 1.5) -> int:
+def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 3.0) -> int:
     """Hold the gateway's event loop for ``busy_s`` while ``clients`` connect at once, each giving up
     after half a second; returns how many connected (completed by the kernel, queued for accept)."""
     assert gw._loop is not None
-    started = threading.Event()
-    gw._loop.call_soon_threadsafe(lambda: (started.set(), time.sleep(busy_s)))
-    assert started.wait(10)
     host, port = gw.bootstrap.rsplit(":", 1)
     connected: list[socket.socket] = []
     lock = threading.Lock()
+    go = threading.Event()
 
     def dial() -> None:
         s = socket.socket()
         s.settimeout(0.5)
+        go.wait()
         try:
             s.connect((host, int(port)))
         except OSError:
@@ -217,7 +260,11 @@ def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 1.5) -> in
 
     threads = [threading.Thread(target=dial) for _ in range(clients)]
     for t in threads:
-        t.start()
+        t.start()  # all waiting at the starting line before the loop is held
+    held = threading.Event()
+    gw._loop.call_soon_threadsafe(lambda: (held.set(), time.sleep(busy_s)))
+    assert held.wait(10)
+    go.set()
     for t in threads:
         t.join()
     for s in connected:
@@ -239,7 +286,7 @@ def test_a_fleet_connecting_while_the_loop_is_busy_waits_in_the_listen_backlog(k
             with wire.connect(gw.bootstrap) as s:
                 assert _metadata(s, 1) == 1
         else:  # a small backlog: the kernel drops the attempts past it (the setting reaches listen(2))
-            assert connected <= backlog + 1
+            assert connected <= backlog + 1, connected
 
 
 async def test_failed_accepts_are_counted_instead_of_reported_one_by_one() -> None:
