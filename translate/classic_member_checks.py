@@ -6,7 +6,7 @@ come back to JoinGroup."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from coordinator.assignors.api import TopicMetadata
 from coordinator.errors import ApiError, Errors
@@ -57,7 +57,8 @@ def protocols_supported(group: ConsumerGroup, request: JoinGroupRequest, joining
     return bool(names)
 
 
-def owned_partitions(topics: Mapping[str, TopicMetadata], owned: list[TopicPartitions]) -> Assignment:
+def owned_partitions(topics: Mapping[str, TopicMetadata], owned: Iterable[TopicPartitions]) -> dict[uuid.UUID, frozenset[int]]:
+    """Named partitions as an assignment; topics unknown to the metadata are dropped."""
     result: dict[uuid.UUID, frozenset[int]] = {}
     for tp in owned:
         meta = topics.get(tp.topic)

@@ -84,6 +84,7 @@ from translate.assignor_userdata import builtin_userdata_refusal
 from translate.classic_coordinator import ClassicGroupCoordinator
 from translate.classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from translate.classic_member import ClassicMemberTranslator
+from translate.classic_member_checks import owned_partitions
 from translate.classic_messages import JoinGroupRequestProtocol
 from translate.embedded import (
     CONSUMER_PROTOCOL_TYPE,
@@ -282,13 +283,7 @@ class GroupConverter:
 
     def _partitions(self, named: Collection[TopicPartitions]) -> dict[uuid.UUID, frozenset[int]]:
         """Named partitions as an assignment; topics unknown to the metadata are dropped."""
-        topics = self.coordinator.state.topics
-        result: dict[uuid.UUID, frozenset[int]] = {}
-        for tp in named:
-            meta = topics.get(tp.topic)
-            if meta is not None and tp.partitions:
-                result[meta.topic_id] = result.get(meta.topic_id, frozenset()) | frozenset(tp.partitions)
-        return result
+        return owned_partitions(self.coordinator.state.topics, named)
 
     # ---- downgrade ---------------------------------------------------------------------------
     def should_downgrade(self, group: ConsumerGroup, leaving: Collection[str]) -> bool:
