@@ -11,17 +11,17 @@ waits on the cluster. ``generate_latest`` writes the text format.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from coordinator.model import GroupState
-from gateway.metrics import PREFIX, GatewayMetrics, GroupStats, Histogram, api_name
+from gateway.metrics import PREFIX, GatewayMetrics, GroupStats, api_name
+from gateway.ops.metric_families import Labels, LagCollector, counter, gauge, histogram, render_lag
 from translate.classic_group import ClassicGroupState
 
 if TYPE_CHECKING:
@@ -34,38 +34,6 @@ if TYPE_CHECKING:
     from gateway.net.upstream import BrokerDirectory
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-Labels = tuple[str, ...]
-
-
-# --- families -----------------------------------------------------------------------------------------
-
-
-def gauge(name: str, help_text: str, value: float | None = None, labels: Iterable[str] = (),
-          samples: Iterable[tuple[Labels, float]] = ()) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, help_text, value=value, labels=None if value is not None else list(labels))
-    for ls, v in samples:
-        g.add_metric(list(ls), v)
-    return g
-
-
-def counter(name: str, help_text: str, value: float | None = None, labels: Iterable[str] = (),
-            samples: Iterable[tuple[Labels, float]] = ()) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, help_text, value=value, labels=None if value is not None else list(labels))
-    for ls, v in samples:
-        c.add_metric(list(ls), v)
-    return c
-
-
-def histogram(name: str, help_text: str, labels: Iterable[str], series: Iterable[tuple[Labels, Histogram]]) -> HistogramMetricFamily:
-    f = HistogramMetricFamily(name, help_text, labels=list(labels))
-    for ls, h in series:
-        cumulative = 0
-        buckets = []
-        for bound, n in zip((*h.bounds, math.inf), h.counts, strict=True):
-            cumulative += n
-            buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), cumulative))
-        f.add_metric(list(ls), buckets, h.sum)
-    return f
 
 
 # --- what a scrape reports ----------------------------------------------------------------------------
@@ -191,13 +159,13 @@ class Health:
         cached = self._lag_text
         if cached is None:
             snapshot = self._lag.snapshot if self._lag is not None else None
-            cached = self._lag_text = (snapshot, _render_lag(snapshot))
+            cached = self._lag_text = (snapshot, render_lag(snapshot))
         return cached[1]
 
     async def on_lag_snapshot(self, snapshot: LagSnapshot) -> None:
         """A new lag snapshot: write its families out on a worker thread; scrapes meanwhile serve the
         previous one's (with its timestamp)."""
-        text = await asyncio.to_thread(_render_lag, snapshot)
+        text = await asyncio.to_thread(render_lag, snapshot)
         self._lag_text = (snapshot, text)
 
     def families(self) -> list[Metric]:
@@ -209,12 +177,6 @@ class Health:
             self._scan = None
         snapshot = self._lag.snapshot if self._lag is not None else None
         return live + (list(LagCollector(snapshot).collect()) if self.layer is not None else [])
-
-
-def _render_lag(snapshot: LagSnapshot | None) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LagCollector(snapshot))
-    return generate_latest(registry)
 
 
 class GatewayCollector(Collector):
@@ -529,58 +491,6 @@ class MembersCollector(Collector):
         yield counter(
             PREFIX + "lag_refresh_failures_total", "Consumer lag refreshes that failed (the previous values stay)",
             self.lag.failures if self.lag is not None else 0,
-        )
-
-
-class LagCollector(Collector):
-    """kafka_exporter's lag and offset families (names and labels) of one lag snapshot
-    (gateway/groups/lag.py), and when it was taken."""
-
-    def __init__(self, snapshot: LagSnapshot | None) -> None:
-        self.snapshot = snapshot
-
-    def collect(self) -> Iterator[Metric]:
-        current = GaugeMetricFamily(
-            "kafka_consumergroup_current_offset", "Committed offset of a managed group on a partition",
-            labels=["consumergroup", "topic", "partition"],
-        )
-        current_sum = GaugeMetricFamily(
-            "kafka_consumergroup_current_offset_sum", "Committed offsets of a managed group, summed per topic",
-            labels=["consumergroup", "topic"],
-        )
-        lag = GaugeMetricFamily(
-            "kafka_consumergroup_lag", "Log end offset minus committed offset of a managed group on a partition",
-            labels=["consumergroup", "topic", "partition"],
-        )
-        lag_sum = GaugeMetricFamily(
-            "kafka_consumergroup_lag_sum", "Lag of a managed group, summed per topic", labels=["consumergroup", "topic"],
-        )
-        snapshot = self.snapshot
-        if snapshot is not None:
-            for gid, rows in snapshot.groups.items():
-                offsets: dict[str, int] = {}
-                lags: dict[str, int] = {}
-                for r in rows:
-                    part = str(r.partition)
-                    current.add_metric([gid, r.topic, part], r.committed)
-                    lag.add_metric([gid, r.topic, part], r.lag)
-                    offsets[r.topic] = offsets.get(r.topic, 0) + r.committed
-                    lags[r.topic] = lags.get(r.topic, 0) + r.lag
-                for topic, n in offsets.items():
-                    current_sum.add_metric([gid, topic], n)
-                    lag_sum.add_metric([gid, topic], lags[topic])
-        yield current
-        yield current_sum
-        yield lag
-        yield lag_sum
-        yield gauge(
-            PREFIX + "lag_snapshot_timestamp_seconds",
-            "When the consumer lag above was computed, seconds since the epoch (0: not yet)",
-            snapshot.taken_at if snapshot is not None else 0,
-        )
-        yield gauge(
-            PREFIX + "lag_refresh_duration_seconds", "How long the refresh of the consumer lag above took",
-            snapshot.took_s if snapshot is not None else 0,
         )
 
 
