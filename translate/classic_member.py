@@ -70,9 +70,6 @@ from translate.result import timer_key
 
 log = logging.getLogger(__name__)
 _MAX_WARNED = 10_000
-# How long a translated classic member holding partitions of a deleted topic is left to notice it itself
-# (and report them lost) before it is told to rejoin: a few of its metadata refreshes or fetch retries.
-DELETED_TOPIC_GRACE_MS = 3_000
 
 # A classic member told to rejoin (or answered JoinGroup) has one rebalance timeout to do so.
 CLASSIC_MEMBER_JOIN_TIMER = "classic-member-join"
@@ -114,10 +111,16 @@ class ClassicMemberTranslator:
         self.common_protocols: dict[str, tuple[tuple[int, int], str | None]] = {}
         # (group, member) -> when it was first seen holding partitions of a deleted topic.
         self.deletion_seen: dict[tuple[str, str], int] = {}
+        # group -> (the epoch its members were current at, the epoch topic image changes moved it to,
+        # when the first of them was seen): a purely classic group bumped by the image alone.
+        self.image_change_seen: dict[str, tuple[int, int, int]] = {}
 
     # ---- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, request: JoinGroupRequest, request_key: RequestKey, now_ms: int) -> Outcome:
         out = Outcome()
+        # A member rejoining ends the group's grace for an image change: on Kafka that rejoin is the
+        # rebalance every member is then told of.
+        self.image_change_seen.pop(request.group_id, None)
         if self.gathering.gather(out, request, request_key, now_ms):
             return out
         try:
@@ -333,7 +336,11 @@ class ClassicMemberTranslator:
             metadata = member.classic_metadata
             assert metadata is not None
             out.timers.append(_schedule(session_key(group.group_id, member.member_id), now_ms + metadata.session_timeout_ms))
-            if must_rejoin(group, member) and not self._client_may_notice_deletion(group, member, now_ms):
+            if (
+                must_rejoin(group, member)
+                and not self._client_may_notice_deletion(group, member, now_ms)
+                and not self._client_may_notice_image_change(group, member, now_ms)
+            ):
                 self._expect_rejoin(out, group, member, now_ms)
                 error = Errors.REBALANCE_IN_PROGRESS
         except ApiError as exc:
@@ -343,7 +350,7 @@ class ClassicMemberTranslator:
 
     def _client_may_notice_deletion(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> bool:
         """Translate mode: a member still holding partitions of a topic that was deleted is not told to
-        rejoin for DELETED_TOPIC_GRACE_MS after that is first seen at its heartbeat. A classic group on
+        rejoin for ``topic_change_grace_ms`` after that is first seen at its heartbeat. A classic group on
         Kafka does not rebalance by itself when a topic goes: the client finds out from its metadata
         (librdkafka then reports those partitions lost, not revoked) and rejoins; told first, it would
         rejoin still holding them and see them revoked. A client that does not notice is told after the
@@ -358,7 +365,37 @@ class ClassicMemberTranslator:
         if len(self.deletion_seen) >= _MAX_WARNED:
             self.deletion_seen.clear()
         since = self.deletion_seen.setdefault(key, now_ms)
-        return now_ms - since < DELETED_TOPIC_GRACE_MS
+        return now_ms - since < self.config.topic_change_grace_ms
+
+    def image_changed(self, group_id: str, before: int, after: int, now_ms: int) -> None:
+        """Translate mode: the topic image alone moved a purely classic group from epoch ``before`` to
+        ``after`` (a subscribed topic grew, appeared or went). Further image changes within the grace
+        keep the first one's epoch and time."""
+        seen = self.image_change_seen.get(group_id)
+        if seen is not None and seen[1] == before and now_ms - seen[2] < self.config.topic_change_grace_ms:
+            self.image_change_seen[group_id] = (seen[0], after, seen[2])
+            return
+        if len(self.image_change_seen) >= _MAX_WARNED:
+            self.image_change_seen.clear()
+        self.image_change_seen[group_id] = (before, after, now_ms)
+
+    def _client_may_notice_image_change(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int
+    ) -> bool:
+        """Translate mode: a member that was current when the topic image alone moved its group on is
+        not told to rejoin for ``topic_change_grace_ms``. On Kafka a classic client finds a subscribed
+        topic grown or created in its own metadata and rejoins knowing it; told first, it rejoins with its
+        old metadata, is given the new partitions, learns of them from its next refresh and rejoins once
+        more (librdkafka: a second rebalance, a full one with an eager strategy). Anything else that
+        moves the group (a member joining or leaving) ends the grace: the member is told at once."""
+        seen = self.image_change_seen.get(group.group_id)
+        if seen is None:
+            return False
+        base, bumped, since = seen
+        if group.group_epoch != bumped or now_ms - since >= self.config.topic_change_grace_ms:
+            del self.image_change_seen[group.group_id]
+            return False
+        return member.member_epoch == base and member.state is MemberState.STABLE
 
     def _expect_rejoin(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
         key = timer_key(CLASSIC_MEMBER_JOIN_TIMER, group.group_id, member.member_id)

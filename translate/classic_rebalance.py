@@ -38,6 +38,10 @@ class ClassicGroupConfig:
     new_member_join_timeout_ms: int = 300_000
     max_size: int = 2**31 - 1  # group.max.size
     metadata_value_version: int = DEFAULT_VALUE_VERSION
+    # Translate mode (groupgate's own): how long a translated classic member is left to notice a change
+    # of its topics itself (a deleted topic, a grown or new one) before it is told to rejoin; a classic
+    # group on Kafka leaves that to the clients' metadata refreshes.
+    topic_change_grace_ms: int = 3000
 
 
 class Rebalancer:

@@ -239,6 +239,9 @@ class CoordinatorSettings(BaseModel):
         validation_alias=_kafka("initial_rebalance_delay_ms", "group.initial.rebalance.delay.ms"),
     )
     max_size: int = Field(default=2**31 - 1, ge=1, validation_alias=_kafka("max_size", "group.max.size"))
+    # Translate mode: how long a translated classic member is left to notice a change of its topics
+    # itself before it is told to rejoin (docs/gateway.md, "Topic changes").
+    translate_topic_change_grace_ms: int = Field(default=3_000, ge=0)
     # A group Empty this long is deleted from the gateway's state (Kafka deletes an empty group when its
     # offsets expired; docs/operations.md). Kafka takes whole minutes; fractions are accepted (tests).
     offsets_retention_minutes: float = Field(
@@ -414,6 +417,7 @@ class CoordinatorSettings(BaseModel):
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
                 max_size=self.max_size,
+                topic_change_grace_ms=self.translate_topic_change_grace_ms,
             ),
             offsets_retention_ms=max(1, round(self.offsets_retention_minutes * 60_000)),
         )

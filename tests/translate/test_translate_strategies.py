@@ -15,6 +15,7 @@ from coordinator.errors import Errors
 from coordinator.outcome import StrategyFallback
 from coordinator.target import select_assignor
 from translate.classic_messages import JoinGroupRequest, JoinGroupRequestProtocol
+from translate.classic_rebalance import ClassicGroupConfig
 from translate.classic_strategies import (
     RDKAFKA_COOPERATIVE_STICKY,
     STRATEGIES,
@@ -26,6 +27,7 @@ from translate.classic_strategies import (
 from translate.embedded import ConsumerProtocolSubscription, TopicPartitions, encode_subscription
 
 OTHER, OTHER_ID = "bar", uuid.UUID(int=0xBA2)
+GRACE_MS = ClassicGroupConfig().topic_change_grace_ms
 
 
 def test_java_string_hash_and_hash_map_order() -> None:
@@ -244,9 +246,7 @@ def test_native_mode_keeps_kip848_selection_and_the_members_own_protocol() -> No
 def test_a_member_holding_a_deleted_topic_is_left_to_notice_it_itself_for_a_while() -> None:
     """As on Kafka, where a classic group does not rebalance by itself when a topic goes: the client
     finds out from its metadata and reports the partitions lost; told to rejoin first, it would see them
-    revoked. After DELETED_TOPIC_GRACE_MS it is told anyway."""
-    from translate.classic_member import DELETED_TOPIC_GRACE_MS
-
+    revoked. After the grace (``topic_change_grace_ms``) it is told anyway."""
     d = Driver(mode="translate")
     two_topics(d)
     fleet = Fleet(d, (TOPIC, OTHER), java=True)
@@ -254,7 +254,7 @@ def test_a_member_holding_a_deleted_topic_is_left_to_notice_it_itself_for_a_whil
     assert fleet.layout() == {a: {OTHER: [0, 1], TOPIC: [0, 1]}}
     d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))  # OTHER deleted
     assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
-    d.advance(DELETED_TOPIC_GRACE_MS - 1)
+    d.advance(GRACE_MS - 1)
     assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
     d.advance(1)
     assert d.heartbeat(a, fleet.generation[a]) == Errors.REBALANCE_IN_PROGRESS
@@ -273,3 +273,69 @@ def test_a_member_that_notices_the_deletion_itself_rejoins_without_being_told() 
     fleet.rejoin(a)
     assert fleet.layout() == {a: {TOPIC: [0, 1]}}
     assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+
+
+def test_a_topic_grown_where_the_gateway_sees_it_first_is_one_round_for_a_client_that_notices() -> None:
+    """The gateway's refresh sees a subscribed topic grow before the client does. Told to rejoin at once,
+    a classic client would rejoin with its old metadata, get the new partition, learn of it and rejoin
+    again; left to notice it itself (as on Kafka), it rejoins once and gets the new partition then."""
+    d = Driver(mode="translate")
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 1)}, d.now))
+    fleet = Fleet(d, (TOPIC,))
+    a = fleet.add("a", ("cooperative-sticky",))
+    assert fleet.layout() == {a: {TOPIC: [0]}}
+    generation = fleet.generation[a]
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))
+    d.advance(GRACE_MS - 1)
+    assert d.heartbeat(a, generation) == Errors.NONE
+    fleet.rejoin(a)  # its own metadata refresh showed the second partition
+    assert fleet.layout() == {a: {TOPIC: [0, 1]}}
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+
+
+def test_a_member_that_does_not_notice_a_grown_topic_is_told_after_the_grace() -> None:
+    d = Driver(mode="translate")
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 1)}, d.now))
+    fleet = Fleet(d, (TOPIC,), java=True)
+    a = fleet.add("a", ("range",))
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+    d.advance(GRACE_MS // 2)
+    # A second change of the image within the grace does not extend it.
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 3)}, d.now))
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.NONE
+    d.advance(GRACE_MS - GRACE_MS // 2)
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.REBALANCE_IN_PROGRESS
+    fleet.rejoin(a)
+    assert fleet.layout() == {a: {TOPIC: [0, 1, 2]}}
+
+
+def test_a_join_during_the_grace_tells_the_other_members_at_once() -> None:
+    """On Kafka the member that noticed the change rejoins and every other member is told of that
+    rebalance: here too, whether or not the others noticed."""
+    d = Driver(mode="translate")
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))
+    fleet = Fleet(d, (TOPIC,))
+    a = fleet.add("a", ("cooperative-sticky",))
+    b = fleet.add("b", ("cooperative-sticky",))
+    fleet.settle()
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 4)}, d.now))
+    assert d.heartbeat(b, fleet.generation[b]) == Errors.NONE
+    fleet.rejoin(a)
+    assert d.heartbeat(b, fleet.generation[b]) == Errors.REBALANCE_IN_PROGRESS
+    fleet.rejoin(b)
+    fleet.settle()
+    assert sorted(p for m in (a, b) for p in fleet.layout()[m][TOPIC]) == [0, 1, 2, 3]
+
+
+def test_native_mode_tells_classic_members_of_a_grown_topic_at_once() -> None:
+    """Outside translate mode classic members are inside a consumer group being migrated: Kafka's
+    consumer groups tell them at once."""
+    d = Driver()
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 1)}, d.now))
+    d.consumer("c")
+    fleet = Fleet(d, (TOPIC,))
+    a = fleet.add("a", ("range",))
+    fleet.settle()
+    d.absorb(d.service.on_metadata({TOPIC: (TOPIC_ID, 2)}, d.now))
+    assert d.heartbeat(a, fleet.generation[a]) == Errors.REBALANCE_IN_PROGRESS
