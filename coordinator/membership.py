@@ -32,6 +32,7 @@ from coordinator.model import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
+    subscription_topic_names,
 )
 from coordinator.reconcile import reconcile
 from coordinator.state import CoordinatorState, Tx
@@ -122,10 +123,7 @@ def refresh_subscriptions(tx: Tx, group: ConsumerGroup, now_ms: int, reresolve: 
             tx.emit(rec.regular_expression(gid, regex, topics, st.metadata_version, now_ms))
     names: set[str] = set()
     for topic_names, pattern in group.subscriptions:
-        names |= topic_names
-        resolved = group.resolved_regexes.get(pattern) if pattern else None
-        if resolved is not None:
-            names |= resolved.topics
+        names |= subscription_topic_names(group, topic_names, pattern)
     meta: dict[str, TopicMetadata] = {n: st.topics[n] for n in names if n in st.topics}
     if meta == group.subscription_metadata:
         return False

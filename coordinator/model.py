@@ -207,12 +207,12 @@ class ConsumerGroup:
         )
 
 
+def subscription_topic_names(group: ConsumerGroup, names: frozenset[str], regex: str | None) -> frozenset[str]:
+    """The topic names of one subscription in a group: its names plus what its regex resolves to."""
+    resolved = group.resolved_regexes.get(regex) if regex else None
+    return names if resolved is None else names | resolved.topics
+
+
 def subscribed_topic_names(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
     """The topic names a member is subscribed to: its names plus what its regex resolves to."""
-    regex = member.subscribed_topic_regex
-    if not regex:
-        return member.subscribed_topic_names
-    resolved = group.resolved_regexes.get(regex)
-    if resolved is None:
-        return member.subscribed_topic_names
-    return member.subscribed_topic_names | resolved.topics
+    return subscription_topic_names(group, member.subscribed_topic_names, member.subscribed_topic_regex)
