@@ -226,7 +226,12 @@ def test_the_broker_leading_the_groups_state_partition_killed_mid_upgrade_loses_
         assert _lost_by(run, killed_ms, "consumer") == []
         gave_up = _lost_by(run, killed_ms, "classic")
         print(f"classic members that gave up their session themselves: {gave_up}")
-        assert _expired(gw) <= len(gave_up), "the gateway expired members while the state partition changed leader"
+        # Slot 1's classic member is closed right after the kill, while the partition has no leader: its
+        # LeaveGroup may be answered NOT_COORDINATOR (as Kafka's coordinator answers while its partition
+        # moves), and librdkafka does not send a failed leave again, so that id stays until its session
+        # expires, with either coordinator. It held no partitions by then (it revoked them closing); a
+        # live member expired would have lost its partitions and be counted above.
+        assert _expired(gw) <= len(gave_up) + 1, "the gateway expired members while the state partition changed leader"
         # What the gateway acknowledged is in the topic: a gateway started now reads the same group.
         settled = run.settle("before a second gateway process", time.time() * 1000).group
         gw.restart(hard=True)
