@@ -150,22 +150,25 @@ class ConsumerGroupCoordinator:
             remove_member(tx, group, member_id, now_ms)
         return tx.result(None)
 
-    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome[None]:
+    def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome[dict[str, int]]:
         """The full topic image (name -> (topic id, partition count)). Groups whose subscribed topics
         changed (partitions added, topic created / deleted / recreated, regex matches) get their
-        epoch bumped; the new target is computed on their next heartbeat."""
+        epoch bumped; the new target is computed on their next heartbeat. The response names the
+        groups bumped, each with its epoch before the bump."""
         image = {n: TopicMetadata(tid, n, num) for n, (tid, num) in topics.items()}
         st = self.state
         tx = Tx(st)
+        bumped: dict[str, int] = {}
         if image == st.topics:
-            return tx.result(None)
+            return tx.result(bumped)
         st.topics = image
         st.metadata_version += 1
         for group in list(st.groups.values()):
             if refresh_subscriptions(tx, group, now_ms, reresolve=True):
                 group.delta.topics_changed = True
+                bumped[group.group_id] = group.group_epoch
                 bump_group_epoch(tx, group, now_ms)
-        return tx.result(None)
+        return tx.result(bumped)
 
     def on_loaded(self, now_ms: int) -> Outcome[None]:
         """After replay (KIP-848 "Fail Over"): arm every member's session timer and the revocation

@@ -232,18 +232,15 @@ class GroupService:
     def on_metadata(self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int) -> Outcome:
         """The full topic image: name -> (topic id, partition count)."""
         out = Outcome()
-        translate = self.config.mode is ClassicGroupsMode.TRANSLATE
+        res = self.coordinator.on_metadata(topics, now_ms)
+        out.take(res)
+        bumped = res.response
+        if self.config.mode is not ClassicGroupsMode.TRANSLATE:
+            return out
         groups = self.coordinator.state.groups
-        epochs = {gid: g.group_epoch for gid, g in groups.items()} if translate else {}
-        out.take(self.coordinator.on_metadata(topics, now_ms))
-        for gid, before in epochs.items():
+        for gid, before in bumped.items():
             group = groups.get(gid)
-            if (
-                group is not None
-                and group.group_epoch != before
-                and group.members
-                and all(m.uses_classic_protocol for m in group.members.values())
-            ):
+            if group is not None and group.members and all(m.uses_classic_protocol for m in group.members.values()):
                 # Its classic clients are left to notice the change themselves for a while.
                 self.classic_members.image_changed(gid, before, group.group_epoch, now_ms)
         return out

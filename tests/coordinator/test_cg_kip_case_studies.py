@@ -178,8 +178,10 @@ def test_partition_added() -> None:
     e = g.group_epoch
     assert d.target_view(G) == {"A": {"foo": [0]}}  # B's target is empty
 
-    d.topics({"foo": 2})
+    res = d.topics({"foo": 2})
     assert g.group_epoch == e + 1 and g.assignment_epoch == e
+    assert res.response == {G: e}  # the groups bumped, each with its epoch before
+    assert d.topics({"foo": 2}).response == {}  # the same image again moves nothing
     assert d.member_view(G, "A") == (e, {"foo": [0]}, {})
     assert d.member_view(G, "B") == (e, {}, {})
 
