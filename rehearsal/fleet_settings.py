@@ -152,6 +152,8 @@ class GatewaySpec(BaseModel):
     # How the gateway runs classic fleets (native / translate); None: not from a gateway. The fleet's mixes
     # choose per group, so a mix the gateway does not run is a what-if (named by ``fleet_warnings``).
     classic_groups: Literal["native", "translate"] | None = None
+    # Translate mode: how long classic members may notice a topic change themselves before being told.
+    translate_topic_change_grace_ms: int = Field(default=3_000, ge=0)
     # Assignment offload (KIP-1263): the simulator computes every target inline; named when a fleet's group
     # reaches the size the gateway would offload.
     offload_enable: bool = False
@@ -172,6 +174,7 @@ class GatewaySpec(BaseModel):
             "group.max.session.timeout.ms": self.max_session_timeout_ms,
             "group.max.size": self.max_size,
             "group.consumer.max.size": self.consumer_max_size,
+            "translate_topic_change_grace_ms": self.translate_topic_change_grace_ms,
         }
 
 
@@ -183,7 +186,7 @@ _MODELLED = {
     "consumer_assignment_interval_ms", "consumer_min_assignment_interval_ms", "consumer_max_assignment_interval_ms",
     "migration_policy", "consumer_assignors", "min_session_timeout_ms", "max_session_timeout_ms", "max_size",
     "consumer_max_size", "convert_builtin_sticky_userdata", "classic_groups", "consumer_assignor_offload_enable",
-    "consumer_assignor_offload_min_size",
+    "consumer_assignor_offload_min_size", "translate_topic_change_grace_ms",
     # Bounds the settings themselves were validated against.
     "consumer_min_session_timeout_ms", "consumer_max_session_timeout_ms", "consumer_min_heartbeat_interval_ms",
     "consumer_max_heartbeat_interval_ms",
@@ -248,6 +251,7 @@ def gateway_from_settings(coordinator: CoordinatorSettings, source: str) -> Gate
         consumer_max_size=c.consumer_max_size,
         convert_builtin_sticky_userdata=c.convert_builtin_sticky_userdata,
         classic_groups=c.classic_groups,
+        translate_topic_change_grace_ms=c.translate_topic_change_grace_ms,
         offload_enable=c.consumer_assignor_offload_enable,
         offload_min_size=c.consumer_assignor_offload_min_size,
         not_modelled=tuple(notes),

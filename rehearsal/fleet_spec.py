@@ -287,6 +287,7 @@ def apply_gateway(config: EndpointConfig, g: GatewaySpec, classic_heartbeat_ms: 
     config.classic_max_session_timeout_ms = g.max_session_timeout_ms
     config.classic_max_size = g.max_size
     config.convert_builtin_sticky_userdata = g.convert_builtin_sticky_userdata
+    config.topic_change_grace_ms = g.translate_topic_change_grace_ms
 
 
 def simulation_settings(spec: FleetSpec) -> dict[str, Any]:

@@ -66,6 +66,7 @@ class EndpointConfig:
     classic_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     classic_max_size: int = 2**31 - 1  # group.max.size
     convert_builtin_sticky_userdata: bool = True
+    topic_change_grace_ms: int = 3_000  # translate_topic_change_grace_ms (translate mode only)
     # Bumped by each simulated gateway restart so member ids stay unique across incarnations.
     incarnation: int = 0
 
@@ -90,6 +91,7 @@ class ServiceEndpoint:
                     min_session_timeout_ms=config.classic_min_session_timeout_ms,
                     max_session_timeout_ms=config.classic_max_session_timeout_ms,
                     max_size=config.classic_max_size,
+                    topic_change_grace_ms=config.topic_change_grace_ms,
                 ),
                 convert_builtin_sticky_userdata=config.convert_builtin_sticky_userdata,
             ),

@@ -143,6 +143,23 @@ def test_settings_the_simulation_cannot_model_are_named(tmp_path: Path) -> None:
                for w in fleet_warnings(spec(clients=[{"client": "java", "version": "4.0"}])))
 
 
+def test_the_translate_topic_change_grace_is_simulated_not_named(tmp_path: Path) -> None:
+    g = gateway_from_config(write_config(tmp_path / "gw.toml", 'ephemeral_state = true\n'
+                                         'classic_groups = "translate"\n'
+                                         'translate_topic_change_grace_ms = 0\n'))
+    assert g.translate_topic_change_grace_ms == 0 and g.not_modelled == ()
+    told_at_once = spec(scenario="topic-growth", mix="translate", gateway=g.model_dump())
+    assert simulation_settings(told_at_once)["translate_topic_change_grace_ms"] == 0
+    sim = FleetSimulation(told_at_once, 0, None)
+    assert sim.endpoint.service.classic_members.config.topic_change_grace_ms == 0
+    # The simulated clients notice a grown topic within 600 ms: with the default grace they rejoin by
+    # themselves, with none the coordinator tells them first, so the two streams differ.
+    waited = spec(scenario="topic-growth", mix="translate", gateway=g.model_copy(
+        update={"translate_topic_change_grace_ms": 3_000}).model_dump())
+    assert [e for i in range(4) for e in events_of(told_at_once, i)] != [
+        e for i in range(4) for e in events_of(waited, i)]
+
+
 def test_simulate_with_config_writes_settings_and_warnings(tmp_path: Path) -> None:
     config = write_config(tmp_path / "gw.toml", 'fsync = "never"\nstate_dir = "/tmp/x"\n')
     said: list[str] = []
