@@ -19,7 +19,7 @@ timed runs both members heartbeat once (untimed), so that neither's session runs
 wall time, is barely moved by other work on the machine, which is why this bench reads it: figures taken
 at different commits on a shared machine stay comparable. The LAST line is ``key=value`` pairs.
 
-    .venv/bin/python bench/request_cpu.py [--requests 20000] [--rounds 3]
+    .venv/bin/python bench/request_cpu.py [--requests 20000] [--rounds 3] [--paths heartbeat,commit]
 """
 
 from __future__ import annotations
@@ -247,6 +247,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=20_000, help="requests per path and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--paths", default="", help="comma-separated paths to time (default: all), e.g. to profile one")
     args = ap.parse_args()
     import tempfile
 
@@ -288,6 +289,11 @@ def main() -> None:
             paths = [
                 "passthrough", "heartbeat", "classic_heartbeat", "commit", "classic_commit", "pipelined_classic_heartbeat",
             ]
+            if args.paths:
+                unknown = set(args.paths.split(",")) - set(paths)
+                if unknown:
+                    raise SystemExit(f"unknown paths: {', '.join(sorted(unknown))} (known: {', '.join(paths)})")
+                paths = [p for p in paths if p in args.paths.split(",")]
             # Warm-up: the first requests of each kind pay imports and caches.
             for path in paths:
                 run(path, 500)
