@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -66,7 +67,9 @@ class TokenSource:
         self._clock = clock
         self._token: str | None = None
         self._renew_at = 0.0
-        self._lock = asyncio.Lock()
+        # A thread lock, not an asyncio one: the cluster state store's clients ask for tokens from an
+        # event loop of their own (gateway/state/topic.py), the gateway's links from its main loop.
+        self._lock = threading.Lock()
         self.fetches = 0  # requests made to the endpoint (for tests and operators)
 
     async def token(self) -> str:
@@ -79,11 +82,18 @@ class TokenSource:
             if not text:
                 raise TokenUnavailable(f"sasl.oauthbearer token file {self.token_file} is empty")
             return text
-        async with self._lock:
+        token = self._token
+        if token is not None and self._clock() < self._renew_at:
+            return token
+        return await asyncio.to_thread(self._renewed)
+
+    def _renewed(self) -> str:
+        """The cached token, or one fetched now; one fetch at a time, whichever loop or thread asks."""
+        with self._lock:
             if self._token is not None and self._clock() < self._renew_at:
                 return self._token
             now = self._clock()
-            token, lifetime_s = await asyncio.to_thread(self._fetch)
+            token, lifetime_s = self._fetch()
             self.fetches += 1
             self._token = token
             self._renew_at = now + lifetime_s * REFRESH_WINDOW_FACTOR
