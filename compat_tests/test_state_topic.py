@@ -170,9 +170,15 @@ async def test_a_transaction_open_at_takeover_is_aborted(kafka3: KafkaCluster, n
     a = await a_store.open_shard(0)
     a.append([Record(b"k", b"committed")])
     await a.sync()
-    producer = a._producer  # drive the zombie's producer by hand to stop it between produce and commit
-    await producer.begin_transaction()
-    await (await producer.send(topic, key=b"k", value=b"in-flight", partition=0))
+    # Drive the zombie's producer by hand to stop it between produce and commit (on the store's own loop,
+    # where its clients live).
+    producer, on_clients = a._producer, a_store.clients.run
+
+    async def produce_uncommitted() -> None:
+        await producer.begin_transaction()
+        await (await producer.send(topic, key=b"k", value=b"in-flight", partition=0))
+
+    await on_clients(produce_uncommitted())
     # A reader meanwhile stops at the last stable offset: the open transaction is neither returned nor
     # waited for.
     assert await read_partition(_store(kafka3, topic), 0, timeout_ms=20_000) == [Record(b"k", b"committed")]
@@ -180,7 +186,7 @@ async def test_a_transaction_open_at_takeover_is_aborted(kafka3: KafkaCluster, n
     b = await b_store.open_shard(0)
     assert list(b.replay()) == [Record(b"k", b"committed")]
     with pytest.raises(Exception):  # noqa: B017 - the client's own fencing error
-        await producer.commit_transaction()
+        await on_clients(producer.commit_transaction())
     assert await read_partition(_store(kafka3, topic), 0) == [Record(b"k", b"committed")]
     await a_store.close()
     await b_store.close()

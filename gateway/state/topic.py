@@ -26,6 +26,14 @@ replaces every earlier one (a tombstone removes it), so keeping only the latest 
 eventually dropping tombstones, which is exactly what log compaction does, leaves replay's result
 unchanged. Compaction never crosses the last stable offset, so an open transaction is never compacted.
 
+The store's clients run on an event loop of their own, on a thread of its own (``_ClientLoop``): a
+transaction is three round trips and many steps of the client's tasks, and on the gateway's loop each
+step waited for a turn of that loop, behind every connection that had a request ready. With ten thousand
+members keeping the loop busy, a transaction took seconds and, at last, longer than ``write_timeout_ms``.
+On its own loop a step waits at most for the interpreter's thread switch (5 ms) while the gateway's thread
+is busy. The shard log's bookkeeping (what is appended, what waits for which transaction) stays on the
+gateway's loop; only the client calls cross.
+
 Client library: aiokafka (asyncio-native; transactional producer with fencing, read_committed consumer,
 admin client). Its idempotent producer retries retriable errors (leader changes, NOT_ENOUGH_REPLICAS,
 timeouts) without end; the store bounds a transaction by ``write_timeout_ms`` and then reports
@@ -38,10 +46,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
@@ -92,6 +101,69 @@ DEFAULT_WRITE_TIMEOUT_MS = 30_000
 STOP_GRACE_S = 2.0
 # How long opening a shard (fencing and reading the partition to its end) may take.
 DEFAULT_LOAD_TIMEOUT_MS = 60_000
+
+
+T = TypeVar("T")
+
+
+class _ClientLoop:
+    """An event loop on a daemon thread of its own for the store's clients, started on first use."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
+                loop = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(started.set)
+                    try:
+                        loop.run_forever()
+                        # Whatever a client left running (its producers are stopped by then) ends here,
+                        # not as "destroyed but pending" when the loop is closed.
+                        left = asyncio.all_tasks(loop)
+                        for task in left:
+                            task.cancel()
+                        if left:
+                            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                    finally:
+                        loop.close()
+
+                thread = threading.Thread(target=serve, name=self.name, daemon=True)
+                thread.start()
+                started.wait()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``coro`` run to its end on the client loop; cancelling the caller cancels it there."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop()))
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """``coro`` started on the client loop, nobody waiting for it (the caller's loop is gone)."""
+        if self._loop is None or self._thread is None or not self._thread.is_alive():
+            coro.close()
+            return
+        asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def stop(self) -> None:
+        """Stop the loop and wait for its thread (blocking: call it off the gateway's loop)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):  # already stopped and closed
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
 
 
 def _is_fenced(exc: BaseException | None) -> bool:
@@ -155,7 +227,7 @@ class KafkaShardLog:
                     await asyncio.sleep(self._store.append_linger_ms / 1000)
                 batch, self._pending = self._pending, []
                 end = self._committed + len(batch)
-                await self._write(batch)
+                await self._store.clients.run(self._write(batch))
                 self._committed = end
                 self.transactions += 1
                 self._store.transactions += 1
@@ -171,7 +243,8 @@ class KafkaShardLog:
             self._flusher = None
 
     async def _write(self, batch: list[Record]) -> None:
-        """One transaction: begin, produce every record to the shard's partition keyed by its key, commit."""
+        """One transaction: begin, produce every record to the shard's partition keyed by its key, commit.
+        Runs on the store's client loop."""
         timeout_s = self._store.write_timeout_ms / 1000
         started = time.monotonic()
         futures: list[asyncio.Future[Any]] = []
@@ -289,6 +362,8 @@ class KafkaStateStore:
         self.topic_check: TopicCheck | None = None
         self._logs: dict[int, KafkaShardLog] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        # The shards' producers and the loads' consumers run here (see the module docstring).
+        self.clients = _ClientLoop(f"{client_id}-clients")
 
     @classmethod
     def from_settings(
@@ -385,6 +460,14 @@ class KafkaStateStore:
         old = self._logs.pop(shard, None)
         if old is not None:
             old.close()
+        producer, records = await self.clients.run(self._open_producer(shard))
+        shard_log = KafkaShardLog(self, shard, producer, records)
+        self._logs[shard] = shard_log
+        return shard_log
+
+    async def _open_producer(self, shard: int) -> tuple[AIOKafkaProducer, list[Record]]:
+        """On the client loop: the shard's producer, initialised (fencing older ones), and the records
+        committed to its partition."""
         producer = AIOKafkaProducer(
             client_id=f"{self.client_id}-{shard}",
             transactional_id=self.transactional_id(shard),
@@ -417,9 +500,7 @@ class KafkaStateStore:
                     f"opening shard {shard} of {self.topic} took longer than {self.load_timeout_ms} ms"
                 ) from None
             raise
-        shard_log = KafkaShardLog(self, shard, producer, records)
-        self._logs[shard] = shard_log
-        return shard_log
+        return producer, records
 
     async def _read(self, shard: int) -> list[Record]:
         """The committed records of ``shard``'s partition, from its start to its last stable offset."""
@@ -431,8 +512,10 @@ class KafkaStateStore:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return  # closed after the event loop: the producer's connections went with it
-        task = loop.create_task(_stop_quietly(shard_log._producer))
+            # Closed after the gateway's loop: stop the producer on its own loop, nobody waiting.
+            self.clients.submit(_stop_quietly(shard_log._producer))
+            return
+        task = loop.create_task(self.clients.run(_stop_quietly(shard_log._producer)))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -444,6 +527,7 @@ class KafkaStateStore:
         for shard_log in list(self._logs.values()):
             shard_log.close()
         await self._drain_closing()
+        await asyncio.to_thread(self.clients.stop)
 
 
 def _retrieve(f: asyncio.Future[Any]) -> None:

@@ -35,9 +35,13 @@ class FakeProducer:
         self.current: list[Record] | None = None
         self.committed: list[list[Record]] = []
         self.stopped = False
+        self.loops: set[asyncio.AbstractEventLoop] = set()  # where its calls ran
+        self.cancelled = 0
+        self.hanging = False
 
     async def begin_transaction(self) -> None:
         assert self.current is None, "transactions overlap"
+        self.loops.add(asyncio.get_running_loop())
         self.current = []
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1) -> Any:
@@ -50,8 +54,13 @@ class FakeProducer:
 
     async def commit_transaction(self) -> None:
         await asyncio.sleep(self.commit_delay_s)
-        while self.hang:
-            await asyncio.sleep(1)
+        try:
+            while self.hang:
+                self.hanging = True
+                await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
         if self.fail_commit is not None:
             raise self.fail_commit
         assert self.current is not None
@@ -59,6 +68,7 @@ class FakeProducer:
         self.current = None
 
     async def stop(self) -> None:
+        self.loops.add(asyncio.get_running_loop())
         self.stopped = True
 
 
@@ -121,6 +131,40 @@ async def test_a_fenced_producer_fences_the_shard_for_good(error: BaseException)
         await shard.sync()
     await store.close()
     assert producer.stopped and 3 not in store._logs
+
+
+async def test_transactions_run_on_the_stores_own_loop_and_close_stops_it() -> None:
+    """A transaction's steps do not wait for turns of the gateway's loop (busy with every connection when
+    its core is full): the producer runs on the store's loop, on a thread of its own."""
+    store, shard, producer = _log()
+    shard.append([_r(1)])
+    await shard.sync()
+    client_loop = store.clients.loop()
+    assert producer.loops == {client_loop} and client_loop is not asyncio.get_running_loop()
+    thread = store.clients._thread
+    assert thread is not None and thread.is_alive()
+    await store.close()
+    assert producer.stopped and producer.loops == {client_loop}
+    assert not thread.is_alive() and client_loop.is_closed()
+
+
+async def test_closing_a_shard_mid_transaction_cancels_it_on_the_stores_loop() -> None:
+    store, shard, producer = _log()
+    producer.hang = True
+    shard.append([_r(1)])
+    pending = asyncio.create_task(shard.sync())
+    while not producer.hanging:  # the transaction is under way on the store's loop
+        await asyncio.sleep(0.01)
+    shard.close()
+    with pytest.raises(StateLogWriteFailed, match="closed"):
+        await pending
+    for _ in range(500):  # the cancellation crosses to the store's loop, which is still running
+        if producer.cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert producer.cancelled == 1 and producer.committed == []
+    await store.close()
+    assert producer.stopped
 
 
 def test_fencing_is_recognised_inside_the_clients_wrapping_errors() -> None:
