@@ -12,7 +12,13 @@ retry after CONCURRENT_TRANSACTIONS and with the store's 1 ms (``CONCURRENT_TRAN
 per variant and mode the syncs per second, p50 / p99 of a sync, and the transactions committed; the LAST
 line is ``key=value`` pairs.
 
-    .venv/bin/python bench/state_writes.py [--syncs 300] [--writers 8]
+``--busy-turn-ms N`` measures something else: the store's defaults only (linger 0, 1 ms retry), with the
+calling event loop kept busy, as a gateway's loop is when its core is full: callbacks that burn CPU and
+schedule themselves again, so that every turn of the loop takes about N ms, as when thousands of
+connections have a request ready. Before the store ran its clients on a loop of their own, every step of a
+transaction waited for such a turn.
+
+    .venv/bin/python bench/state_writes.py [--syncs 300] [--writers 8] [--busy-turn-ms 100]
 """
 
 from __future__ import annotations
@@ -33,6 +39,42 @@ from gateway.ops.embedded_kafka import EmbeddedKafka  # noqa: E402
 from gateway.state import topic as state_topic  # noqa: E402
 from gateway.state.log import Record  # noqa: E402
 from gateway.state.topic import KafkaStateStore  # noqa: E402
+
+
+def _hog(turn_ms: float, stop: asyncio.Event, callbacks: int = 100) -> None:
+    """Keep the running loop busy: ``callbacks`` callbacks per turn, each burning turn_ms / callbacks."""
+    loop = asyncio.get_running_loop()
+    each = turn_ms / 1000 / callbacks
+
+    def spin() -> None:
+        end = time.perf_counter() + each
+        while time.perf_counter() < end:
+            pass
+        if not stop.is_set():
+            loop.call_soon(spin)
+
+    for _ in range(callbacks):
+        loop.call_soon(spin)
+
+
+async def _busy(bootstrap: str, syncs: int, writers: int, turn_ms: float) -> dict[str, float]:
+    await _variant(bootstrap, 0, state_topic.CONCURRENT_TRANSACTIONS_BACKOFF_S, 20, 1)  # warm-up
+    figures: dict[str, float] = {}
+    for label, busy in (("idle", 0.0), ("busy", turn_ms)):
+        stop = asyncio.Event()
+        if busy:
+            _hog(busy, stop)
+        try:
+            got = await _variant(bootstrap, 0, state_topic.CONCURRENT_TRANSACTIONS_BACKOFF_S, syncs, writers)
+        finally:
+            stop.set()
+        for mode in ("sequential", "concurrent"):
+            print(f"loop {label:4} ({busy:g} ms turns), {mode:10}: {got[f'{mode}_per_s']:6.0f} syncs/s  "
+                  f"p50 {got[f'{mode}_p50_ms']:8.2f} ms  p99 {got[f'{mode}_p99_ms']:8.2f} ms  "
+                  f"transactions {got[f'{mode}_transactions']:.0f}", flush=True)
+        figures.update({f"{label}_{k}": v for k, v in got.items()})
+    figures["turn_ms"] = turn_ms
+    return figures
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -93,9 +135,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--syncs", type=int, default=300, help="syncs per mode and variant")
     p.add_argument("--writers", type=int, default=8, help="concurrent writers of the concurrent mode")
+    p.add_argument("--busy-turn-ms", type=float, default=0.0,
+                   help="the store's defaults only, idle and then with every turn of the loop kept about this long")
     args = p.parse_args()
     with EmbeddedKafka() as kafka:
-        figures = asyncio.run(_run(kafka.bootstrap, args.syncs, args.writers))
+        if args.busy_turn_ms > 0:
+            figures = asyncio.run(_busy(kafka.bootstrap, args.syncs, args.writers, args.busy_turn_ms))
+        else:
+            figures = asyncio.run(_run(kafka.bootstrap, args.syncs, args.writers))
     load = os.getloadavg()[0]
     print(" ".join(f"{k}={v}" for k, v in figures.items()) + f" load_avg_1m={load:.1f} cpus={os.cpu_count()}")
 
