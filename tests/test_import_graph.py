@@ -29,7 +29,7 @@ GATEWAY_LEVELS: tuple[tuple[str, ...], ...] = (
     ("security",),
     ("config",),
     ("metrics",),
-    ("wire", "logging"),
+    ("wire", "logging", "loop_thread"),
 )
 
 

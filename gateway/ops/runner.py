@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from gateway.config.settings import GatewayConfig
+from gateway.loop_thread import LoopThread
 from gateway.net.contracts import HandlerChain
 from gateway.net.server import Gateway
 
@@ -19,59 +19,48 @@ class GatewayThread:
         self.start_timeout_s = start_timeout_s
         self._chain = chain
         self.gateway: Gateway | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
+        self._thread = LoopThread("groupgate-gateway")
+        self._stopped = False
 
     @property
     def bootstrap(self) -> str:
         assert self.gateway is not None, "not started"
         return self.gateway.bootstrap
 
-    def start(self) -> GatewayThread:
-        self._thread = threading.Thread(target=self._run, name="groupgate-gateway", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(self.start_timeout_s):
-            raise TimeoutError("the gateway did not start in time")
-        if self._error is not None:
-            raise RuntimeError(f"the gateway failed to start: {self._error}") from self._error
-        return self
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The gateway's event loop (started with it)."""
+        assert self.gateway is not None, "not started"
+        return self._thread.loop()
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
+    async def _start(self) -> None:
+        self.gateway = Gateway(self.config, self._chain)
+        await self.gateway.start()
+
+    def start(self) -> GatewayThread:
         try:
-            self.gateway = Gateway(self.config, self._chain)
-            loop.run_until_complete(self.gateway.start())
+            self._thread.call(self._start, timeout_s=self.start_timeout_s)
+        except TimeoutError:
+            raise TimeoutError("the gateway did not start in time") from None
         except BaseException as e:  # noqa: BLE001 - reported to the starting thread
-            self._error = e
-            self._ready.set()
-            loop.close()
-            return
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+            self.gateway = None
+            self._thread.stop()
+            raise RuntimeError(f"the gateway failed to start: {e}") from e
+        return self
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run a coroutine function on the gateway's loop and wait for its result."""
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result(60)
+        return self._thread.call(fn, *args)
 
     def stop(self) -> None:
-        loop, gw = self._loop, self.gateway
-        if loop is None or gw is None or loop.is_closed():
+        gw = self.gateway
+        if gw is None or self._stopped:
             return
+        self._stopped = True
         try:
-            asyncio.run_coroutine_threadsafe(gw.stop(), loop).result(30)
+            self._thread.call(gw.stop, timeout_s=30)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            if self._thread is not None:
-                self._thread.join(30)
+            self._thread.stop(30)
 
     def __enter__(self) -> GatewayThread:
         return self.start()

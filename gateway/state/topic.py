@@ -26,7 +26,7 @@ replaces every earlier one (a tombstone removes it), so keeping only the latest 
 eventually dropping tombstones, which is exactly what log compaction does, leaves replay's result
 unchanged. Compaction never crosses the last stable offset, so an open transaction is never compacted.
 
-The store's clients run on an event loop of their own, on a thread of its own (``_ClientLoop``): a
+The store's clients run on an event loop of their own, on a thread of its own (``LoopThread``, gateway/loop_thread.py): a
 transaction is three round trips and many steps of the client's tasks, and on the gateway's loop each
 step waited for a turn of that loop, behind every connection that had a request ready. With ten thousand
 members keeping the loop busy, a transaction took seconds and, at last, longer than ``write_timeout_ms``.
@@ -46,11 +46,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import threading
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
@@ -59,6 +58,7 @@ from aiokafka.producer import sender as _aiokafka_sender
 
 from gateway.config.coordinator import DEFAULT_STATE_TOPIC, DEFAULT_STATE_TRANSACTIONAL_ID_PREFIX
 from gateway.logging import get_logger
+from gateway.loop_thread import LoopThread
 from gateway.security import credentials
 from gateway.security.oauth import AiokafkaTokenProvider, TokenSource
 from gateway.security.rights import MissingRight, principal_of
@@ -101,69 +101,6 @@ DEFAULT_WRITE_TIMEOUT_MS = 30_000
 STOP_GRACE_S = 2.0
 # How long opening a shard (fencing and reading the partition to its end) may take.
 DEFAULT_LOAD_TIMEOUT_MS = 60_000
-
-
-T = TypeVar("T")
-
-
-class _ClientLoop:
-    """An event loop on a daemon thread of its own for the store's clients, started on first use."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._thread is None or not self._thread.is_alive():
-                loop = asyncio.new_event_loop()
-                started = threading.Event()
-
-                def serve() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(started.set)
-                    try:
-                        loop.run_forever()
-                        # Whatever a client left running (its producers are stopped by then) ends here,
-                        # not as "destroyed but pending" when the loop is closed.
-                        left = asyncio.all_tasks(loop)
-                        for task in left:
-                            task.cancel()
-                        if left:
-                            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-                        loop.run_until_complete(loop.shutdown_asyncgens())
-                    finally:
-                        loop.close()
-
-                thread = threading.Thread(target=serve, name=self.name, daemon=True)
-                thread.start()
-                started.wait()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """``coro`` run to its end on the client loop; cancelling the caller cancels it there."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop()))
-
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """``coro`` started on the client loop, nobody waiting for it (the caller's loop is gone)."""
-        if self._loop is None or self._thread is None or not self._thread.is_alive():
-            coro.close()
-            return
-        asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def stop(self) -> None:
-        """Stop the loop and wait for its thread (blocking: call it off the gateway's loop)."""
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        with contextlib.suppress(RuntimeError):  # already stopped and closed
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
 
 
 def _is_fenced(exc: BaseException | None) -> bool:
@@ -363,7 +300,7 @@ class KafkaStateStore:
         self._logs: dict[int, KafkaShardLog] = {}
         self._closing: set[asyncio.Task[None]] = set()
         # The shards' producers and the loads' consumers run here (see the module docstring).
-        self.clients = _ClientLoop(f"{client_id}-clients")
+        self.clients = LoopThread(f"{client_id}-clients")
 
     @classmethod
     def from_settings(

@@ -240,7 +240,6 @@ def test_kafka_names_are_accepted() -> None:
 def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 3.0) -> int:
     """Hold the gateway's event loop for ``busy_s`` while ``clients`` connect at once, each giving up
     after half a second; returns how many connected (completed by the kernel, queued for accept)."""
-    assert gw._loop is not None
     host, port = gw.bootstrap.rsplit(":", 1)
     connected: list[socket.socket] = []
     lock = threading.Lock()
@@ -262,7 +261,7 @@ def _dial_while_busy(gw: GatewayThread, clients: int, busy_s: float = 3.0) -> in
     for t in threads:
         t.start()  # all waiting at the starting line before the loop is held
     held = threading.Event()
-    gw._loop.call_soon_threadsafe(lambda: (held.set(), time.sleep(busy_s)))
+    gw.loop.call_soon_threadsafe(lambda: (held.set(), time.sleep(busy_s)))
     assert held.wait(10)
     go.set()
     for t in threads:
