@@ -23,13 +23,22 @@ member that leaves (SIGTERM) at once.
   guard the rest (docs/ARCHITECTURE.md).
 
 The consumer never reads the state topic: its partitions are paused as soon as they are assigned.
+
+The consumer runs on the state store's client loop (``KafkaStateStore.clients``, gateway/loop_thread.py),
+not on the gateway's: its heartbeats must reach the cluster within the session timeout however busy the
+gateway's loop is, or the cluster expires a healthy instance and its shards move (a full core with
+thousands of connections makes a turn of the gateway's loop last long). The rebalance callbacks cross to
+the gateway's loop for what touches the runtime (hand-over, take-over), and the consumer's own calls made
+from there (pause, rejoin) cross back. The assignor's ``metadata`` reads what the runtime holds from the
+client loop: it is called after the revoke callback has finished on the gateway's loop, and the runtime's
+shard list is only read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -38,6 +47,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 
 from gateway.fleet.assignor import PROTOCOL_NAME, FleetAssignment, MemberClaim, assign
 from gateway.logging import get_logger
+from gateway.loop_thread import LoopThread
 from gateway.net.routes import ListenerRule, pick, serving
 
 if TYPE_CHECKING:
@@ -94,10 +104,10 @@ class _Listener(ConsumerRebalanceListener):
         self.fleet = fleet
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.fleet.before_join()
+        await self.fleet.at_home(self.fleet.before_join())
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.fleet.assigned(assigned)
+        await self.fleet.at_home(self.fleet.assigned(list(assigned)))
 
 
 class FleetMembership:
@@ -139,10 +149,21 @@ class FleetMembership:
         self.drain_s = min(settings.instances_rebalance_timeout_ms, settings.instances_session_timeout_ms) / 2000
         self._consumer: AIOKafkaConsumer | None = None
         self._stopping = False
+        # The consumer's loop (the store's clients') and the gateway's, where the runtime is used.
+        self._clients: LoopThread = store.clients
+        self._home: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        s = self.settings
+        self._home = asyncio.get_running_loop()
+        await self._clients.run(self._open())
+        log.info("joining the instances group", group=self.group, topic=self.topic, endpoint=self.endpoint,
+                 session_timeout_ms=s.instances_session_timeout_ms)
+
+    async def _open(self) -> None:
+        """Create, start and subscribe the consumer (on the loop it will run on)."""
         s = self.settings
         self._consumer = AIOKafkaConsumer(
             group_id=self.group,
@@ -157,8 +178,18 @@ class FleetMembership:
         )
         await self._consumer.start()
         self._consumer.subscribe([self.topic], listener=_Listener(self))
-        log.info("joining the instances group", group=self.group, topic=self.topic, endpoint=self.endpoint,
-                 session_timeout_ms=s.instances_session_timeout_ms)
+
+    async def at_home(self, coro: Coroutine[Any, Any, None]) -> None:
+        """``coro`` run on the gateway's loop, awaited from the consumer's."""
+        home = self._home
+        if home is None or home is asyncio.get_running_loop():
+            await coro
+            return
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, home))
+
+    def _on_clients(self, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` on the consumer's loop (a call into the consumer made from the gateway's)."""
+        self._clients.call_soon(fn, *args)
 
     async def stop(self) -> None:
         """Hand every held shard over (drained, flushed), then leave the group so that the others take
@@ -171,7 +202,7 @@ class FleetMembership:
         await self.runtime.release(self.runtime.held(), self.drain_s)
         if consumer is not None:
             try:
-                await consumer.stop()  # LeaveGroup
+                await self._clients.run(consumer.stop())  # LeaveGroup
             except Exception as e:  # noqa: BLE001 - the session timeout takes over then
                 log.warning("leaving the instances group failed", error=repr(e))
         log.info("left the instances group", group=self.group)
@@ -208,7 +239,7 @@ class FleetMembership:
         tps = list(assigned)
         consumer = self._consumer
         if consumer is not None and tps:
-            consumer.pause(*tps)  # never fetched: the instances group only splits the shards
+            self._on_clients(consumer.pause, *tps)  # never fetched: the instances group only splits the shards
         mine = {tp.partition for tp in tps if tp.topic == self.topic}
         table = self.table
         self.epoch = table.epoch if table is not None else self.epoch
@@ -245,7 +276,7 @@ class FleetMembership:
         # uses. The next round assigns the released shards.
         coordinator = getattr(self._consumer, "_coordinator", None)
         if coordinator is not None:
-            coordinator.request_rejoin()
+            self._on_clients(coordinator.request_rejoin)
 
     async def _cancel_loads(self, shards: Iterable[int]) -> None:
         tasks = [t for n in shards if (t := self._loading.get(n)) is not None and not t.done()]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.fleet.assignor import FleetAssignment, MemberClaim, assign
 from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership
+from gateway.loop_thread import LoopThread
 from gateway.net import rewrite
 from gateway.net.routes import ListenerRule, pick, routes
 from gateway.wire import codec
@@ -94,7 +95,7 @@ def test_the_assignment_carries_every_members_listener_rule_and_older_members_pu
 def _instance(endpoint: str, table: FleetAssignment) -> FleetMembership:
     settings_ = CoordinatorSettings(instances_group="gg-instances", state_store="kafka")
     runtime: Any = SimpleNamespace(shard_count=4)
-    store: Any = SimpleNamespace(topic="__state", client_id="gg")
+    store: Any = SimpleNamespace(topic="__state", client_id="gg", clients=LoopThread("gg-clients"))
     host, _, port = endpoint.rpartition(":")
     fleet = FleetMembership(runtime, settings_, store, endpoint, listeners=ListenerRule(host, int(port) + 1))
     fleet.table = table

@@ -5,6 +5,7 @@ node every instance names for a shard."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,9 +14,10 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from gateway.config.coordinator import CoordinatorSettings
 from gateway.fleet.assignor import FleetAssignment, MemberClaim
-from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor
+from gateway.fleet.membership import COORDINATOR_NODE_BASE, FleetMembership, ShardAssignor, _Listener
 from gateway.groups.runtime import CoordinatorRuntime
 from gateway.groups.shard_state import ShardState
+from gateway.loop_thread import LoopThread
 from gateway.wire.api_keys import ApiKey
 
 from ._groups_support import call
@@ -46,7 +48,7 @@ class _Consumer:
 
 def _fleet(rt: CoordinatorRuntime, endpoint: str = "10.0.0.1:9092") -> tuple[FleetMembership, _Consumer]:
     settings = CoordinatorSettings(instances_group="gg-instances", state_store="kafka")
-    store: Any = SimpleNamespace(topic=TOPIC, client_id="gg")
+    store: Any = SimpleNamespace(topic=TOPIC, client_id="gg", clients=LoopThread("gg-clients"))
     fleet = FleetMembership(rt, settings, store, endpoint)
     consumer = _Consumer()
     fleet._consumer = consumer  # type: ignore[assignment]
@@ -102,6 +104,54 @@ async def test_a_rebalance_keeps_the_shards_served_unless_the_membership_was_los
         await fleet.before_join()
         assert rt.held() == [] and fleet.epoch == 0
     finally:
+        await rt.stop()
+
+
+class _ThreadRecordingConsumer(_Consumer):
+    """Records the thread each call into the consumer is made on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        outer = self
+
+        class _Recording(_Coordinator):
+            def request_rejoin(self) -> None:
+                outer.threads.append(threading.current_thread().name)
+                super().request_rejoin()
+
+        self._coordinator = _Recording()
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.threads.append(threading.current_thread().name)
+        super().pause(*tps)
+
+
+async def test_callbacks_on_the_consumers_loop_use_the_runtime_on_the_gateways_and_call_the_consumer_on_its_own() -> None:
+    """The consumer runs on the store's client loop: the rebalance callbacks it calls there hand shards
+    over and take them over on the gateway's loop (the runtime's), and what that code asks of the consumer
+    (pause, rejoin) is done back on the consumer's loop."""
+    shared = _SharedStore(2)
+    rt = await _runtime(shared.instance())
+    fleet, _ = _fleet(rt)
+    consumer = _ThreadRecordingConsumer()
+    fleet._consumer = consumer  # type: ignore[assignment]
+    clients = fleet._clients
+    fleet._home = asyncio.get_running_loop()
+    listener = _Listener(fleet)
+    try:
+        fleet.table = _table(["member-1", "member-1"], 1)
+        await clients.run(listener.on_partitions_assigned({TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)}))
+        await _settle(fleet)
+        assert rt.held() == [0, 1] and all(s.state is ShardState.ACTIVE for s in rt.shards)
+        fleet.table = _table(["member-1", None], 2)
+        await clients.run(listener.on_partitions_revoked(set()))
+        await clients.run(listener.on_partitions_assigned({TopicPartition(TOPIC, 0)}))
+        assert rt.held() == [0] and shared.logs[1].closed
+        await clients.run(asyncio.sleep(0))  # a turn of the consumer's loop: what was handed to it ran
+        assert consumer.threads == ["gg-clients"] * 3 and consumer._coordinator.rejoins == 1
+    finally:
+        await asyncio.to_thread(clients.stop)
         await rt.stop()
 
 
