@@ -16,6 +16,7 @@ closed, and the loop is closed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine
@@ -70,10 +71,15 @@ class LoopThread:
         """Whether the caller runs on this loop's thread."""
         return self._thread is not None and threading.current_thread() is self._thread
 
+    def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """``coro`` started on this loop; the future says when it ends (its callbacks run on this loop's
+        thread) and cancelling it cancels ``coro`` here."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop())
+
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """``coro`` run to its end on this loop, awaited from another; cancelling the caller cancels it
         here."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop()))
+        return await asyncio.wrap_future(self.start(coro))
 
     def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, timeout_s: float | None = 60.0) -> T:
         """``fn(*args)`` run on this loop, the calling thread blocked until it ends (sync callers only)."""

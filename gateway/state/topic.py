@@ -44,6 +44,7 @@ timeouts) without end; the store bounds a transaction by ``write_timeout_ms`` an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ssl
 import time
@@ -127,7 +128,10 @@ class KafkaShardLog:
         self._appended = 0  # records appended since open
         self._committed = 0  # records of those committed
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        # The transaction under way on the store's loop, and the start of the next one when scheduled.
+        self._inflight: concurrent.futures.Future[None] | None = None
+        self._starting: asyncio.Handle | None = None
+        self._home: asyncio.AbstractEventLoop | None = None  # the loop sync() is called on
         self._failed: StateLogWriteFailed | None = None
         self._closed = False
         # Transactions committed by this log (group commit: fewer than sync() calls under load).
@@ -151,33 +155,67 @@ class KafkaShardLog:
         target = self._appended
         if self._committed >= target:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append((target, fut))
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name=f"state-topic-flush-{self.shard}")
+        if self._inflight is None and self._starting is None:
+            self._home = loop
+            self._next(soon=True)
         await fut
 
-    async def _flush(self) -> None:
-        try:
-            while self._pending and self._failed is None:
-                if self._store.append_linger_ms > 0:
-                    await asyncio.sleep(self._store.append_linger_ms / 1000)
-                batch, self._pending = self._pending, []
-                end = self._committed + len(batch)
-                await self._store.clients.run(self._write(batch))
-                self._committed = end
-                self.transactions += 1
-                self._store.transactions += 1
-                self._wake()
-        except asyncio.CancelledError:
+    # A transaction's steps run on the store's loop. On this (the gateway's) loop a sync of a quiet shard
+    # costs three turns: the next one begins the transaction (so that whatever else is appended in the
+    # caller's turn shares it), one hears that it ended (and begins the next with what was appended
+    # meanwhile), one resumes the waiters. No task here drives it, whose every resumption would wait for
+    # a turn of a busy loop.
+
+    def _next(self, soon: bool = False) -> None:
+        """Begin the next transaction with everything appended so far: after the linger if one is set, else
+        at the next turn (``soon``) or now."""
+        if not self._pending or self._failed is not None or self._home is None:
+            return
+        if self._store.append_linger_ms > 0:
+            self._starting = self._home.call_later(self._store.append_linger_ms / 1000, self._begin)
+        elif soon:
+            self._starting = self._home.call_soon(self._begin)
+        else:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._starting = None
+        if not self._pending or self._failed is not None or self._home is None:
+            return
+        batch, self._pending = self._pending, []
+        end = self._committed + len(batch)
+        home = self._home
+        cf = self._store.clients.start(self._write(batch))
+        self._inflight = cf
+
+        def ended(f: concurrent.futures.Future[None]) -> None:  # on the store's thread, or here if cancelled
+            with contextlib.suppress(RuntimeError):  # the gateway's loop is closed: nobody is waiting
+                home.call_soon_threadsafe(self._written, f, end)
+
+        cf.add_done_callback(ended)
+
+    def _written(self, cf: concurrent.futures.Future[None], end: int) -> None:
+        """A transaction ended (on the gateway's loop): wake whom it commits for, begin the next one."""
+        if cf is not self._inflight:
+            return  # the log was closed meanwhile: its waiters were told
+        self._inflight = None
+        if cf.cancelled():
             self._fail(StateLogWriteFailed(f"shard {self.shard} of {self._store.topic} was closed mid-write"))
-            raise
-        except StateLogWriteFailed as exc:
+            return
+        exc = cf.exception()
+        if exc is None:
+            self._committed = end
+            self.transactions += 1
+            self._store.transactions += 1
+            self._wake()
+            self._next()
+        elif isinstance(exc, StateLogWriteFailed):
             self._fail(exc)
-        except Exception as exc:  # noqa: BLE001 - any other failure ends the shard's writes the same way
+        else:  # any other failure ends the shard's writes the same way
             self._fail(StateLogWriteFailed(f"shard {self.shard}: unexpected failure: {exc!r}"))
-        finally:
-            self._flusher = None
 
     async def _write(self, batch: list[Record]) -> None:
         """One transaction: begin, produce every record to the shard's partition keyed by its key, commit.
@@ -239,8 +277,13 @@ class KafkaShardLog:
         if self._closed:
             return
         self._closed = True
-        if self._flusher is not None:
-            self._flusher.cancel()
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
+        if self._inflight is not None:
+            # Cancelled on the store's loop; its end is not waited for (closing drops what is unsynced).
+            inflight, self._inflight = self._inflight, None
+            inflight.cancel()
         if self._failed is None:
             self._failed = StateLogWriteFailed(f"shard {self.shard} of {self._store.topic} is closed")
         for _, fut in self._waiters:
