@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from compat_tests.harness.admin import admin, wait_for_leaders
 from compat_tests.harness.cluster import CLUSTER_CONFIG, KafkaCluster
 from coordinator import records as rec
 from coordinator.records import codec as consumer_codec
+from gateway.ops.cli import build_parser
 from gateway.ops.cli import main as cli_main
 from gateway.ops.state_cli import group_of_key
 from gateway.state.log import FileStateLog, Record, StateLogWriteFailed
@@ -34,6 +36,25 @@ pytestmark = pytest.mark.timeout(120)
 
 SHARDS = 3
 TXN_STATE_PARTITIONS = CLUSTER_CONFIG["transaction.state.log.num.partitions"]
+
+
+# What the command imports on first use. pytest rewrites the asserts of every module of this distribution
+# (it carries a pytest11 plugin), so a module's first import parses its source; on Python 3.11 a parse that
+# overlaps another in a second thread (a traceback formatted on a client's thread, another import) can
+# fail with "AST constructor recursion depth mismatch" (the AST state is shared by the threads; see
+# CPython gh-106905). The tests below run the command in a worker thread, so these are imported first,
+# in the main thread.
+_COMMAND_MODULES = (
+    "coordinator.connect.codec", "coordinator.records.codec", "gateway.logging", "gateway.state.repair",
+    "translate.group_records", "translate.group_service",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _command_imported_in_the_main_thread() -> None:
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name)
+    build_parser()  # and the subcommands' plugins (groupgate.commands)
 
 
 def _store(kafka3: KafkaCluster, topic: str, **kw: object) -> KafkaStateStore:
