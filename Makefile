@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy coordinator translate
+	$(BIN)/mypy coordinator translate gateway groupgate rehearsal
 
 test: $(STAMP) kafka chart-tools browser lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25

@@ -199,7 +199,8 @@ def live_main(
     try:
         while query.isActive:
             try:
-                query.awaitTermination(min(1.0, trigger_s))
+                # Seconds as any number (pyspark multiplies by 1000); its annotation says int.
+                query.awaitTermination(min(1.0, trigger_s))  # type: ignore[arg-type]
             except Exception as e:  # the query failed (e.g. the connector): its error is the answer
                 echo(f"error: {e}")
                 code = 2

@@ -66,7 +66,7 @@ def verdict(mixes: Mapping[str, Any]) -> str:
         parts.append(f'<text x="{left - 8}" y="{y + 17}" text-anchor="end">{MIX_LABELS[mix]}</text>')
         m = mixes.get(mix)
         share = None if m is None else _share(m)
-        if share is None:
+        if m is None or share is None:
             parts.append(f'<text x="{left}" y="{y + 17}">no data</text>')
             continue
         bw = (w - left - right) * share / top

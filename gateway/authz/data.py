@@ -66,7 +66,7 @@ PER_TOPIC: dict[int, tuple[str, str, str, Operation]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "topics", DESCRIBE),
 }
 # The first versions naming topics by id (KIP-516): Produce v13, Fetch v13.
-TOPIC_ID_FROM = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 13}
+TOPIC_ID_FROM: dict[int, int] = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 13}
 _NULL_ID = uuid.UUID(int=0)
 
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from gateway.config.coordinator import CoordinatorSettings
     from gateway.groups.runtime import CoordinatorRuntime
     from gateway.net.routes import ListenerRule
-    from gateway.state.store import StateStore
+    from gateway.state.topic import KafkaStateStore
 
 
 class Fleet(Protocol):
@@ -38,7 +38,7 @@ class Fleet(Protocol):
 
 # (runtime, settings, state store, this instance's endpoint, topic refresh, its listener rule) -> Fleet
 JoinFleet = Callable[
-    ["CoordinatorRuntime", "CoordinatorSettings", "StateStore", str, Callable[[], Awaitable[None]] | None,
+    ["CoordinatorRuntime", "CoordinatorSettings", "KafkaStateStore", str, Callable[[], Awaitable[None]] | None,
      "ListenerRule | None"],
     Fleet,
 ]

@@ -342,8 +342,14 @@ class GroupLayer:
         if self.settings.instances_group is not None and self.fleet is None:
             if self._join_fleet is None:
                 raise ValueError("instances_group is set but the gateway was built without fleet membership")
+            # Loaded already: a fleet's store is the cluster's.
+            from gateway.state.topic import KafkaStateStore
+
+            store = self.runtime.store
+            if not isinstance(store, KafkaStateStore):
+                raise ValueError("instances_group needs the cluster state store (state_store = \"kafka\")")
             self.fleet = self._join_fleet(
-                self.runtime, self.settings, self.runtime.store, self.nodes.bootstrap, self._refresh_topics,
+                self.runtime, self.settings, store, self.nodes.bootstrap, self._refresh_topics,
                 self.nodes.listener_rule(),
             )
             self.handlers.fleet_coordinator = self.fleet.coordinator

@@ -57,7 +57,7 @@ _MEMBERSHIP_ERRORS = frozenset(
 
 
 # The first version of each commit API that names topics by id (OffsetCommit: KIP-848; TxnOffsetCommit: KIP-1319).
-_BY_ID_FROM = {ApiKey.OFFSET_COMMIT: TOPIC_ID_VERSION, ApiKey.TXN_OFFSET_COMMIT: 6}
+_BY_ID_FROM: dict[int, int] = {ApiKey.OFFSET_COMMIT: TOPIC_ID_VERSION, ApiKey.TXN_OFFSET_COMMIT: 6}
 
 # (topic name, topic id or None, [(partition, error code)]) per committed topic.
 CommitResults = list[tuple[str, "uuid.UUID | None", list[tuple[int, int]]]]
@@ -356,7 +356,7 @@ class OffsetBridge(OffsetFetches):
             return Errors.COORDINATOR_NOT_AVAILABLE
 
 
-_API_NAMES = {ApiKey.OFFSET_COMMIT: "offset-commit", ApiKey.TXN_OFFSET_COMMIT: "txn-offset-commit"}
+_API_NAMES: dict[int, str] = {ApiKey.OFFSET_COMMIT: "offset-commit", ApiKey.TXN_OFFSET_COMMIT: "txn-offset-commit"}
 
 async def _unauthorized_commit_topics(ctx: RequestContext, msg: Any) -> CommitResults:
     """Kafka's READ check of each committed topic: the topics the principal may not read leave ``msg``

@@ -293,9 +293,10 @@ class ClientConnection(asyncio.Protocol):
             connection_local.answer_unsupported(self, api_key, version, corr, rng[1])
             return
         if api_key == ApiKey.API_VERSIONS and version >= node_check.CHECKED_FROM:
-            frame = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None when answered here
-            if frame is None:
+            forwarded = node_check.answer_or_forward(self, self.node_id, frame, version)  # KIP-1242: None: answered here
+            if forwarded is None:
                 return
+            frame = forwarded
         handler = self.gw.local_handlers.get(api_key)
         if handler is not None:
             # A handler with ``claims`` answers only the requests it claims (e.g. groups the gateway

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from gateway.logging import get_logger
 from gateway.net.contracts import ClientSide, ConnectionHost, LinkOf, Slot
@@ -83,7 +84,7 @@ def error_answer(api_key: int, version: int, frame: bytes, error: int) -> bytes 
         tcls = cls.MetadataResponseTopic
         topics = []
         for t in msg.topics or ():
-            fields = {"name": t.name or "", "error_code": error, "is_internal": False, "partitions": []}
+            fields: dict[str, Any] = {"name": t.name or "", "error_code": error, "is_internal": False, "partitions": []}
             if version >= 10:
                 fields["topic_id"] = t.topic_id
             topics.append(tcls(**fields))

@@ -168,7 +168,6 @@ class ConnectionHost(Protocol):
 
     config: GatewayConfig
     metrics: GatewayMetrics
-    limits: Limits
     directory: BrokerDirectory
     refusals: RefusalLog
     replies: Replies
@@ -176,6 +175,11 @@ class ConnectionHost(Protocol):
     connections: set[Any]
     sasl_terminator: Terminator | None  # SASL termination (gateway/security/sasl_server.py); None: passthrough
     data_authz: PassthroughAuthorizer | None  # termination: authorization of passed-through requests
+
+    @property
+    def limits(self) -> Limits:
+        """The listeners' limits (read only here: a connection never replaces them)."""
+        ...
 
     def addr_of(self, node_id: int) -> tuple[str, int] | None:
         """The address clients use for ``node_id`` (None: the gateway does not serve it)."""

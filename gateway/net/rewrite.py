@@ -47,7 +47,7 @@ VERSION_FLOORS: dict[int, int] = {
 # transaction.version 2 (KIP-890 part 2): Produce v12+ adds partitions to the transaction implicitly,
 # TxnOffsetCommit v5+ does the same for the group's offsets, EndTxn v5+ bumps the epoch per transaction.
 # A feature not listed here is withheld: the gateway cannot tell what it would promise.
-_SHARE_APIS = {
+_SHARE_APIS: dict[int, int] = {
     ApiKey.SHARE_GROUP_HEARTBEAT: 1, ApiKey.SHARE_GROUP_DESCRIBE: 1, ApiKey.SHARE_FETCH: 1, ApiKey.SHARE_ACKNOWLEDGE: 1,
 }
 FEATURE_NEEDS: dict[str, tuple[int | None, dict[int, dict[int, int]]]] = {

@@ -60,7 +60,7 @@ def heartbeat_request(m: Any, client_id: str, client_host: str) -> ConnectGroupH
 
 
 def heartbeat_response(r: ConnectGroupHeartbeatResponse) -> Any:
-    cls = wire.ConnectGroupHeartbeatResponse
+    cls: Any = wire.ConnectGroupHeartbeatResponse  # versioned by index (kafka-python's ApiMessage)
     assignment = None
     if r.assignment is not None:
         a = r.assignment
@@ -79,7 +79,7 @@ def prepare_request(m: Any) -> ConnectGroupPrepareAssignmentRequest:
 
 
 def prepare_response(r: ConnectGroupPrepareAssignmentResponse) -> Any:
-    cls = wire.ConnectGroupPrepareAssignmentResponse
+    cls: Any = wire.ConnectGroupPrepareAssignmentResponse  # versioned by index (kafka-python's ApiMessage)
     m = cls.Member
     return cls[0](
         throttle_time_ms=r.throttle_time_ms, error_code=r.error_code, error_message=r.error_message,
@@ -107,6 +107,7 @@ def install_request(m: Any) -> ConnectGroupInstallAssignmentRequest:
 
 
 def install_response(r: ConnectGroupInstallAssignmentResponse) -> Any:
-    return wire.ConnectGroupInstallAssignmentResponse[0](
+    cls: Any = wire.ConnectGroupInstallAssignmentResponse  # versioned by index (kafka-python's ApiMessage)
+    return cls[0](
         throttle_time_ms=r.throttle_time_ms, error_code=r.error_code, error_message=r.error_message
     )

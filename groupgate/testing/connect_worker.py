@@ -54,6 +54,11 @@ from coordinator.errors import Errors
 from gateway.wire.protocol import connect_messages as wire
 from translate.connect_protocol import PROTOCOL_VERSIONS, WorkerMetadata, encode_metadata
 
+# The requests' classes are versioned by index (kafka-python's ApiMessage), which type checkers cannot see.
+_HEARTBEAT: Any = wire.ConnectGroupHeartbeatRequest
+_PREPARE: Any = wire.ConnectGroupPrepareAssignmentRequest
+_INSTALL: Any = wire.ConnectGroupInstallAssignmentRequest
+
 log = logging.getLogger("groupgate.testing.connect_worker")
 
 RETRIABLE = {
@@ -180,7 +185,7 @@ class ConnectWorkerModel:
                 await self._task
         self._stop_units(self.running)
         if self.member_epoch > 0 or self.assigned:
-            req = wire.ConnectGroupHeartbeatRequest[0](
+            req = _HEARTBEAT[0](
                 group_id=self.group_id, member_id=self.member_id, member_epoch=-1, instance_id=None,
                 rebalance_timeout_ms=-1, server_assignor=None, client_assignors=None, connectors_and_tasks=None,
                 worker_url=None,
@@ -279,7 +284,7 @@ class ConnectWorkerModel:
     async def _heartbeat(self) -> int:
         joining = self.member_epoch == 0
         cat = wire.ConnectGroupHeartbeatRequest.ConnectorsAndTasks
-        req = wire.ConnectGroupHeartbeatRequest[0](
+        req = _HEARTBEAT[0](
             group_id=self.group_id, member_id=self.member_id, member_epoch=self.member_epoch, instance_id=None,
             rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1, server_assignor=None,
             client_assignors=self._assignors() if joining or self._send_assignors else None,
@@ -347,7 +352,7 @@ class ConnectWorkerModel:
         """PrepareAssignment, the assignor, InstallAssignment; whether the target was installed."""
         self.computations += 1
         prep = await self._call(
-            wire.ConnectGroupPrepareAssignmentRequest[0](
+            _PREPARE[0](
                 group_id=self.group_id, member_id=self.member_id, member_epoch=self.member_epoch
             ),
             wire.ConnectGroupPrepareAssignmentResponse,
@@ -361,7 +366,7 @@ class ConnectWorkerModel:
         m = wire.ConnectGroupInstallAssignmentRequest.Member
         version = PROTOCOL_VERSIONS.get(prep.assignor_name, 0)
         inst = await self._call(
-            wire.ConnectGroupInstallAssignmentRequest[0](
+            _INSTALL[0](
                 group_id=self.group_id, member_id=self.member_id, member_epoch=self.member_epoch,
                 group_epoch=prep.group_epoch, error=0,
                 members=[

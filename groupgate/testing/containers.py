@@ -286,9 +286,10 @@ class GroupgateContainer(DockerContainer):
             super().stop(force, delete_volume)
             self._container = None
         if self._volumes:
-            import docker
+            import docker  # the Docker SDK (a testcontainers dependency)
 
-            client = docker.from_env()
+            # A type checker run from the repository's root takes its docker/ folder for this package.
+            client = docker.from_env()  # type: ignore[attr-defined]
             try:
                 for volume in self._volumes:
                     with contextlib.suppress(Exception):
