@@ -26,13 +26,14 @@ replaces every earlier one (a tombstone removes it), so keeping only the latest 
 eventually dropping tombstones, which is exactly what log compaction does, leaves replay's result
 unchanged. Compaction never crosses the last stable offset, so an open transaction is never compacted.
 
-The store's clients run on an event loop of their own, on a thread of its own (``LoopThread``, gateway/loop_thread.py): a
-transaction is three round trips and many steps of the client's tasks, and on the gateway's loop each
-step waited for a turn of that loop, behind every connection that had a request ready. With ten thousand
-members keeping the loop busy, a transaction took seconds and, at last, longer than ``write_timeout_ms``.
-On its own loop a step waits at most for the interpreter's thread switch (5 ms) while the gateway's thread
-is busy. The shard log's bookkeeping (what is appended, what waits for which transaction) stays on the
-gateway's loop; only the client calls cross.
+The store's clients run on an event loop of their own, on a thread of its own (a ``LoopThread``,
+gateway/loop_thread.py): a transaction is three round trips and many steps of the client's tasks, and on
+the gateway's loop each step waited for a turn of that loop, behind every connection that had a request
+ready. With ten thousand members keeping the loop busy, a transaction took seconds and, at last, longer
+than ``write_timeout_ms``. On its own loop a step waits at most for the interpreter's thread switch (5 ms)
+while the gateway's thread is busy. The shard log's bookkeeping (what is appended, what waits for which
+transaction) stays on the gateway's loop; only the client calls cross, and a transaction's end comes
+back as one callback (``KafkaShardLog._written``).
 
 Client library: aiokafka (asyncio-native; transactional producer with fencing, read_committed consumer,
 admin client). Its idempotent producer retries retriable errors (leader changes, NOT_ENOUGH_REPLICAS,
