@@ -101,6 +101,20 @@ async def test_concurrent_syncs_share_transactions_in_append_order() -> None:
     assert shard.transactions == store.transactions == len(producer.committed)
 
 
+async def test_what_is_appended_in_the_turn_of_a_sync_shares_its_transaction() -> None:
+    """With no linger, a sync of a quiet shard begins its transaction at the next turn of the loop, so the
+    writers of the same turn (the groups of one busy shard) share it instead of each waiting for the next."""
+    store, shard, producer = _log(append_linger_ms=0)
+
+    async def one(i: int) -> None:
+        shard.append([_r(i)])
+        await shard.sync()
+
+    await asyncio.gather(*(one(i) for i in range(8)))  # their first steps all run in one turn
+    assert producer.committed == [[_r(i) for i in range(8)]]
+    assert shard.transactions == store.transactions == 1
+
+
 async def test_appends_during_a_transaction_go_into_the_next_one() -> None:
     _, shard, producer = _log(append_linger_ms=0)
     producer.commit_delay_s = 0.05
