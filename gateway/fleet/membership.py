@@ -187,10 +187,6 @@ class FleetMembership:
             return
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, home))
 
-    def _on_clients(self, fn: Callable[..., Any], *args: Any) -> None:
-        """``fn(*args)`` on the consumer's loop (a call into the consumer made from the gateway's)."""
-        self._clients.call_soon(fn, *args)
-
     async def stop(self) -> None:
         """Hand every held shard over (drained, flushed), then leave the group so that the others take
         them at once instead of after the session timeout."""
@@ -239,7 +235,7 @@ class FleetMembership:
         tps = list(assigned)
         consumer = self._consumer
         if consumer is not None and tps:
-            self._on_clients(consumer.pause, *tps)  # never fetched: the instances group only splits the shards
+            self._clients.call_soon(consumer.pause, *tps)  # on its loop; never fetched: the instances group only splits the shards
         mine = {tp.partition for tp in tps if tp.topic == self.topic}
         table = self.table
         self.epoch = table.epoch if table is not None else self.epoch
@@ -276,7 +272,7 @@ class FleetMembership:
         # uses. The next round assigns the released shards.
         coordinator = getattr(self._consumer, "_coordinator", None)
         if coordinator is not None:
-            self._on_clients(coordinator.request_rejoin)
+            self._clients.call_soon(coordinator.request_rejoin)  # on the consumer's loop
 
     async def _cancel_loads(self, shards: Iterable[int]) -> None:
         tasks = [t for n in shards if (t := self._loading.get(n)) is not None and not t.done()]
