@@ -60,6 +60,16 @@ type Run struct {
 	groups   []*group
 	seq      atomic.Int64
 	nMembers int
+	// resultMu guards the result map drive() fills: main() takes it for good once it reports, so a
+	// drive() still running (stopped at -max-seconds) never writes while the map is encoded.
+	resultMu sync.Mutex
+}
+
+// put records one figure of the run's result.
+func (r *Run) put(result map[string]any, key string, value any) {
+	r.resultMu.Lock()
+	defer r.resultMu.Unlock()
+	result[key] = value
 }
 
 func (r *Run) sched() *Schedule { return r.schedPtr.Load() }
@@ -350,17 +360,25 @@ func main() {
 		defer close(done)
 		r.drive(result, fatal)
 	}()
+	var ended string
+	var failed error
 	select {
 	case <-done:
-	case err := <-fatal:
-		result["error"] = err.Error()
+	case failed = <-fatal:
 	case <-time.After(time.Duration(cfg.maxSeconds * float64(time.Second))):
-		result["aborted"] = fmt.Sprintf("stopped at -max-seconds %.0f", cfg.maxSeconds)
+		ended = fmt.Sprintf("stopped at -max-seconds %.0f", cfg.maxSeconds)
 	}
+	r.resultMu.Lock() // never released: drive() may still run, and must not touch result from here on
 	r.rec.End()
 	close(r.stop)
 	r.leaveAll()
 	wall := time.Since(began).Seconds()
+	if failed != nil {
+		result["error"] = failed.Error()
+	}
+	if ended != "" {
+		result["aborted"] = ended
+	}
 	result["phases"] = r.rec.Summary()
 	result["wall_s"] = round2(wall)
 	result["loadgen_cpu_s"] = round2(cpuSeconds() - cpu0)
@@ -392,8 +410,8 @@ func (r *Run) drive(result map[string]any, fatal chan<- error) {
 	r.rec.Begin("join", nil)
 	r.start(small, fatal)
 	stableS, stableN := r.awaitStable(small, cfg.partitions, joinStart, time.Duration(cfg.joinTimeout*float64(time.Second)))
-	result["stable_s"] = stableS
-	result["groups_stable"] = stableN
+	r.put(result, "stable_s", stableS)
+	r.put(result, "groups_stable", stableN)
 
 	if cfg.massJoin > 0 {
 		offered := map[string]float64{"heartbeat": n * cfg.hbRate, "commit": n * cfg.commitRate}
@@ -412,7 +430,7 @@ func (r *Run) drive(result map[string]any, fatal chan<- error) {
 		r.rec.mu.Lock()
 		p.extra["big_stable_s"] = bs
 		r.rec.mu.Unlock()
-		result["big_stable_s"] = bs
+		r.put(result, "big_stable_s", bs)
 		// The window lasts at least as long as the idle one, so that both p99s count alike.
 		if rest := time.Duration(cfg.idleSeconds*float64(time.Second)) - time.Since(t0); rest > 0 {
 			r.sleep(rest)
@@ -437,8 +455,8 @@ func (r *Run) drive(result map[string]any, fatal chan<- error) {
 		}
 		sat, why := saturated(sum, cfg.p99LimitMs)
 		if sat {
-			result["saturated_at"] = prevK
-			result["saturated_because"] = why
+			r.put(result, "saturated_at", prevK)
+			r.put(result, "saturated_because", why)
 		}
 		return sat
 	}

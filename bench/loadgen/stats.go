@@ -153,6 +153,10 @@ func (r *Recorder) Summary() []map[string]any {
 		for _, n := range names {
 			s := p.ops[n]
 			h := s.hist
+			errs := make(map[string]int64, len(s.errors)) // a copy: members may still count after the summary
+			for k, v := range s.errors {
+				errs[k] = v
+			}
 			o := map[string]any{
 				"ok":       s.ok,
 				"ok_per_s": round2(float64(s.ok) / secs),
@@ -162,7 +166,7 @@ func (r *Recorder) Summary() []map[string]any {
 				"p99_ms":   ms(h.ValueAtQuantile(99)),
 				"p999_ms":  ms(h.ValueAtQuantile(99.9)),
 				"max_ms":   ms(h.Max()),
-				"errors":   s.errors,
+				"errors":   errs,
 			}
 			if off, ok := p.offered[n]; ok {
 				o["offered_per_s"] = round2(off)
