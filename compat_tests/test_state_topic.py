@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from compat_tests.harness.admin import admin, wait_for_leaders
@@ -196,7 +197,8 @@ async def test_a_transaction_open_at_takeover_is_aborted(kafka3: KafkaCluster, n
     producer, on_clients = a._producer, a_store.clients.run
 
     async def produce_uncommitted() -> None:
-        await producer.begin_transaction()
+        if not producer._txn_manager.is_in_transaction():  # else the store opened it ahead of its next write
+            await producer.begin_transaction()
         await (await producer.send(topic, key=b"k", value=b"in-flight", partition=0))
 
     await on_clients(produce_uncommitted())
@@ -211,6 +213,54 @@ async def test_a_transaction_open_at_takeover_is_aborted(kafka3: KafkaCluster, n
     assert await read_partition(_store(kafka3, topic), 0) == [Record(b"k", b"committed")]
     await a_store.close()
     await b_store.close()
+
+
+def _end_offset(kafka3: KafkaCluster, topic: str, partition: int) -> int:
+    """The partition's high watermark, as librdkafka reads it (records and transaction markers both count)."""
+    consumer = Consumer({"bootstrap.servers": kafka3.bootstrap, "group.id": f"{topic}-watermarks"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+async def test_a_transaction_opened_ahead_holds_nothing_back_is_committed_empty_when_idle_and_fenced_at_takeover(
+    kafka3: KafkaCluster, names: Callable[[str], str]
+) -> None:
+    """After a commit the shard's producer opens the next transaction and adds the partition: a reader is
+    not held back by it, one left idle is committed empty on the cluster (one marker, no record), the next
+    write commits as usual, and a new owner fences the old one with such a transaction open."""
+    topic = names("state")
+    store = _store(kafka3, topic, preopen_idle_s=1.0)
+    await store.open()
+    shard = await store.open_shard(1)
+    shard.append([Record(b"k", b"first")])
+    await shard.sync()
+    assert shard._open  # set on the store's loop before the sync returned: the next one is open
+    assert await read_partition(_store(kafka3, topic), 1, timeout_ms=20_000) == [Record(b"k", b"first")]
+    written = _end_offset(kafka3, topic, 1)
+    assert written == 2  # the record and its transaction's commit marker
+    deadline = time.monotonic() + 20
+    while _end_offset(kafka3, topic, 1) == written and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert _end_offset(kafka3, topic, 1) == written + 1  # the empty commit's marker
+    assert not shard._open and shard.transactions == 1
+    await asyncio.sleep(1.5)
+    assert _end_offset(kafka3, topic, 1) == written + 1  # nothing opened again while idle
+
+    shard.append([Record(b"k", b"second")])
+    await shard.sync()
+    assert shard._open and shard.transactions == 2
+    successor = _store(kafka3, topic)
+    await successor.open()
+    taken = await successor.open_shard(1)  # InitProducerId aborts the transaction opened ahead
+    assert list(taken.replay()) == [Record(b"k", b"first"), Record(b"k", b"second")]
+    shard.append([Record(b"k", b"after-takeover")])
+    with pytest.raises(ShardFenced):
+        await shard.sync()
+    await store.close()
+    await successor.close()
+    assert await read_partition(_store(kafka3, topic), 1) == [Record(b"k", b"first"), Record(b"k", b"second")]
 
 
 async def test_concurrent_syncs_share_transactions(kafka3: KafkaCluster, names: Callable[[str], str]) -> None:

@@ -194,6 +194,7 @@ _MODELLED = {
 _NO_GROUP_EFFECT = {
     "state_dir", "ephemeral_state", "state_topic_num_partitions", "state_topic", "state_topic_replication_factor",
     "state_topic_min_insync_replicas", "state_transactional_id_prefix", "state_write_timeout_ms",
+    "state_preopen_transactions",
     "state_stall_check_ms", "rebalance_events", "rebalance_run", "background_threads", "metadata_refresh_s",
     "upstream_check_s", "leave_abandoned_upstream_members", "offsets_retention_minutes",
     "offsets_retention_check_interval_ms", "instances_session_timeout_ms", "instances_heartbeat_interval_ms",

@@ -78,6 +78,10 @@ class CoordinatorSettings(BaseModel):
     # One transaction (with the client's retries across leader changes) gives up after this long; the
     # shard must then be re-opened.
     state_write_timeout_ms: int = Field(default=30_000, ge=1)
+    # Open each shard's next transaction (and add its partition) as soon as one commits, so that a group
+    # change costs two round trips to the cluster instead of three; one left empty is committed after
+    # 10 s. False: each write begins its own transaction.
+    state_preopen_transactions: bool = True
     # With the cluster store: an event loop that stood still this long (the process was paused) proves it
     # still owns its shards (an owner-marker write each) before serving from memory again; a newer owner
     # has fenced it otherwise. 0: off.

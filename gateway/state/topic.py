@@ -19,6 +19,18 @@ with CONCURRENT_TRANSACTIONS until the markers of the previous one are written, 
 healthy cluster. aiokafka retries that after a fixed 20 ms, which made every group change behind another
 one wait 20 ms; the store shortens that one backoff (``CONCURRENT_TRANSACTIONS_BACKOFF_S``).
 
+The next transaction is opened before it is needed: once a transaction commits, the shard's producer
+begins the next one and adds the shard's partition to it (AddPartitionsToTxn) at once, so that a group
+change arriving later costs two round trips (Produce, EndTxn) instead of three, and does not wait for the
+markers of the transaction before it (the CONCURRENT_TRANSACTIONS retries above happen while nobody
+waits). A transaction that stays open with nothing in it is committed empty after
+``preopen_idle_s`` (at most a third of ``transaction_timeout_ms``, after which the transaction coordinator
+would abort it and fence the producer), and none is opened again until the next write. An open
+transaction with no record holds nothing back: a partition's last stable offset moves only for
+transactions that wrote to it. Closing a shard aborts an open transaction it left, so that the next
+owner's InitProducerId does not wait for the coordinator to abort it (``preopen_transactions=False``
+restores one transaction begun per write).
+
 Compaction: every record is produced with the state record's own key (the __consumer_offsets key
 formats: one key per group metadata record, per member, per assignment, ...), and a tombstone (value
 None) is produced with a null value. Replay applies records in order and the latest value of a key
@@ -99,6 +111,9 @@ _aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 # How long one transaction (begin, produce, commit, with the client's retries) may take before the
 # shard gives up on it.
 DEFAULT_WRITE_TIMEOUT_MS = 30_000
+# How long a transaction opened ahead of the next write may stay open with nothing in it before it is
+# committed empty (bounded by a third of the transaction timeout).
+DEFAULT_PREOPEN_IDLE_S = 10.0
 # How long a shard's producer may take to deliver what is queued when the shard is closed or failed.
 STOP_GRACE_S = 2.0
 # How long opening a shard (fencing and reading the partition to its end) may take.
@@ -132,7 +147,11 @@ class KafkaShardLog:
         # The transaction under way on the store's loop, and the start of the next one when scheduled.
         self._inflight: concurrent.futures.Future[None] | None = None
         self._starting: asyncio.Handle | None = None
+        self._idle: asyncio.TimerHandle | None = None  # ends a transaction opened ahead that stayed empty
         self._home: asyncio.AbstractEventLoop | None = None  # the loop sync() is called on
+        # A transaction opened ahead of the next write (its partition added): read and set on the store's
+        # loop only, by one ``_write`` at a time.
+        self._open = False
         self._failed: StateLogWriteFailed | None = None
         self._closed = False
         # Transactions committed by this log (group commit: fewer than sync() calls under load).
@@ -182,9 +201,14 @@ class KafkaShardLog:
         else:
             self._begin()
 
-    def _begin(self) -> None:
+    def _begin(self, idle: bool = False) -> None:
+        """Start the next transaction with what is pending; ``idle``: with nothing pending, end the
+        transaction opened ahead instead (an empty commit)."""
         self._starting = None
-        if not self._pending or self._failed is not None or self._home is None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if (not self._pending and not idle) or self._failed is not None or self._home is None:
             return
         batch, self._pending = self._pending, []
         end = self._committed + len(batch)
@@ -208,25 +232,44 @@ class KafkaShardLog:
             return
         exc = cf.exception()
         if exc is None:
-            self._committed = end
-            self.transactions += 1
-            self._store.transactions += 1
+            wrote = end > self._committed  # not the empty commit of a transaction opened ahead
+            if wrote:
+                self._committed = end
+                self.transactions += 1
+                self._store.transactions += 1
             self._wake()
             self._next()
+            if wrote and self._inflight is None and self._starting is None and self._store.preopen_transactions:
+                # The next transaction was opened ahead: end it if nothing comes to fill it.
+                self._idle = self._home.call_later(self._store.preopen_idle_s, self._end_idle)  # type: ignore[union-attr]
         elif isinstance(exc, StateLogWriteFailed):
             self._fail(exc)
         else:  # any other failure ends the shard's writes the same way
             self._fail(StateLogWriteFailed(f"shard {self.shard}: unexpected failure: {exc!r}"))
 
+    def _end_idle(self) -> None:
+        """The transaction opened ahead stayed empty for ``preopen_idle_s``: commit it empty now, before
+        the transaction coordinator's timeout aborts it (which would fence the producer)."""
+        self._idle = None
+        if self._inflight is None and self._starting is None and not self._pending and not self._closed:
+            self._begin(idle=True)
+
     async def _write(self, batch: list[Record]) -> None:
-        """One transaction: begin, produce every record to the shard's partition keyed by its key, commit.
-        Runs on the store's client loop."""
+        """One transaction: begin (unless one was opened ahead), produce every record to the shard's
+        partition keyed by its key, commit; then open the next one ahead. An empty batch commits the
+        transaction opened ahead and opens none. Runs on the store's client loop."""
+        if not batch and not self._open:
+            return
         timeout_s = self._store.write_timeout_ms / 1000
         started = time.monotonic()
         futures: list[asyncio.Future[Any]] = []
         try:
             async with asyncio.timeout(timeout_s):
-                await self._producer.begin_transaction()
+                if self._open:
+                    self._open = False
+                    _raise_if_aborted(self._producer)
+                else:
+                    await self._producer.begin_transaction()
                 for r in batch:
                     f = await self._producer.send(self._tp.topic, value=r.value, key=r.key, partition=self.shard)
                     # A failed transaction fails its records too; the transaction's error is the one reported.
@@ -248,7 +291,16 @@ class KafkaShardLog:
                     "was fenced by a newer owner"
                 ) from exc
             raise StateLogWriteFailed(f"shard {self.shard} of {self._store.topic}: write failed: {exc!r}") from exc
+        if not batch:
+            return
         self._store.write_latency_ms.append((time.monotonic() - started) * 1000)
+        if self._store.preopen_transactions:
+            try:
+                await self._producer.begin_transaction()
+                _add_partition(self._producer, self._tp)
+                self._open = True
+            except Exception as exc:  # noqa: BLE001 - the next write begins its own and meets it
+                log.info("opening the next transaction ahead failed", shard=self.shard, error=repr(exc))
 
     def _wake(self) -> None:
         keep = []
@@ -281,6 +333,9 @@ class KafkaShardLog:
         if self._starting is not None:
             self._starting.cancel()
             self._starting = None
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         if self._inflight is not None:
             # Cancelled on the store's loop; its end is not waited for (closing drops what is unsynced).
             inflight, self._inflight = self._inflight, None
@@ -316,6 +371,8 @@ class KafkaStateStore:
         load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
         request_timeout_ms: int = 30_000,
         transaction_timeout_ms: int = 60_000,
+        preopen_transactions: bool = True,
+        preopen_idle_s: float = DEFAULT_PREOPEN_IDLE_S,
         ssl_context: ssl.SSLContext | None = None,
         sasl: Credentials | None = None,
         client_id: str = "groupgate-state",
@@ -333,6 +390,9 @@ class KafkaStateStore:
         self.load_timeout_ms = load_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self.transaction_timeout_ms = transaction_timeout_ms
+        # Open each shard's next transaction ahead of its write (see the module docstring).
+        self.preopen_transactions = preopen_transactions
+        self.preopen_idle_s = min(preopen_idle_s, transaction_timeout_ms / 1000 / 3)
         self.ssl_context = ssl_context
         self.sasl = sasl  # (mechanism, username, password) of the gateway's own principal
         self.client_id = client_id
@@ -366,6 +426,7 @@ class KafkaStateStore:
             transactional_id_prefix=settings.state_transactional_id_prefix,
             append_linger_ms=settings.state_append_linger_ms,
             write_timeout_ms=settings.state_write_timeout_ms,
+            preopen_transactions=settings.state_preopen_transactions,
             ssl_context=ssl_context,
             sasl=sasl,
         )
@@ -494,9 +555,9 @@ class KafkaStateStore:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             # Closed after the gateway's loop: stop the producer on its own loop, nobody waiting.
-            self.clients.submit(_stop_quietly(shard_log._producer))
+            self.clients.submit(_retire(shard_log))
             return
-        task = loop.create_task(self.clients.run(_stop_quietly(shard_log._producer)))
+        task = loop.create_task(self.clients.run(_retire(shard_log)))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -509,6 +570,37 @@ class KafkaStateStore:
             shard_log.close()
         await self._drain_closing()
         await asyncio.to_thread(self.clients.stop)
+
+
+def _add_partition(producer: AIOKafkaProducer, tp: TopicPartition) -> None:
+    """Add ``tp`` to the producer's open transaction now, before any record is sent to it (aiokafka adds a
+    partition when its first record is sent; its sender sends AddPartitionsToTxn for what is pending)."""
+    producer._txn_manager.maybe_add_partition_to_txn(tp)
+
+
+def _raise_if_aborted(producer: AIOKafkaProducer) -> None:
+    """A transaction opened ahead may have failed while it waited (its AddPartitionsToTxn refused, the
+    producer fenced): raise what ended it, so that it is reported as a write of this transaction would be."""
+    manager = producer._txn_manager
+    if manager.is_in_transaction():
+        return
+    ended = manager.wait_for_transaction_end()
+    if ended.done() and not ended.cancelled() and ended.exception() is not None:
+        raise ended.exception()  # type: ignore[misc]
+    raise StateLogWriteFailed("the transaction opened ahead is no longer open")
+
+
+async def _retire(shard_log: KafkaShardLog) -> None:
+    """On the client loop: stop a closed shard's producer, first aborting the empty transaction it opened
+    ahead, so that the next owner's InitProducerId finds none to abort (best effort: it aborts it
+    otherwise). A transaction with records in it (a write cancelled by close) is left to the next owner."""
+    producer = shard_log._producer
+    if shard_log._open:
+        shard_log._open = False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(STOP_GRACE_S):
+                await producer.abort_transaction()
+    await _stop_quietly(producer)
 
 
 def _retrieve(f: asyncio.Future[Any]) -> None:

@@ -25,10 +25,34 @@ from gateway.state.topic import (
 )
 
 
+class FakeTxnManager:
+    """The part of aiokafka's transaction manager the store reaches: adding a partition ahead of its
+    records, and whether (and how) the open transaction ended."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self.producer = producer
+        self.added: list[Any] = []  # partitions added ahead, one per transaction opened ahead
+        self.ended: asyncio.Future[None] | None = None  # set: the open transaction failed with this
+
+    def maybe_add_partition_to_txn(self, tp: Any) -> None:
+        assert self.producer.current == [], "a partition is added ahead of its records"
+        self.added.append(tp)
+
+    def is_in_transaction(self) -> bool:
+        return self.producer.current is not None and self.ended is None
+
+    def wait_for_transaction_end(self) -> asyncio.Future[None]:
+        assert self.ended is not None
+        return self.ended
+
+
 class FakeProducer:
     """The transactional producer calls a shard log makes, recorded; ``fail_commit`` makes commits fail."""
 
     def __init__(self, commit_delay_s: float = 0.01) -> None:
+        self._txn_manager = FakeTxnManager(self)
+        self.begun = 0
+        self.aborted = 0
         self.commit_delay_s = commit_delay_s
         self.fail_commit: BaseException | None = None
         self.hang = False
@@ -43,6 +67,13 @@ class FakeProducer:
         assert self.current is None, "transactions overlap"
         self.loops.add(asyncio.get_running_loop())
         self.current = []
+        self.begun += 1
+
+    async def abort_transaction(self) -> None:
+        assert self.current is not None, "abort outside a transaction"
+        self.loops.add(asyncio.get_running_loop())
+        self.current = None
+        self.aborted += 1
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1) -> Any:
         assert self.current is not None, "send outside a transaction"
@@ -272,3 +303,94 @@ def test_back_to_back_transactions_retry_concurrent_transactions_after_a_millise
     import inspect
 
     assert "BACKOFF_OVERRIDE" in inspect.getsource(sender.AddPartitionsToTxnHandler.handle_response)
+
+
+async def test_the_next_transaction_is_opened_ahead_with_the_shards_partition_added() -> None:
+    """After a commit the producer begins the next transaction and adds the shard's partition at once, so
+    the next write sends its records and commits: no AddPartitionsToTxn round trip of its own."""
+    store, shard, producer = _log()
+    shard.append([_r(1)])
+    await shard.sync()
+    assert producer.committed == [[_r(1)]]
+    assert producer.begun == 2 and producer.current == []  # the next one is open, empty
+    assert [(tp.topic, tp.partition) for tp in producer._txn_manager.added] == [("t", 3)]
+    shard.append([_r(2), _r(3)])
+    await shard.sync()
+    assert producer.committed == [[_r(1)], [_r(2), _r(3)]]
+    assert producer.begun == 3 and len(producer._txn_manager.added) == 2  # the write itself began none
+    assert shard.transactions == 2
+    await store.close()
+    assert producer.aborted == 1 and producer.current is None  # closing aborted the empty open one
+    assert producer.stopped
+
+
+async def test_a_transaction_opened_ahead_that_stays_empty_is_committed_empty_after_the_idle_time() -> None:
+    """The transaction coordinator aborts a transaction open longer than transaction.timeout.ms and fences its
+    producer: one opened ahead and left empty is committed before that, and none is opened again until
+    the next write."""
+    store, shard, producer = _log(preopen_idle_s=0.05)
+    shard.append([_r(1)])
+    await shard.sync()
+    assert producer.current == []
+    for _ in range(200):
+        if producer.current is None:
+            break
+        await asyncio.sleep(0.01)
+    assert producer.committed == [[_r(1)], []]  # the empty commit, after the idle time
+    assert shard.transactions == store.transactions == 1  # which counts as no transaction of the shard's
+    await asyncio.sleep(0.15)
+    assert producer.begun == 2 and producer.current is None  # nothing opened again while idle
+    shard.append([_r(2)])
+    await shard.sync()
+    assert producer.committed == [[_r(1)], [], [_r(2)]] and producer.begun == 4
+    await store.close()
+
+
+def test_the_idle_time_of_a_transaction_opened_ahead_stays_within_the_transaction_timeout() -> None:
+    assert KafkaStateStore("127.0.0.1:1").preopen_idle_s == 10.0
+    assert KafkaStateStore("127.0.0.1:1", transaction_timeout_ms=6_000).preopen_idle_s == 2.0
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [(kafka_errors.ProducerFenced(), ShardFenced), (kafka_errors.KafkaError("refused"), StateLogWriteFailed)],
+    ids=["fenced", "other"],
+)
+async def test_a_transaction_opened_ahead_that_failed_meanwhile_fails_the_next_write(
+    error: BaseException, kind: type[BaseException]
+) -> None:
+    """The AddPartitionsToTxn of a transaction opened ahead can fail while the shard is quiet (a newer owner
+    fenced the producer): the next write reports that error as its own, fencing included."""
+    store, shard, producer = _log()
+    shard.append([_r(1)])
+    await shard.sync()
+    ended: asyncio.Future[None] = store.clients.loop().create_future()
+    ended.set_exception(error)
+    producer._txn_manager.ended = ended
+    shard.append([_r(2)])
+    with pytest.raises(kind) as info:
+        await shard.sync()
+    assert isinstance(info.value.__cause__, type(error))
+    assert producer.committed == [[_r(1)]]
+    await store.close()
+
+
+async def test_without_transactions_opened_ahead_each_write_begins_its_own() -> None:
+    store, shard, producer = _log(preopen_transactions=False)
+    for i in range(3):
+        shard.append([_r(i)])
+        await shard.sync()
+        assert producer.current is None
+    assert producer.begun == 3 and producer._txn_manager.added == []
+    await store.close()
+    assert producer.aborted == 0
+
+
+async def test_the_transaction_manager_calls_a_transaction_opened_ahead_relies_on_are_there() -> None:
+    """aiokafka adds a partition to a transaction when its first record is sent; the store adds it ahead
+    through the transaction manager (aiokafka is pinned; an upgrade that renames these fails here)."""
+    from aiokafka.producer.transaction_manager import TransactionManager
+
+    manager = TransactionManager("t-0", 60_000)
+    for name in ("maybe_add_partition_to_txn", "is_in_transaction", "wait_for_transaction_end", "partitions_to_add"):
+        assert callable(getattr(manager, name)), name
