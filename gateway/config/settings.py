@@ -103,6 +103,12 @@ class GatewayConfig(SaslSettings):
     # loop. asyncio: asyncio's own loop. uvloop: uvloop or refuse to start. uvloop takes 5-14 % less CPU
     # per request (docs/performance.md, "uvloop by default").
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    # The interpreter's thread switch interval (sys.setswitchinterval; Python's default is 5 ms): how long
+    # a thread that needs the interpreter waits, at most, while another runs Python. The cluster store's
+    # clients (a loop on a thread of their own) share it with the gateway's loop: with that loop busy,
+    # every step of a transaction waited up to this long (docs/performance.md, "The interpreter's switch
+    # interval"). Offloaded assignments share it the other way round.
+    switch_interval_ms: float = Field(default=1.0, gt=0, le=1000)
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # HOST:PORT of the operators' HTTP endpoint (/metrics, /healthz, /readyz); None = off, port 0 = ephemeral.

@@ -236,7 +236,9 @@ def _close_page(page: GroupsPage | None, task: asyncio.Task[None] | None) -> Non
 
 
 def _use_event_loop(config: GatewayConfig) -> str:
-    """Install uvloop's policy when asked or available; returns the loop in use."""
+    """Install uvloop's policy when asked or available; returns the loop in use. Also sets the
+    interpreter's thread switch interval (``switch_interval_ms``)."""
+    sys.setswitchinterval(config.switch_interval_ms / 1000)
     if config.event_loop == "asyncio":
         return "asyncio"
     try:
@@ -286,7 +288,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # full disk, instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        log.info("event loop", loop=_use_event_loop(config))
+        log.info("event loop", loop=_use_event_loop(config), switch_interval_ms=config.switch_interval_ms)
         return asyncio.run(_serve(config, reload=lambda: load_config(args.config, _flags(args)), started=started))
     except StateLogCorrupt as e:
         # Not a crash to retry: the operator decides (groupgate state verify / repair).
@@ -382,7 +384,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("starting the embedded Kafka broker")
         kafka.start()
         config = config.model_copy(update={"upstream": kafka.bootstrap})
-        log.info("event loop", loop=_use_event_loop(config))
+        log.info("event loop", loop=_use_event_loop(config), switch_interval_ms=config.switch_interval_ms)
         return asyncio.run(_serve(
             config, extra_line=f" upstream={kafka.bootstrap}", reload=lambda: load_config(args.config, flags),
             started=started,

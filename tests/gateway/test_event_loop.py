@@ -1,4 +1,5 @@
-"""The event_loop setting: which loop `groupgate serve` installs before it starts."""
+"""The event_loop setting: which loop `groupgate serve` installs before it starts; and the interpreter's
+thread switch interval it sets with it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from pydantic import ValidationError
 
 from gateway.config.settings import GatewayConfig
 from gateway.ops.cli import _use_event_loop
@@ -14,9 +16,10 @@ from gateway.ops.cli import _use_event_loop
 
 @pytest.fixture(autouse=True)
 def _restore_policy() -> Iterator[None]:
-    before = asyncio.get_event_loop_policy()
+    before, interval = asyncio.get_event_loop_policy(), sys.getswitchinterval()
     yield
     asyncio.set_event_loop_policy(before)
+    sys.setswitchinterval(interval)
 
 
 def _loop_module() -> str:
@@ -46,3 +49,17 @@ def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(monkeypatch: pytes
     assert _loop_module().startswith("asyncio")
     with pytest.raises(RuntimeError, match="uvloop is not installed"):
         _use_event_loop(GatewayConfig(event_loop="uvloop"))
+
+
+def test_the_switch_interval_is_set_with_the_loop_one_millisecond_by_default() -> None:
+    """The store's client thread waits at most this long for the interpreter while the gateway's loop runs
+    Python; Python's own 5 ms made every step of a state transaction wait that long on a busy gateway."""
+    sys.setswitchinterval(0.005)
+    assert GatewayConfig().switch_interval_ms == 1.0
+    _use_event_loop(GatewayConfig(event_loop="asyncio"))
+    assert sys.getswitchinterval() == pytest.approx(0.001)
+    _use_event_loop(GatewayConfig(event_loop="asyncio", switch_interval_ms=5))
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+    for bad in (0, -1, 5000):
+        with pytest.raises(ValidationError):
+            GatewayConfig(switch_interval_ms=bad)
