@@ -8,9 +8,9 @@ and a client without a certificate against a mutual-TLS listener are turned away
 Upstream side: the embedded broker gets an extra SSL listener (PEM key material, client certificates
 required) and the gateway reaches it with upstream_tls.
 
-The gateway runs as ``groupgate serve`` on its default loop (uvloop, a dependency of the package) and, for
-the client side, also on asyncio's own loop, since the TLS handshake goes through ``loop.start_tls`` on
-either; its log says which loop it runs.
+The gateway runs as ``groupgate serve`` on uvloop (``--event-loop auto``, uvloop being a dependency of the
+package) and, for the client side, also on asyncio's own loop (the default), since the TLS handshake goes
+through ``loop.start_tls`` on either; its log says which loop it runs.
 """
 
 from __future__ import annotations

@@ -99,10 +99,12 @@ class GatewayConfig(SaslSettings):
     metadata_refresh_s: float = Field(default=30.0, gt=0)
     # A broker missing from metadata keeps its listener this long (rolling restarts drop it briefly).
     broker_absent_grace_s: float = Field(default=120.0, ge=0)
-    # auto (the default): uvloop (a dependency of the package) when it can be imported, else asyncio's
-    # loop. asyncio: asyncio's own loop. uvloop: uvloop or refuse to start. uvloop takes 5-14 % less CPU
-    # per request (docs/performance.md, "uvloop by default").
-    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    # asyncio (the default): asyncio's own loop. auto: uvloop (a dependency of the package) when it can be
+    # imported, else asyncio's loop. uvloop: uvloop or refuse to start. uvloop takes 5-14 % less CPU per
+    # request, but its libuv accepts one connection per turn of the loop: with the gateway's core full a
+    # turn takes a tenth of a second or more, and new clients (a fleet rejoining) waited minutes to be
+    # accepted while those connected were served (docs/performance.md, "New connections on a full core").
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "asyncio"
     # The interpreter's thread switch interval (sys.setswitchinterval; Python's default is 5 ms): how long
     # a thread that needs the interpreter waits, at most, while another runs Python. The cluster store's
     # clients (a loop on a thread of their own) share it with the gateway's loop: with that loop busy,
