@@ -6,13 +6,17 @@ echoing it after about ``--work-us`` of CPU, as a gateway answers a request. A c
 ``--busy`` connections that ping-pong without pause, so the server's core stays full. Once they run, the
 driver opens ``--new`` connections, sends one message on each and counts the answers within ``--window``
 seconds. Every second the server prints how many connections it has been handed and from how many it has
-read. Both loops in one run, one after the other. The last line is ``key=value`` figures.
+read. Each loop in one run, one after the other: ``asyncio`` and ``uvloop`` with the loop's own
+``create_server``, ``asyncio+acceptor`` and ``uvloop+acceptor`` with the gateway's listener
+(gateway/net/acceptor.py), which accepts every waiting connection on either loop. The last line is
+``key=value`` figures.
 
 uvloop's libuv accepts one connection per turn of its loop (libuv since 1.45: "don't accept() connections
 in a loop"); asyncio's loop accepts up to the listen backlog per turn. With the core full a turn serves
 every busy connection, so on uvloop new clients wait for as many turns as there are clients before them.
 
-    .venv/bin/python bench/accept_under_load.py [--busy 2000] [--new 2000] [--work-us 150] [--window 40]
+    .venv/bin/python bench/accept_under_load.py [--busy 2000] [--new 2000] [--work-us 150] [--window 40] \
+        [--loops asyncio,uvloop,asyncio+acceptor,uvloop+acceptor]
 
 Only loopback; every process stops by itself.
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 
 def _serve(loop_name: str, work_us: float, ports: Any, stop_after_s: float) -> None:
-    if loop_name == "uvloop":
+    if loop_name.startswith("uvloop"):
         import uvloop
 
         uvloop.install()
@@ -54,7 +58,12 @@ def _serve(loop_name: str, work_us: float, ports: Any, stop_after_s: float) -> N
             self.transport.write(data)
 
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0, backlog=4096)
+        if loop_name.endswith("+acceptor"):
+            from gateway.net import acceptor
+
+            server: Any = await acceptor.listen(Echo, "127.0.0.1", 0, backlog=4096)
+        else:
+            server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0, backlog=4096)
         ports.put(server.sockets[0].getsockname()[1])
         began = time.monotonic()
         while time.monotonic() - began < stop_after_s:
@@ -121,7 +130,7 @@ def main() -> int:
     p.add_argument("--new", type=int, default=2000, help="connections opened once the core is full")
     p.add_argument("--work-us", type=float, default=150.0, help="CPU the server spends per message")
     p.add_argument("--window", type=float, default=40.0, help="seconds the new connections may wait")
-    p.add_argument("--loops", default="asyncio,uvloop")
+    p.add_argument("--loops", default="asyncio,uvloop,asyncio+acceptor,uvloop+acceptor")
     args = p.parse_args()
     figures: dict[str, float] = {}
     for loop_name in args.loops.split(","):

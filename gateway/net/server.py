@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from gateway.config.settings import GatewayConfig, PortMappingError
 from gateway.logging import get_logger
 from gateway.metrics import GatewayMetrics
+from gateway.net import acceptor
 from gateway.net.connection import ClientConnection
 from gateway.net.contracts import HandlerChain, LocalHandler, PassthroughAuthorizer
 from gateway.net.limits import ConnectionLimits
@@ -72,8 +73,9 @@ class Gateway:
         # TLS listeners: each accepted connection completes its handshake before a ClientConnection exists.
         tls = server_context(config)
         self._tls = None if tls is None else TlsAcceptor(tls)
-        self._bootstrap_server: asyncio.Server | None = None
-        self._listeners: dict[int, asyncio.Server] = {}
+        # Listening sockets accepted by the gateway itself, on either event loop (gateway/net/acceptor.py).
+        self._bootstrap_server: acceptor.Listener | None = None
+        self._listeners: dict[int, acceptor.Listener] = {}
         self._unmappable: set[int] = set()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -166,7 +168,7 @@ class Gateway:
         loop.set_exception_handler(handler)
 
     async def _open_bootstrap(self) -> int:
-        self._bootstrap_server = await asyncio.get_running_loop().create_server(
+        self._bootstrap_server = await acceptor.listen(
             self._client_factory(None),
             self.config.listen_host,
             self.config.listen_port,
@@ -225,7 +227,6 @@ class Gateway:
         """Open a listener for every known broker, close those of brokers that left; returns bind failures."""
         failures = 0
         async with self._lock:
-            loop = asyncio.get_running_loop()
             wanted = set(self.directory.brokers)
             for node in sorted(wanted - set(self._listeners)):
                 try:
@@ -240,7 +241,7 @@ class Gateway:
                 port = port or self.nodes.ports.get(node, 0)
 
                 try:
-                    server = await loop.create_server(
+                    server = await acceptor.listen(
                         self._client_factory(node), self.config.listen_host, port, reuse_address=True,
                         backlog=self.config.socket_listen_backlog_size,
                     )
