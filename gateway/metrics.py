@@ -9,6 +9,8 @@ them.
 from __future__ import annotations
 
 import bisect
+import gc
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -33,6 +35,10 @@ EVENT_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 # One write of a shard's appended records made durable (Kafka's batch-flush-time): an fsync of a local
 # log, or a transactional commit on the state topic.
 FLUSH_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+# One collection of the cyclic garbage collector, during which nothing else runs: a young generation's in
+# tens of microseconds, a full one of a large heap in tens of milliseconds.
+GC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 Labels = tuple[tuple[str, str], ...]
 API_SLOTS = max(codec.REQUESTS) + 1
@@ -168,3 +174,33 @@ class GroupStats:
                 self.conversions[key] = self.conversions.get(key, 0) + 1
             elif isinstance(c, ConversionRefused):
                 self.conversions_refused[c.from_type, c.to_type, c.reason] += 1
+
+
+class GcPauses:
+    """How long each collection of the interpreter's garbage collector stopped the process, by generation
+    (``gc.callbacks``). The serving process installs one (gateway/ops/cli.py); the scrape reads it."""
+
+    def __init__(self) -> None:
+        self.by_generation = [Histogram(GC_BUCKETS_S) for _ in range(3)]
+        self._began = 0.0
+        self.installed = False
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.by_generation[info["generation"]].observe(time.perf_counter() - self._began)
+
+    def install(self) -> None:
+        if not self.installed:
+            gc.callbacks.append(self._callback)
+            self.installed = True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            gc.callbacks.remove(self._callback)
+            self.installed = False
+
+
+# The process's one recorder: collections are the interpreter's, not a gateway's.
+GC_PAUSES = GcPauses()

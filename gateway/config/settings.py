@@ -111,6 +111,15 @@ class GatewayConfig(SaslSettings):
     # every step of a transaction waited up to this long (docs/performance.md, "The interpreter's switch
     # interval"). Offloaded assignments share it the other way round.
     switch_interval_ms: float = Field(default=1.0, gt=0, le=1000)
+    # The cyclic garbage collector's first threshold (gc.set_threshold; Python's default is 700): how many
+    # more container objects than were freed start a collection. At 700 a busy gateway collected its
+    # youngest objects hundreds of times a second and all of them (80 ms each, the loop stopped) about
+    # once a second, a tenth of its CPU (docs/performance.md, "The garbage collector"). The older
+    # generations keep Python's ratios (10, 10).
+    gc_threshold: int = Field(default=50_000, ge=100, le=10_000_000)
+    # Move every object alive at start (modules, classes, the codec's tables, the configuration) out of
+    # the collector's sight (gc.freeze) so that its full collections walk only what the gateway made since.
+    gc_freeze: bool = True
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # HOST:PORT of the operators' HTTP endpoint (/metrics, /healthz, /readyz); None = off, port 0 = ephemeral.

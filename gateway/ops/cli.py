@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import signal
 import socket
 import sys
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from gateway.config.settings import GatewayConfig, load_config, parse_host_port
 from gateway.logging import get_logger, setup_logging
+from gateway.metrics import GC_PAUSES
 from gateway.net.upstream import UpstreamAuthError
 from gateway.ops.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STATE_CORRUPT, EXIT_USAGE
 from gateway.security import credentials
@@ -237,8 +239,15 @@ def _close_page(page: GroupsPage | None, task: asyncio.Task[None] | None) -> Non
 
 def _use_event_loop(config: GatewayConfig) -> str:
     """Install uvloop's policy when asked or available; returns the loop in use. Also sets the
-    interpreter's thread switch interval (``switch_interval_ms``)."""
+    interpreter's thread switch interval (``switch_interval_ms``) and its garbage collector
+    (``gc_threshold``, ``gc_freeze``)."""
     sys.setswitchinterval(config.switch_interval_ms / 1000)
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(config.gc_threshold, older, oldest)
+    if config.gc_freeze:
+        gc.collect()  # what is garbage already is not frozen with the rest
+        gc.freeze()
+    GC_PAUSES.install()  # groupgate_gc_pause_seconds
     if config.event_loop == "asyncio":
         return "asyncio"
     try:
@@ -251,6 +260,15 @@ def _use_event_loop(config: GatewayConfig) -> str:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return "uvloop"
+
+
+def _interpreter_settings(config: GatewayConfig) -> dict[str, Any]:
+    """What ``_use_event_loop`` set, for the start-up log line."""
+    return {
+        "switch_interval_ms": config.switch_interval_ms,
+        "gc_threshold": gc.get_threshold()[0],
+        "gc_frozen_objects": gc.get_freeze_count(),
+    }
 
 
 def cmd_sasl_credentials(args: argparse.Namespace) -> int:
@@ -288,7 +306,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # full disk, instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        log.info("event loop", loop=_use_event_loop(config), switch_interval_ms=config.switch_interval_ms)
+        log.info("event loop", loop=_use_event_loop(config), **_interpreter_settings(config))
         return asyncio.run(_serve(config, reload=lambda: load_config(args.config, _flags(args)), started=started))
     except StateLogCorrupt as e:
         # Not a crash to retry: the operator decides (groupgate state verify / repair).
@@ -384,7 +402,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         log.info("starting the embedded Kafka broker")
         kafka.start()
         config = config.model_copy(update={"upstream": kafka.bootstrap})
-        log.info("event loop", loop=_use_event_loop(config), switch_interval_ms=config.switch_interval_ms)
+        log.info("event loop", loop=_use_event_loop(config), **_interpreter_settings(config))
         return asyncio.run(_serve(
             config, extra_line=f" upstream={kafka.bootstrap}", reload=lambda: load_config(args.config, flags),
             started=started,

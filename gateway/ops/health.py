@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from coordinator.model import GroupState
-from gateway.metrics import PREFIX, GatewayMetrics, GroupStats, api_name
+from gateway.metrics import GC_PAUSES, PREFIX, GatewayMetrics, GroupStats, api_name
 from gateway.ops.metric_families import Labels, LagCollector, counter, gauge, histogram, render_lag
 from translate.classic_group import ClassicGroupState
 
@@ -275,6 +275,13 @@ class GatewayCollector(Collector):
             ("api",),
             [((api_name(k),), h) for k, h in sorted(m.local_latency.items())],
         )
+        if GC_PAUSES.installed:
+            yield histogram(
+                p + "gc_pause_seconds",
+                "How long each collection of the interpreter's garbage collector stopped the gateway, by generation",
+                ("generation",),
+                [((str(g),), h) for g, h in enumerate(GC_PAUSES.by_generation)],
+            )
 
 
 # Kafka's state tags on consumer-group-count and classic-group-count.

@@ -135,6 +135,8 @@ def test_serve_with_metrics_listen_reports_the_requests_it_serves(kafka_broker):
         latency = m["groupgate_local_request_duration_seconds"]
         assert [v for n, ls, v in latency.samples if n.endswith("_count") and ls["api"] == "FindCoordinator"] == [1]
         assert m["groupgate_ready"].value() == 1 and m["groupgate_upstream_brokers"].value() >= 1
+        pauses = m["groupgate_gc_pause_seconds"]  # the serving process records its collector's pauses
+        assert sorted(ls["generation"] for n, ls, _ in pauses.samples if n.endswith("_count")) == ["0", "1", "2"]
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
