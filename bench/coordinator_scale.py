@@ -20,7 +20,11 @@ broker's own coordinator and each gateway, in the same run, for each group proto
 
 ``--scale 0.1`` shrinks each case to a tenth of its members (the larger of its two sizes shrinks). The broker is
 pinned to the first core and the gateways to the second (taskset) when the machine has two or more; the
-load generator is not pinned. The last line is ``key=value`` figures and ratios against Kafka.
+load generator is not pinned. Each run also reports the coordinator's CPU per answered request (user +
+system time of the broker for Kafka's own, of the gateway for a gateway, over the whole run divided by the
+requests answered without error; ``broker_cpu_us_per_request`` adds what a gateway's write-throughs and
+state writes cost the broker): unlike the saturation steps, a figure that another job sharing the machine
+moves little. The last line is ``key=value`` figures and ratios against Kafka.
 
     make loadgen   # once: builds bench/loadgen/bin/loadgen
     .venv/bin/python bench/coordinator_scale.py [--scale 0.1] [--cases 1000x10,massjoin] \\
@@ -119,6 +123,22 @@ def run_loadgen(bootstrap: str, args: list[str], max_s: float) -> dict[str, Any]
     result: dict[str, Any] = json.loads(proc.stdout)
     result["cmd"] = " ".join(cmd)
     return result
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of a process and all its threads so far (/proc/PID/stat); 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def answered(result: dict[str, Any]) -> int:
+    """Requests answered without error in every phase of a run (joins, heartbeats, commits...)."""
+    return sum(int(o.get("ok", 0)) for p in result.get("phases", []) for o in p.get("ops", {}).values())
 
 
 def phase(result: dict[str, Any], name: str) -> dict[str, Any]:
@@ -286,8 +306,16 @@ def main() -> int:
                         lg += ["-steps", args.steps, "-step-seconds", str(args.step_seconds)]
                         label = f"{groups}x{members}"
                     began = time.monotonic()
+                    target_pid = broker_pid if name == "kafka" else gateways[name].pid
+                    cpu_before = cpu_seconds(target_pid), cpu_seconds(broker_pid)
                     result = run_loadgen(addresses[name], lg, args.max_seconds)
+                    cpu = cpu_seconds(target_pid) - cpu_before[0], cpu_seconds(broker_pid) - cpu_before[1]
                     result.update(case=case, target=name, load_avg_1m=round(os.getloadavg()[0], 1))
+                    # The coordinator's CPU per answered request over the whole run: the broker's for Kafka's
+                    # own, the gateway's for a gateway (its write-throughs and state writes cost the broker
+                    # besides: broker_cpu_us_per_request).
+                    n = max(1, answered(result))
+                    result.update(cpu_s=round(cpu[0], 2), broker_cpu_s=round(cpu[1], 2), answered=n)
                     runs.append(result)
                     key = f"{case}_{proto}_{name}"
                     print(
@@ -295,6 +323,8 @@ def main() -> int:
                         f"({result.get('groups_stable')}/{groups} groups), "
                         f"saturated at x{result.get('saturated_at', '-')} ({result.get('saturated_because', '')}), "
                         f"load generator {result.get('loadgen_cores_used')} cores, {time.monotonic() - began:.0f} s, "
+                        f"{name} CPU {cpu[0]:.1f} s ({cpu[0] / n * 1e6:.0f} us per answered request; broker "
+                        f"{cpu[1] / n * 1e6:.0f} us), "
                         f"load average {result['load_avg_1m']}"
                         + (f", ERROR {result['error']}" if "error" in result else "")
                         + (f", {result['aborted']}" if "aborted" in result else ""),
@@ -302,6 +332,9 @@ def main() -> int:
                     )
                     print(describe(result), flush=True)
                     summary[f"{key}_stable_s"] = result.get("stable_s")
+                    summary[f"{key}_cpu_us_per_request"] = round(cpu[0] / n * 1e6, 1)
+                    if name != "kafka":
+                        summary[f"{key}_broker_cpu_us_per_request"] = round(cpu[1] / n * 1e6, 1)
                     if case == "massjoin":
                         for k, v in mass_summary(result).items():
                             summary[f"{key}_{k}"] = v
@@ -330,6 +363,9 @@ def main() -> int:
             prefix = key.split("_kafka_", 1)[0]
             if metric.endswith("per_s") and value:
                 ratios[f"{prefix}_{name}_{metric}_ratio"] = round((other or 0) / value, 2)
+            elif metric == "cpu_us_per_request" and value and other is not None:
+                # CPU per answered request against Kafka's (above 1: the gateway spends more per request).
+                ratios[f"{prefix}_{name}_{metric}_ratio"] = round(other / value, 2)
             elif metric in ("stable_s", "big_stable_s") and value and value > 0 and other is not None:
                 ratios[f"{prefix}_{name}_{metric}_ratio"] = round(other / value, 2) if other > 0 else None
     summary.update(ratios)
