@@ -54,8 +54,10 @@ def _bind(host: str | None, port: int, backlog: int, reuse_address: bool) -> lis
             try:
                 sock.bind(addr)
             except OSError as e:
+                # asyncio's own wording, which tools read (groupgate.testing retries on "address already in use").
+                reason = (e.strerror or str(e)).lower()
                 raise OSError(
-                    e.errno, f"error while attempting to bind on address {addr!r}: {e.strerror}"
+                    e.errno, f"error while attempting to bind on address {addr!r}: {reason}"
                 ) from None
             sock.listen(backlog)
             sock.setblocking(False)
