@@ -101,9 +101,10 @@ class GatewayConfig(SaslSettings):
     broker_absent_grace_s: float = Field(default=120.0, ge=0)
     # asyncio (the default): asyncio's own loop. auto: uvloop (a dependency of the package) when it can be
     # imported, else asyncio's loop. uvloop: uvloop or refuse to start. uvloop takes 5-14 % less CPU per
-    # request, but its libuv accepts one connection per turn of the loop: with the gateway's core full a
-    # turn takes a tenth of a second or more, and new clients (a fleet rejoining) waited minutes to be
-    # accepted while those connected were served (docs/performance.md, "New connections on a full core").
+    # request where the core has room; on a full core it runs the loop's ready callbacks (every task step,
+    # hence every write-through and state write) only between long bursts of I/O, and new clients were
+    # answered later than on asyncio's loop even with the gateway accepting them itself (gateway/net/
+    # acceptor.py; docs/performance.md, "Accepting connections in the gateway").
     event_loop: Literal["auto", "asyncio", "uvloop"] = "asyncio"
     # The interpreter's thread switch interval (sys.setswitchinterval; Python's default is 5 ms): how long
     # a thread that needs the interpreter waits, at most, while another runs Python. The cluster store's
