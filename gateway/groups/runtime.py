@@ -90,7 +90,9 @@ class CoordinatorRuntime:
             now=now,
             next_key=functools.partial(next, self.keys),
             until_ready=self.ready.wait,
+            ready=self.ready.is_set,
             confirm_if_stalled=self.confirm_if_stalled,
+            may_be_stalled=self.may_be_stalled,
             spawn=self.spawn,
             open_log=store.open_shard if store is not None else None,
             new_service=new_service,
@@ -242,6 +244,10 @@ class CoordinatorRuntime:
     async def confirm_if_stalled(self) -> None:
         if self.stalls is not None:
             await self.stalls.confirm_if_stalled()
+
+    def may_be_stalled(self) -> bool:
+        """False when ``confirm_if_stalled`` would return at once (no stall watch, or no stall)."""
+        return self.stalls is not None and self.stalls.may_be_stalled()
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -7,9 +7,10 @@ Each shard is a small world of its own:
   re-reading one shard never touches another's memory;
 - its own ShardLog from the StateStore (a directory of file logs, or a partition of the compacted state
   topic): records are appended in the order the service emitted them, and a response is released only
-  after ``sync()`` made every record appended to that shard so far durable (write-ahead);
-- its own ordering: requests of one group run in arrival order (a FIFO lock per group id, held while
-  metadata for the topics a request names is fetched and while the synchronous service runs; the
+  after ``sync()`` made every record appended to that shard so far durable (write-ahead; an answer
+  when nothing appended is still on its way, as after a steady heartbeat, does not call it);
+- its own ordering: requests of one group run in arrival order (a FIFO turn per group id, GroupTurn, held
+  while metadata for the topics a request names is fetched and while the synchronous service runs; the
   service calls of a shard never interleave, as they are synchronous on the one event loop), while
   different shards' persistence and timers proceed independently;
 - its own timers (``loop.call_later`` handles keyed by the service's timer keys) and waiting requests
@@ -77,7 +78,7 @@ class Shard:
         self.log: ShardLog | None = None
         self.timers: dict[TimerKey, ShardTimer] = {}
         self.waiting: dict[int, asyncio.Future[Any]] = {}
-        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self.locks: dict[str, collections.deque[asyncio.Future[None]]] = {}  # groups whose turn it is (GroupTurn)
         self.life = ShardLife(index)  # the shard's state and why, moved only along the table's rows
         self.reload_task: asyncio.Task[None] | None = None  # re-reading it while FAILED
         self.syncs = OutstandingWrites()  # writes being waited for, and when the oldest wait began
@@ -137,8 +138,11 @@ class Shard:
         self.waiting[key] = fut
         try:
             async with self.turn(group_id):
-                await self.ctx.until_ready()
-                await self.ctx.confirm_if_stalled()
+                ctx = self.ctx
+                if not ctx.ready():
+                    await ctx.until_ready()
+                if ctx.may_be_stalled():
+                    await ctx.confirm_if_stalled()
                 if prepare is not None:
                     await prepare()
                 self.check_loaded()
@@ -211,7 +215,7 @@ class Shard:
         # Every record appended to the shard so far, not only this result's: a response must not reveal
         # state that a crash could still take back.
         log_ = self.log
-        if log_ is not None:
+        if log_ is not None and log_.unsynced():  # most answers append nothing and find nothing to wait for
             try:
                 await self.sync_for_answer(log_)
             except ShardStalled as stalled:
@@ -245,7 +249,7 @@ class Shard:
         await self.ctx.confirm_if_stalled()
         self.check_loaded()
         log_ = self.log
-        if log_ is not None:
+        if log_ is not None and log_.unsynced():
             try:
                 await self.sync(log_)
             except Exception as e:

@@ -86,7 +86,9 @@ class ShardContext:
     now: Callable[[], int]  # the clock, in ms
     next_key: Callable[[], int]  # request keys and sync tokens, unique within the runtime
     until_ready: Callable[[], Awaitable[Any]]  # returns once the runtime serves (its first load replayed)
+    ready: Callable[[], bool]  # the runtime serves: ``until_ready`` would return at once
     confirm_if_stalled: Callable[[], Awaitable[None]]  # ownership proven after an event-loop stall
+    may_be_stalled: Callable[[], bool]  # False: ``confirm_if_stalled`` would return at once
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]  # background work, cancelled at stop
     open_log: Callable[[int], Awaitable[ShardLog]] | None  # the store's opener (None: memory only)
     new_service: Callable[[], GroupService]

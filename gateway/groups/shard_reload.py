@@ -51,7 +51,7 @@ class ShardMemory(Protocol):
     timers: dict[TimerKey, ShardTimer]
     postponed: collections.OrderedDict[TimerKey, int]
     waiting: dict[int, asyncio.Future[Any]]
-    locks: dict[str, tuple[asyncio.Lock, int]]
+    locks: dict[str, collections.deque[asyncio.Future[None]]]  # groups whose turn it is (GroupTurn)
     reload_task: asyncio.Task[None] | None
     closed_totals: tuple[int, int, int]
 

@@ -12,42 +12,46 @@ from coordinator.timers import TimerKey
 
 
 class GroupTurn:
-    """``async with``: one group's turn in its shard. The group's lock lives in ``locks`` with the number
-    of requests holding or waiting for it, and goes when the last of them is done."""
+    """``async with``: one group's turn in its shard, in arrival order. A group in ``turns`` is someone's turn;
+    its deque holds the futures of the requests waiting for it, the next one handed the turn by the one that
+    ends. A group whose requests never overlap (a steady member's heartbeats) costs no lock and no future:
+    the entry is made and removed, nothing waits."""
 
-    __slots__ = ("_group_id", "_lock", "_locks")
+    __slots__ = ("_group_id", "_turns")
 
-    def __init__(self, locks: dict[str, tuple[asyncio.Lock, int]], group_id: str) -> None:
-        self._locks = locks
+    def __init__(self, turns: dict[str, collections.deque[asyncio.Future[None]]], group_id: str) -> None:
+        self._turns = turns
         self._group_id = group_id
 
     async def __aenter__(self) -> None:
-        locks, group_id = self._locks, self._group_id
-        entry = locks.get(group_id)
-        if entry is None:
-            lock = asyncio.Lock()
-            locks[group_id] = (lock, 1)
-        else:
-            lock = entry[0]
-            locks[group_id] = (lock, entry[1] + 1)
-        self._lock = lock
+        turns, group_id = self._turns, self._group_id
+        waiting = turns.get(group_id)
+        if waiting is None:
+            turns[group_id] = collections.deque()
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append(fut)
         try:
-            await lock.acquire()
+            await fut
         except BaseException:
-            self._leave()
+            # Cancelled while waiting: off the queue (the end of a turn skips a cancelled future). Cancelled
+            # after the turn was handed over but before resuming: the turn goes on to the next.
+            if fut.done() and not fut.cancelled():
+                self._end()
             raise
 
     async def __aexit__(self, *exc: object) -> None:
-        self._lock.release()
-        self._leave()
+        self._end()
 
-    def _leave(self) -> None:
-        locks, group_id = self._locks, self._group_id
-        lock, users = locks[group_id]
-        if users <= 1:
-            del locks[group_id]
-        else:
-            locks[group_id] = (lock, users - 1)
+    def _end(self) -> None:
+        turns, group_id = self._turns, self._group_id
+        waiting = turns[group_id]
+        while waiting:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(None)  # that request's turn now
+                return
+        del turns[group_id]
 
 
 class ShardTimer:

@@ -64,6 +64,11 @@ class StallWatch:
             await self.confirm_if_stalled()
             self.last_tick = time.monotonic()
 
+    def may_be_stalled(self) -> bool:
+        """False when ``confirm_if_stalled`` would return at once: no confirmation runs and the loop has
+        not stood still longer than ``stall_s``."""
+        return self._confirming is not None or time.monotonic() - self.last_tick > self.stall_s
+
     async def confirm_if_stalled(self) -> None:
         """Return at once unless the loop stood still longer than ``stall_s``; then once every held
         shard has proven (or lost) its ownership."""

@@ -258,6 +258,9 @@ class FileStateLog:
         )
         self._size = self._acked
 
+    def unsynced(self) -> bool:
+        return self._closing or self._failed is not None or self._acked < self._size
+
     async def sync(self) -> None:
         """Return once every entry appended so far is durable under the configured policy."""
         self._check()

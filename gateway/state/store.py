@@ -79,6 +79,12 @@ class ShardLog(Protocol):
         they are not (the shard must then be unloaded and re-opened) or ShardFenced."""
         ...
 
+    def unsynced(self) -> bool:
+        """Whether ``sync()`` has anything to do: records appended and not durable yet, or a failure it
+        would raise. False lets a caller that only needs durability skip the call (most answers append
+        nothing: a steady heartbeat, a commit's check)."""
+        ...
+
     def close(self) -> None: ...
 
 

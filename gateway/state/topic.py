@@ -169,6 +169,9 @@ class KafkaShardLog:
         self._pending.extend(batch)
         self._appended += len(batch)
 
+    def unsynced(self) -> bool:
+        return self._failed is not None or self._committed < self._appended
+
     async def sync(self) -> None:
         if self._failed is not None:
             raise self._failed

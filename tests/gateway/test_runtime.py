@@ -169,6 +169,9 @@ class _FencingLog:
             raise ShardFenced(f"shard {self.shard}: a newer owner took it over")
         self.records.extend(records)
 
+    def unsynced(self) -> bool:
+        return True  # every sync runs, as a log that cannot tell
+
     async def sync(self) -> None:
         # As the cluster store: a sync with nothing appended writes nothing, so it cannot notice fencing.
         pass
@@ -269,6 +272,47 @@ async def test_after_a_stall_a_shard_taken_over_meanwhile_answers_nothing_from_m
         assert (await runtime.call(kept, _heartbeat(kept, "m1", 1))).error_code == 0
         assert store.logs[runtime.shard_of(kept)].records[-1].key == OWNER_MARKER_KEY
         assert runtime.counters["stall_checks"] == 1 and runtime.counters["shards_fenced"] == 1
+    finally:
+        await runtime.stop()
+
+
+class _CountingLog(_FencingLog):
+    """Its syncs counted; ``unsynced`` as the stores' logs say it: records appended since the last sync."""
+
+    def __init__(self, shard: int) -> None:
+        super().__init__(shard, [])
+        self.syncs = 0
+        self.pending = 0
+
+    def append(self, records: Iterable[Record]) -> None:
+        batch = list(records)
+        super().append(batch)
+        self.pending += len(batch)
+
+    def unsynced(self) -> bool:
+        return self.pending > 0
+
+    async def sync(self) -> None:
+        self.syncs += 1
+        self.pending = 0
+
+
+async def test_an_answer_that_appends_nothing_waits_for_no_write() -> None:
+    """A join appends records and its answer waits for their write (one flush observed); a steady
+    heartbeat appends nothing and is answered without a sync (Kafka's flush time counts real writes)."""
+    store = _Store(1)
+    log_ = store.logs[0] = _CountingLog(0)
+    runtime = await _running(store)
+    try:
+        syncs, flushes = log_.syncs, runtime.stats.flush_time.count
+        assert (await runtime.call("g", _join("g", "m1"))).error_code == 0
+        assert (log_.syncs, runtime.stats.flush_time.count) == (syncs + 1, flushes + 1)
+        for _ in range(3):
+            assert (await runtime.call("g", _heartbeat("g", "m1", 1))).error_code == 0
+        assert (log_.syncs, runtime.stats.flush_time.count) == (syncs + 1, flushes + 1)
+        log_.pending = 1  # another request's records still on their way: the next answer waits for them
+        assert (await runtime.call("g", _heartbeat("g", "m1", 1))).error_code == 0
+        assert log_.syncs == syncs + 2
     finally:
         await runtime.stop()
 

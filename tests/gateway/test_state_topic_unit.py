@@ -394,3 +394,19 @@ async def test_the_transaction_manager_calls_a_transaction_opened_ahead_relies_o
     manager = TransactionManager("t-0", 60_000)
     for name in ("maybe_add_partition_to_txn", "is_in_transaction", "wait_for_transaction_end", "partitions_to_add"):
         assert callable(getattr(manager, name)), name
+
+
+async def test_unsynced_says_whether_a_sync_has_anything_to_do() -> None:
+    """A shard skips the sync before an answer when nothing appended waits for it (gateway/groups/shard.py);
+    a failure the sync would raise counts as something to do."""
+    _, shard, producer = _log()
+    assert not shard.unsynced()
+    shard.append([_r(1)])
+    assert shard.unsynced()
+    await shard.sync()
+    assert not shard.unsynced() and producer.committed == [[_r(1)]]
+    producer.fail_commit = kafka_errors.KafkaError("broken")
+    shard.append([_r(2)])
+    with pytest.raises(StateLogWriteFailed):
+        await shard.sync()
+    assert shard.unsynced()  # failed: a sync raises what it was

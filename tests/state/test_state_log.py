@@ -477,3 +477,18 @@ def test_syncs_started_in_one_step_of_the_loop_share_one_fsync(tmp_path: Path) -
             log.close()
 
     asyncio.run(main())
+
+
+def test_unsynced_says_whether_a_sync_has_anything_to_do(tmp_path: Path) -> None:
+    """What the shard reads to skip the sync before an answer (gateway/groups/shard.py): appended and not
+    fsynced, or closed (a sync would raise), is something to do."""
+    log = FileStateLog(tmp_path)
+    assert not log.unsynced()
+    log.append([Record(b"a", b"1")])
+    assert log.unsynced()
+    asyncio.run(log.sync())
+    assert not log.unsynced() and log.fsyncs >= 1
+    log.close()
+    assert log.unsynced()
+    with pytest.raises(Exception, match="closed"):
+        asyncio.run(log.sync())
