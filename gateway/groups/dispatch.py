@@ -95,11 +95,12 @@ class Layer(Protocol):
 class Decoded:
     """What ``claims`` read of a frame, handed to ``handle`` so that the request is decoded once."""
 
-    __slots__ = ("msg", "null_free")
+    __slots__ = ("header", "msg", "null_free")
 
-    def __init__(self, msg: Any, null_free: bool = False) -> None:
+    def __init__(self, msg: Any, null_free: bool = False, header: frames.RequestHeader | None = None) -> None:
         self.msg = msg
         self.null_free = null_free  # claims found no null where the schema forbids one (codec.null_field)
+        self.header = header  # the request header read with it (the connection need not read it again)
 
     def __bool__(self) -> bool:
         return True
@@ -120,19 +121,19 @@ def claims(layer: Layer, frame: bytes, api_key: int, version: int) -> bool | Dec
         # upstream's version for it.
         return True
     try:
-        _, msg = codec.decode_request(api_key, version, frame[4:])
+        header, msg = codec.decode_request(api_key, version, frame[4:])
     except Exception:  # noqa: BLE001 - the handler answers it with an error code
         return True
     if codec.null_field(msg, version) is not None:
-        return Decoded(msg)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
+        return Decoded(msg, header=header)  # answered INVALID_REQUEST by the handler (the broker would drop the connection)
     if any(layer.managed(g) for g in group_ids(api_key, version, msg)) or api_key in _CONNECT_APIS:
-        return Decoded(msg, null_free=True)
+        return Decoded(msg, null_free=True, header=header)
     if (
         managed_groups.handed_back
         and api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT
         and managed_groups.handed_back_member(msg)
     ):
-        return Decoded(msg, null_free=True)  # answered by handle, once per member
+        return Decoded(msg, null_free=True, header=header)  # answered by handle, once per member
     return False
 
 
@@ -144,7 +145,7 @@ async def handle(
         msg = decoded.msg
     else:
         try:
-            _, msg = codec.decode_request(api_key, version, payload)
+            msg = codec.decode_request_body(api_key, version, payload, header.body_offset)
         except Exception as e:  # noqa: BLE001 - answered with INVALID_REQUEST, the connection stays
             layer.counters["invalid_requests"] += 1
             refused(layer, conn, header, f"undecodable:{api_key}", f"v{version} body does not decode: {e}")

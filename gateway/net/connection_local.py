@@ -45,8 +45,11 @@ def answer_locally(
     handler's ``claims`` returned; anything but True is what it decoded of the frame, handed back to it
     so that the request is decoded once."""
     payload = frame[4:]
+    # What the handler's ``claims`` decoded carries the header it read (gateway/groups/dispatch.py Decoded).
+    header: frames.RequestHeader | None = getattr(claim, "header", None)
     try:
-        header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
+        if header is None:
+            header = frames.parse_request_header(payload, codec.request_header_flexible(api_key, version))
     except frames.FrameError as e:
         conn.gw.refusals.note(
             conn.peer, client_id_of(frame), f"unparseable-header:{api_key}",

@@ -7,6 +7,7 @@ itself); all others pass through as opaque bytes.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import kafka.protocol.admin
@@ -57,11 +58,28 @@ def codec_max_version(api_key: int) -> int:
     return int(RESPONSES[api_key].max_version)
 
 
+# The lookups below run for every request the gateway decodes or answers; the tables never change after
+# import, so each (api key, version) is looked up in kafka-python's classes once. Bounded: a version comes
+# from the client, and the caches must not grow with what clients make up.
+
+
+@functools.lru_cache(maxsize=1024)
+def request_class(api_key: int, version: int) -> Any:
+    return REQUESTS[api_key][version]
+
+
+@functools.lru_cache(maxsize=1024)
+def response_class(api_key: int, version: int) -> Any:
+    return RESPONSES[api_key][version]
+
+
+@functools.lru_cache(maxsize=1024)
 def request_header_flexible(api_key: int, version: int) -> bool:
     # ApiVersions v3+ requests use header v2 like every other flexible request.
     return bool(REQUESTS[api_key].flexible_version_q(version))
 
 
+@functools.lru_cache(maxsize=1024)
 def response_header_flexible(api_key: int, version: int) -> bool:
     # KIP-511: the ApiVersions response header stays v0 so a client can read it before it knows versions.
     if api_key == ApiKey.API_VERSIONS:
@@ -73,15 +91,20 @@ def decode_request(
     api_key: int, version: int, payload: bytes | memoryview
 ) -> tuple[frames.RequestHeader, Any]:
     header = frames.parse_request_header(payload, request_header_flexible(api_key, version))
-    body = REQUESTS[api_key][version].decode(memoryview(payload)[header.body_offset :])
+    return header, decode_request_body(api_key, version, payload, header.body_offset)
+
+
+def decode_request_body(api_key: int, version: int, payload: bytes | memoryview, offset: int) -> Any:
+    """The request's body, which starts at ``offset`` of ``payload`` (a header already read)."""
+    body = request_class(api_key, version).decode(memoryview(payload)[offset:])
     body._header = None  # decode() leaves the slot unset and encode() reads it
-    return header, body
+    return body
 
 
 def decode_response(api_key: int, version: int, payload: bytes) -> tuple[bytes, Any]:
     """(header bytes kept verbatim, decoded body) of a response payload (no size prefix)."""
     off = frames.response_body_offset(payload, response_header_flexible(api_key, version))
-    body = RESPONSES[api_key][version].decode(memoryview(payload)[off:])
+    body = response_class(api_key, version).decode(memoryview(payload)[off:])
     body._header = None  # decode() leaves the slot unset and encode() reads it
     return bytes(payload[:off]), body
 

@@ -87,7 +87,7 @@ def response_cls(api_key: int) -> Any:
 
 
 def response(api_key: int, version: int, **fields: Any) -> Any:
-    return codec.RESPONSES[api_key][version](**fields)
+    return codec.response_class(api_key, version)(**fields)
 
 
 # --- classic group protocol ------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def consumer_group_heartbeat_response(r: ConsumerGroupHeartbeatResponse, version
                 for t in r.assignment
             ]
         )
-    return cls[version](
+    return codec.response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, version)(
         throttle_time_ms=r.throttle_time_ms,
         error_code=r.error_code,
         error_message=r.error_message,
